@@ -1,0 +1,141 @@
+"""Settings read from the environment (``LOCALLLM_*``), with platformdirs paths.
+
+Every setting is read when ``load_settings()`` is called, so tests and the
+daemon's child processes see the environment they were started with.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "localllm"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 11434
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value we cannot use."""
+
+
+def parse_duration(value: str | int | float | None, default: float | None = None) -> float | None:
+    """Parse an Ollama-style duration ("5m", "30s", "1h", "300", -1) into seconds.
+
+    Returns ``None`` for "keep forever" (any negative value), ``default`` when
+    the value is empty.
+    """
+    if value is None or value == "":
+        return default
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            total = 0.0
+            pos = 0
+            for match in re.finditer(r"(-?\d+(?:\.\d+)?)(ms|h|m|s)", text):
+                if match.start() != pos:
+                    raise SettingsError(f"invalid duration {value!r}: use e.g. 30s, 5m, 1h, -1") from None
+                number = float(match.group(1))
+                unit = match.group(2)
+                total += number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+                pos = match.end()
+            if pos != len(text) or pos == 0:
+                raise SettingsError(f"invalid duration {value!r}: use e.g. 30s, 5m, 1h, -1") from None
+            seconds = total
+    return None if seconds < 0 else seconds
+
+
+def parse_host(value: str | None) -> tuple[str, int]:
+    """Split ``LOCALLLM_HOST`` ("host", "host:port", "http://host:port", ":port")."""
+    text = (value or "").strip()
+    if not text:
+        return DEFAULT_HOST, DEFAULT_PORT
+    text = re.sub(r"^[a-z]+://", "", text).rstrip("/")
+    if text.startswith("["):  # [::1]:port
+        host, _, rest = text[1:].partition("]")
+        port = rest.lstrip(":") or str(DEFAULT_PORT)
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    else:
+        host, port = text, str(DEFAULT_PORT)
+    try:
+        port_number = int(port)
+    except ValueError:
+        raise SettingsError(f"LOCALLLM_HOST has an invalid port: {value!r}") from None
+    return host or DEFAULT_HOST, port_number
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All of localllm's settings; see README.md for each variable."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    models_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir(APP_NAME)) / "models")
+    state_dir: Path = field(default_factory=lambda: Path(platformdirs.user_state_dir(APP_NAME)))
+    keep_alive: float | None = 300.0
+    num_parallel: int = 0  # 0: chosen from memory
+    max_loaded_models: int = 0  # 0: chosen from memory
+    max_queue: int = 512
+    origins: tuple[str, ...] = ()
+    api_key: str | None = None
+    engine: str = "llama.cpp"
+    num_threads: int = 0  # 0: physical cores
+
+    @property
+    def base_url(self) -> str:
+        host = self.host
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.state_dir / "server.log"
+
+
+def load_settings() -> Settings:
+    """Read the settings from the current environment."""
+    host, port = parse_host(os.environ.get("LOCALLLM_HOST"))
+    models = os.environ.get("LOCALLLM_MODELS", "").strip()
+    state = os.environ.get("LOCALLLM_STATE_DIR", "").strip()
+    engine = os.environ.get("LOCALLLM_ENGINE", "llama.cpp").strip() or "llama.cpp"
+    if engine not in ("llama.cpp", "native"):
+        raise SettingsError(f"LOCALLLM_ENGINE must be 'llama.cpp' or 'native', got {engine!r}")
+    origins = tuple(o.strip() for o in os.environ.get("LOCALLLM_ORIGINS", "").split(",") if o.strip())
+    defaults = Settings()
+    return Settings(
+        host=host,
+        port=port,
+        models_dir=Path(models).expanduser() if models else defaults.models_dir,
+        state_dir=Path(state).expanduser() if state else defaults.state_dir,
+        keep_alive=parse_duration(os.environ.get("LOCALLLM_KEEP_ALIVE"), 300.0),
+        num_parallel=_int_env("LOCALLLM_NUM_PARALLEL", 0),
+        max_loaded_models=_int_env("LOCALLLM_MAX_LOADED_MODELS", 0),
+        max_queue=_int_env("LOCALLLM_MAX_QUEUE", 512),
+        origins=origins,
+        api_key=os.environ.get("LOCALLLM_API_KEY") or None,
+        engine=engine,
+        num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
+    )
