@@ -1,0 +1,59 @@
+"""Rendering of the daemon's progress streams (pull, create) on stderr.
+
+A status without a digest (``pulling manifest``, ``writing manifest``,
+``success``) is printed as a line; a status with a digest and a total gets a
+progress bar per layer with size, speed and time left, as ``ollama pull``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+
+def _layer_label(status: str, digest: str) -> str:
+    short = digest.removeprefix("sha256:").strip()[:12]
+    verb = status.split(" ", 1)[0] if status else "pulling"
+    return f"{verb} {short}"
+
+
+def show_progress(events: Iterable[dict[str, Any]], console: Console | None = None) -> dict[str, Any]:
+    """Consume a progress stream, drawing it; returns the last event (``{"status": "success"}``)."""
+    console = console or Console(stderr=True, highlight=False)
+    last: dict[str, Any] = {}
+    last_status = ""
+    bars: dict[str, TaskID] = {}
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        for event in events:
+            last = event
+            status = str(event.get("status", ""))
+            digest = event.get("digest")
+            total = event.get("total")
+            if digest and total:
+                if digest not in bars:
+                    bars[digest] = progress.add_task(_layer_label(status, str(digest)), total=int(total))
+                progress.update(bars[digest], completed=int(event.get("completed") or 0))
+            elif status and status != last_status:
+                progress.console.print(status, markup=False)
+            last_status = status
+    return last

@@ -1,0 +1,142 @@
+"""What ``localllm run`` does around one generation: find or pull the model,
+load it, stream an answer with a spinner and word wrap, stop cleanly on Ctrl+C,
+print ``--verbose`` statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from localllm.cli.display import Spinner, StreamPrinter
+from localllm.cli.format import stats_summary
+from localllm.cli.progress import show_progress
+from localllm.client import APIError, Client, DaemonError
+from localllm.config import SettingsError, parse_duration
+
+
+@dataclass
+class RunOptions:
+    """The state of a run or chat session (Ollama's ``runOptions``)."""
+
+    model: str
+    format: str | dict[str, Any] | None = None
+    keep_alive: str | float | None = None
+    wordwrap: bool = True
+    verbose: bool = False
+    system: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    loaded_messages: list[dict[str, Any]] = field(default_factory=list)
+    parent_model: str = ""
+
+    def request(self, **body: Any) -> dict[str, Any]:
+        """A generate/chat request body carrying the session's settings."""
+        body["model"] = self.model
+        if self.format:
+            body["format"] = self.format
+        if self.options:
+            body["options"] = dict(self.options)
+        if self.keep_alive is not None:
+            body["keep_alive"] = self.keep_alive
+        return body
+
+    def apply_show(self, info: dict[str, Any]) -> None:
+        """Take what a session needs from the model's ``/api/show`` answer."""
+        self.parent_model = str((info.get("details") or {}).get("parent_model") or "")
+        self.loaded_messages = list(info.get("messages") or [])
+
+
+def parse_format(value: str | None) -> str | dict[str, Any] | None:
+    """``--format``: ``json`` or a JSON schema object."""
+    if not value:
+        return None
+    if value == "json":
+        return "json"
+    try:
+        schema = json.loads(value)
+    except ValueError:
+        schema = None
+    if not isinstance(schema, dict):
+        raise DaemonError(f"invalid --format {value!r}: use 'json' or a JSON schema object")
+    return schema
+
+
+def parse_keep_alive(value: str | None) -> str | float | None:
+    """``--keepalive``: checked here, sent as the API takes it (number of seconds or ``"5m"``)."""
+    if value is None or value == "":
+        return None
+    try:
+        parse_duration(value)
+    except SettingsError as exc:
+        raise DaemonError(f"invalid --keepalive: {exc}") from None
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def ensure_model(client: Client, model: str) -> dict[str, Any]:
+    """The model's ``/api/show`` answer, pulling it first when the daemon does not have it."""
+    try:
+        return client.show(model)
+    except APIError as exc:
+        if exc.status_code != 404:
+            raise
+    show_progress(client.pull(model))
+    return client.show(model)
+
+
+def load_model(client: Client, opts: RunOptions) -> None:
+    """Load (or with ``keep_alive`` 0 unload) the model: a generate request without a prompt."""
+    spinner = Spinner()
+    try:
+        for _ in client.generate(opts.request()):
+            pass
+    finally:
+        spinner.stop()
+
+
+def stream_reply(events: Iterator[dict[str, Any]], printer: StreamPrinter, chat: bool) -> dict[str, Any] | None:
+    """Print a streamed answer; returns the final object, or ``None`` if Ctrl+C stopped it.
+
+    Leaving the stream closes the connection, which tells the daemon to stop
+    generating at once.
+    """
+    spinner = Spinner()
+    final: dict[str, Any] | None = None
+    try:
+        for event in events:
+            piece = (event.get("message") or {}).get("content", "") if chat else event.get("response", "")
+            if piece:
+                spinner.stop()
+                printer.write(piece)
+            if event.get("done"):
+                final = event
+    except KeyboardInterrupt:
+        spinner.stop()
+        return None
+    finally:
+        spinner.stop()
+    return final
+
+
+def print_stats(final: dict[str, Any] | None, verbose: bool) -> None:
+    if verbose and final:
+        sys.stderr.write(stats_summary(final))
+        sys.stderr.flush()
+
+
+def run_once(client: Client, opts: RunOptions, prompt: str) -> None:
+    """Answer one prompt on stdout (``localllm run MODEL PROMPT`` or piped input)."""
+    if not prompt:
+        load_model(client, opts)
+        return
+    printer = StreamPrinter(wrap=opts.wordwrap)
+    final = stream_reply(client.generate(opts.request(prompt=prompt)), printer, chat=False)
+    sys.stdout.write("\n\n" if sys.stdout.isatty() else "\n")
+    sys.stdout.flush()
+    print_stats(final, opts.verbose)

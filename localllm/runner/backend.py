@@ -1,0 +1,306 @@
+"""llama.cpp through llama-cpp-python's low-level ctypes API.
+
+Why low-level: the engine batches many sequences into one ``llama_decode`` and
+will share KV cells between sequences (``llama_memory_seq_cp``); the
+high-level ``Llama`` class hides both. This module is the only place that
+touches ctypes: the engine sees a :class:`Model`, a :class:`Context` and a
+reusable :class:`Batch`, all with plain Python types.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import llama_cpp as ll
+
+_GGML_LOG_LEVEL_ERROR = 3
+_GGML_LOG_LEVEL_CONT = 5
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+_log_verbose = False
+_log_capture: list[str] | None = None
+_log_last_level = 0
+
+
+class BackendError(RuntimeError):
+    """llama.cpp refused an operation (load, context creation, decode)."""
+
+
+@ll.llama_log_callback
+def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    """Drop llama.cpp's log spam; keep error lines for error messages."""
+    global _log_last_level
+    if level != _GGML_LOG_LEVEL_CONT:
+        _log_last_level = level
+    message = text.decode("utf-8", "replace") if text else ""
+    if _log_capture is not None and _log_last_level == _GGML_LOG_LEVEL_ERROR:
+        _log_capture.append(message)
+    if _log_verbose:
+        os.write(2, message.encode())
+
+
+def init_backend(verbose: bool = False) -> None:
+    """Initialise llama.cpp once per process and route its log through us.
+
+    ``verbose`` passes llama.cpp's own log through to stderr.
+    """
+    global _backend_ready, _log_verbose
+    with _backend_lock:
+        _log_verbose = verbose
+        if _backend_ready:
+            return
+        ll.llama_log_set(_on_log, ctypes.c_void_p(0))
+        ll.llama_backend_init()
+        _backend_ready = True
+
+
+@contextmanager
+def captured_errors() -> Iterator[list[str]]:
+    """Collect llama.cpp's error log lines emitted inside the block.
+
+    llama.cpp reports *why* something failed (a grammar parse error, a bad
+    file) only through its log; this turns those lines into error messages.
+    """
+    global _log_capture
+    lines: list[str] = []
+    with _backend_lock:
+        _log_capture = lines
+        try:
+            yield lines
+        finally:
+            _log_capture = None
+
+
+def physical_cores() -> int:
+    """Number of physical CPU cores (llama.cpp is slower on hyperthreads)."""
+    try:
+        cores = set()
+        physical = core = None
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    physical = value.strip()
+                elif key == "core id":
+                    core = value.strip()
+                elif not key and core is not None:
+                    cores.add((physical, core))
+                    physical = core = None
+        if core is not None:
+            cores.add((physical, core))
+        if cores:
+            return len(cores)
+    except OSError:
+        pass
+    return max(1, os.cpu_count() or 1)
+
+
+class Model:
+    """Weights (memory-mapped) and vocabulary of one GGUF file."""
+
+    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = ()) -> None:
+        params = ll.llama_model_default_params()
+        params.use_mmap = True
+        params.n_gpu_layers = 0
+        with captured_errors() as errors:
+            ptr = ll.llama_model_load_from_file(str(path).encode(), params)
+        if not ptr:
+            detail = "".join(errors).strip() or "not a loadable GGUF model"
+            raise BackendError(f"cannot load model {path}: {detail}")
+        self.ptr = ptr
+        self.path = Path(path)
+        self.vocab = ll.llama_model_get_vocab(ptr)
+        self.n_vocab: int = ll.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train: int = ll.llama_model_n_ctx_train(ptr)
+        self.n_embd: int = ll.llama_model_n_embd(ptr)
+        self.size: int = ll.llama_model_size(ptr)
+        self.bos: int = ll.llama_vocab_bos(self.vocab)
+        self.eos: int = ll.llama_vocab_eos(self.vocab)
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._pieces: dict[int, bytes] = {}
+        self._eog = frozenset(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t))
+        self.adapters = [self._load_adapter(Path(a)) for a in adapters]
+
+    def _load_adapter(self, path: Path) -> ctypes.c_void_p:
+        with captured_errors() as errors:
+            adapter = ll.llama_adapter_lora_init(self.ptr, str(path).encode())
+        if not adapter:
+            detail = "".join(errors).strip() or "not a LoRA adapter for this model"
+            raise BackendError(f"cannot load adapter {path}: {detail}")
+        return adapter
+
+    def token_text(self, token: int) -> str:
+        """A special token's text as the model spells it (e.g. ``<|im_end|>``)."""
+        if token < 0:
+            return ""
+        return self._render(token, special=True).decode("utf-8", "replace")
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (ll.llama_token * capacity)()
+        n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:  # cannot happen with len+8, but llama.cpp's contract allows it
+            capacity = -n
+            buf = (ll.llama_token * capacity)()
+            n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a generated token contributes to the output (control tokens: none).
+
+        Cached per token: the engine calls this once per generated token.
+        """
+        cached = self._pieces.get(token)
+        if cached is None:
+            cached = self._pieces[token] = self._render(token, special=False)
+        return cached
+
+    def _render(self, token: int, special: bool) -> bytes:
+        buf = self._piece_buf
+        n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens if 0 <= t < self.n_vocab).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return token in self._eog
+
+    def close(self) -> None:
+        for adapter in self.adapters:
+            ll.llama_adapter_lora_free(adapter)
+        self.adapters = []
+        if self.ptr:
+            ll.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+class Batch:
+    """One reusable ``llama_batch``: the engine fills it every step without allocating."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = ll.llama_batch_init(capacity, 0, 1)
+        self._token = self.raw.token
+        self._pos = self.raw.pos
+        self._n_seq = self.raw.n_seq_id
+        self._seq = self.raw.seq_id
+        self._logits = self.raw.logits
+        self.n_tokens = 0
+
+    def clear(self) -> None:
+        self.n_tokens = 0
+
+    def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
+        """Append one token; returns its row, the index to sample from when ``logits``."""
+        i = self.n_tokens
+        self._token[i] = token
+        self._pos[i] = pos
+        self._n_seq[i] = 1
+        self._seq[i][0] = seq_id
+        self._logits[i] = logits
+        self.n_tokens = i + 1
+        return i
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.n_tokens
+
+    def close(self) -> None:
+        if self.raw is not None:
+            ll.llama_batch_free(self.raw)
+            self.raw = None
+
+
+class Context:
+    """A llama_context: one KV cache shared by up to ``n_seq_max`` sequences.
+
+    The cache is unified (one pool of cells for all sequences), which is what
+    lets sequences share prefix cells and lets one decode mix a prompt chunk
+    of one sequence with single tokens of others.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        n_ctx: int,
+        n_seq_max: int,
+        n_batch: int,
+        n_threads: int,
+        embeddings: bool = False,
+    ) -> None:
+        params = ll.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
+        params.n_seq_max = n_seq_max
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.kv_unified = True
+        params.embeddings = embeddings
+        params.no_perf = True
+        # Flash attention visits a sequence's KV cells in order and skips the
+        # others, so a sequence's result does not depend on its neighbours.
+        params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        if embeddings:
+            params.pooling_type = ll.LLAMA_POOLING_TYPE_UNSPECIFIED
+        with captured_errors() as errors:
+            ptr = ll.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            detail = "".join(errors).strip() or "out of memory?"
+            raise BackendError(f"cannot create a context of {n_ctx} tokens: {detail}")
+        self.ptr = ptr
+        self.model = model
+        self.n_ctx: int = ll.llama_n_ctx(ptr)
+        self.n_batch: int = ll.llama_n_batch(ptr)
+        self.memory = ll.llama_get_memory(ptr)
+        self.can_shift: bool = bool(ll.llama_memory_can_shift(self.memory))
+        self.pooling: int = ll.llama_pooling_type(ptr) if embeddings else ll.LLAMA_POOLING_TYPE_NONE
+        if model.adapters:
+            n = len(model.adapters)
+            arr = (ll.llama_adapter_lora_p_ctypes * n)(*model.adapters)
+            scales = (ctypes.c_float * n)(*([1.0] * n))
+            if ll.llama_set_adapters_lora(ptr, arr, n, scales) != 0:
+                raise BackendError("cannot apply the LoRA adapters to the context")
+
+    def decode(self, batch: Batch) -> int:
+        """``llama_decode``: 0 on success, 1 when no KV cells were free, <0 on error."""
+        return ll.llama_decode(self.ptr, batch.raw)
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        return bool(ll.llama_memory_seq_rm(self.memory, seq_id, p0, p1))
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        ll.llama_memory_seq_add(self.memory, seq_id, p0, p1, delta)
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        ll.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        return ll.llama_memory_seq_pos_max(self.memory, seq_id)
+
+    def embedding(self, seq_id: int, row: int) -> list[float]:
+        """The pooled embedding of ``seq_id`` (or of ``row`` when the model does not pool)."""
+        if self.pooling == ll.LLAMA_POOLING_TYPE_NONE:
+            ptr = ll.llama_get_embeddings_ith(self.ptr, row)
+        else:
+            ptr = ll.llama_get_embeddings_seq(self.ptr, seq_id)
+        if not ptr:
+            raise BackendError("the model produced no embedding")
+        return ptr[: self.model.n_embd]
+
+    def close(self) -> None:
+        if self.ptr:
+            ll.llama_free(self.ptr)
+            self.ptr = None

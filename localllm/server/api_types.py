@@ -1,0 +1,106 @@
+"""Request bodies of Ollama's API (``/api/*``), field names as Ollama's.
+
+Pydantic validates them, so a wrong type is a 400 naming the field, and
+FastAPI's OpenAPI schema describes them (the fuzz tests read it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+KeepAlive = str | float | int | None
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class _NamedBody(_Body):
+    """Ollama accepts the legacy ``name`` wherever it now says ``model``."""
+
+    model: str = ""
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _legacy_name(self) -> "_NamedBody":
+        if not self.model and self.name:
+            self.model = self.name
+        return self
+
+
+class ToolCallFunction(_Body):
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class ToolCall(_Body):
+    function: ToolCallFunction
+
+
+class Message(_Body):
+    role: str
+    content: str | None = ""
+    images: list[str] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = None
+    thinking: str | None = None
+
+
+class GenerateRequest(_NamedBody):
+    prompt: str = ""
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    stream: bool = True
+    raw: bool = False
+    format: str | dict[str, Any] | None = None
+    images: list[str] | None = None
+    options: dict[str, Any] | None = None
+    keep_alive: KeepAlive = None
+
+
+class ChatRequest(_NamedBody):
+    messages: list[Message] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    format: str | dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    stream: bool = True
+    keep_alive: KeepAlive = None
+
+
+class ShowRequest(_NamedBody):
+    verbose: bool = False
+
+
+class PullRequest(_NamedBody):
+    insecure: bool = False
+    stream: bool = True
+
+
+class CopyRequest(_Body):
+    source: str
+    destination: str
+
+
+class DeleteRequest(_NamedBody):
+    pass
+
+
+class CreateRequest(_NamedBody):
+    """Ollama's structured create, plus ``modelfile``+``path`` for raw Modelfile text."""
+
+    from_: str | None = Field(default=None, alias="from")
+    modelfile: str | None = None
+    path: str | None = None
+    files: dict[str, str] | None = None
+    adapters: dict[str, str] | None = None
+    template: str | None = None
+    system: str | None = None
+    parameters: dict[str, Any] | None = None
+    messages: list[Message] | None = None
+    license: str | list[str] | None = None
+    quantize: str | None = None
+    stream: bool = True

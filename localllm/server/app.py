@@ -1,0 +1,90 @@
+"""The daemon: a FastAPI app serving Ollama's and OpenAI's APIs, run by uvicorn."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from ..config import Settings, load_settings
+from .errors import ApiError
+from .ollama_api import router as ollama_router
+from .state import DaemonState
+
+log = logging.getLogger("localllm.server")
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 413: "invalid_request_error", 503: "server_overloaded"}
+
+
+def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """Ollama's ``{"error": "..."}``, or OpenAI's error object under ``/v1``."""
+    if request.url.path.startswith("/v1"):
+        body: dict[str, Any] = {"error": {"message": message, "type": _ERROR_TYPES.get(status, "api_error"),
+                                          "param": None, "code": None}}
+    else:
+        body = {"error": message}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def describe_validation_error(exc: RequestValidationError) -> str:
+    """One sentence naming what is wrong with the body, e.g. "messages.0.role: Field required"."""
+    problems = []
+    for error in exc.errors():
+        if error.get("type") == "json_invalid":
+            return f"invalid JSON body: {error.get('ctx', {}).get('error', error.get('msg'))}"
+        location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        problems.append(f"{location or 'body'}: {error.get('msg')}")
+    return "; ".join(problems) or "invalid request body"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+    state = DaemonState.build(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.scheduler.start()
+        yield
+        await state.scheduler.close()
+
+    app = FastAPI(title="localllm", version=__version__, lifespan=lifespan)
+    app.state.daemon = state
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(request, exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(request, 400, describe_validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(request, exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error in %s %s", request.method, request.url.path)
+        return error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}")
+
+    app.include_router(ollama_router)
+    return app
+
+
+def run_server(settings: Settings | None = None) -> None:
+    """Serve in the foreground until interrupted (``localllm serve``)."""
+    settings = settings or load_settings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info("localllm %s listening on %s:%d, models in %s", __version__, settings.host, settings.port,
+             settings.models_dir)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+                timeout_graceful_shutdown=5)

@@ -1,0 +1,128 @@
+"""One completion from request to runner and back, shared by the Ollama and OpenAI routes.
+
+Resolves the model in the store, merges its parameters with the request's
+options, leases a runner from the scheduler, renders the prompt (which needs
+the runner's BOS/EOS tokens) and relays the runner's NDJSON events, adding
+``load_duration`` and ``total_duration``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import Settings
+from ..registry.names import InvalidName, ModelName
+from ..registry.models import LocalModel, load_local_model
+from ..registry.store import ModelNotFound, Store
+from .errors import ApiError, bad_request, not_found
+from .options import keep_alive_seconds, merge_options
+from .runner_client import RunnerBadRequest, RunnerError
+from .scheduler import LoadedModel, LoadRequest, Scheduler
+
+#: Builds the prompt once the runner is up: receives the runner's /health answer.
+PromptBuilder = Callable[[dict[str, Any]], "str | list[int]"]
+
+
+@dataclass
+class CompletionJob:
+    """Everything a completion needs, resolved before the runner is touched."""
+
+    model: LocalModel
+    options: dict[str, Any]
+    keep_alive: float | None
+    grammar: str | None = None
+    context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
+
+
+class Inference:
+    """Runs completions for the API routes."""
+
+    def __init__(self, store: Store, scheduler: Scheduler, settings: Settings) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.settings = settings
+
+    def resolve(self, name: str) -> LocalModel:
+        """The local model called ``name``; 400 for a bad name, 404 when absent."""
+        if not name:
+            raise bad_request("model is required")
+        try:
+            parsed = ModelName.parse(name)
+        except InvalidName as exc:
+            raise bad_request(str(exc)) from None
+        try:
+            return load_local_model(self.store, parsed)
+        except ModelNotFound as exc:
+            raise not_found(str(exc)) from None
+
+    def job(self, name: str, options: dict[str, Any] | None, keep_alive: Any, grammar: str | None = None) -> CompletionJob:
+        model = self.resolve(name)
+        return CompletionJob(
+            model=model,
+            options=merge_options(model.parameters, options),
+            keep_alive=keep_alive_seconds(keep_alive, self.settings.keep_alive),
+            grammar=grammar,
+        )
+
+    def load_request(self, job: CompletionJob) -> LoadRequest:
+        model = job.model
+        return LoadRequest(
+            name=model.name.display,
+            digest=model.digest,
+            model_path=model.model_path,
+            adapters=tuple(model.adapters),
+            num_ctx=job.options.get("num_ctx"),
+            num_thread=job.options.get("num_thread"),
+            num_batch=job.options.get("num_batch"),
+            size=model.model_path.stat().st_size,
+        )
+
+    async def load(self, job: CompletionJob) -> tuple[LoadedModel, int]:
+        """Load the model (or refresh its keep_alive); returns it and the load time in ns."""
+        started = time.perf_counter_ns()
+        try:
+            loaded = await self.scheduler.ensure_loaded(self.load_request(job), job.keep_alive)
+        except RunnerError as exc:
+            raise ApiError(500, str(exc)) from None
+        return loaded, time.perf_counter_ns() - started
+
+    async def stream(self, job: CompletionJob, build_prompt: PromptBuilder) -> AsyncIterator[dict[str, Any]]:
+        """Yield the runner's events: ``{"content": …}`` pieces, then one ``{"done": True, …}``.
+
+        Errors before the first event raise :class:`ApiError`; errors after it
+        are yielded as ``{"error": …}`` so a stream can end with an error object.
+        """
+        started = time.perf_counter_ns()
+        try:
+            lease = self.scheduler.lease(self.load_request(job), job.keep_alive)
+            loaded = await lease.__aenter__()
+        except RunnerError as exc:
+            raise ApiError(500, str(exc)) from None
+        load_duration = time.perf_counter_ns() - started
+        try:
+            prompt = build_prompt(loaded.runner.health)
+            body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
+            events = loaded.runner.stream("/completion", body)
+            first = True
+            try:
+                async for event in events:
+                    if event.get("done"):
+                        event["load_duration"] = load_duration
+                        event["total_duration"] = time.perf_counter_ns() - started
+                    yield event
+                    first = False
+            except RunnerBadRequest as exc:
+                if first:
+                    raise bad_request(str(exc)) from None
+                yield {"error": str(exc)}
+            except RunnerError as exc:
+                if first:
+                    raise ApiError(500, str(exc)) from None
+                yield {"error": str(exc)}
+            finally:
+                await events.aclose()
+        finally:
+            await lease.__aexit__(None, None, None)

@@ -1,0 +1,319 @@
+"""Ollama's REST API (``/api/*``): same paths, field names, defaults and NDJSON streams."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from .. import __version__
+from ..registry.models import LocalModel
+from ..registry.names import InvalidName, ModelName
+from ..registry.pull import PullError
+from ..registry.store import ModelNotFound
+from ..templates import prompt as prompts
+from ..templates.gotemplate import TemplateError
+from . import show
+from .show import chat_template_of
+from .api_types import ChatRequest, CopyRequest, CreateRequest, DeleteRequest, GenerateRequest, PullRequest, ShowRequest
+from .errors import ApiError, bad_request, not_found
+from .formats import grammar_for_format
+from .inference import CompletionJob
+from .state import DaemonState
+
+log = logging.getLogger("localllm.api")
+
+router = APIRouter()
+
+NDJSON = "application/x-ndjson"
+CHAT_ROLES = {"system", "user", "assistant", "tool"}
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def state_of(request: Request) -> DaemonState:
+    return request.app.state.daemon
+
+
+def parse_name(text: str, field: str = "model") -> ModelName:
+    if not text:
+        raise bad_request(f"{field} is required")
+    try:
+        return ModelName.parse(text)
+    except InvalidName as exc:
+        raise bad_request(str(exc)) from None
+
+
+async def ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for event in events:
+        yield (json.dumps(event, ensure_ascii=False) + "\n").encode()
+
+
+async def stream_or_last(events: AsyncIterator[dict[str, Any]], stream: bool) -> Response:
+    """Stream status events as NDJSON, or answer only the last one (pull/create without stream)."""
+    if stream:
+        return StreamingResponse(ndjson(events), media_type=NDJSON)
+    final: dict[str, Any] = {}
+    async for event in events:
+        final = event
+        if "error" in event:
+            return JSONResponse(event, status_code=500)
+    return JSONResponse(final)
+
+
+@router.get("/", include_in_schema=False)
+@router.head("/", include_in_schema=False)
+async def root() -> Response:
+    return Response("localllm is running", media_type="text/plain")
+
+
+@router.get("/api/version")
+async def version() -> dict[str, str]:
+    return {"version": __version__}
+
+
+@router.get("/api/tags")
+async def tags(request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    models = []
+    for entry in state.store.list_models():
+        try:
+            details = state.details_of(entry.manifest)
+        except Exception as exc:  # a broken model still lists, with what we know
+            log.warning("cannot read %s: %s", entry.name.display, exc)
+            details = {"format": "gguf"}
+        models.append({
+            "name": entry.name.display,
+            "model": entry.name.display,
+            "modified_at": entry.modified_at.isoformat(),
+            "size": entry.size,
+            "digest": entry.digest.removeprefix("sha256:"),
+            "details": details,
+        })
+    models.sort(key=lambda m: m["modified_at"], reverse=True)
+    return {"models": models}
+
+
+@router.post("/api/show")
+async def show_model(body: ShowRequest, request: Request) -> dict[str, Any]:
+    model = state_of(request).inference.resolve(body.model)
+    return show.show_response(model, verbose=body.verbose)
+
+
+@router.post("/api/copy")
+async def copy_model(body: CopyRequest, request: Request) -> Response:
+    source = parse_name(body.source, "source")
+    destination = parse_name(body.destination, "destination")
+    try:
+        state_of(request).store.copy(source, destination)
+    except ModelNotFound as exc:
+        raise not_found(str(exc)) from None
+    return Response(status_code=200)
+
+
+@router.delete("/api/delete")
+async def delete_model(body: DeleteRequest, request: Request) -> Response:
+    name = parse_name(body.model)
+    state = state_of(request)
+    try:
+        state.store.delete(name)
+    except ModelNotFound as exc:
+        raise not_found(str(exc)) from None
+    await state.scheduler.unload(name.display)
+    return Response(status_code=200)
+
+
+@router.post("/api/pull")
+async def pull_model(body: PullRequest, request: Request):
+    name = parse_name(body.model)
+    puller = state_of(request).puller
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for status in puller.pull(name, insecure=body.insecure):
+                yield status
+        except PullError as exc:
+            yield {"error": str(exc)}
+
+    return await stream_or_last(events(), body.stream)
+
+
+@router.post("/api/create")
+async def create_model(body: CreateRequest, request: Request):
+    name = parse_name(body.model)
+    creator = state_of(request).creator
+    spec = creator.spec_from_request(body)  # raises ApiError for a bad Modelfile before streaming
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for status in creator.create(name, spec):
+                yield status
+        except ApiError as exc:
+            yield {"error": exc.message}
+
+    return await stream_or_last(events(), body.stream)
+
+
+@router.get("/api/ps")
+async def running(request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    models = []
+    for loaded in state.scheduler.loaded.values():
+        details = state.details_at(loaded.runner.config.model_path)
+        models.append({
+            "name": loaded.name,
+            "model": loaded.name,
+            "size": loaded.size + loaded.runner.health.get("kv_bytes", 0),
+            "digest": loaded.digest.removeprefix("sha256:"),
+            "details": details,
+            "expires_at": loaded.expires_at_wall().isoformat(),
+            "size_vram": 0,
+            "context_length": loaded.runner.config.n_ctx,
+        })
+    return {"models": models}
+
+
+# --- generation -----------------------------------------------------------------------
+
+
+def _final_stats(event: dict[str, Any]) -> dict[str, Any]:
+    keys = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration")
+    return {key: event.get(key, 0) for key in keys}
+
+
+def _load_or_unload_answer(job: CompletionJob, kind: str, model_name: str, load_ns: int) -> dict[str, Any]:
+    reason = "unload" if job.keep_alive == 0 else "load"
+    answer: dict[str, Any] = {"model": model_name, "created_at": now_iso(), "done": True, "done_reason": reason,
+                              "total_duration": load_ns, "load_duration": load_ns}
+    if kind == "chat":
+        answer["message"] = {"role": "assistant", "content": ""}
+    else:
+        answer["response"] = ""
+    return answer
+
+
+async def _load_only(state: DaemonState, job: CompletionJob, kind: str, model_name: str) -> JSONResponse:
+    """An empty prompt loads the model (or, with keep_alive 0, unloads it)."""
+    if job.keep_alive == 0:
+        await state.scheduler.unload(job.model.name.display)
+        return JSONResponse(_load_or_unload_answer(job, kind, model_name, 0))
+    _, load_ns = await state.inference.load(job)
+    return JSONResponse(_load_or_unload_answer(job, kind, model_name, load_ns))
+
+
+async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: str, kind: str, stream: bool):
+    """Relay a completion as Ollama's chat or generate objects, streamed or whole."""
+    events = state.inference.stream(job, builder)
+    first = await _first_event(events)  # raises ApiError before any byte is sent
+
+    def chunk(piece: str) -> dict[str, Any]:
+        base: dict[str, Any] = {"model": model_name, "created_at": now_iso()}
+        if kind == "chat":
+            base["message"] = {"role": "assistant", "content": piece}
+        else:
+            base["response"] = piece
+        base["done"] = False
+        return base
+
+    def final(event: dict[str, Any], text: str) -> dict[str, Any]:
+        answer = chunk(text)
+        answer["done"] = True
+        answer["done_reason"] = event.get("done_reason", "stop")
+        if kind == "generate":
+            answer["context"] = event.get("context", [])
+        answer.update(_final_stats(event))
+        return answer
+
+    async def relay() -> AsyncIterator[dict[str, Any]]:
+        async for event in _prepend(first, events):
+            if "error" in event:
+                yield {"error": event["error"]}
+                return
+            if event.get("done"):
+                yield final(event, "")
+                return
+            yield chunk(event.get("content", ""))
+
+    if stream:
+        return StreamingResponse(ndjson(relay()), media_type=NDJSON)
+    text = []
+    async for event in _prepend(first, events):
+        if "error" in event:
+            raise ApiError(500, event["error"])
+        if event.get("done"):
+            return JSONResponse(final(event, "".join(text)))
+        text.append(event.get("content", ""))
+    raise ApiError(500, "model runner ended the answer early")
+
+
+async def _first_event(events: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return await events.__anext__()
+    except StopAsyncIteration:
+        raise ApiError(500, "model runner returned nothing") from None
+
+
+async def _prepend(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    yield first
+    async for event in rest:
+        yield event
+
+
+def _template_error(exc: Exception, model: LocalModel) -> ApiError:
+    return bad_request(f"template of model {model.name.display!r} failed to render: {exc}")
+
+
+@router.post("/api/generate")
+async def generate(body: GenerateRequest, request: Request):
+    state = state_of(request)
+    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format))
+    job.context = body.context
+    model = job.model
+    if not body.prompt and not body.suffix and body.context is None:
+        return await _load_only(state, job, "generate", body.model)
+
+    def builder(health: dict[str, Any]) -> str | list[int]:
+        try:
+            text = prompts.build_generate_prompt(
+                prompt=body.prompt, system=body.system if body.system is not None else model.system,
+                suffix=body.suffix, template_override=body.template, model_template=model.template,
+                gguf_chat_template=chat_template_of(model), bos=health.get("bos", ""), eos=health.get("eos", ""),
+                raw=body.raw,
+            )
+        except TemplateError as exc:
+            raise _template_error(exc, model) from None
+        return text
+
+    return await _run(state, job, builder, model_name=body.model, kind="generate", stream=body.stream)
+
+
+@router.post("/api/chat")
+async def chat(body: ChatRequest, request: Request):
+    state = state_of(request)
+    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format))
+    model = job.model
+    for index, message in enumerate(body.messages):
+        if message.role not in CHAT_ROLES:
+            raise bad_request(f"messages[{index}]: invalid role {message.role!r}; use system, user, assistant or tool")
+    if not body.messages:
+        return await _load_only(state, job, "chat", body.model)
+    messages = model.messages + [m.model_dump(exclude_none=True) for m in body.messages]
+
+    def builder(health: dict[str, Any]) -> str:
+        try:
+            return prompts.build_prompt(
+                messages=messages, system=model.system, model_template=model.template,
+                gguf_chat_template=chat_template_of(model), bos_token=health.get("bos", ""),
+                eos_token=health.get("eos", ""), tools=body.tools,
+            )
+        except TemplateError as exc:
+            raise _template_error(exc, model) from None
+
+    return await _run(state, job, builder, model_name=body.model, kind="chat", stream=body.stream)

@@ -1,0 +1,177 @@
+"""Start a runner process for one model and talk to it over its unix socket.
+
+The daemon never loads weights itself: each loaded model is a child process
+(``python -m localllm.runner``) so that a crash in native code takes down only
+that runner, and unloading is process exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+log = logging.getLogger("localllm.runner_client")
+
+LOAD_TIMEOUT_S = 120.0
+
+
+class RunnerError(RuntimeError):
+    """The runner failed or went away; the message is fit for the API caller."""
+
+
+class RunnerBadRequest(ValueError):
+    """The runner refused a request as invalid (HTTP 400 from the runner)."""
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """What a runner process is started with; equal configs can share a runner."""
+
+    model_path: Path
+    n_ctx: int
+    n_parallel: int
+    n_threads: int
+    n_batch: int = 512
+    adapters: tuple[Path, ...] = ()
+    engine: str = "llama.cpp"
+
+
+@dataclass
+class RunnerProcess:
+    """A live runner child process and an HTTP client bound to its socket."""
+
+    config: RunnerConfig
+    process: asyncio.subprocess.Process
+    socket_path: Path
+    client: httpx.AsyncClient
+    health: dict[str, Any] = field(default_factory=dict)
+    stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=40))
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+    def exit_description(self) -> str:
+        """Why the runner is gone, with its last log lines, for error messages."""
+        code = self.process.returncode
+        if code is not None and code < 0:
+            how = f"was killed by signal {signal.Signals(-code).name}"
+        else:
+            how = f"exited with status {code}"
+        tail = " | ".join(line for line in list(self.stderr_tail)[-3:] if line)
+        return f"model runner {how}" + (f": {tail}" if tail else "")
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Terminate the runner and wait for it; memory really comes back."""
+        await self.client.aclose()
+        if self.alive:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), timeout)
+            except asyncio.TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        self.socket_path.unlink(missing_ok=True)
+
+    async def post_json(self, path: str, body: dict[str, Any], timeout: float | None = 600.0) -> dict[str, Any]:
+        """POST to the runner and return its JSON answer."""
+        try:
+            response = await self.client.post(path, json=body, timeout=timeout)
+        except httpx.TransportError as exc:
+            raise RunnerError(self._gone_message(exc)) from None
+        return _checked_json(response)
+
+    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """POST to the runner and yield its NDJSON lines; closing the iterator cancels."""
+        try:
+            async with self.client.stream("POST", path, json=body, timeout=httpx.Timeout(None, connect=10)) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    _checked_json(response)
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.TransportError as exc:
+            raise RunnerError(self._gone_message(exc)) from None
+
+    def _gone_message(self, exc: Exception) -> str:
+        if not self.alive:
+            return self.exit_description()
+        return f"lost connection to the model runner: {exc}"
+
+
+def _checked_json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        data = {"error": response.text.strip() or f"runner answered HTTP {response.status_code}"}
+    if response.status_code == 400:
+        raise RunnerBadRequest(data.get("error", "bad request"))
+    if response.status_code != 200:
+        raise RunnerError(data.get("error", f"runner answered HTTP {response.status_code}"))
+    return data
+
+
+async def _pump_stderr(runner: RunnerProcess) -> None:
+    assert runner.process.stderr is not None
+    while True:
+        raw = await runner.process.stderr.readline()
+        if not raw:
+            return
+        line = raw.decode("utf-8", "replace").rstrip()
+        runner.stderr_tail.append(line)
+        log.info("runner[%d]: %s", runner.process.pid, line)
+
+
+async def start_runner(config: RunnerConfig) -> RunnerProcess:
+    """Start a runner for ``config`` and wait until it answers ``/health``."""
+    socket_dir = Path(tempfile.mkdtemp(prefix="localllm-runner-"))
+    socket_path = socket_dir / "runner.sock"
+    args = [
+        sys.executable, "-m", "localllm.runner",
+        "--model", str(config.model_path),
+        "--socket", str(socket_path),
+        "--ctx", str(config.n_ctx),
+        "--parallel", str(config.n_parallel),
+        "--threads", str(config.n_threads),
+        "--batch", str(config.n_batch),
+    ]
+    for adapter in config.adapters:
+        args += ["--adapter", str(adapter)]
+    env = dict(os.environ, LOCALLLM_ENGINE=config.engine)
+    process = await asyncio.create_subprocess_exec(
+        *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE, env=env,
+    )
+    client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(socket_path)), base_url="http://runner")
+    runner = RunnerProcess(config=config, process=process, socket_path=socket_path, client=client)
+    asyncio.get_running_loop().create_task(_pump_stderr(runner))
+    deadline = asyncio.get_running_loop().time() + LOAD_TIMEOUT_S
+    while True:
+        if not runner.alive:
+            await runner.stop()
+            raise RunnerError(f"failed to load model {config.model_path.name}: {runner.exit_description()}")
+        if socket_path.exists():
+            try:
+                response = await client.get("/health", timeout=5)
+                if response.status_code == 200:
+                    runner.health = response.json()
+                    return runner
+            except httpx.TransportError:
+                pass
+        if asyncio.get_running_loop().time() > deadline:
+            await runner.stop()
+            raise RunnerError(f"model {config.model_path.name} did not load within {LOAD_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(0.05)

@@ -1,0 +1,223 @@
+"""Which models are loaded: runner processes, keep_alive expiry, load limits.
+
+Requests lease a runner for their duration. A model being loaded is loaded
+once however many requests wait for it; an idle model unloads when its
+keep_alive runs out; a runner that died is replaced on the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from ..config import Settings
+from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
+
+log = logging.getLogger("localllm.scheduler")
+
+DEFAULT_NUM_CTX = 4096
+DEFAULT_NUM_PARALLEL = 4
+
+
+@dataclass
+class LoadedModel:
+    """A model with a live runner, as ``/api/ps`` shows it."""
+
+    key: tuple
+    name: str
+    digest: str
+    runner: RunnerProcess
+    size: int
+    load_duration_ns: int
+    keep_alive: float | None = None  # seconds; None keeps it forever
+    active: int = 0
+    expires_at: float | None = None  # time.monotonic(); None while in use or forever
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def expires_at_wall(self) -> datetime:
+        """Wall-clock expiry for display; far future when kept forever."""
+        if self.keep_alive is None:
+            return datetime(2318, 1, 1, tzinfo=timezone.utc)
+        remaining = self.keep_alive if self.expires_at is None else max(0.0, self.expires_at - time.monotonic())
+        return datetime.now(timezone.utc).astimezone() + timedelta(seconds=remaining)
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What a request needs loaded: one model file with its adapters and context."""
+
+    name: str
+    digest: str
+    model_path: os.PathLike
+    adapters: tuple = ()
+    num_ctx: int | None = None
+    num_thread: int | None = None
+    num_batch: int | None = None
+    size: int = 0
+
+
+class Scheduler:
+    """Owns every runner process of the daemon."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.loaded: dict[tuple, LoadedModel] = {}
+        self._locks: dict[tuple, asyncio.Lock] = {}
+        self._changed = asyncio.Condition()
+        self._reaper: asyncio.Task | None = None
+
+    @property
+    def max_loaded(self) -> int:
+        return self.settings.max_loaded_models or 3
+
+    @property
+    def num_parallel(self) -> int:
+        return self.settings.num_parallel or DEFAULT_NUM_PARALLEL
+
+    def start(self) -> None:
+        self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+
+    async def close(self) -> None:
+        if self._reaper:
+            self._reaper.cancel()
+        for model in list(self.loaded.values()):
+            await self._unload(model)
+
+    @contextlib.asynccontextmanager
+    async def lease(self, request: LoadRequest, keep_alive: float | None) -> AsyncIterator[LoadedModel]:
+        """Hold a loaded runner for ``request`` while the body runs."""
+        model = await self._acquire(request)
+        model.active += 1
+        model.expires_at = None
+        model.keep_alive = keep_alive
+        try:
+            yield model
+        finally:
+            model.active -= 1
+            if model.active == 0:
+                self._set_idle(model)
+
+    async def ensure_loaded(self, request: LoadRequest, keep_alive: float | None) -> LoadedModel:
+        """Load a model without running anything (empty prompt requests)."""
+        async with self.lease(request, keep_alive) as model:
+            return model
+
+    async def unload(self, name: str) -> bool:
+        """Unload every runner of the model ``name`` as soon as it is idle."""
+        found = False
+        for model in [m for m in self.loaded.values() if m.name == name]:
+            found = True
+            model.keep_alive = 0
+            if model.active == 0:
+                await self._unload(model)
+        return found
+
+    def _set_idle(self, model: LoadedModel) -> None:
+        if model.keep_alive is None:
+            model.expires_at = None
+        else:
+            model.expires_at = time.monotonic() + model.keep_alive
+        if model.keep_alive == 0:
+            asyncio.get_running_loop().create_task(self._unload(model))
+
+    def _key(self, request: LoadRequest) -> tuple:
+        return (request.digest, tuple(str(a) for a in request.adapters), self.settings.engine)
+
+    async def _acquire(self, request: LoadRequest) -> LoadedModel:
+        key = self._key(request)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            model = self.loaded.get(key)
+            if model is not None and not model.runner.alive:
+                log.warning("runner of %s died: %s; loading it again", model.name, model.runner.exit_description())
+                await self._unload(model)
+                model = None
+            wanted_ctx = request.num_ctx or DEFAULT_NUM_CTX
+            if model is not None and model.runner.config.n_ctx < wanted_ctx:
+                await self._wait_idle(model)
+                await self._unload(model)
+                model = None
+            if model is None:
+                await self._make_room()
+                model = await self._load(key, request, wanted_ctx)
+            return model
+
+    async def _wait_idle(self, model: LoadedModel) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: model.active == 0)
+
+    async def _make_room(self) -> None:
+        """Evict idle models (soonest to expire first) until one more fits."""
+        while len(self.loaded) >= self.max_loaded:
+            idle = [m for m in self.loaded.values() if m.active == 0]
+            if idle:
+                victim = min(idle, key=lambda m: m.expires_at if m.expires_at is not None else float("inf"))
+                await self._unload(victim)
+                continue
+            async with self._changed:
+                await self._changed.wait()
+
+    async def _load(self, key: tuple, request: LoadRequest, n_ctx: int) -> LoadedModel:
+        config = RunnerConfig(
+            model_path=request.model_path,
+            n_ctx=n_ctx,
+            n_parallel=self.num_parallel,
+            n_threads=request.num_thread or self.settings.num_threads or default_threads(),
+            n_batch=request.num_batch or 512,
+            adapters=tuple(request.adapters),
+            engine=self.settings.engine,
+        )
+        started = time.perf_counter_ns()
+        log.info("loading %s (ctx %d x %d, %d threads)", request.name, n_ctx, config.n_parallel, config.n_threads)
+        runner = await start_runner(config)
+        model = LoadedModel(
+            key=key, name=request.name, digest=request.digest, runner=runner,
+            size=request.size, load_duration_ns=time.perf_counter_ns() - started,
+        )
+        self.loaded[key] = model
+        return model
+
+    async def _unload(self, model: LoadedModel) -> None:
+        if self.loaded.get(model.key) is model:
+            del self.loaded[model.key]
+        log.info("unloading %s", model.name)
+        await model.runner.stop()
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            now = time.monotonic()
+            for model in list(self.loaded.values()):
+                expired = model.active == 0 and model.expires_at is not None and model.expires_at <= now
+                if expired or (model.active == 0 and not model.runner.alive):
+                    await self._unload(model)
+            async with self._changed:
+                self._changed.notify_all()
+
+
+def default_threads() -> int:
+    """Physical cores: llama.cpp gains nothing from hyper-threads."""
+    cores: set[tuple[str, str]] = set()
+    physical = ""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("physical id"):
+                    physical = line.split(":")[1].strip()
+                elif line.startswith("core id"):
+                    cores.add((physical, line.split(":")[1].strip()))
+    except OSError:
+        pass
+    logical = os.cpu_count() or 1
+    return max(1, min(len(cores), logical)) if cores else logical
+
+
+__all__ = ["DEFAULT_NUM_CTX", "LoadRequest", "LoadedModel", "RunnerError", "Scheduler", "default_threads"]
