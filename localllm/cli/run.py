@@ -101,7 +101,7 @@ def load_model(client: Client, opts: RunOptions) -> None:
 
 
 def stream_reply(events: Iterator[dict[str, Any]], printer: StreamPrinter, chat: bool) -> dict[str, Any] | None:
-    """Print a streamed answer; returns the final object, or ``None`` if Ctrl+C stopped it.
+    """Print a streamed answer; returns the final (``done``) object, or ``None`` if Ctrl+C stopped it.
 
     Leaving the stream closes the connection, which tells the daemon to stop
     generating at once.
@@ -121,7 +121,7 @@ def stream_reply(events: Iterator[dict[str, Any]], printer: StreamPrinter, chat:
         return None
     finally:
         spinner.stop()
-    return final
+    return final or {}
 
 
 def print_stats(final: dict[str, Any] | None, verbose: bool) -> None:

@@ -276,6 +276,7 @@ class Context:
 
     def decode(self, batch: Batch) -> int:
         """``llama_decode``: 0 on success, 1 when no KV cells were free, <0 on error."""
+        batch.raw.n_tokens = batch.n_tokens
         return ll.llama_decode(self.ptr, batch.raw)
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:

@@ -17,6 +17,7 @@ from .. import __version__
 from ..config import Settings, load_settings
 from .errors import ApiError
 from .ollama_api import router as ollama_router
+from .openai_api import router as openai_router
 from .state import DaemonState
 
 log = logging.getLogger("localllm.server")
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}")
 
     app.include_router(ollama_router)
+    app.include_router(openai_router)
     return app
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from pathlib import Path
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
@@ -14,8 +16,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from .. import __version__
 from ..registry.models import LocalModel
 from ..registry.names import InvalidName, ModelName
+from ..registry.create import CreateError, CreateSpec, check_spec, spec_from_modelfile
+from ..registry.gguf import InvalidGGUF
 from ..registry.pull import PullError
-from ..registry.store import ModelNotFound
+from ..registry.store import DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from ..templates import prompt as prompts
 from ..templates.gotemplate import TemplateError
 from . import show
@@ -24,6 +28,7 @@ from .api_types import ChatRequest, CopyRequest, CreateRequest, DeleteRequest, G
 from .errors import ApiError, bad_request, not_found
 from .formats import grammar_for_format
 from .inference import CompletionJob
+from .options import validate_options
 from .state import DaemonState
 
 log = logging.getLogger("localllm.api")
@@ -145,20 +150,76 @@ async def pull_model(body: PullRequest, request: Request):
     return await stream_or_last(events(), body.stream)
 
 
+def create_spec(body: CreateRequest, store) -> CreateSpec:
+    """The request as a CreateSpec: raw Modelfile text, or Ollama's structured fields."""
+    base_dir = Path(body.path).expanduser().parent if body.path else None
+    if body.modelfile is not None:
+        return spec_from_modelfile(body.modelfile, base_dir, body.quantize)
+    source = body.from_
+    if body.files:
+        digest = next(iter(body.files.values()))
+        if not store.has_blob(digest):
+            raise CreateError(f"blob {digest} not found; upload it with POST /api/blobs/{digest} first")
+        source = str(store.blob_path(digest))
+    if not source:
+        raise CreateError("'from' (or a Modelfile with FROM) is required")
+    licenses = [body.license] if isinstance(body.license, str) else body.license
+    spec = CreateSpec(
+        from_=source, base_dir=base_dir, template=body.template, system=body.system,
+        parameters=validate_options(body.parameters), license=licenses, quantize=body.quantize,
+        messages=[m.model_dump(exclude_none=True) for m in body.messages] if body.messages is not None else None,
+        adapters=[str(store.blob_path(d)) for d in (body.adapters or {}).values()],
+    )
+    check_spec(spec)
+    return spec
+
+
 @router.post("/api/create")
-async def create_model(body: CreateRequest, request: Request):
+async def create_model(body: CreateRequest, request: Request) -> Response:
     name = parse_name(body.model)
-    creator = state_of(request).creator
-    spec = creator.spec_from_request(body)  # raises ApiError for a bad Modelfile before streaming
+    state = state_of(request)
+    try:
+        spec = create_spec(body, state.store)
+    except CreateError as exc:
+        raise bad_request(str(exc)) from None
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         try:
-            async for status in creator.create(name, spec):
+            async for status in state.creator.create(name, spec):
                 yield status
-        except ApiError as exc:
-            yield {"error": exc.message}
+        except (CreateError, InvalidGGUF) as exc:
+            yield {"error": str(exc)}
 
     return await stream_or_last(events(), body.stream)
+
+
+@router.head("/api/blobs/{digest}")
+async def blob_exists(digest: str, request: Request) -> Response:
+    try:
+        found = state_of(request).store.has_blob(digest)
+    except InvalidDigest as exc:
+        raise bad_request(str(exc)) from None
+    return Response(status_code=200 if found else 404)
+
+
+@router.post("/api/blobs/{digest}")
+async def upload_blob(digest: str, request: Request) -> Response:
+    store = state_of(request).store
+    try:
+        parse_digest(digest)
+    except InvalidDigest as exc:
+        raise bad_request(str(exc)) from None
+    temp = store.temp_path("upload")
+    try:
+        with temp.open("wb") as out:
+            async for chunk in request.stream():
+                out.write(chunk)
+        await asyncio.to_thread(store.add_blob_file, temp, digest)
+    except DigestMismatch as exc:
+        raise bad_request(f"uploaded content does not match {digest}: {exc}") from None
+    finally:
+        temp.unlink(missing_ok=True)
+    return Response(status_code=201)
 
 
 @router.get("/api/ps")

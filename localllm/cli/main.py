@@ -1,0 +1,244 @@
+"""The ``localllm`` command: a Typer app whose commands talk to the daemon over HTTP.
+
+Every command except ``serve`` connects through :func:`localllm.client.connect`,
+which starts the daemon in the background when none answers. Failures end
+with ``Error: <one line>`` on stderr and exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from localllm import __version__
+from localllm.cli.format import human_bytes, human_time, render_table, show_info
+from localllm.cli.progress import show_progress
+from localllm.cli.repl import ChatRepl
+from localllm.cli.run import RunOptions, ensure_model, load_model, parse_format, parse_keep_alive, run_once
+from localllm.client import APIError, Client, DaemonError, connect
+from localllm.config import SettingsError, load_settings
+
+
+class LocalLLMApp(typer.Typer):
+    """Typer app that turns expected failures into a one-line error and exit code 1."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except (DaemonError, SettingsError) as exc:
+            sys.stderr.write(f"Error: {exc}\n")
+            sys.exit(1)
+        except KeyboardInterrupt:
+            sys.stderr.write("\n")
+            sys.exit(130)
+
+
+app = LocalLLMApp(
+    name="localllm",
+    help="Run large language models locally (an Ollama-compatible runner).",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: the daemon's version if one is running, and the client's."""
+    if not value:
+        return
+    settings = load_settings()
+    try:
+        with Client(settings) as client:
+            daemon = client.version()
+    except DaemonError:
+        daemon = ""
+    if daemon:
+        print(f"localllm version is {daemon}")
+    else:
+        print(f"Warning: could not connect to a running localllm daemon at {settings.base_url}")
+    warning = "Warning: " if daemon and daemon != __version__ else ""
+    print(f"{warning}client version is {__version__}")
+    raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False, "--version", "-v", callback=_print_version, is_eager=True, help="Show version information."
+    ),
+) -> None:
+    """Run large language models locally (an Ollama-compatible runner)."""
+
+
+@app.command()
+def serve() -> None:
+    """Start the daemon in the foreground."""
+    from localllm.server.app import run_server  # the daemon's dependencies load only here
+
+    run_server(load_settings())
+
+
+@app.command()
+def pull(model: str = typer.Argument(..., help="Model name, e.g. smollm2:135m or hf.co/org/repo:Q4_K_M")) -> None:
+    """Pull a model into the local store."""
+    with connect() as client:
+        show_progress(client.pull(model))
+
+
+@app.command("list")
+def list_models(prefix: str | None = typer.Argument(None, help="Only names starting with this.")) -> None:
+    """List the local models."""
+    with connect() as client:
+        models = client.list()
+    rows = [
+        [m.get("name", ""), str(m.get("digest", ""))[:12], human_bytes(int(m.get("size") or 0)),
+         human_time(m.get("modified_at"))]
+        for m in models
+        if not prefix or str(m.get("name", "")).lower().startswith(prefix.lower())
+    ]
+    sys.stdout.write(render_table(rows, header=["NAME", "ID", "SIZE", "MODIFIED"]))
+
+
+app.command("ls", help="List the local models (alias of list).")(list_models)
+
+
+@app.command()
+def show(
+    model: str,
+    license: bool = typer.Option(False, "--license", help="Show the license."),
+    modelfile: bool = typer.Option(False, "--modelfile", help="Show the Modelfile."),
+    parameters: bool = typer.Option(False, "--parameters", help="Show the parameters."),
+    template: bool = typer.Option(False, "--template", help="Show the template."),
+    system: bool = typer.Option(False, "--system", help="Show the system message."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show the full metadata and tensors."),
+) -> None:
+    """Show information about a model."""
+    chosen = [name for name, on in (("license", license), ("modelfile", modelfile), ("parameters", parameters),
+                                    ("template", template), ("system", system)) if on]
+    if len(chosen) > 1:
+        raise DaemonError("only one of '--license', '--modelfile', '--parameters', '--system', or '--template' "
+                          "can be given")
+    with connect() as client:
+        info = client.show(model, verbose=verbose)
+    if not chosen:
+        sys.stdout.write(show_info(info, verbose=verbose))
+        return
+    text = str(info.get(chosen[0]) or "")
+    sys.stdout.write(text if chosen[0] in ("system", "template") else text + "\n")
+
+
+@app.command()
+def cp(source: str, destination: str) -> None:
+    """Copy a model."""
+    with connect() as client:
+        client.copy(source, destination)
+    print(f"copied '{source}' to '{destination}'")
+
+
+@app.command()
+def rm(models: list[str] = typer.Argument(..., help="One or more model names.")) -> None:
+    """Remove models (unloading them first)."""
+    with connect() as client:
+        for name in models:
+            try:
+                load_model(client, RunOptions(model=name, keep_alive=0))
+            except APIError as exc:
+                if "not found" not in str(exc).lower():
+                    sys.stderr.write(f"Warning: unable to stop model '{name}'\n")
+            client.delete(name)
+            print(f"deleted '{name}'")
+
+
+def _processor(model: dict[str, Any]) -> str:
+    size, vram = int(model.get("size") or 0), int(model.get("size_vram") or 0)
+    if vram == 0:
+        return "100% CPU"
+    if vram == size:
+        return "100% GPU"
+    if vram > size or size == 0:
+        return "Unknown"
+    cpu = round((size - vram) / size * 100)
+    return f"{cpu}%/{100 - cpu}% CPU/GPU"
+
+
+@app.command()
+def ps() -> None:
+    """List the loaded models."""
+    with connect() as client:
+        models = client.ps()
+    rows = []
+    for m in models:
+        until = human_time(m.get("expires_at"), zero="Forever")
+        if until.endswith(" ago"):
+            until = "Stopping..."
+        rows.append([m.get("name", ""), str(m.get("digest", ""))[:12], human_bytes(int(m.get("size") or 0)),
+                     _processor(m), until])
+    sys.stdout.write(render_table(rows, header=["NAME", "ID", "SIZE", "PROCESSOR", "UNTIL"]))
+
+
+@app.command()
+def stop(model: str) -> None:
+    """Unload a running model."""
+    with connect() as client:
+        try:
+            load_model(client, RunOptions(model=model, keep_alive=0))
+        except APIError as exc:
+            if "not found" in str(exc).lower():
+                raise DaemonError(f"couldn't find model \"{model}\" to stop") from None
+            raise
+
+
+@app.command()
+def create(
+    model: str,
+    file: Path = typer.Option(Path("Modelfile"), "--file", "-f", help="Path to the Modelfile."),
+    quantize: str | None = typer.Option(None, "--quantize", "-q", help="Quantize to this type (e.g. q4_K_M)."),
+) -> None:
+    """Create a model from a Modelfile."""
+    path = file.expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DaemonError(f"no Modelfile at {path}; give one with -f PATH") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DaemonError(f"cannot read the Modelfile {path}: {exc}") from None
+    body: dict[str, Any] = {"model": model, "modelfile": text, "path": str(path.resolve().parent)}
+    if quantize:
+        body["quantize"] = quantize
+    with connect() as client:
+        show_progress(client.create(body))
+
+
+@app.command()
+def run(
+    model: str,
+    prompt: list[str] | None = typer.Argument(None, help="The prompt; without one, an interactive chat."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show timings and token rates."),
+    format: str | None = typer.Option(None, "--format", help="Response format: json or a JSON schema."),
+    keepalive: str | None = typer.Option(None, "--keepalive", help="How long to keep the model loaded (5m)."),
+    nowordwrap: bool = typer.Option(False, "--nowordwrap", help="Don't wrap words to the terminal width."),
+) -> None:
+    """Run a model: answer a prompt, or chat."""
+    opts = RunOptions(model=model, format=parse_format(format), keep_alive=parse_keep_alive(keepalive),
+                      wordwrap=not nowordwrap, verbose=verbose)
+    words = list(prompt or [])
+    interactive = not words
+    if not sys.stdin.isatty():
+        piped = sys.stdin.read()
+        if piped:
+            words.insert(0, piped)
+        interactive = False
+    if not sys.stdout.isatty():
+        interactive = False
+    settings = load_settings()
+    with connect(settings) as client:
+        opts.apply_show(ensure_model(client, model))
+        if not interactive:
+            run_once(client, opts, " ".join(words))
+            return
+        load_model(client, opts)
+        ChatRepl(client, opts, settings.state_dir / "history").run()

@@ -1,0 +1,208 @@
+"""``create``: build a new model from a Modelfile, with layers stored as Ollama stores them.
+
+The base (``FROM``) is an installed model, a name we can pull, or a GGUF file
+on disk; the Modelfile's TEMPLATE, SYSTEM, PARAMETER, MESSAGE, ADAPTER and
+LICENSE lines become layers that replace the base's. Everything is checked
+(template parses, parameters typed, files are valid GGUF) before a manifest is
+written, so a bad Modelfile never leaves a half-made model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..templates.gotemplate import TemplateError, parse_template
+from .gguf import InvalidGGUF, read_gguf
+from .modelfile import ModelfileError, convert_parameters, parse_modelfile
+from .names import InvalidName, ModelName
+from .pull import Puller, PullError
+from .quantize import QUANT_TYPES, QuantizeError, quantize_gguf
+from .store import (
+    MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_SYSTEM, MEDIA_TEMPLATE,
+    ModelNotFound, Store, build_manifest, layer,
+)
+from .models import config_layer
+
+VALID_ROLES = {"system", "user", "assistant", "tool"}
+
+
+class CreateError(ValueError):
+    """A model cannot be created; the message names the instruction or file at fault."""
+
+
+@dataclass
+class CreateSpec:
+    """What to build: the base and the layers that replace the base's."""
+
+    from_: str
+    base_dir: Path | None = None
+    template: str | None = None
+    system: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] | None = None
+    license: list[str] | None = None
+    adapters: list[str] = field(default_factory=list)
+    quantize: str | None = None
+
+
+def spec_from_modelfile(text: str, base_dir: Path | None, quantize: str | None = None) -> CreateSpec:
+    """Parse and check a Modelfile; errors carry the line number."""
+    try:
+        modelfile = parse_modelfile(text)
+        parameters = convert_parameters(modelfile.parameters)
+    except ModelfileError as exc:
+        raise CreateError(f"invalid Modelfile: {exc}") from None
+    spec = CreateSpec(
+        from_=modelfile.from_, base_dir=base_dir, template=modelfile.template, system=modelfile.system,
+        parameters=parameters, messages=modelfile.messages or None, license=modelfile.license or None,
+        adapters=list(modelfile.adapters), quantize=quantize,
+    )
+    check_spec(spec)
+    return spec
+
+
+def check_spec(spec: CreateSpec) -> None:
+    """Refuse what would fail at chat time: a template we cannot render, an unknown role."""
+    if spec.template is not None:
+        try:
+            parse_template(spec.template)
+        except TemplateError as exc:
+            raise CreateError(f"TEMPLATE cannot be used: {exc}") from None
+    for message in spec.messages or []:
+        if message.get("role") not in VALID_ROLES:
+            raise CreateError(f"MESSAGE role {message.get('role')!r} is invalid; use system, user, assistant or tool")
+    if spec.quantize is not None and spec.quantize.lower() not in QUANT_TYPES:
+        raise CreateError(f"unknown quantization {spec.quantize!r}; choose one of {', '.join(sorted(QUANT_TYPES))}")
+
+
+def _local_path(reference: str, base_dir: Path | None) -> Path | None:
+    """The file ``FROM``/``ADAPTER`` names, when it names a file rather than a model."""
+    looks_like_path = reference.startswith(("/", "./", "../", "~")) or reference.lower().endswith(".gguf")
+    if not looks_like_path:
+        return None
+    path = Path(reference).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return path
+
+
+class Creator:
+    """Runs ``create`` against one store; pulls a missing base through the puller."""
+
+    def __init__(self, store: Store, puller: Puller) -> None:
+        self.store = store
+        self.puller = puller
+
+    async def create(self, name: ModelName, spec: CreateSpec) -> AsyncIterator[dict[str, Any]]:
+        """Yield Ollama's create status objects; raise CreateError on failure."""
+        yield {"status": "parsing modelfile"}
+        base_layers: list[dict[str, Any]] = []
+        path = _local_path(spec.from_, spec.base_dir)
+        if path is not None:
+            model_layer = await self._import_file(path, MEDIA_MODEL, "FROM")
+            yield {"status": f"creating new layer {model_layer['digest']}"}
+            base_layers = [model_layer]
+        else:
+            async for status in self._base_layers(spec.from_, base_layers):
+                yield status
+        if spec.quantize:
+            yield {"status": f"quantizing model to {spec.quantize.upper()}"}
+            base_layers = [await self._quantized(base_layers, spec.quantize)] + [
+                entry for entry in base_layers if entry["mediaType"] != MEDIA_MODEL]
+        layers = await self._layers(spec, base_layers)
+        for entry in layers:
+            yield {"status": f"using layer {entry['digest']}"}
+        model_layer = next(entry for entry in layers if entry["mediaType"] == MEDIA_MODEL)
+        gguf = read_gguf(self.store.blob_path(model_layer["digest"]))
+        with self.store.hold(entry["digest"] for entry in layers):
+            config = config_layer(self.store, gguf, layers)
+            yield {"status": "writing manifest"}
+            self.store.write_manifest(name, build_manifest(config, layers))
+        yield {"status": "success"}
+
+    async def _base_layers(self, reference: str, out: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        """Layers of an installed (or else pulled) base model, appended to ``out``."""
+        try:
+            base_name = ModelName.parse(reference)
+        except InvalidName as exc:
+            raise CreateError(f"FROM {reference!r}: {exc}") from None
+        try:
+            manifest = self.store.read_manifest(base_name)
+        except ModelNotFound:
+            try:
+                async for status in self.puller.pull(base_name):
+                    yield status
+            except PullError as exc:
+                raise CreateError(f"FROM {reference!r}: not installed and pulling failed: {exc}") from None
+            manifest = self.store.read_manifest(base_name)
+        out.extend(manifest["layers"])
+
+    async def _import_file(self, path: Path, media_type: str, instruction: str) -> dict[str, Any]:
+        if not path.is_file():
+            raise CreateError(f"{instruction} {path}: no such file")
+        try:
+            await asyncio.to_thread(read_gguf, path)
+        except InvalidGGUF as exc:
+            raise CreateError(f"{instruction} {path}: not a valid GGUF file: {exc}") from None
+        digest, size = await asyncio.to_thread(self._copy_in, path)
+        return layer(media_type, digest, size)
+
+    def _copy_in(self, path: Path) -> tuple[str, int]:
+        """Copy (never move) the user's file into the store."""
+        with path.open("rb") as f:
+            return self.store.add_blob(f)
+
+    async def _quantized(self, base_layers: list[dict[str, Any]], quant: str) -> dict[str, Any]:
+        source = next((e for e in base_layers if e["mediaType"] == MEDIA_MODEL), None)
+        if source is None:
+            raise CreateError("nothing to quantize: the base has no model layer")
+        target = self.store.temp_path("quantize")
+        try:
+            await asyncio.to_thread(quantize_gguf, self.store.blob_path(source["digest"]), target, quant)
+            digest, size = await asyncio.to_thread(self.store.add_blob_file, target)
+        except QuantizeError as exc:
+            raise CreateError(str(exc)) from None
+        finally:
+            target.unlink(missing_ok=True)
+        return layer(MEDIA_MODEL, digest, size)
+
+    def _text_layer(self, media_type: str, text: str) -> dict[str, Any]:
+        digest, size = self.store.add_blob_bytes(text.encode("utf-8"))
+        return layer(media_type, digest, size)
+
+    async def _layers(self, spec: CreateSpec, base_layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The base's layers with the spec's replacing those of the same kind."""
+        replaced: dict[str, list[dict[str, Any]]] = {}
+        if spec.template is not None:
+            replaced[MEDIA_TEMPLATE] = [self._text_layer(MEDIA_TEMPLATE, spec.template)]
+        if spec.system is not None:
+            replaced[MEDIA_SYSTEM] = [self._text_layer(MEDIA_SYSTEM, spec.system)]
+        if spec.parameters:
+            merged = dict(self._base_parameters(base_layers))
+            merged.update(spec.parameters)
+            replaced[MEDIA_PARAMS] = [self._text_layer(MEDIA_PARAMS, json.dumps(merged))]
+        if spec.messages is not None:
+            replaced[MEDIA_MESSAGES] = [self._text_layer(MEDIA_MESSAGES, json.dumps(spec.messages))]
+        if spec.license is not None:
+            replaced[MEDIA_LICENSE] = [self._text_layer(MEDIA_LICENSE, text) for text in spec.license]
+        if spec.adapters:
+            adapters = []
+            for reference in spec.adapters:
+                path = _local_path(reference, spec.base_dir) or Path(reference)
+                adapters.append(await self._import_file(path, MEDIA_ADAPTER, "ADAPTER"))
+            replaced[MEDIA_ADAPTER] = adapters
+        layers = [entry for entry in base_layers if entry["mediaType"] not in replaced]
+        for entries in replaced.values():
+            layers.extend(entries)
+        return layers
+
+    def _base_parameters(self, base_layers: list[dict[str, Any]]) -> dict[str, Any]:
+        for entry in base_layers:
+            if entry["mediaType"] == MEDIA_PARAMS:
+                return json.loads(self.store.blob_path(entry["digest"]).read_text("utf-8"))
+        return {}

@@ -1,0 +1,335 @@
+"""OpenAI's API (``/v1/*``): chat and text completions, models; shapes as OpenAI's.
+
+Streams are server-sent events ending in ``data: [DONE]``; errors are OpenAI's
+error object (see ``app.error_response``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..templates import prompt as prompts
+from ..templates.gotemplate import TemplateError
+from .errors import ApiError, bad_request, not_found
+from .formats import JSON_OBJECT_GBNF, schema_grammar
+from .inference import CompletionJob
+from .ollama_api import parse_name, state_of
+from .show import chat_template_of
+
+router = APIRouter(prefix="/v1")
+
+MAX_CHOICES = 8
+MAX_TOP_LOGPROBS = 20
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ContentPart(_Body):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _SamplingBody(_Body):
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    user: str | None = None
+
+
+class ChatCompletionRequest(_SamplingBody):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+
+
+class CompletionRequest(_SamplingBody):
+    prompt: str | list[str]
+    suffix: str | None = None
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+
+
+def _options(body: _SamplingBody, max_tokens: int | None) -> dict[str, Any]:
+    """OpenAI sampling fields as Ollama options (temperature and top_p default to 1, as OpenAI's)."""
+    options: dict[str, Any] = {
+        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "frequency_penalty": body.frequency_penalty or 0.0,
+        "presence_penalty": body.presence_penalty or 0.0,
+    }
+    if max_tokens is not None:
+        options["num_predict"] = max_tokens
+    if body.seed is not None:
+        options["seed"] = body.seed
+    if body.stop:
+        options["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
+    return options
+
+
+def _grammar(response_format: dict[str, Any] | None) -> str | None:
+    if not response_format:
+        return None
+    kind = response_format.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return JSON_OBJECT_GBNF
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise bad_request("response_format.json_schema must be an object with a 'schema' object")
+        return schema_grammar(spec.get("schema") or {})
+    raise bad_request(f"response_format.type {kind!r} is not supported: use text, json_object or json_schema")
+
+
+def _text_of(content: str | list[ContentPart] | None) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for part in content:
+        if part.type != "text":
+            raise bad_request(f"content part type {part.type!r} is not supported by this model; send text parts")
+        parts.append(part.text or "")
+    return "".join(parts)
+
+
+def _usage(done: list[dict[str, Any]]) -> dict[str, Any]:
+    prompt = max((d.get("prompt_eval_count", 0) + d.get("cached_tokens", 0) for d in done), default=0)
+    cached = max((d.get("cached_tokens", 0) for d in done), default=0)
+    completion = sum(d.get("eval_count", 0) for d in done)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def _finish_reason(done: dict[str, Any]) -> str:
+    return "length" if done.get("done_reason") == "length" else "stop"
+
+
+def _sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n".encode()
+
+
+async def _collect(events: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """Run one completion to its end: its text and its final event."""
+    pieces = []
+    async for event in events:
+        if "error" in event:
+            raise ApiError(500, event["error"])
+        if event.get("done"):
+            return "".join(pieces), event
+        pieces.append(event.get("content", ""))
+    raise ApiError(500, "model runner ended the answer early")
+
+
+async def _merge(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """Interleave the events of ``n`` concurrent completions as (choice index, event)."""
+    queue: asyncio.Queue[tuple[int, dict[str, Any] | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncIterator[dict[str, Any]]) -> None:
+        try:
+            async for event in stream:
+                await queue.put((index, event))
+        except ApiError as exc:
+            await queue.put((index, {"error": exc.message}))
+        finally:
+            await queue.put((index, None))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            index, event = await queue.get()
+            if event is None:
+                remaining -= 1
+            else:
+                yield index, event
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+class _Completion:
+    """Shared flow of chat and text completions: n choices, streamed or whole."""
+
+    def __init__(self, request: Request, job: CompletionJob, model_name: str, kind: str, *, n: int,
+                 stream: bool, include_usage: bool, echo: str = "") -> None:
+        self.state = state_of(request)
+        self.stream = stream
+        self.echo = echo
+        self.job = job
+        self.model_name = model_name
+        self.kind = kind
+        self.n = n
+        self.include_usage = include_usage
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
+        self.created = int(time.time())
+
+    def _streams(self, builder) -> list[AsyncIterator[dict[str, Any]]]:
+        jobs = [self.job]
+        for i in range(1, self.n):  # each extra choice gets its own seed so choices differ
+            options = dict(self.job.options)
+            if "seed" in options:
+                options["seed"] = options["seed"] + i
+            jobs.append(CompletionJob(self.job.model, options, self.job.keep_alive, self.job.grammar))
+        return [self.state.inference.stream(job, builder) for job in jobs]
+
+    def _envelope(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
+        if self.kind == "chat":
+            obj = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            obj = "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_name,
+                "system_fingerprint": "fp_localllm", "choices": choices}
+
+    def _choice(self, index: int, text: str | None, finish: str | None, chunk: bool) -> dict[str, Any]:
+        if self.kind == "chat":
+            if chunk:
+                delta: dict[str, Any] = {} if text is None else {"content": text}
+                return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {"index": index, "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": None, "finish_reason": finish}
+        return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+
+    async def respond(self, builder):
+        streams = self._streams(builder)
+        if not self.stream:
+            results = await asyncio.gather(*(_collect(s) for s in streams))
+            choices = [self._choice(i, self.echo + text, _finish_reason(done), False)
+                       for i, (text, done) in enumerate(results)]
+            answer = self._envelope(choices, False)
+            answer["usage"] = _usage([done for _, done in results])
+            return JSONResponse(answer)
+        return StreamingResponse(self._sse(streams), media_type="text/event-stream")
+
+    async def _sse(self, streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[bytes]:
+        finals: list[dict[str, Any]] = []
+        if self.kind == "chat":
+            for index in range(self.n):
+                first = self._choice(index, "", None, True)
+                first["delta"] = {"role": "assistant", "content": ""}
+                yield _sse(self._envelope([first], True))
+        elif self.echo:
+            for index in range(self.n):
+                yield _sse(self._envelope([self._choice(index, self.echo, None, True)], True))
+        async for index, event in _merge(streams):
+            if "error" in event:
+                yield _sse({"error": {"message": event["error"], "type": "api_error", "param": None, "code": None}})
+                return
+            if event.get("done"):
+                finals.append(event)
+                yield _sse(self._envelope([self._choice(index, None if self.kind == "chat" else "",
+                                                        _finish_reason(event), True)], True))
+            else:
+                yield _sse(self._envelope([self._choice(index, event.get("content", ""), None, True)], True))
+        if self.include_usage:
+            usage_chunk = self._envelope([], True)
+            usage_chunk["usage"] = _usage(finals)
+            yield _sse(usage_chunk)
+        yield _sse("[DONE]")
+
+
+def _job(request: Request, body: _SamplingBody, max_tokens: int | None, grammar: str | None) -> CompletionJob:
+    state = state_of(request)
+    parse_name(body.model)
+    try:
+        return state.inference.job(body.model, _options(body, max_tokens), None, grammar)
+    except ApiError as exc:
+        if exc.status == 404:
+            raise not_found(f"model '{body.model}' not found") from None
+        raise
+
+
+@router.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request):
+    job = _job(request, body, body.max_completion_tokens or body.max_tokens, _grammar(body.response_format))
+    model = job.model
+    messages = model.messages + [{"role": "system" if m.role == "developer" else m.role,
+                                  "content": _text_of(m.content)} for m in body.messages]
+
+    def builder(health: dict[str, Any]) -> str:
+        try:
+            return prompts.build_prompt(
+                messages=messages, system=model.system, model_template=model.template,
+                gguf_chat_template=chat_template_of(model), bos_token=health.get("bos", ""),
+                eos_token=health.get("eos", ""), tools=body.tools,
+            )
+        except TemplateError as exc:
+            raise bad_request(f"template of model {body.model!r} failed to render: {exc}") from None
+
+    completion = _Completion(request, job, body.model, "chat", n=body.n, stream=body.stream,
+                             include_usage=bool(body.stream_options and body.stream_options.include_usage))
+    return await completion.respond(builder)
+
+
+@router.post("/completions")
+async def completions(body: CompletionRequest, request: Request):
+    if isinstance(body.prompt, list):
+        if len(body.prompt) != 1:
+            raise bad_request("prompt: send one prompt string per request")
+        prompt = body.prompt[0]
+    else:
+        prompt = body.prompt
+    job = _job(request, body, body.max_tokens if body.max_tokens is not None else 16, None)
+
+    def builder(health: dict[str, Any]) -> str:
+        return prompt
+
+    completion = _Completion(request, job, body.model, "text", n=body.n, stream=body.stream,
+                             include_usage=bool(body.stream_options and body.stream_options.include_usage),
+                             echo=prompt if body.echo else "")
+    return await completion.respond(builder)
+
+
+def _model_object(name: str, modified: float) -> dict[str, Any]:
+    owner = name.split("/")[0] if "/" in name else "library"
+    return {"id": name, "object": "model", "created": int(modified), "owned_by": owner}
+
+
+@router.get("/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    entries = state_of(request).store.list_models()
+    return {"object": "list", "data": [_model_object(e.name.display, e.modified_at.timestamp()) for e in entries]}
+
+
+@router.get("/models/{model:path}")
+async def get_model(model: str, request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    local = state.inference.resolve(model)
+    return _model_object(local.name.display, local.model_path.stat().st_mtime)
