@@ -95,6 +95,7 @@ class CliEnv:
         }
         self.env.pop("LOCALLLM_API_KEY", None)
         self.base_url = f"http://127.0.0.1:{self.port}"
+        self.manifest_digest = ""  # set by a test that writes a model into the store
 
     def run(self, *args: str, input: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         """``python -m localllm ARGS`` with this environment; stdin is a pipe (empty unless ``input``)."""

@@ -1,0 +1,233 @@
+"""One installed model resolved from its manifest, and how models get registered.
+
+``load_local_model`` turns a name into everything ``/api/show`` and the runner
+need (blob paths, template, parameters, GGUF metadata). ``register_model``
+is the single place that writes a model's config blob and manifest, used by
+pull and by imports of local GGUF files, so both produce the layout Ollama writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
+from .names import ModelName
+from .store import (
+    CONFIG_MEDIA_TYPE,
+    MEDIA_ADAPTER,
+    MEDIA_LICENSE,
+    MEDIA_MESSAGES,
+    MEDIA_MODEL,
+    MEDIA_PARAMS,
+    MEDIA_PROJECTOR,
+    MEDIA_SYSTEM,
+    MEDIA_TEMPLATE,
+    CorruptManifest,
+    Store,
+    build_manifest,
+    layer,
+)
+
+# Arrays longer than this (tokenizer vocabularies) are not decoded for show/list.
+SUMMARY_ARRAY_LIMIT = 1024
+
+
+def human_number(count: int) -> str:
+    """Ollama's parameter-size format: 134515008 -> "134.52M", 7000000000 -> "7B"."""
+    for scale, suffix, decimals in ((1_000_000_000, "B", 1), (1_000_000, "M", 2)):
+        if count >= scale:
+            value = count / scale
+            return f"{value:.0f}{suffix}" if value == math.floor(value) else f"{value:.{decimals}f}{suffix}"
+    if count >= 1000:
+        return f"{count / 1000:.0f}K"
+    return str(count)
+
+
+def model_details(gguf: GGUFFile) -> dict[str, Any]:
+    """Ollama's ``details`` object for a GGUF model."""
+    family = gguf.architecture or "unknown"
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": family,
+        "families": [family],
+        "parameter_size": human_number(gguf.parameter_count),
+        "quantization_level": gguf.quantization,
+    }
+
+
+@lru_cache(maxsize=32)
+def _summary(path: str, size: int) -> GGUFFile:
+    # Blobs are content-addressed and never change, so path + size is a safe cache key.
+    return read_gguf(Path(path), skip_arrays_over=SUMMARY_ARRAY_LIMIT)
+
+
+def read_model_summary(path: Path) -> GGUFFile:
+    """The GGUF header of a model blob, with long arrays skipped; cached."""
+    return _summary(str(path), path.stat().st_size)
+
+
+@dataclass
+class LocalModel:
+    """An installed model: its manifest's layers resolved to paths and values."""
+
+    name: ModelName
+    manifest: dict[str, Any]
+    digest: str  # sha256 hex of the manifest bytes
+    model_path: Path
+    gguf: GGUFFile  # header only; long arrays are SkippedArray
+    config: dict[str, Any] = field(default_factory=dict)
+    template: str | None = None
+    system: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    license: list[str] = field(default_factory=list)
+    adapters: list[Path] = field(default_factory=list)
+    projectors: list[Path] = field(default_factory=list)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return model_details(self.gguf)
+
+    @property
+    def size(self) -> int:
+        return sum(d["size"] for d in [*self.manifest["layers"], self.manifest.get("config") or {"size": 0}])
+
+    @property
+    def chat_template(self) -> str | None:
+        """The GGUF's own Jinja chat template, if it has one."""
+        value = self.gguf.metadata.get("tokenizer.chat_template")
+        return value if isinstance(value, str) else None
+
+    @property
+    def capabilities(self) -> list[str]:
+        """What Ollama lists under ``capabilities`` for this model."""
+        pooling = self.gguf.arch_value("pooling_type")
+        caps = ["embedding"] if pooling not in (None, 0) else ["completion"]
+        template = self.template or self.chat_template or ""
+        if "tools" in template:
+            caps.append("tools")
+        if self.projectors:
+            caps.append("vision")
+        return caps
+
+
+def model_info(model: LocalModel, *, verbose: bool = False) -> dict[str, Any]:
+    """Ollama's ``model_info``: GGUF metadata; long arrays are null unless ``verbose``."""
+    gguf = read_gguf(model.model_path) if verbose else model.gguf
+    info = {k: (None if isinstance(v, SkippedArray) else v) for k, v in gguf.metadata.items()}
+    info["general.parameter_count"] = gguf.parameter_count
+    return info
+
+
+def load_local_model(store: Store, name: ModelName) -> LocalModel:
+    """Resolve ``name`` to a LocalModel; ModelNotFound if it is not installed."""
+    manifest = store.read_manifest(name)
+    digest = store.manifest_digest(name)
+    layers = manifest["layers"]
+    model_layers = [d for d in layers if d.get("mediaType") == MEDIA_MODEL]
+    if not model_layers:
+        raise CorruptManifest(f"manifest of '{name.display}' has no model layer")
+
+    def text(descriptor: dict[str, Any]) -> str:
+        return store.blob_path(descriptor["digest"]).read_text(encoding="utf-8", errors="replace")
+
+    def json_blob(descriptor: dict[str, Any]) -> Any:
+        try:
+            return json.loads(text(descriptor))
+        except json.JSONDecodeError as exc:
+            raise CorruptManifest(f"'{name.display}': layer {descriptor['digest']} is not valid JSON: {exc}") from None
+
+    model_path = store.blob_path(model_layers[-1]["digest"])
+    try:
+        gguf = read_model_summary(model_path)
+    except FileNotFoundError:
+        raise CorruptManifest(f"'{name.display}': model blob {model_layers[-1]['digest']} is missing") from None
+    model = LocalModel(name=name, manifest=manifest, digest=digest, model_path=model_path, gguf=gguf)
+    if manifest.get("config") and store.has_blob(manifest["config"]["digest"]):
+        config = json_blob(manifest["config"])
+        model.config = config if isinstance(config, dict) else {}
+    for descriptor in layers:
+        media_type = descriptor.get("mediaType")
+        if media_type == MEDIA_TEMPLATE:
+            model.template = text(descriptor)
+        elif media_type == MEDIA_SYSTEM:
+            model.system = text(descriptor)
+        elif media_type == MEDIA_PARAMS:
+            params = json_blob(descriptor)
+            model.parameters = params if isinstance(params, dict) else {}
+        elif media_type == MEDIA_MESSAGES:
+            messages = json_blob(descriptor)
+            model.messages = messages if isinstance(messages, list) else []
+        elif media_type == MEDIA_LICENSE:
+            model.license.append(text(descriptor))
+        elif media_type == MEDIA_ADAPTER:
+            model.adapters.append(store.blob_path(descriptor["digest"]))
+        elif media_type == MEDIA_PROJECTOR:
+            model.projectors.append(store.blob_path(descriptor["digest"]))
+    return model
+
+
+def config_blob(gguf: GGUFFile, layer_digests: list[str]) -> dict[str, Any]:
+    """The ``application/vnd.docker.container.image.v1+json`` config Ollama writes for a GGUF model."""
+    details = model_details(gguf)
+    return {
+        "model_format": "gguf",
+        "model_family": details["family"],
+        "model_families": details["families"],
+        "model_type": details["parameter_size"],
+        "file_type": details["quantization_level"],
+        "architecture": "amd64",
+        "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": layer_digests},
+    }
+
+
+def text_layer(store: Store, media_type: str, content: str) -> dict[str, Any]:
+    """Store a small text layer (template, system, license) and return its descriptor."""
+    digest, size = store.add_blob_bytes(content.encode("utf-8"))
+    return layer(media_type, digest, size)
+
+
+def json_layer(store: Store, media_type: str, value: Any) -> dict[str, Any]:
+    """Store a JSON layer (params, messages) and return its descriptor."""
+    return text_layer(store, media_type, json.dumps(value))
+
+
+def register_model(
+    store: Store, name: ModelName, model_digest: str, extra_layers: list[dict[str, Any]] = ()
+) -> str:
+    """Write the config blob and manifest for a model blob already in the store.
+
+    The model blob is read as GGUF first, so a corrupt file never gets a name.
+    Returns the manifest digest (sha256 hex).
+    """
+    model_path = store.blob_path(model_digest)
+    gguf = read_model_summary(model_path)
+    layers = [layer(MEDIA_MODEL, model_digest, model_path.stat().st_size), *extra_layers]
+    with store.hold(d["digest"] for d in layers):
+        config = json.dumps(config_blob(gguf, [d["digest"] for d in layers])).encode()
+        config_digest, config_size = store.add_blob_bytes(config)
+        manifest = build_manifest(layer(CONFIG_MEDIA_TYPE, config_digest, config_size), layers)
+        return store.write_manifest(name, manifest)
+
+
+def import_gguf(store: Store, path: Path) -> tuple[str, int]:
+    """Copy a local GGUF file into the store as a model blob; returns ``(digest, size)``.
+
+    The file is validated with :func:`read_gguf` before anything is copied.
+    """
+    read_gguf(path, skip_arrays_over=SUMMARY_ARRAY_LIMIT)
+    with open(path, "rb") as src:
+        digest, size = store.add_blob(src)
+    try:
+        read_model_summary(store.blob_path(digest))
+    except InvalidGGUF:  # the file changed while we copied it
+        store.blob_path(digest).unlink(missing_ok=True)
+        raise
+    return digest, size

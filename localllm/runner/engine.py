@@ -1,0 +1,317 @@
+"""The engine loop: continuous batching of many sequences over one llama_context.
+
+One thread owns the context. Each step it
+
+1. admits waiting requests into free sequence slots,
+2. drops cancelled requests (their KV cells are freed at once),
+3. builds ONE batch: the next token of every decoding sequence, then prompt
+   chunks of prefilling sequences up to the batch budget (chunked prefill, so
+   a long prompt never stalls the others for its whole length),
+4. calls ``llama_decode`` once,
+5. samples every sequence whose logits were requested and hands the text to
+   the request's ``emit`` callback (which the HTTP side makes thread-safe).
+
+Requests beyond the slots wait in arrival order. A slot knows exactly which
+tokens its sequence holds in the KV cache (:attr:`Slot.tokens`); the prefix
+cache will build on that to reuse cells instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from localllm.runner.backend import Batch, Context, Model
+from localllm.runner.options import CompletionOptions
+from localllm.runner.sampling import Sampler
+from localllm.runner.textstream import TextStream
+
+log = logging.getLogger("localllm.runner")
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass(eq=False)
+class CompletionRequest:
+    """A prompt to continue, and where to send what the engine produces.
+
+    ``emit`` is called from the engine thread with ``{"content": str}`` pieces,
+    then exactly one ``{"done": True, ...}`` or ``{"error": str}``.
+    Setting ``cancelled`` (from any thread) frees the sequence at the next step.
+    """
+
+    prompt: list[int]
+    options: CompletionOptions
+    sampler: Sampler
+    emit: Emit
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
+class Slot:
+    """One sequence id of the KV cache and the request it is serving."""
+
+    seq_id: int
+    request: CompletionRequest | None = None
+    tokens: list[int] = field(default_factory=list)  # exactly the tokens held in KV, by position
+    prompt: list[int] = field(default_factory=list)
+    prefilled: int = 0  # prompt tokens evaluated so far
+    pending: int = -1  # sampled token not yet in KV, or -1
+    generated: list[int] = field(default_factory=list)
+    text: TextStream = field(default_factory=TextStream)
+    num_keep: int = 0
+    limit: int = 0  # most tokens to generate
+    t_admit: float = 0.0
+    t_first: float = 0.0
+
+
+def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
+    """Ollama's truncation: keep the first ``num_keep`` tokens and the most recent ones."""
+    if len(tokens) <= n_ctx:
+        return tokens
+    keep = max(0, min(num_keep, n_ctx // 2))
+    discard = len(tokens) - n_ctx
+    return tokens[:keep] + tokens[keep + discard :]
+
+
+class Engine:
+    """Continuous-batching generation over one context; see the module docstring."""
+
+    def __init__(self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int) -> None:
+        self.model = model
+        self.ctx = ctx
+        self.n_ctx_seq = n_ctx_seq
+        self.batch = Batch(ctx.n_batch)
+        self._slots = [Slot(seq_id=i) for i in range(n_parallel)]
+        self._free: list[Slot] = list(reversed(self._slots))
+        self._active: list[Slot] = []  # in admission order
+        self._incoming: queue.SimpleQueue[CompletionRequest | None] = queue.SimpleQueue()
+        self._waiting: deque[CompletionRequest] = deque()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+
+    # -- public, any thread -------------------------------------------------
+
+    @property
+    def n_parallel(self) -> int:
+        return len(self._slots)
+
+    @property
+    def kv_used_cells(self) -> int:
+        """KV cells held by sequences (read without locking: a snapshot for /health)."""
+        return sum(len(s.tokens) for s in self._slots)
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting) + self._incoming.qsize()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, request: CompletionRequest) -> None:
+        """Queue a request; the engine admits it when a slot is free."""
+        self._incoming.put(request)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the loop; requests still running get an error."""
+        self._stopping = True
+        self._incoming.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self.batch.close()
+
+    # -- engine thread ------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._receive(block=not self._active and not self._waiting)
+            if self._stopping:
+                break
+            self._admit()
+            self._reap_cancelled()
+            if not self._active:
+                continue
+            try:
+                self._step()
+            except Exception as exc:  # a bug or a native failure: fail the batch, keep serving
+                log.exception("engine step failed")
+                for slot in list(self._active):
+                    self._fail(slot, f"generation failed: {exc}")
+        for slot in list(self._active):
+            self._fail(slot, "the runner is shutting down")
+        for request in self._waiting:
+            request.emit({"error": "the runner is shutting down"})
+            request.sampler.close()
+
+    def _receive(self, block: bool) -> None:
+        try:
+            item = self._incoming.get(block=block)
+            while True:
+                if item is not None:
+                    self._waiting.append(item)
+                item = self._incoming.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _admit(self) -> None:
+        while self._free and self._waiting:
+            request = self._waiting.popleft()
+            if request.cancelled:
+                request.sampler.close()
+                continue
+            slot = self._free.pop()
+            self._start(slot, request)
+
+    def _start(self, slot: Slot, request: CompletionRequest) -> None:
+        o = request.options
+        n_ctx = self.n_ctx_seq
+        num_keep = len(request.prompt) if o.num_keep < 0 else o.num_keep
+        slot.num_keep = max(0, min(num_keep, n_ctx // 2))
+        prompt = fit_prompt(request.prompt, n_ctx, slot.num_keep)
+        if len(prompt) < len(request.prompt):
+            log.warning(
+                "truncating input prompt: limit=%d prompt=%d keep=%d new=%d",
+                n_ctx, len(request.prompt), slot.num_keep, len(prompt),
+            )
+        if o.num_predict == -2:
+            slot.limit = max(0, n_ctx - len(prompt))
+        elif o.num_predict < 0 or o.num_predict > 10 * n_ctx:
+            slot.limit = 10 * n_ctx  # as Ollama: at most ten context shifts, never forever
+        else:
+            slot.limit = o.num_predict
+        slot.request = request
+        slot.prompt = prompt
+        slot.prefilled = 0
+        slot.pending = -1
+        slot.generated = []
+        slot.text = TextStream(o.stop)
+        slot.t_admit = time.perf_counter()
+        slot.t_first = 0.0
+        request.sampler.accept_prompt(prompt)
+        self._active.append(slot)
+
+    def _reap_cancelled(self) -> None:
+        for slot in [s for s in self._active if s.request.cancelled]:
+            self._release(slot)
+        if self._waiting and any(r.cancelled for r in self._waiting):
+            for request in [r for r in self._waiting if r.cancelled]:
+                request.sampler.close()
+            self._waiting = deque(r for r in self._waiting if not r.cancelled)
+
+    def _step(self) -> None:
+        batch = self.batch
+        batch.clear()
+        members: list[Slot] = []  # slots with tokens in this batch
+        rows: list[tuple[Slot, int]] = []  # slots to sample, with their logits row
+        for slot in list(self._active):  # decoding sequences: one token each
+            token = slot.pending
+            if token < 0:
+                continue
+            if len(slot.tokens) >= self.n_ctx_seq and not self._shift(slot):
+                continue
+            rows.append((slot, batch.add(token, len(slot.tokens), slot.seq_id, True)))
+            members.append(slot)
+            slot.tokens.append(token)
+            slot.pending = -1
+        for slot in self._active:  # prefilling sequences: chunks up to the budget
+            todo = len(slot.prompt) - slot.prefilled
+            n = min(todo, batch.free)
+            if todo <= 0 or n <= 0:
+                continue
+            seq, pos = slot.seq_id, len(slot.tokens)
+            chunk = slot.prompt[slot.prefilled : slot.prefilled + n]
+            for j, token in enumerate(chunk):
+                row = batch.add(token, pos + j, seq, False)
+            members.append(slot)
+            slot.tokens.extend(chunk)
+            slot.prefilled += n
+            if slot.prefilled == len(slot.prompt):
+                batch.request_logits(row)
+                rows.append((slot, row))
+        if not members:
+            return
+        rc = self.ctx.decode(batch)
+        if rc != 0:
+            reason = "no free KV cells for the batch" if rc == 1 else f"llama_decode returned {rc}"
+            for slot in members:
+                self._fail(slot, f"generation failed: {reason}")
+            return
+        now = time.perf_counter()
+        for slot, row in rows:
+            if not slot.t_first:
+                slot.t_first = now
+            self._on_token(slot, slot.request.sampler.sample(self.ctx, row))
+
+    def _on_token(self, slot: Slot, token: int) -> None:
+        if self.model.is_eog(token):
+            self._finish(slot, "stop")
+            return
+        if len(slot.generated) >= slot.limit:
+            self._finish(slot, "length")
+            return
+        slot.generated.append(token)
+        text = slot.text.feed(self.model.piece(token))
+        if text:
+            slot.request.emit({"content": text})
+        if slot.text.stopped:
+            self._finish(slot, "stop")
+        elif len(slot.generated) >= slot.limit:
+            self._finish(slot, "length")
+        else:
+            slot.pending = token
+
+    def _shift(self, slot: Slot) -> bool:
+        """Make room at the context end: drop half of the tokens after ``num_keep``."""
+        if not self.ctx.can_shift:
+            self._finish(slot, "length")
+            return False
+        keep, n = slot.num_keep, len(slot.tokens)
+        discard = (n - keep) // 2
+        self.ctx.seq_rm(slot.seq_id, keep, keep + discard)
+        self.ctx.seq_add(slot.seq_id, keep + discard, n, -discard)
+        del slot.tokens[keep : keep + discard]
+        log.info("context shift: seq=%d kept=%d discarded=%d", slot.seq_id, keep, discard)
+        return True
+
+    def _finish(self, slot: Slot, reason: str) -> None:
+        request = slot.request
+        tail = slot.text.flush()
+        if tail:
+            request.emit({"content": tail})
+        now = time.perf_counter()
+        first = slot.t_first or now
+        request.emit(
+            {
+                "done": True,
+                "done_reason": reason,
+                "prompt_eval_count": slot.prefilled,
+                "prompt_eval_duration": int((first - slot.t_admit) * 1e9),
+                "eval_count": len(slot.generated),
+                "eval_duration": int((now - first) * 1e9),
+                "cached_tokens": 0,
+                "context": slot.prompt + slot.generated,
+            }
+        )
+        self._release(slot)
+
+    def _fail(self, slot: Slot, message: str) -> None:
+        log.error("request failed: %s", message)
+        slot.request.emit({"error": message})
+        self._release(slot)
+
+    def _release(self, slot: Slot) -> None:
+        """Free the slot's KV cells and return it to the pool."""
+        self.ctx.seq_rm(slot.seq_id)
+        slot.request.sampler.close()
+        slot.request = None
+        slot.tokens = []
+        slot.prompt = []
+        slot.pending = -1
+        self._active.remove(slot)
+        self._free.append(slot)
