@@ -69,6 +69,13 @@ def _start_daemon(settings: Settings) -> subprocess.Popen[bytes]:
         )
 
 
+def _port_taken(settings: Settings) -> DaemonError:
+    return DaemonError(
+        f"port {settings.port} on {settings.host} is in use by another program; "
+        "stop it or set LOCALLLM_HOST to another address"
+    )
+
+
 def ensure_daemon(settings: Settings, timeout: float = START_TIMEOUT) -> None:
     """Make sure a localllm daemon answers at ``settings.base_url``, starting one if needed.
 
@@ -80,10 +87,7 @@ def ensure_daemon(settings: Settings, timeout: float = START_TIMEOUT) -> None:
     if answer == READY_TEXT:
         return
     if answer is not None:
-        raise DaemonError(
-            f"port {settings.port} on {settings.host} is in use by another program; "
-            "stop it or set LOCALLLM_HOST to another address"
-        )
+        raise _port_taken(settings)
     if settings.host not in _LOCAL_HOSTS:
         raise DaemonError(f"could not connect to the localllm daemon at {settings.base_url}; is it running?")
     process = _start_daemon(settings)
@@ -93,10 +97,7 @@ def ensure_daemon(settings: Settings, timeout: float = START_TIMEOUT) -> None:
         if answer == READY_TEXT:
             return
         if answer is not None:
-            raise DaemonError(
-                f"port {settings.port} on {settings.host} is in use by another program; "
-                "stop it or set LOCALLLM_HOST to another address"
-            )
+            raise _port_taken(settings)
         if process.poll() is not None:
             raise DaemonError(
                 f"the localllm daemon could not start on {where} (exit code {process.returncode}); "

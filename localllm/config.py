@@ -98,6 +98,7 @@ class Settings:
     api_key: str | None = None
     engine: str = "llama.cpp"
     num_threads: int = 0  # 0: physical cores
+    max_body_bytes: int = 32 << 20
 
     @property
     def base_url(self) -> str:
@@ -138,4 +139,5 @@ def load_settings() -> Settings:
         api_key=os.environ.get("LOCALLLM_API_KEY") or None,
         engine=engine,
         num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
+        max_body_bytes=_int_env("LOCALLLM_MAX_BODY_BYTES", defaults.max_body_bytes),
     )

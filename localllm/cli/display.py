@@ -43,17 +43,17 @@ class StreamPrinter:
     def _write_char(self, ch: str) -> None:
         width = cell_len(ch)
         if self.line_length + 1 > self.width - 5 and ch not in "\n\r":
-            if cell_len(self.word) > self.width - 10:  # a "word" longer than a line: just break it
-                self.out.write(ch)
-                self.word, self.line_length = "", width
+            if ch in " \t":  # the word fits: the line break replaces the space
+                self.out.write("\n")
+                self.line_length, self.word = 0, ""
+                return
+            if cell_len(self.word) > self.width - 10:  # a "word" longer than a line: break it here
+                self.out.write("\n" + ch)
+                self.word, self.line_length = ch, width
                 return
             if self.word:
                 self.out.write(f"\x1b[{cell_len(self.word)}D")
             self.out.write("\x1b[K\n")
-            if ch in " \t":  # the line break replaces the space
-                self.out.write(self.word)
-                self.line_length, self.word = cell_len(self.word), ""
-                return
             self.out.write(self.word + ch)
             self.word += ch
             self.line_length = cell_len(self.word)

@@ -31,9 +31,6 @@ class LocalLLMApp(typer.Typer):
         except (DaemonError, SettingsError) as exc:
             sys.stderr.write(f"Error: {exc}\n")
             sys.exit(1)
-        except KeyboardInterrupt:
-            sys.stderr.write("\n")
-            sys.exit(130)
 
 
 app = LocalLLMApp(
@@ -206,7 +203,8 @@ def create(
         raise DaemonError(f"no Modelfile at {path}; give one with -f PATH") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DaemonError(f"cannot read the Modelfile {path}: {exc}") from None
-    body: dict[str, Any] = {"model": model, "modelfile": text, "path": str(path.resolve().parent)}
+    # The daemon parses the text; "path" (Ollama's field) anchors relative FROM/ADAPTER paths.
+    body: dict[str, Any] = {"model": model, "modelfile": text, "path": str(path.resolve())}
     if quantize:
         body["quantize"] = quantize
     with connect() as client:

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from ..templates.gotemplate import TemplateError, parse_template
-from .gguf import InvalidGGUF, read_gguf
+from .gguf import InvalidGGUF
 from .modelfile import ModelfileError, convert_parameters, parse_modelfile
 from .names import InvalidName, ModelName
 from .pull import Puller, PullError
 from .quantize import QUANT_TYPES, QuantizeError, quantize_gguf
+from .models import import_gguf, json_layer, register_model, text_layer
 from .store import (
     MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_SYSTEM, MEDIA_TEMPLATE,
-    ModelNotFound, Store, build_manifest, layer,
+    ModelNotFound, Store, layer,
 )
-from .models import config_layer
 
 VALID_ROLES = {"system", "user", "assistant", "tool"}
 
@@ -118,11 +118,10 @@ class Creator:
         for entry in layers:
             yield {"status": f"using layer {entry['digest']}"}
         model_layer = next(entry for entry in layers if entry["mediaType"] == MEDIA_MODEL)
-        gguf = read_gguf(self.store.blob_path(model_layer["digest"]))
+        others = [entry for entry in layers if entry is not model_layer]
+        yield {"status": "writing manifest"}
         with self.store.hold(entry["digest"] for entry in layers):
-            config = config_layer(self.store, gguf, layers)
-            yield {"status": "writing manifest"}
-            self.store.write_manifest(name, build_manifest(config, layers))
+            register_model(self.store, name, model_layer["digest"], others)
         yield {"status": "success"}
 
     async def _base_layers(self, reference: str, out: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -146,16 +145,10 @@ class Creator:
         if not path.is_file():
             raise CreateError(f"{instruction} {path}: no such file")
         try:
-            await asyncio.to_thread(read_gguf, path)
+            digest, size = await asyncio.to_thread(import_gguf, self.store, path)
         except InvalidGGUF as exc:
             raise CreateError(f"{instruction} {path}: not a valid GGUF file: {exc}") from None
-        digest, size = await asyncio.to_thread(self._copy_in, path)
         return layer(media_type, digest, size)
-
-    def _copy_in(self, path: Path) -> tuple[str, int]:
-        """Copy (never move) the user's file into the store."""
-        with path.open("rb") as f:
-            return self.store.add_blob(f)
 
     async def _quantized(self, base_layers: list[dict[str, Any]], quant: str) -> dict[str, Any]:
         source = next((e for e in base_layers if e["mediaType"] == MEDIA_MODEL), None)
@@ -171,25 +164,21 @@ class Creator:
             target.unlink(missing_ok=True)
         return layer(MEDIA_MODEL, digest, size)
 
-    def _text_layer(self, media_type: str, text: str) -> dict[str, Any]:
-        digest, size = self.store.add_blob_bytes(text.encode("utf-8"))
-        return layer(media_type, digest, size)
-
     async def _layers(self, spec: CreateSpec, base_layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The base's layers with the spec's replacing those of the same kind."""
         replaced: dict[str, list[dict[str, Any]]] = {}
         if spec.template is not None:
-            replaced[MEDIA_TEMPLATE] = [self._text_layer(MEDIA_TEMPLATE, spec.template)]
+            replaced[MEDIA_TEMPLATE] = [text_layer(self.store, MEDIA_TEMPLATE, spec.template)]
         if spec.system is not None:
-            replaced[MEDIA_SYSTEM] = [self._text_layer(MEDIA_SYSTEM, spec.system)]
+            replaced[MEDIA_SYSTEM] = [text_layer(self.store, MEDIA_SYSTEM, spec.system)]
         if spec.parameters:
             merged = dict(self._base_parameters(base_layers))
             merged.update(spec.parameters)
-            replaced[MEDIA_PARAMS] = [self._text_layer(MEDIA_PARAMS, json.dumps(merged))]
+            replaced[MEDIA_PARAMS] = [json_layer(self.store, MEDIA_PARAMS, merged)]
         if spec.messages is not None:
-            replaced[MEDIA_MESSAGES] = [self._text_layer(MEDIA_MESSAGES, json.dumps(spec.messages))]
+            replaced[MEDIA_MESSAGES] = [json_layer(self.store, MEDIA_MESSAGES, spec.messages)]
         if spec.license is not None:
-            replaced[MEDIA_LICENSE] = [self._text_layer(MEDIA_LICENSE, text) for text in spec.license]
+            replaced[MEDIA_LICENSE] = [text_layer(self.store, MEDIA_LICENSE, text) for text in spec.license]
         if spec.adapters:
             adapters = []
             for reference in spec.adapters:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -200,7 +201,7 @@ def json_layer(store: Store, media_type: str, value: Any) -> dict[str, Any]:
 
 
 def register_model(
-    store: Store, name: ModelName, model_digest: str, extra_layers: list[dict[str, Any]] = ()
+    store: Store, name: ModelName, model_digest: str, extra_layers: Sequence[dict[str, Any]] = ()
 ) -> str:
     """Write the config blob and manifest for a model blob already in the store.
 

@@ -118,13 +118,16 @@ class Engine:
         """Queue a request; the engine admits it when a slot is free."""
         self._incoming.put(request)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """End the loop; requests still running get an error."""
+    def stop(self, timeout: float = 30.0) -> bool:
+        """End the loop (requests still running get an error); False if it did not end in time."""
         self._stopping = True
         self._incoming.put(None)
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._thread.is_alive():
+            return False
         self.batch.close()
+        return True
 
     # -- engine thread ------------------------------------------------------
 

@@ -18,6 +18,7 @@ from ..config import Settings, load_settings
 from .errors import ApiError
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
+from .security import AccessGuard, BodyTooLarge, is_loopback_host
 from .state import DaemonState
 
 log = logging.getLogger("localllm.server")
@@ -72,6 +73,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(request, exc.status_code, str(exc.detail))
 
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
+        return error_response(request, 413, str(exc))
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error in %s %s", request.method, request.url.path)
@@ -79,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(ollama_router)
     app.include_router(openai_router)
+    app.add_middleware(AccessGuard, settings=settings)
     return app
 
 
@@ -86,6 +92,12 @@ def run_server(settings: Settings | None = None) -> None:
     """Serve in the foreground until interrupted (``localllm serve``)."""
     settings = settings or load_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not is_loopback_host(settings.host) and not settings.api_key:
+        log.warning("!" * 72)
+        log.warning("LOCALLLM_HOST=%s exposes the API to the network WITHOUT an API key.", settings.host)
+        log.warning("Anyone who can reach this machine can use and delete your models.")
+        log.warning("Set LOCALLLM_API_KEY, or bind to 127.0.0.1.")
+        log.warning("!" * 72)
     log.info("localllm %s listening on %s:%d, models in %s", __version__, settings.host, settings.port,
              settings.models_dir)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",

@@ -23,7 +23,6 @@ from ..registry.store import DigestMismatch, InvalidDigest, ModelNotFound, parse
 from ..templates import prompt as prompts
 from ..templates.gotemplate import TemplateError
 from . import show
-from .show import chat_template_of
 from .api_types import ChatRequest, CopyRequest, CreateRequest, DeleteRequest, GenerateRequest, PullRequest, ShowRequest
 from .errors import ApiError, bad_request, not_found
 from .formats import grammar_for_format
@@ -345,7 +344,7 @@ async def generate(body: GenerateRequest, request: Request):
             text = prompts.build_generate_prompt(
                 prompt=body.prompt, system=body.system if body.system is not None else model.system,
                 suffix=body.suffix, template_override=body.template, model_template=model.template,
-                gguf_chat_template=chat_template_of(model), bos=health.get("bos", ""), eos=health.get("eos", ""),
+                gguf_chat_template=model.chat_template, bos=health.get("bos", ""), eos=health.get("eos", ""),
                 raw=body.raw,
             )
         except TemplateError as exc:
@@ -371,7 +370,7 @@ async def chat(body: ChatRequest, request: Request):
         try:
             return prompts.build_prompt(
                 messages=messages, system=model.system, model_template=model.template,
-                gguf_chat_template=chat_template_of(model), bos_token=health.get("bos", ""),
+                gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
                 eos_token=health.get("eos", ""), tools=body.tools,
             )
         except TemplateError as exc:

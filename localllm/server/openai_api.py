@@ -23,7 +23,6 @@ from .errors import ApiError, bad_request, not_found
 from .formats import JSON_OBJECT_GBNF, schema_grammar
 from .inference import CompletionJob
 from .ollama_api import parse_name, state_of
-from .show import chat_template_of
 
 router = APIRouter(prefix="/v1")
 
@@ -287,7 +286,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         try:
             return prompts.build_prompt(
                 messages=messages, system=model.system, model_template=model.template,
-                gguf_chat_template=chat_template_of(model), bos_token=health.get("bos", ""),
+                gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
                 eos_token=health.get("eos", ""), tools=body.tools,
             )
         except TemplateError as exc:

@@ -1,4 +1,4 @@
-"""What ``/api/show`` answers about a model: Modelfile, parameters, GGUF details, capabilities."""
+"""What ``/api/show`` answers about a model: its Modelfile, parameters and GGUF details."""
 
 from __future__ import annotations
 
@@ -6,34 +6,7 @@ import json
 from typing import Any
 
 from ..registry.modelfile import Modelfile, format_modelfile
-from ..registry.models import LocalModel, model_details
-
-# GGUF arrays this long are the tokenizer's; Ollama leaves them out unless verbose.
-_LONG_ARRAY = 64
-
-
-def chat_template_of(model: LocalModel) -> str | None:
-    """The Hugging Face Jinja chat template shipped inside the GGUF, if any."""
-    template = model.gguf.metadata.get("tokenizer.chat_template")
-    return template if isinstance(template, str) else None
-
-
-def capabilities(model: LocalModel) -> list[str]:
-    """Ollama's capability names, judged from the GGUF and the templates."""
-    meta = model.gguf.metadata
-    arch = meta.get("general.architecture", "")
-    caps = []
-    if meta.get(f"{arch}.pooling_type") is not None and not chat_template_of(model):
-        caps.append("embedding")
-    else:
-        caps.append("completion")
-    template = (model.template or "") + (chat_template_of(model) or "")
-    if "tools" in template or ".Tools" in template:
-        caps.append("tools")
-    if ".Suffix" in template or "tokenizer.ggml.fim_pre_token_id" in meta:
-        caps.append("insert")
-    return caps
-
+from ..registry.models import LocalModel, model_details, model_info
 
 def _format_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else str(value)
@@ -70,28 +43,16 @@ def modelfile_of(model: LocalModel) -> str:
     return header + body
 
 
-def model_info(model: LocalModel, verbose: bool) -> dict[str, Any]:
-    info: dict[str, Any] = {}
-    for key, value in model.gguf.metadata.items():
-        if key == "tokenizer.chat_template":
-            continue
-        if isinstance(value, list) and len(value) > _LONG_ARRAY and not verbose:
-            value = None
-        info[key] = value
-    return info
-
-
 def show_response(model: LocalModel, verbose: bool = False) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "license": "\n".join(model.license),
         "modelfile": modelfile_of(model),
         "parameters": parameters_text(model.parameters),
-        "template": model.template or chat_template_of(model) or "",
+        "template": model.template or model.chat_template or "",
         "system": model.system or "",
         "details": model_details(model.gguf),
-        "model_info": model_info(model, verbose),
-        "capabilities": capabilities(model),
-        "modified_at": model.modified_at.isoformat() if getattr(model, "modified_at", None) else None,
+        "model_info": model_info(model, verbose=verbose),
+        "capabilities": model.capabilities,
     }
     if model.messages:
         answer["messages"] = model.messages

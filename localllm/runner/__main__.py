@@ -1,0 +1,124 @@
+"""``python -m localllm.runner``: serve one model on a unix socket.
+
+    python -m localllm.runner --model PATH --socket PATH [--ctx N] [--parallel N]
+        [--threads N] [--batch N] [--adapter PATH ...] [--embedding] [--verbose]
+
+The daemon starts one runner per loaded model and talks to it over the
+socket (see :mod:`localllm.runner.server` for the endpoints). Logs go to
+stderr. SIGTERM or SIGINT ends the runner cleanly; a model that cannot be
+loaded ends it at once with exit status 2 and the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import stat
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from localllm.runner.backend import BackendError, Context, Model, init_backend, physical_cores
+from localllm.runner.embed import Embedder
+from localllm.runner.engine import Engine
+from localllm.runner.server import Runtime, create_app
+
+log = logging.getLogger("localllm.runner")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m localllm.runner", description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, type=Path, help="GGUF model file")
+    p.add_argument("--socket", required=True, type=Path, help="unix socket to serve HTTP on")
+    p.add_argument("--ctx", type=_positive, default=4096, help="context length of each sequence")
+    p.add_argument("--parallel", type=_positive, default=4, help="sequences decoded together")
+    p.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: physical cores)")
+    p.add_argument("--batch", type=_positive, default=512, help="most tokens per decode step")
+    p.add_argument("--adapter", type=Path, action="append", default=[], help="LoRA adapter GGUF (repeatable)")
+    p.add_argument("--embedding", action="store_true", help="serve /embedding instead of /completion")
+    p.add_argument("--verbose", action="store_true", help="pass llama.cpp's own log through to stderr")
+    return p.parse_args(argv)
+
+
+def _clear_stale_socket(path: Path) -> None:
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
+    """Load the model and create the context the arguments describe."""
+    init_backend(verbose=args.verbose)
+    model = Model(args.model, args.adapter)
+    n_ctx = args.ctx
+    if 0 < model.n_ctx_train < n_ctx:
+        log.warning("context %d exceeds the model's training context %d; using %d", n_ctx, model.n_ctx_train, model.n_ctx_train)
+        n_ctx = model.n_ctx_train
+    threads = args.threads or physical_cores()
+    parallel = 1 if args.embedding else args.parallel
+    batch = max(args.batch, n_ctx) if args.embedding else args.batch  # an input is embedded in one batch
+    try:
+        ctx = Context(model, n_ctx * parallel, parallel, batch, threads, embeddings=args.embedding)
+    except BaseException:
+        model.close()
+        raise
+    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel)
+    if args.embedding:
+        rt.embedder = Embedder(model, ctx, n_ctx)
+    else:
+        rt.engine = Engine(model, ctx, parallel, n_ctx)
+    log.info(
+        "loaded %s: ctx=%d x %d sequences, batch=%d, threads=%d%s",
+        args.model, n_ctx, parallel, ctx.n_batch, threads, ", embedding" if args.embedding else "",
+    )
+    return rt, ctx
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="runner[%(process)d] %(levelname)s %(message)s")
+    if not args.model.is_file():
+        print(f"runner: model file not found: {args.model}", file=sys.stderr)
+        return 2
+    try:
+        rt, ctx = build_runtime(args)
+    except BackendError as exc:
+        print(f"runner: {exc}", file=sys.stderr)
+        return 2
+    if rt.engine:
+        rt.engine.start()
+    _clear_stale_socket(args.socket)
+    try:
+        uvicorn.run(
+            create_app(rt),
+            uds=os.fspath(args.socket),
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+        )
+    finally:
+        if rt.engine and not rt.engine.stop():
+            log.error("the engine did not stop; exiting without freeing the context")
+            return 1
+        if rt.embedder:
+            rt.embedder.close()
+        ctx.close()
+        rt.model.close()
+        _clear_stale_socket(args.socket)
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

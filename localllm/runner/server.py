@@ -1,0 +1,228 @@
+"""The runner's HTTP API, served on a unix socket to the daemon.
+
+Endpoints (JSON in, JSON out; errors are ``{"error": "..."}`` with 400 for
+bad input):
+
+``GET /health``
+    ``{"status": "ok", "n_ctx", "n_ctx_train", "n_parallel", "n_vocab",
+    "bos", "eos", "model_size", "kv_used_cells", "queue_depth", "embedding"}``.
+    ``n_ctx`` is the context of ONE sequence.
+``POST /tokenize``
+    ``{"content": str, "add_special": true, "parse_special": true}`` →
+    ``{"tokens": [int]}``.
+``POST /detokenize``
+    ``{"tokens": [int]}`` → ``{"content": str}``.
+``POST /completion``
+    ``{"prompt": str | [int], "options": {Ollama options}, "grammar": GBNF |
+    null, "stream": true}`` → NDJSON lines ``{"content": piece}``, then
+    ``{"done": true, "done_reason": "stop" | "length", "prompt_eval_count",
+    "prompt_eval_duration", "eval_count", "eval_duration", "cached_tokens",
+    "context": [int]}``; a failure mid-stream is a line ``{"error": msg}``.
+    Pieces never split a UTF-8 character and never contain any part of a
+    stop string. Closing the connection cancels the generation. With
+    ``"stream": false`` one object: the done fields plus ``"content"``.
+``POST /embedding`` (runner started with ``--embedding`` only)
+    ``{"content": [str], "truncate": true}`` → ``{"embeddings": [[float]],
+    "prompt_eval_count": int}``; L2-normalised; 400 for an over-long input
+    when ``truncate`` is false.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from localllm.runner.backend import Model
+from localllm.runner.embed import Embedder, InputTooLong
+from localllm.runner.engine import CompletionRequest, Engine
+from localllm.runner.options import CompletionOptions, OptionError
+from localllm.runner.sampling import GrammarError, Sampler
+
+log = logging.getLogger("localllm.runner")
+
+
+class BadRequest(ValueError):
+    """The request body is not what the endpoint accepts."""
+
+
+@dataclass
+class Runtime:
+    """What the endpoints serve: a model and either a generation engine or an embedder."""
+
+    model: Model
+    n_ctx: int  # per sequence
+    n_parallel: int
+    engine: Engine | None = None
+    embedder: Embedder | None = None
+
+
+def _error(message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return body
+
+
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name!r} must be true or false")
+    return value
+
+
+def _token_list(value: Any, name: str, n_vocab: int) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise BadRequest(f"{name!r} must be a list of token ids")
+    bad = next((t for t in value if not 0 <= t < n_vocab), None)
+    if bad is not None:
+        raise BadRequest(f"{name!r} holds token id {bad}, outside the vocabulary (0..{n_vocab - 1})")
+    return value
+
+
+def create_app(rt: Runtime) -> Starlette:
+    """The Starlette application serving ``rt``."""
+    model = rt.model
+
+    async def health(_: Request) -> Response:
+        return JSONResponse(
+            {
+                "status": "ok",
+                "n_ctx": rt.n_ctx,
+                "n_ctx_train": model.n_ctx_train,
+                "n_parallel": rt.n_parallel,
+                "n_vocab": model.n_vocab,
+                "bos": model.token_text(model.bos),
+                "eos": model.token_text(model.eos),
+                "model_size": model.size,
+                "kv_used_cells": rt.engine.kv_used_cells if rt.engine else 0,
+                "queue_depth": rt.engine.queue_depth if rt.engine else 0,
+                "embedding": rt.embedder is not None,
+            }
+        )
+
+    async def tokenize(request: Request) -> Response:
+        body = await _body(request)
+        content = body.get("content")
+        if not isinstance(content, str):
+            raise BadRequest("'content' must be a string")
+        add_special = _flag(body, "add_special", True)
+        parse_special = _flag(body, "parse_special", True)
+        return JSONResponse({"tokens": model.tokenize(content, add_special, parse_special)})
+
+    async def detokenize(request: Request) -> Response:
+        body = await _body(request)
+        tokens = _token_list(body.get("tokens"), "tokens", model.n_vocab)
+        return JSONResponse({"content": model.detokenize(tokens)})
+
+    async def completion(request: Request) -> Response:
+        if rt.engine is None:
+            raise BadRequest("this runner was started with --embedding and only serves /embedding")
+        body = await _body(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            tokens = model.tokenize(prompt, add_special=True, parse_special=True)
+        else:
+            tokens = _token_list(prompt, "prompt", model.n_vocab)
+        if not tokens:
+            raise BadRequest("the prompt is empty")
+        options = CompletionOptions.from_dict(body.get("options"))
+        grammar = body.get("grammar")
+        if grammar is not None and not isinstance(grammar, str):
+            raise BadRequest("'grammar' must be a string (GBNF)")
+        stream = _flag(body, "stream", True)
+        sampler = Sampler(model, options, rt.n_ctx, grammar)
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        def emit(item: dict[str, Any]) -> None:
+            try:
+                loop.call_soon_threadsafe(items.put_nowait, item)
+            except RuntimeError:  # the event loop is gone: the runner is exiting
+                pass
+
+        job = CompletionRequest(tokens, options, sampler, emit)
+        rt.engine.submit(job)
+        if stream:
+            return StreamingResponse(_ndjson(job, items), media_type="application/x-ndjson")
+        return await _collect(job, items)
+
+    async def embedding(request: Request) -> Response:
+        if rt.embedder is None:
+            raise BadRequest("this runner was not started with --embedding")
+        body = await _body(request)
+        content = body.get("content")
+        if isinstance(content, str):
+            content = [content]
+        if not isinstance(content, list) or not content or not all(isinstance(c, str) for c in content):
+            raise BadRequest("'content' must be a non-empty list of strings")
+        truncate = _flag(body, "truncate", True)
+        vectors, count = await asyncio.to_thread(rt.embedder.embed, content, truncate)
+        return JSONResponse({"embeddings": vectors, "prompt_eval_count": count})
+
+    async def bad_request(_: Request, exc: Exception) -> Response:
+        return _error(str(exc))
+
+    async def internal_error(_: Request, exc: Exception) -> Response:
+        log.exception("request failed", exc_info=exc)
+        return _error(f"internal error: {exc}", 500)
+
+    return Starlette(
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/tokenize", tokenize, methods=["POST"]),
+            Route("/detokenize", detokenize, methods=["POST"]),
+            Route("/completion", completion, methods=["POST"]),
+            Route("/embedding", embedding, methods=["POST"]),
+        ],
+        exception_handlers={
+            BadRequest: bad_request,
+            OptionError: bad_request,
+            GrammarError: bad_request,
+            InputTooLong: bad_request,
+            Exception: internal_error,
+        },
+    )
+
+
+async def _ndjson(job: CompletionRequest, items: asyncio.Queue[dict[str, Any]]):
+    """Stream the engine's items as NDJSON; leaving early (disconnect) cancels the job."""
+    try:
+        while True:
+            batch = [await items.get()]
+            while not items.empty():
+                batch.append(items.get_nowait())
+            yield "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in batch)
+            if any("done" in item or "error" in item for item in batch):
+                return
+    finally:
+        job.cancelled = True
+
+
+async def _collect(job: CompletionRequest, items: asyncio.Queue[dict[str, Any]]) -> Response:
+    """The whole completion as one object (``"stream": false``)."""
+    pieces: list[str] = []
+    try:
+        while True:
+            item = await items.get()
+            if "error" in item:
+                return _error(item["error"], 500)
+            if "done" in item:
+                return JSONResponse({"content": "".join(pieces), **item})
+            pieces.append(item["content"])
+    finally:
+        job.cancelled = True

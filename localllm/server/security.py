@@ -1,0 +1,160 @@
+"""Who may talk to the daemon: Host header, browser Origin, API key, body size.
+
+Every web page the user opens can send requests to ``localhost:11434``. The
+Host check stops DNS rebinding (a hostile name resolving to 127.0.0.1), the
+Origin check stops other sites' scripts, the optional key stops everything
+else. It is plain ASGI middleware so that it also guards streamed bodies.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hmac
+import ipaddress
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..config import Settings
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Origins browsers may call from without configuration (as Ollama's defaults).
+DEFAULT_ORIGINS = (
+    "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
+    "http://127.0.0.1", "https://127.0.0.1", "http://127.0.0.1:*", "https://127.0.0.1:*",
+    "http://[::1]", "http://[::1]:*", "app://*", "file://*", "tauri://*", "vscode-webview://*",
+)
+#: Paths whose bodies may be large (model blobs); the body limit does not apply.
+UNLIMITED_BODY_PATHS = ("/api/blobs/",)
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for names and addresses that can only mean this machine."""
+    host = host.strip("[]").lower()
+    if host in ("localhost", "") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _split_host(value: str) -> str:
+    value = value.strip()
+    if value.startswith("["):
+        return value[1:].split("]")[0]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class AccessGuard:
+    """ASGI middleware enforcing the access rules before any route runs."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        self.origins = DEFAULT_ORIGINS + tuple(settings.origins)
+        self.loopback_only = is_loopback_host(settings.host)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        path = scope["path"]
+        host = _split_host(headers.get("host", ""))
+        if self.loopback_only and not self._host_allowed(host):
+            await _deny(send, path, 403, f"host {host!r} is not allowed; the daemon answers only to localhost names")
+            return
+        origin = headers.get("origin")
+        if origin is not None and not self.origin_allowed(origin):
+            await _deny(send, path, 403, f"origin {origin!r} is not allowed; add it to LOCALLLM_ORIGINS")
+            return
+        if scope["method"] == "OPTIONS" and origin is not None:
+            await _preflight(send, origin, headers)
+            return
+        if self.settings.api_key and not (scope["method"] in ("GET", "HEAD") and path == "/"):
+            if not self._key_matches(headers.get("authorization", "")):
+                await _deny(send, path, 401, "missing or wrong API key: send 'Authorization: Bearer <LOCALLLM_API_KEY>'")
+                return
+        if not path.startswith(UNLIMITED_BODY_PATHS):
+            receive = self._limited(receive)
+        await self.app(scope, receive, _with_cors(send, origin))
+
+    def _host_allowed(self, host: str) -> bool:
+        return is_loopback_host(host) or host == self.settings.host
+
+    def origin_allowed(self, origin: str) -> bool:
+        return any(fnmatch.fnmatchcase(origin, pattern) for pattern in self.origins)
+
+    def _key_matches(self, authorization: str) -> bool:
+        scheme, _, token = authorization.partition(" ")
+        expected = self.settings.api_key or ""
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
+
+    def _limited(self, receive: Receive) -> Receive:
+        """A receive that fails the request with 413 once the body passes the limit."""
+        limit = self.settings.max_body_bytes
+        seen = 0
+
+        async def limited_receive() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        return limited_receive
+
+
+class BodyTooLarge(Exception):
+    """The request body is over LOCALLLM_MAX_BODY_BYTES."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body is larger than the limit of {limit} bytes (LOCALLLM_MAX_BODY_BYTES)")
+        self.limit = limit
+
+
+def error_body(path: str, status: int, message: str) -> bytes:
+    if path.startswith("/v1"):
+        kind = {401: "authentication_error", 403: "permission_error", 413: "invalid_request_error"}.get(status)
+        return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}}).encode()
+    return json.dumps({"error": message}).encode()
+
+
+async def _deny(send: Send, path: str, status: int, message: str) -> None:
+    body = error_body(path, status, message)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _preflight(send: Send, origin: str, headers: dict[str, str]) -> None:
+    allow_headers = headers.get("access-control-request-headers", "Authorization, Content-Type")
+    await send({"type": "http.response.start", "status": 204, "headers": [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-allow-methods", b"GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"),
+        (b"access-control-allow-headers", allow_headers.encode("latin-1")),
+        (b"access-control-max-age", b"600"),
+        (b"vary", b"Origin"),
+    ]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _with_cors(send: Send, origin: str | None) -> Send:
+    if origin is None:
+        return send
+
+    async def send_with_cors(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = dict(message)
+            message["headers"] = [*message.get("headers", []), (b"access-control-allow-origin", origin.encode("latin-1")),
+                                  (b"vary", b"Origin")]
+        await send(message)
+
+    return send_with_cors
