@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -62,19 +64,27 @@ def init_backend(verbose: bool = False) -> None:
 
 @contextmanager
 def captured_errors() -> Iterator[list[str]]:
-    """Collect llama.cpp's error log lines emitted inside the block.
+    """Collect what llama.cpp reports as errors inside the block.
 
-    llama.cpp reports *why* something failed (a grammar parse error, a bad
-    file) only through its log; this turns those lines into error messages.
+    llama.cpp says *why* something failed (a grammar parse error, a bad file)
+    only in its log or straight on stderr; this turns both into lines for an
+    error message. Use it around short calls only: stderr is redirected.
     """
     global _log_capture
     lines: list[str] = []
-    with _backend_lock:
+    with _backend_lock, tempfile.TemporaryFile() as spill:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(spill.fileno(), 2)
         _log_capture = lines
         try:
             yield lines
         finally:
             _log_capture = None
+            os.dup2(saved, 2)
+            os.close(saved)
+            spill.seek(0)
+            lines.extend(spill.read().decode("utf-8", "replace").splitlines())
 
 
 def physical_cores() -> int:

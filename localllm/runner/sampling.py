@@ -100,7 +100,13 @@ def _grammar_sampler(model: Model, grammar: str) -> ll.llama_sampler_p:
     with captured_errors() as errors:
         sampler = ll.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), b"root")
     if not sampler:
-        detail = " ".join(line.strip() for line in errors if line.strip()) or "the grammar does not parse"
+        detail = "; ".join(dict.fromkeys(_grammar_problem(line) for line in errors if line.strip()))
+        detail = detail or "the grammar does not parse"
         raise GrammarError(f"invalid grammar: {detail}")
     return sampler
 
+
+
+def _grammar_problem(line: str) -> str:
+    """llama.cpp's message without its function-name prefix ("parse: error parsing grammar: ...")."""
+    return line.strip().rsplit("error parsing grammar: ", 1)[-1]

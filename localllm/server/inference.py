@@ -77,7 +77,7 @@ class Inference:
             num_ctx=job.options.get("num_ctx"),
             num_thread=job.options.get("num_thread"),
             num_batch=job.options.get("num_batch"),
-            size=model.model_path.stat().st_size,
+            num_gpu=job.options.get("num_gpu"),
         )
 
     async def load(self, job: CompletionJob) -> tuple[LoadedModel, int]:

@@ -230,11 +230,12 @@ async def running(request: Request) -> dict[str, Any]:
         models.append({
             "name": loaded.name,
             "model": loaded.name,
-            "size": loaded.size + loaded.runner.health.get("kv_bytes", 0),
+            "size": loaded.size,
             "digest": loaded.digest.removeprefix("sha256:"),
             "details": details,
             "expires_at": loaded.expires_at_wall().isoformat(),
-            "size_vram": 0,
+            "size_vram": loaded.size_vram,
+            "processor": loaded.processor,
             "context_length": loaded.runner.config.n_ctx,
         })
     return {"models": models}

@@ -44,6 +44,7 @@ class RunnerConfig:
     n_parallel: int
     n_threads: int
     n_batch: int = 512
+    n_gpu_layers: int = 0
     adapters: tuple[Path, ...] = ()
     engine: str = "llama.cpp"
 
@@ -147,6 +148,7 @@ async def start_runner(config: RunnerConfig) -> RunnerProcess:
         "--parallel", str(config.n_parallel),
         "--threads", str(config.n_threads),
         "--batch", str(config.n_batch),
+        "--gpu-layers", str(config.n_gpu_layers),
     ]
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]

@@ -15,8 +15,11 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from ..config import Settings
+from ..registry.models import read_model_summary
+from .memory import Device, DoesNotFit, available_ram, check_fits_in_ram, footprint, gpu_devices, plan_gpu_layers
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
 
 log = logging.getLogger("localllm.scheduler")
@@ -33,7 +36,9 @@ class LoadedModel:
     name: str
     digest: str
     runner: RunnerProcess
-    size: int
+    size: int  # estimated bytes: weights, KV cache, compute buffer
+    processor: str  # "100% CPU", "100% GPU" or the split
+    size_vram: int
     load_duration_ns: int
     keep_alive: float | None = None  # seconds; None keeps it forever
     active: int = 0
@@ -59,7 +64,7 @@ class LoadRequest:
     num_ctx: int | None = None
     num_thread: int | None = None
     num_batch: int | None = None
-    size: int = 0
+    num_gpu: int | None = None
 
 
 class Scheduler:
@@ -71,6 +76,12 @@ class Scheduler:
         self._locks: dict[tuple, asyncio.Lock] = {}
         self._changed = asyncio.Condition()
         self._reaper: asyncio.Task | None = None
+        self._gpus: list[Device] | None = None
+
+    def _devices(self) -> list[Device]:
+        if self._gpus is None:
+            self._gpus = gpu_devices()
+        return self._gpus
 
     @property
     def max_loaded(self) -> int:
@@ -164,12 +175,20 @@ class Scheduler:
                 await self._changed.wait()
 
     async def _load(self, key: tuple, request: LoadRequest, n_ctx: int) -> LoadedModel:
+        need = footprint(read_model_summary(Path(request.model_path)), n_ctx, self.num_parallel,
+                         request.num_batch or 512)
+        plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
+        try:
+            check_fits_in_ram(need, request.name, available_ram(), plan.gpu_bytes)
+        except DoesNotFit as exc:
+            raise RunnerError(str(exc)) from None
         config = RunnerConfig(
             model_path=request.model_path,
             n_ctx=n_ctx,
             n_parallel=self.num_parallel,
             n_threads=request.num_thread or self.settings.num_threads or default_threads(),
             n_batch=request.num_batch or 512,
+            n_gpu_layers=plan.n_gpu_layers,
             adapters=tuple(request.adapters),
             engine=self.settings.engine,
         )
@@ -177,8 +196,8 @@ class Scheduler:
         log.info("loading %s (ctx %d x %d, %d threads)", request.name, n_ctx, config.n_parallel, config.n_threads)
         runner = await start_runner(config)
         model = LoadedModel(
-            key=key, name=request.name, digest=request.digest, runner=runner,
-            size=request.size, load_duration_ns=time.perf_counter_ns() - started,
+            key=key, name=request.name, digest=request.digest, runner=runner, size=need.total,
+            processor=plan.processor, size_vram=plan.gpu_bytes, load_duration_ns=time.perf_counter_ns() - started,
         )
         self.loaded[key] = model
         return model

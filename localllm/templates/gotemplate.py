@@ -211,7 +211,9 @@ class _Lexer:
         spaced, depth = True, 0
         while True:
             closed = self._close_at(i)
-            if closed is not None and depth == 0:
+            if closed is not None:
+                if depth > 0:
+                    raise self.error("unclosed left paren", i)
                 self.toks.append(_Tok("close", None, i))
                 return closed
             if i >= len(text):
@@ -411,11 +413,13 @@ class _Parser:
             raise self.error(f"blocks nested deeper than {MAX_NESTING}", tok.pos)
         mark = len(self.vars)
         pipe = self.parse_pipe(kind, decl_ok=True, range_decl=kind == "range")
+        body_mark = len(self.vars)
         if kind == "range":
             self.range_depth += 1
         body, stop = self.parse_list()
         if kind == "range":
             self.range_depth -= 1
+        del self.vars[body_mark:]  # what the body declared is gone in the else branch
         orelse: tuple[_Node, ...] = ()
         if stop is None:
             raise self.error(f"unexpected end of template: {{{{{kind}}}}} has no {{{{end}}}}", tok.pos)
@@ -539,7 +543,7 @@ def go_json(value: Any) -> str:
 
 def _json_parts(value: Any, depth: int):
     if depth > 100:
-        raise TemplateError("value nested too deeply for json")
+        raise ValueError("value nested too deeply for json")
     if value is None:
         yield "null"
     elif isinstance(value, bool):
@@ -602,7 +606,7 @@ def _go_float(f: float) -> str:
 
 def _json_float(f: float) -> str:
     if not math.isfinite(f):
-        raise TemplateError(f"json: unsupported value {f}")
+        raise ValueError(f"json: unsupported value {f}")
     return _plain_float(f, -6, 21, 1)
 
 
@@ -1028,6 +1032,8 @@ class _Exec:
         args = [self.arg(node, dot) for node in arg_nodes]
         if final is not _NO_FINAL:
             args.append(final)
+        if sum(len(a) for a in args if isinstance(a, str)) > self.max_output:
+            raise _RenderError(f"arguments of {name} larger than {self.max_output} characters")
         result = _FUNCS[name](*args)
         if isinstance(result, str) and len(result) > self.max_output:
             raise _RenderError(f"{name} result larger than {self.max_output} characters")

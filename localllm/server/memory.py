@@ -1,0 +1,196 @@
+"""Will a model fit? Memory estimates from the GGUF header, and the GPU layer plan.
+
+Estimated before loading, so that a model too large for the machine is refused
+with a message instead of swapping the machine to death, and so that on a GPU
+build the most layers that fit in free VRAM are offloaded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..registry.gguf import GGUFFile
+
+#: KV cache element size: llama.cpp's default cache type is F16.
+KV_BYTES_PER_ELEMENT = 2
+#: Kept free on every device, as llama.cpp's own fitting does, for fragmentation and the OS.
+SAFETY_MARGIN_BYTES = 256 << 20
+MIB_BYTES = 1 << 20
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class ModelFootprint:
+    """Bytes a model needs, split the way offloading splits them."""
+
+    layer_weights: tuple[int, ...]  # per repeating layer
+    other_weights: int  # embeddings, output head, final norm
+    kv_per_layer: int  # for the whole context (ctx x parallel)
+    compute_buffer: int
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layer_weights)
+
+    @property
+    def total(self) -> int:
+        return sum(self.layer_weights) + self.other_weights + self.kv_per_layer * self.n_layers + self.compute_buffer
+
+
+def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512) -> ModelFootprint:
+    """Estimate weights per layer, KV = ctx x parallel x (K+V dims) x type size, compute buffer."""
+    n_layers = int(gguf.arch_value("block_count", 0) or 0)
+    layers = [0] * n_layers
+    other = 0
+    for tensor in gguf.tensors:
+        match = _LAYER_RE.match(tensor.name)
+        if match and int(match.group(1)) < n_layers:
+            layers[int(match.group(1))] += tensor.nbytes
+        else:
+            other += tensor.nbytes
+    n_embd = int(gguf.arch_value("embedding_length", 0) or 0)
+    n_head = int(gguf.arch_value("attention.head_count", 1) or 1)
+    n_head_kv = gguf.arch_value("attention.head_count_kv", n_head)
+    if isinstance(n_head_kv, list):  # per-layer head counts: size for the largest
+        n_head_kv = max(n_head_kv)
+    head_dim = n_embd // n_head if n_head else 0
+    k_dim = int(gguf.arch_value("attention.key_length", head_dim) or head_dim) * int(n_head_kv)
+    v_dim = int(gguf.arch_value("attention.value_length", head_dim) or head_dim) * int(n_head_kv)
+    kv_per_layer = n_ctx * n_parallel * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT
+    n_vocab = _vocab_size(gguf)
+    # Logits for a full batch plus activations of the widest layer, in F32.
+    n_ff = int(gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd)
+    compute = 4 * n_batch * (n_vocab + 4 * max(n_embd, n_ff)) + 4 * n_head * n_batch * min(n_ctx, 4096)
+    return ModelFootprint(tuple(layers), other, kv_per_layer, compute)
+
+
+def _vocab_size(gguf: GGUFFile) -> int:
+    tokens = gguf.metadata.get("tokenizer.ggml.tokens")
+    length = getattr(tokens, "length", None) or (len(tokens) if isinstance(tokens, list) else 0)
+    output = gguf.tensor("output.weight") or gguf.tensor("token_embd.weight")
+    return int(length or (output.shape[-1] if output else 32000))
+
+
+class DoesNotFit(RuntimeError):
+    """The model with this context would not fit in memory."""
+
+
+def available_ram() -> int:
+    """Bytes the kernel says a new process could use without swapping (MemAvailable)."""
+    with open("/proc/meminfo", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("MemAvailable missing from /proc/meminfo")
+
+
+def check_fits_in_ram(need: ModelFootprint, name: str, free: int, gpu_bytes: int = 0) -> None:
+    """Refuse a load whose CPU share would not fit in free RAM with the margin.
+
+    Weights are memory-mapped, so they count in full: running from a model
+    that is paged in and out on every token is no better than swapping.
+    """
+    cpu_bytes = need.total - gpu_bytes
+    if cpu_bytes + SAFETY_MARGIN_BYTES > free:
+        raise DoesNotFit(
+            f"model {name} needs about {_gib(cpu_bytes)} of memory (weights, KV cache for the context, "
+            f"compute buffer) but only {_gib(free)} is available; close other programs, unload models "
+            "(localllm stop), or lower num_ctx / LOCALLLM_NUM_PARALLEL"
+        )
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU as llama.cpp reports it."""
+
+    name: str
+    free_bytes: int
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """How many repeating layers go to the GPUs, and to which."""
+
+    n_gpu_layers: int
+    layers_per_device: tuple[int, ...]
+    gpu_bytes: int  # weights + KV + buffers placed on GPUs
+    total_bytes: int
+
+    @property
+    def processor(self) -> str:
+        """``ps``'s PROCESSOR column: "100% CPU", "100% GPU" or "48%/52% CPU/GPU"."""
+        if self.gpu_bytes <= 0 or self.total_bytes <= 0:
+            return "100% CPU"
+        gpu_share = round(100 * self.gpu_bytes / self.total_bytes)
+        if gpu_share >= 100:
+            return "100% GPU"
+        return f"{100 - gpu_share}%/{gpu_share}% CPU/GPU"
+
+
+def plan_gpu_layers(need: ModelFootprint, devices: list[Device], requested: int | None = None) -> GpuPlan:
+    """Offload as many layers as fit in free VRAM with their KV and a compute buffer per device.
+
+    Layers are filled into devices in order (llama.cpp's layer split); the
+    output head follows the last layer only when every layer is offloaded.
+    ``requested`` (the ``num_gpu`` option) overrides the count, capped at what exists.
+    """
+    if not devices or need.n_layers == 0:
+        return GpuPlan(0, tuple(0 for _ in devices), 0, need.total)
+    budgets = [max(0, d.free_bytes - SAFETY_MARGIN_BYTES - need.compute_buffer) for d in devices]
+    placed = [0] * len(devices)
+    used = [0] * len(devices)
+    target = need.n_layers if requested is None or requested < 0 else min(requested, need.n_layers + 1)
+    device = 0
+    layer = 0
+    while layer < min(target, need.n_layers) and device < len(devices):
+        cost = need.layer_weights[layer] + need.kv_per_layer
+        if used[device] + cost <= budgets[device] or requested is not None:
+            used[device] += cost
+            placed[device] += 1
+            layer += 1
+        else:
+            device += 1
+    n_gpu = layer
+    if n_gpu == need.n_layers and (requested is None or requested > need.n_layers):
+        last = max(i for i, count in enumerate(placed) if count) if any(placed) else 0
+        if used[last] + need.other_weights <= budgets[last] or requested is not None:
+            used[last] += need.other_weights
+            n_gpu += 1  # llama.cpp counts the output layer as one more
+    gpu_bytes = sum(used) + (need.compute_buffer * sum(1 for c in placed if c))
+    return GpuPlan(n_gpu, tuple(placed), gpu_bytes, need.total)
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def gpu_devices() -> list[Device]:
+    """GPUs llama.cpp could offload to, with their free memory; empty on a CPU build.
+
+    llama-cpp-python exposes whether the build can offload but not the devices'
+    free memory, so that comes from the vendor tool (nvidia-smi) when present.
+    """
+    import shutil
+    import subprocess
+    import sys
+
+    import llama_cpp
+
+    if not llama_cpp.llama_supports_gpu_offload():
+        return []
+    if sys.platform == "darwin":  # Metal: the GPU shares the RAM
+        return [Device("Metal", available_ram())]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    result = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,memory.free", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=10,
+    )
+    devices = []
+    for line in result.stdout.splitlines():
+        name, _, free_mib = line.rpartition(",")
+        if free_mib.strip().isdigit():
+            devices.append(Device(name.strip(), int(free_mib) * MIB_BYTES))
+    return devices
+

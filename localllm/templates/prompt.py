@@ -1,0 +1,208 @@
+"""Turning a chat or generate request into prompt text.
+
+This is the one place that decides which template applies, in Ollama's order:
+a Modelfile ``TEMPLATE`` (Go syntax) wins, else the GGUF's own
+``tokenizer.chat_template`` (Jinja), else plain text. It also reproduces how
+Ollama feeds a Go template (``template/template.go``): consecutive messages of
+one role are merged, system messages are collected into ``.System``, and a
+template that never mentions ``.Messages`` is run once per turn with
+``.System``/``.Prompt``/``.Response``, the last turn cut after ``{{ .Response }}``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from localllm.templates.chat import ChatTemplate
+from localllm.templates.gotemplate import GoTemplate, TemplateError, parse_template
+
+ROLES = ("system", "user", "assistant", "tool")
+
+_SAMPLE_CONVERSATION = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hello!"},
+    {"role": "assistant", "content": "Hi, how can I help?"},
+    {"role": "user", "content": "Tell me a joke."},
+]
+
+
+class PromptError(ValueError):
+    """The request cannot be turned into a prompt (bad messages, unsupported suffix)."""
+
+
+@lru_cache(maxsize=64)
+def ollama_template(text: str) -> GoTemplate:
+    """Parse a Modelfile TEMPLATE as Ollama does: one that mentions neither
+    ``.Messages`` nor ``.Response`` gets ``{{ .Response }}`` appended."""
+    tmpl = parse_template(text)
+    if not {"messages", "response"} & tmpl.identifiers():
+        tmpl = parse_template(text + "{{ .Response }}")
+    return tmpl
+
+
+@lru_cache(maxsize=16)
+def _chat_template(source: str, bos_token: str, eos_token: str) -> ChatTemplate:
+    return ChatTemplate(source, bos_token=bos_token, eos_token=eos_token)
+
+
+def validate_model_template(text: str) -> None:
+    """Create-time check: the TEMPLATE parses and renders a sample conversation.
+
+    Raises TemplateError, so a Modelfile with a broken template fails at
+    ``create`` rather than at the first chat.
+    """
+    render_ollama_template(text, messages=_SAMPLE_CONVERSATION)
+
+
+def _check_messages(messages: list[dict]) -> None:
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise PromptError(f"messages[{i}] must be an object")
+        if m.get("role") not in ROLES:
+            raise PromptError(f"messages[{i}]: unknown role {m.get('role')!r} (expected one of {', '.join(ROLES)})")
+        if not isinstance(m.get("content") or "", str):
+            raise PromptError(f"messages[{i}]: content must be a string")
+
+
+def _collate(messages: list[dict]) -> tuple[str, list[dict]]:
+    """Ollama's collate: join system texts, merge consecutive same-role messages (not tool results)."""
+    system: list[str] = []
+    out: list[dict] = []
+    for m in messages:
+        content = m.get("content") or ""
+        if m["role"] == "system":
+            system.append(content)
+        if out and out[-1]["role"] == m["role"] and m["role"] != "tool":
+            out[-1]["content"] = (out[-1].get("content") or "") + "\n\n" + content
+        else:
+            out.append({**m, "content": content})
+    return "\n\n".join(system), out
+
+
+def render_ollama_template(
+    text: str,
+    *,
+    messages: list[dict] | None = None,
+    tools: list[dict] | None = None,
+    prompt: str = "",
+    suffix: str = "",
+) -> str:
+    """Execute a Modelfile TEMPLATE with Ollama's data: ``.Messages``/``.System``/``.Tools``
+    for chat templates, per-turn ``.System``/``.Prompt``/``.Response`` for legacy ones,
+    ``.Prompt``/``.Suffix`` for fill-in-the-middle."""
+    tmpl = ollama_template(text)
+    if prompt and suffix:
+        return tmpl.render({"Prompt": prompt, "Suffix": suffix, "Response": ""})
+    system, msgs = _collate(messages or [])
+    if "messages" in tmpl.identifiers():
+        return tmpl.render({"System": system, "Messages": msgs, "Tools": tools or None, "Response": ""})
+    return _render_per_turn(tmpl, msgs)
+
+
+def _render_per_turn(tmpl: GoTemplate, messages: list[dict]) -> str:
+    parts: list[str] = []
+    turn = {"System": "", "Prompt": "", "Response": ""}
+
+    def flush() -> None:
+        parts.append(tmpl.render(dict(turn)))
+        turn.update(System="", Prompt="", Response="")
+
+    for m in messages:
+        if m["role"] == "system":
+            if turn["Prompt"] or turn["Response"]:
+                flush()
+            turn["System"] = m["content"]
+        elif m["role"] == "user":
+            if turn["Response"]:
+                flush()
+            turn["Prompt"] = m["content"]
+        elif m["role"] == "assistant":
+            turn["Response"] = m["content"]
+    parts.append(tmpl.cut_after_field("Response").render(dict(turn)))
+    return "".join(parts)
+
+
+def _plain(messages: list[dict]) -> str:
+    """No template at all: the texts one after another, as Ollama's ``{{ .Prompt }}`` default would."""
+    return "\n\n".join(m.get("content") or "" for m in messages if m.get("content"))
+
+
+def build_prompt(
+    *,
+    messages: list[dict],
+    system: str | None,
+    model_template: str | None,
+    gguf_chat_template: str | None,
+    bos_token: str,
+    eos_token: str,
+    tools: list[dict] | None = None,
+) -> str:
+    """The prompt for a chat request.
+
+    ``messages`` are the conversation (Modelfile MESSAGE lines first, then the
+    request's), ``system`` the Modelfile's SYSTEM, used when no message is a
+    system message. Raises PromptError for bad messages, TemplateError when the
+    template fails.
+    """
+    _check_messages(messages)
+    msgs = list(messages)
+    if system and not any(m["role"] == "system" for m in msgs):
+        msgs.insert(0, {"role": "system", "content": system})
+    if model_template:
+        return render_ollama_template(model_template, messages=msgs, tools=tools)
+    if gguf_chat_template:
+        return _chat_template(gguf_chat_template, bos_token, eos_token).render(msgs, tools=tools)
+    return _plain(msgs)
+
+
+def build_generate_prompt(
+    *,
+    prompt: str,
+    system: str | None,
+    suffix: str | None,
+    template_override: str | None,
+    model_template: str | None,
+    gguf_chat_template: str | None,
+    bos: str,
+    eos: str,
+    raw: bool,
+    history: list[dict] | None = None,
+) -> str:
+    """The prompt for ``/api/generate``.
+
+    ``raw`` sends ``prompt`` untouched; a request ``template`` overrides the
+    model's; with ``suffix`` the Go template gets ``.Prompt``/``.Suffix`` (fill in
+    the middle); otherwise the prompt becomes one user message after
+    ``system`` (the request's, else the Modelfile's) and ``history`` (the
+    Modelfile's MESSAGE lines), as Ollama's generate handler builds it.
+    """
+    if raw:
+        return prompt
+    template = template_override or model_template
+    if suffix:
+        if not template or "suffix" not in ollama_template(template).identifiers():
+            raise PromptError("this model's template does not support insert (suffix)")
+        return render_ollama_template(template, prompt=prompt, suffix=suffix)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    messages += list(history or [])
+    messages.append({"role": "user", "content": prompt})
+    return build_prompt(
+        messages=messages,
+        system=None,
+        model_template=template,
+        gguf_chat_template=gguf_chat_template,
+        bos_token=bos,
+        eos_token=eos,
+    )
+
+
+__all__ = [
+    "PromptError",
+    "TemplateError",
+    "build_generate_prompt",
+    "build_prompt",
+    "ollama_template",
+    "render_ollama_template",
+    "validate_model_template",
+]
