@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -85,8 +86,17 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
     return rt, ctx
 
 
+class _Terminated(Exception):
+    """SIGTERM arrived (uvicorn re-raises it after its graceful shutdown)."""
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="runner[%(process)d] %(levelname)s %(message)s")
     if not args.model.is_file():
         print(f"runner: model file not found: {args.model}", file=sys.stderr)
@@ -96,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:
         print(f"runner: {exc}", file=sys.stderr)
         return 2
+    except (_Terminated, KeyboardInterrupt):
+        return 0
     if rt.engine:
         rt.engine.start()
     _clear_stale_socket(args.socket)
@@ -107,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             access_log=False,
             timeout_graceful_shutdown=2,
         )
+    except (_Terminated, KeyboardInterrupt):
+        pass
     finally:
         if rt.engine and not rt.engine.stop():
             log.error("the engine did not stop; exiting without freeing the context")

@@ -8,6 +8,7 @@ the runner's BOS/EOS tokens) and relays the runner's NDJSON events, adding
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from ..registry.names import InvalidName, ModelName
 from ..registry.models import LocalModel, load_local_model
 from ..registry.store import ModelNotFound, Store
 from .errors import ApiError, bad_request, not_found
+from .metrics import Metrics
 from .options import keep_alive_seconds, merge_options
 from .runner_client import RunnerBadRequest, RunnerError
 from .scheduler import LoadedModel, LoadRequest, Scheduler
@@ -40,10 +42,11 @@ class CompletionJob:
 class Inference:
     """Runs completions for the API routes."""
 
-    def __init__(self, store: Store, scheduler: Scheduler, settings: Settings) -> None:
+    def __init__(self, store: Store, scheduler: Scheduler, settings: Settings, metrics: Metrics) -> None:
         self.store = store
         self.scheduler = scheduler
         self.settings = settings
+        self.metrics = metrics
 
     def resolve(self, name: str) -> LocalModel:
         """The local model called ``name``; 400 for a bad name, 404 when absent."""
@@ -96,33 +99,67 @@ class Inference:
         are yielded as ``{"error": …}`` so a stream can end with an error object.
         """
         started = time.perf_counter_ns()
+        name = job.model.name.display
+        self.check_capacity(name)
+        self.metrics.started(name)
+        outcome, done, first_token_at = "cancelled", None, None
         try:
-            lease = self.scheduler.lease(self.load_request(job), job.keep_alive)
-            loaded = await lease.__aenter__()
-        except RunnerError as exc:
-            raise ApiError(500, str(exc)) from None
-        load_duration = time.perf_counter_ns() - started
-        try:
-            prompt = build_prompt(loaded.runner.health)
-            body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
-            events = loaded.runner.stream("/completion", body)
-            first = True
-            try:
-                async for event in events:
+            async with self._leased(job) as loaded:
+                load_duration = time.perf_counter_ns() - started
+                prompt = build_prompt(loaded.runner.health)
+                body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
+                async for event in self._relay(loaded, body, first=True):
+                    if first_token_at is None:
+                        first_token_at = time.perf_counter_ns()
                     if event.get("done"):
                         event["load_duration"] = load_duration
                         event["total_duration"] = time.perf_counter_ns() - started
+                        done, outcome = event, "ok"
+                    elif "error" in event:
+                        outcome = "error"
                     yield event
-                    first = False
-            except RunnerBadRequest as exc:
-                if first:
-                    raise bad_request(str(exc)) from None
-                yield {"error": str(exc)}
-            except RunnerError as exc:
-                if first:
-                    raise ApiError(500, str(exc)) from None
-                yield {"error": str(exc)}
-            finally:
-                await events.aclose()
+        except ApiError:
+            outcome = "error"
+            raise
+        finally:
+            ttft = (first_token_at - started) / 1e9 if first_token_at else None
+            self.metrics.finished(name, outcome, done, ttft)
+
+    def check_capacity(self, name: str) -> None:
+        """503 with Retry-After when the model's queue is full (LOCALLLM_MAX_QUEUE)."""
+        waiting = self.scheduler.active_requests(name) - self.scheduler.num_parallel
+        if waiting >= self.settings.max_queue:
+            raise ApiError(503, f"server busy: {waiting} requests are waiting for {name} "
+                                f"(LOCALLLM_MAX_QUEUE={self.settings.max_queue}); retry shortly",
+                           headers={"Retry-After": "1"})
+
+    @contextlib.asynccontextmanager
+    async def _leased(self, job: CompletionJob) -> AsyncIterator[LoadedModel]:
+        lease = self.scheduler.lease(self.load_request(job), job.keep_alive)
+        try:
+            loaded = await lease.__aenter__()
+        except RunnerError as exc:
+            raise ApiError(500, str(exc)) from None
+        try:
+            yield loaded
         finally:
             await lease.__aexit__(None, None, None)
+
+    @staticmethod
+    async def _relay(loaded: LoadedModel, body: dict[str, Any], first: bool) -> AsyncIterator[dict[str, Any]]:
+        """The runner's events; a failure before the first one raises, after it is an event."""
+        events = loaded.runner.stream("/completion", body)
+        try:
+            async for event in events:
+                yield event
+                first = False
+        except RunnerBadRequest as exc:
+            if first:
+                raise bad_request(str(exc)) from None
+            yield {"error": str(exc)}
+        except RunnerError as exc:
+            if first:
+                raise ApiError(500, str(exc)) from None
+            yield {"error": str(exc)}
+        finally:
+            await events.aclose()

@@ -78,6 +78,13 @@ async def root() -> Response:
     return Response("localllm is running", media_type="text/plain")
 
 
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    state = state_of(request)
+    text = state.metrics.render(state.scheduler.queue_depths())
+    return Response(text, media_type="text/plain; version=0.0.4")
+
+
 @router.get("/api/version")
 async def version() -> dict[str, str]:
     return {"version": __version__}

@@ -91,6 +91,13 @@ class Scheduler:
     def num_parallel(self) -> int:
         return self.settings.num_parallel or DEFAULT_NUM_PARALLEL
 
+    def active_requests(self, name: str) -> int:
+        """Requests holding or waiting for a runner of the model ``name``."""
+        return sum(m.active for m in self.loaded.values() if m.name == name)
+
+    def queue_depths(self) -> dict[str, int]:
+        return {m.name: max(0, m.active - self.num_parallel) for m in self.loaded.values()}
+
     def start(self) -> None:
         self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
 

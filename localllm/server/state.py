@@ -14,6 +14,7 @@ from ..registry.models import model_details
 from ..registry.pull import Puller
 from ..registry.store import Store
 from .inference import Inference
+from .metrics import Metrics
 from .scheduler import Scheduler
 
 
@@ -25,15 +26,17 @@ class DaemonState:
     puller: Puller
     creator: Creator
     inference: Inference
+    metrics: Metrics
 
     @classmethod
     def build(cls, settings: Settings) -> "DaemonState":
         store = Store(settings.models_dir)
         scheduler = Scheduler(settings)
         puller = Puller(store, settings)
+        metrics = Metrics()
         return cls(
-            settings=settings, store=store, scheduler=scheduler, puller=puller,
-            creator=Creator(store, puller), inference=Inference(store, scheduler, settings),
+            settings=settings, store=store, scheduler=scheduler, puller=puller, creator=Creator(store, puller),
+            inference=Inference(store, scheduler, settings, metrics), metrics=metrics,
         )
 
     def details_of(self, manifest: dict[str, Any]) -> dict[str, Any]:
