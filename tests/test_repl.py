@@ -40,7 +40,7 @@ def test_settings_commands(repl: PtySession) -> None:
     repl.sendline("/set parameter num_predict 8")
     repl.expect(r"Set parameter 'num_predict' to '8'")
     repl.sendline("/set parameter temperature warm")
-    repl.expect(r"Couldn't set parameter: invalid float value 'warm'")
+    repl.expect(r"Couldn't set parameter: invalid float value for parameter 'temperature': 'warm'")
     repl.sendline("/set parameter no_such_option 1")
     repl.expect(r"Couldn't set parameter: unknown parameter 'no_such_option'")
     repl.sendline("/set system You are a pirate.")

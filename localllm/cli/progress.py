@@ -23,6 +23,16 @@ from rich.progress import (
 )
 
 
+_COLUMNS = (
+    TextColumn("{task.description}"),
+    BarColumn(),
+    TaskProgressColumn(),
+    DownloadColumn(),
+    TransferSpeedColumn(),
+    TimeRemainingColumn(),
+)
+
+
 def _layer_label(status: str, digest: str) -> str:
     short = digest.removeprefix("sha256:").strip()[:12]
     verb = status.split(" ", 1)[0] if status else "pulling"
@@ -35,25 +45,27 @@ def show_progress(events: Iterable[dict[str, Any]], console: Console | None = No
     last: dict[str, Any] = {}
     last_status = ""
     bars: dict[str, TaskID] = {}
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
+    progress: Progress | None = None  # runs while layers stream, so plain statuses stay plain lines
+    try:
         for event in events:
             last = event
             status = str(event.get("status", ""))
             digest = event.get("digest")
             total = event.get("total")
             if digest and total:
+                if progress is None:
+                    progress = Progress(*_COLUMNS, console=console)
+                    progress.start()
                 if digest not in bars:
                     bars[digest] = progress.add_task(_layer_label(status, str(digest)), total=int(total))
                 progress.update(bars[digest], completed=int(event.get("completed") or 0))
             elif status and status != last_status:
-                progress.console.print(status, markup=False)
+                if progress is not None:  # the layers are done: later statuses go below their bars
+                    progress.stop()
+                    progress, bars = None, {}
+                console.print(status, markup=False, soft_wrap=True)
             last_status = status
+    finally:
+        if progress is not None:
+            progress.stop()
     return last

@@ -15,9 +15,9 @@ from typing import Any
 
 from localllm.cli.display import StreamPrinter
 from localllm.cli.format import show_info
-from localllm.cli.params import parse_parameter
 from localllm.cli.run import RunOptions, load_model, print_stats, stream_reply
 from localllm.client import APIError, Client, DaemonError
+from localllm.registry.modelfile import ModelfileError, convert_parameters
 
 try:
     import readline
@@ -145,8 +145,10 @@ class ChatRepl:
                     self.handle(line)
                 except KeyboardInterrupt:  # Ctrl+C inside a multi-line entry: drop it
                     print()
-        except (_Leave, EOFError):
+        except EOFError:
             print()
+        except _Leave:
+            pass
         finally:
             self.history.save()
 
@@ -166,7 +168,8 @@ class ChatRepl:
         while True:
             line = input(ALT_PROMPT)
             if line.endswith('"""'):
-                parts.append(line[:-3])
+                if line[:-3]:
+                    parts.append(line[:-3])
                 return "\n".join(parts)
             parts.append(line)
 
@@ -226,9 +229,9 @@ class ChatRepl:
             if len(words) < 4:
                 _err(HELP_PARAMETERS)
                 return
-            try:
-                opts.options[words[2]] = parse_parameter(words[2], words[3:])
-            except ValueError as exc:
+            try:  # typed as Modelfile PARAMETERs are: the daemon rejects a wrong JSON type
+                opts.options.update(convert_parameters((words[2], value) for value in words[3:]))
+            except ModelfileError as exc:
                 print(f"Couldn't set parameter: {exc}")
                 return
             print(f"Set parameter '{words[2]}' to '{', '.join(words[3:])}'")

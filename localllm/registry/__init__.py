@@ -1,0 +1,1 @@
+"""The model registry: names, the blob/manifest store, GGUF headers, catalog and pull."""

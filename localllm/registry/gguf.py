@@ -274,7 +274,7 @@ def _read_tensor(cur: _Cursor, index: int) -> tuple[str, tuple[int, ...], int, i
         if elements >= 1 << 62:
             raise InvalidGGUF(f"tensor {name!r} has an impossible shape {shape}")
     if shape[0] % block:
-        raise InvalidGGUF(f"tensor {name!r}: first dimension {shape[0]} is not a multiple of {type_name}'s block {block}")
+        raise InvalidGGUF(f"tensor {name!r}: dimension {shape[0]} is not a multiple of {type_name}'s block {block}")
     nbytes = elements // block * type_size
     return name, shape, ggml_type, offset, nbytes
 

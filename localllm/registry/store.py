@@ -22,7 +22,7 @@ import re
 import secrets
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -196,19 +196,27 @@ class Store:
     def add_blob_bytes(self, data: bytes, expected_digest: str | None = None) -> tuple[str, int]:
         return self.add_blob([data], expected_digest)
 
-    def add_blob_file(self, path: Path, expected_digest: str | None = None) -> tuple[str, int]:
+    def add_blob_file(
+        self, path: Path, expected_digest: str | None = None, validate: Callable[[Path], None] | None = None
+    ) -> tuple[str, int]:
         """Move a complete file that lives in ``partial/`` into the blobs (no copy).
 
-        On a digest mismatch the file is deleted: its bytes are known bad.
+        The file is hashed, compared with ``expected_digest`` and passed to
+        ``validate`` before it gets its final name; if either check fails the
+        file is deleted (its bytes are known bad) and the error propagates.
         """
-        digest, size = hash_file(path)
-        if expected_digest is not None and digest != expected_digest:
-            Path(path).unlink(missing_ok=True)
-            raise DigestMismatch(f"downloaded file has digest {digest}, expected {expected_digest}")
-        with open(path, "rb+") as f:
-            os.fsync(f.fileno())
-        self._publish(Path(path), digest)
-        Path(path).unlink(missing_ok=True)
+        path = Path(path)
+        try:
+            digest, size = hash_file(path)
+            if expected_digest is not None and digest != expected_digest:
+                raise DigestMismatch(f"file has digest {digest}, expected {expected_digest}")
+            if validate is not None:
+                validate(path)
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
+            self._publish(path, digest)
+        finally:
+            path.unlink(missing_ok=True)
         return digest, size
 
     def _publish(self, temp: Path, digest: str) -> None:

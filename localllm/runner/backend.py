@@ -20,7 +20,7 @@ from pathlib import Path
 
 import llama_cpp as ll
 
-_GGML_LOG_LEVEL_ERROR = 3
+_GGML_LOG_LEVEL_WARN = 3  # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT
 _GGML_LOG_LEVEL_CONT = 5
 
 _backend_lock = threading.Lock()
@@ -41,7 +41,7 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     if level != _GGML_LOG_LEVEL_CONT:
         _log_last_level = level
     message = text.decode("utf-8", "replace") if text else ""
-    if _log_capture is not None and _log_last_level == _GGML_LOG_LEVEL_ERROR:
+    if _log_capture is not None and _log_last_level >= _GGML_LOG_LEVEL_WARN:
         _log_capture.append(message)
     if _log_verbose:
         os.write(2, message.encode())
@@ -87,6 +87,10 @@ def captured_errors() -> Iterator[list[str]]:
             lines.extend(spill.read().decode("utf-8", "replace").splitlines())
 
 
+def _detail(lines: list[str], fallback: str) -> str:
+    return "; ".join(line.strip() for line in lines if line.strip()) or fallback
+
+
 def physical_cores() -> int:
     """Number of physical CPU cores (llama.cpp is slower on hyperthreads)."""
     try:
@@ -122,8 +126,7 @@ class Model:
         with captured_errors() as errors:
             ptr = ll.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
-            detail = "".join(errors).strip() or "not a loadable GGUF model"
-            raise BackendError(f"cannot load model {path}: {detail}")
+            raise BackendError(f"cannot load model {path}: {_detail(errors, 'not a loadable GGUF model')}")
         self.ptr = ptr
         self.path = Path(path)
         self.vocab = ll.llama_model_get_vocab(ptr)
@@ -142,8 +145,7 @@ class Model:
         with captured_errors() as errors:
             adapter = ll.llama_adapter_lora_init(self.ptr, str(path).encode())
         if not adapter:
-            detail = "".join(errors).strip() or "not a LoRA adapter for this model"
-            raise BackendError(f"cannot load adapter {path}: {detail}")
+            raise BackendError(f"cannot load adapter {path}: {_detail(errors, 'not a LoRA adapter for this model')}")
         return adapter
 
     def token_text(self, token: int) -> str:
@@ -272,8 +274,7 @@ class Context:
         with captured_errors() as errors:
             ptr = ll.llama_init_from_model(model.ptr, params)
         if not ptr:
-            detail = "".join(errors).strip() or "out of memory?"
-            raise BackendError(f"cannot create a context of {n_ctx} tokens: {detail}")
+            raise BackendError(f"cannot create a context of {n_ctx} tokens: {_detail(errors, 'out of memory?')}")
         self.ptr = ptr
         self.model = model
         self.n_ctx: int = ll.llama_n_ctx(ptr)

@@ -100,13 +100,12 @@ def _grammar_sampler(model: Model, grammar: str) -> ll.llama_sampler_p:
     with captured_errors() as errors:
         sampler = ll.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), b"root")
     if not sampler:
-        detail = "; ".join(dict.fromkeys(_grammar_problem(line) for line in errors if line.strip()))
-        detail = detail or "the grammar does not parse"
-        raise GrammarError(f"invalid grammar: {detail}")
+        raise GrammarError(f"invalid grammar: {_grammar_problem(errors)}")
     return sampler
 
 
-
-def _grammar_problem(line: str) -> str:
-    """llama.cpp's message without its function-name prefix ("parse: error parsing grammar: ...")."""
-    return line.strip().rsplit("error parsing grammar: ", 1)[-1]
+def _grammar_problem(lines: list[str]) -> str:
+    """The useful part of llama.cpp's complaint (it also echoes the whole grammar)."""
+    problems = [line.strip().rsplit("error parsing grammar: ", 1)[-1] for line in lines if "grammar" in line]
+    specific = [p for p in problems if p != "failed to parse grammar"]
+    return "; ".join(dict.fromkeys(specific or problems)) or "the grammar does not parse"

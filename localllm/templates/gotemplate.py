@@ -331,7 +331,6 @@ class _Lexer:
 
 # ----------------------------------------------------------------------------- parser
 
-_BUILTINS: frozenset[str]  # defined below with the functions
 _KEYWORDS = frozenset({"if", "else", "end", "range", "with", "break", "continue", "define", "template", "block"})
 
 

@@ -1,0 +1,157 @@
+"""Single-stream decode speed: our streamed tokens/s against llama-cpp-python's ``Llama.generate``.
+
+Both sides run greedy decoding of the same prompt on the same model with the
+same number of threads, one after the other (never at the same time: they
+would share the CPU), alternating for ``--rounds`` rounds; the median of each
+side is compared. Tokens/s counts the decode phase only: from the first
+generated token to the last, so prompt processing and model loading do not
+blur the figure.
+
+    python scripts/bench/decode.py [--model GGUF] [--threads 2] [--tokens 128] [--json]
+
+"ours" is a function of :class:`BenchConfig` returning a :class:`Measurement`;
+today it starts the runner process and streams ``/completion``; pointing it
+at the daemon's ``/api/generate`` means writing one more such function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # runner_helpers / fixtures: start a runner, find the model
+
+PROMPT = "<|im_start|>user\nWrite a long story about a dragon who learns to bake bread.<|im_end|>\n<|im_start|>assistant\n"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model: Path
+    threads: int
+    tokens: int
+    prompt: str = PROMPT
+
+
+@dataclass(frozen=True)
+class Measurement:
+    tokens: int  # generated tokens timed (after the first)
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+Side = Callable[[BenchConfig], Callable[[], Measurement]]
+"""Prepares a side once (load the model) and returns the function that measures one round."""
+
+
+def runner_side(cfg: BenchConfig) -> Callable[[], Measurement]:
+    """Our runner process: stream ``/completion`` over its unix socket."""
+    import atexit
+
+    from runner_helpers import RunnerProcess
+
+    runner = RunnerProcess(cfg.model, "--threads", str(cfg.threads), "--parallel", "1", "--ctx", "2048")
+    atexit.register(runner.cleanup)
+    runner.wait_ready()
+    client = runner.client()
+    body = {"prompt": cfg.prompt, "options": {"temperature": 0, "repeat_penalty": 1.0, "num_predict": cfg.tokens}}
+
+    def measure() -> Measurement:
+        first = last = 0.0
+        count = 0
+        with client.stream("POST", "/completion", json=body) as r:
+            for line in r.iter_lines():
+                if not line:
+                    continue
+                now = time.perf_counter()
+                item = json.loads(line)
+                if "error" in item:
+                    raise RuntimeError(item["error"])
+                if "done" in item:
+                    count = item["eval_count"]
+                    break
+                if not first:
+                    first = now
+                last = now
+        return Measurement(tokens=count - 1, seconds=last - first)
+
+    return measure
+
+
+def llama_cpp_side(cfg: BenchConfig) -> Callable[[], Measurement]:
+    """llama-cpp-python's high-level ``Llama.generate`` in this process."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(str(cfg.model), n_threads=cfg.threads, n_ctx=2048, verbose=False)
+    tokens = llm.tokenize(cfg.prompt.encode(), special=True)
+
+    def measure() -> Measurement:
+        first = 0.0
+        count = 0
+        for token in llm.generate(tokens, temp=0.0, repeat_penalty=1.0, reset=True):
+            count += 1
+            if count == 1:
+                first = time.perf_counter()
+            if count >= cfg.tokens or llm.token_eos() == token:
+                break
+        return Measurement(tokens=count - 1, seconds=time.perf_counter() - first)
+
+    return measure
+
+
+def run(cfg: BenchConfig, ours: Side, rounds: int) -> dict:
+    """Alternate the two sides for ``rounds`` rounds; medians and their ratio."""
+    sides = {"ours": ours(cfg), "llama_cpp_python": llama_cpp_side(cfg)}
+    results: dict[str, list[Measurement]] = {name: [] for name in sides}
+    for name, measure in sides.items():
+        measure()  # warm-up: page in the weights, fill caches
+    for _ in range(rounds):
+        for name, measure in sides.items():
+            results[name].append(measure())
+    medians = {name: statistics.median(m.tokens_per_second for m in ms) for name, ms in results.items()}
+    return {
+        "model": str(cfg.model),
+        "threads": cfg.threads,
+        "tokens": cfg.tokens,
+        "rounds": rounds,
+        "ours_tokens_per_s": round(medians["ours"], 2),
+        "llama_cpp_python_tokens_per_s": round(medians["llama_cpp_python"], 2),
+        "ratio": round(medians["ours"] / medians["llama_cpp_python"], 3),
+        "samples": {name: [asdict(m) for m in ms] for name, ms in results.items()},
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=None, help="GGUF file (default: the SmolLM2 test model)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args()
+    if args.model is None:
+        import fixtures
+
+        args.model = fixtures.smollm2_gguf()
+    report = run(BenchConfig(model=args.model, threads=args.threads, tokens=args.tokens), runner_side, args.rounds)
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(f"model {report['model']}, {report['threads']} threads, {report['tokens']} tokens, {report['rounds']} rounds")
+    print(f"{'side':<20} {'tokens/s':>10}")
+    print(f"{'ours (runner)':<20} {report['ours_tokens_per_s']:>10.1f}")
+    print(f"{'Llama.generate':<20} {report['llama_cpp_python_tokens_per_s']:>10.1f}")
+    print(f"{'ratio':<20} {report['ratio']:>10.3f}")
+
+
+if __name__ == "__main__":
+    main()

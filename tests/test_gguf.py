@@ -1,0 +1,188 @@
+"""The bounded GGUF reader on the real models and on crafted hostile files."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import gguf as gguf_py
+import pytest
+
+from localllm.registry.gguf import FILE_TYPES, GGML_TYPES, InvalidGGUF, SkippedArray, read_gguf
+
+
+def gguf_string(text: str | bytes) -> bytes:
+    data = text.encode() if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def build_gguf(
+    *,
+    magic: bytes = b"GGUF",
+    version: int = 3,
+    kv: list[bytes] | None = None,
+    kv_count: int | None = None,
+    tensors: list[bytes] | None = None,
+    tensor_count: int | None = None,
+    data: bytes = b"\0" * 128,
+) -> bytes:
+    """A GGUF file from raw parts; the counts can lie."""
+    kv = [kv_string("general.architecture", "llama")] if kv is None else kv
+    tensors = [tensor_info("w", (32,), 0, 0)] if tensors is None else tensors
+    header = magic + struct.pack("<IQQ", version, len(tensors) if tensor_count is None else tensor_count,
+                                 len(kv) if kv_count is None else kv_count)  # fmt: skip
+    body = header + b"".join(kv) + b"".join(tensors)
+    body += b"\0" * (-len(body) % 32)
+    return body + data
+
+
+def kv_string(key: str, value: str) -> bytes:
+    return gguf_string(key) + struct.pack("<I", 8) + gguf_string(value)
+
+
+def kv_u32(key: str, value: int) -> bytes:
+    return gguf_string(key) + struct.pack("<II", 4, value)
+
+
+def tensor_info(name: str, shape: tuple[int, ...], ggml_type: int, offset: int) -> bytes:
+    return gguf_string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack(
+        "<IQ", ggml_type, offset
+    )
+
+
+def write(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(data)
+    return path
+
+
+def test_smollm2_header(smollm2_path: Path) -> None:
+    model = read_gguf(smollm2_path)
+    assert model.version == 3
+    assert model.architecture == "llama"
+    assert model.quantization == "Q4_1"
+    assert model.parameter_count == 134_515_008
+    assert len(model.tensors) == 272
+    assert len(model.metadata["tokenizer.ggml.tokens"]) == 49152
+    assert model.metadata["tokenizer.chat_template"].startswith("{% for message in messages %}")
+    assert {t.type_name for t in model.tensors} >= {"Q4_1", "F32"}
+
+
+def test_gemma3_header_with_skipped_arrays(gemma3_path: Path) -> None:
+    model = read_gguf(gemma3_path, skip_arrays_over=1024)
+    assert model.architecture == "gemma3"
+    assert model.quantization == "Q4_K_M"
+    assert model.arch_value("context_length") == 32768
+    assert model.metadata["tokenizer.ggml.tokens"] == SkippedArray("string", 262144)
+    assert model.metadata["tokenizer.ggml.scores"] == SkippedArray("float32", 262144)
+    assert {"Q4_K", "Q6_K"} <= {t.type_name for t in model.tensors}
+
+
+def test_tensor_table_agrees_with_gguf_py(smollm2_path: Path) -> None:
+    ours = {t.name: (t.offset, t.nbytes, t.shape) for t in read_gguf(smollm2_path, skip_arrays_over=0).tensors}
+    theirs = gguf_py.GGUFReader(smollm2_path).tensors
+    assert len(ours) == len(theirs)
+    for tensor in theirs:
+        assert ours[tensor.name] == (tensor.data_offset, tensor.n_bytes, tuple(int(d) for d in tensor.shape))
+
+
+def test_type_tables_agree_with_gguf_py() -> None:
+    for type_id, (name, block, size) in GGML_TYPES.items():
+        quant = gguf_py.GGMLQuantizationType(type_id)
+        assert quant.name == name
+        assert gguf_py.GGML_QUANT_SIZES[quant] == (block, size)
+    for file_type, name in FILE_TYPES.items():
+        assert gguf_py.LlamaFileType(file_type).name in (f"MOSTLY_{name}", f"ALL_{name}")
+
+
+def test_minimal_crafted_file_is_valid(tmp_path: Path) -> None:
+    model = read_gguf(write(tmp_path, build_gguf()))
+    assert model.architecture == "llama"
+    assert model.tensors[0].nbytes == 128  # 32 x F32
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"", "too short"),
+        (b"GGML" + b"\0" * 60, "not a GGUF file"),
+        (build_gguf(magic=b"\x7fELF"), "not a GGUF file"),
+        (build_gguf(version=1), "unsupported GGUF version 1"),
+        (build_gguf(version=99), "unsupported GGUF version 99"),
+        (build_gguf(version=3 << 24), "big-endian"),
+        (build_gguf(tensor_count=2**63), "tensors, limit"),
+        (build_gguf(kv_count=2**40), "metadata entries, limit"),
+        (build_gguf(kv_count=5), "truncated|appears twice"),
+        (build_gguf(kv=[gguf_string("k") + struct.pack("<IQ", 8, 2**62)]), "limit"),
+        (build_gguf(kv=[gguf_string("k") + struct.pack("<IQ", 8, 10_000)]), "truncated"),
+        (build_gguf(kv=[gguf_string("k") + struct.pack("<IIQ", 9, 6, 2**40)]), "items, limit"),
+        (build_gguf(kv=[gguf_string("k") + struct.pack("<IIQ", 9, 6, 1_000_000)]), "truncated"),
+        (build_gguf(kv=[gguf_string("k") + struct.pack("<IIQ", 9, 8, 1_000_000)]), "truncated"),
+        (build_gguf(kv=[gguf_string("k") + struct.pack("<IIQ", 9, 9, 1)]), "unsupported type"),
+        (build_gguf(kv=[gguf_string("k") + struct.pack("<I", 77)]), "unknown value type 77"),
+        (build_gguf(kv=[kv_u32("a", 1), kv_u32("a", 2)]), "appears twice"),
+        (build_gguf(kv=[kv_u32("general.alignment", 3)]), "power of two"),
+        (build_gguf(tensors=[tensor_info("w", (32,), 0, 1 << 40)]), "beyond the end of the file"),
+        (build_gguf(tensors=[tensor_info("w", (32,), 0, 0)], data=b"\0" * 100), "beyond the end of the file"),
+        (build_gguf(tensors=[tensor_info("w", (32,), 0, 8)], data=b"\0" * 256), "not aligned"),
+        (build_gguf(tensors=[tensor_info("w", (1, 1, 1, 1, 1), 0, 0)]), "5 dimensions"),
+        (build_gguf(tensors=[tensor_info("w", (2**40, 2**40), 0, 0)]), "impossible shape"),
+        (build_gguf(tensors=[tensor_info("w", (32,), 5, 0)]), "unknown ggml type 5"),
+        (build_gguf(tensors=[tensor_info("w", (33,), 2, 0)]), "not a multiple"),
+        (build_gguf(tensors=[tensor_info("x" * 64, (32,), 0, 0)]), "limit is 63"),
+        (build_gguf(tensors=[tensor_info("w", (32,), 0, 0), tensor_info("w", (32,), 0, 128)], data=b"\0" * 256),
+         "appears twice"),
+        (build_gguf(tensors=[tensor_info("a", (32,), 0, 0), tensor_info("b", (32,), 0, 64)], data=b"\0" * 256),
+         "overlap"),
+    ],
+)  # fmt: skip
+def test_hostile_files_are_rejected_with_a_reason(tmp_path: Path, data: bytes, problem: str) -> None:
+    with pytest.raises(InvalidGGUF, match=problem if problem.isascii() else None):
+        read_gguf(write(tmp_path, data))
+
+
+def test_metadata_limit_applies(tmp_path: Path) -> None:
+    big = build_gguf(kv=[kv_string("general.architecture", "llama"), kv_string("blob", "x" * 100_000)])
+    path = write(tmp_path, big)
+    with pytest.raises(InvalidGGUF, match="larger than the 4096-byte limit"):
+        read_gguf(path, max_metadata_bytes=4096)
+    assert read_gguf(path).metadata["blob"] == "x" * 100_000
+
+
+def test_every_truncation_of_a_real_header_is_rejected(tmp_path: Path, smollm2_path: Path) -> None:
+    """Cut the SmolLM2 file at many points (inside the header and inside the tensor data)."""
+    with smollm2_path.open("rb") as f:
+        head = f.read(1_785_664 + 4096)
+    rng = random.Random(7)
+    cuts = sorted({0, 3, 4, 8, 23, 24, 25, 100, 1_785_600, *(rng.randrange(24, len(head)) for _ in range(40))})
+    for cut in cuts:
+        path = write(tmp_path, head[:cut])
+        with pytest.raises(InvalidGGUF):
+            read_gguf(path)
+
+
+def test_random_corruption_never_escapes_as_another_error(tmp_path: Path) -> None:
+    good = build_gguf(
+        kv=[kv_string("general.architecture", "llama"), kv_u32("llama.context_length", 4096),
+            gguf_string("tokens") + struct.pack("<IIQ", 9, 8, 2) + gguf_string("a") + gguf_string("bb")],
+        tensors=[tensor_info("w", (32, 2), 0, 0), tensor_info("q", (64,), 8, 256)],
+        data=b"\1" * 512,
+    )  # fmt: skip
+    assert read_gguf(write(tmp_path, good)).metadata["tokens"] == ["a", "bb"]
+    rng = random.Random(1234)
+    for _ in range(600):
+        mutated = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            position = rng.randrange(len(mutated) - 512)  # corrupt the header, not the tensor data
+            mutated[position] = rng.randrange(256)
+        path = write(tmp_path, bytes(mutated))
+        try:
+            read_gguf(path)
+        except InvalidGGUF:
+            pass
+
+
+def test_missing_file_is_invalid_gguf(tmp_path: Path) -> None:
+    with pytest.raises(InvalidGGUF, match="cannot open"):
+        read_gguf(tmp_path / "absent.gguf")
