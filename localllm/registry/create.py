@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..templates.gotemplate import TemplateError, parse_template
+from ..templates.gotemplate import TemplateError
+from ..templates.prompt import validate_model_template
 from .gguf import InvalidGGUF
 from .modelfile import ModelfileError, convert_parameters, parse_modelfile
 from .names import InvalidName, ModelName
@@ -70,7 +71,7 @@ def check_spec(spec: CreateSpec) -> None:
     """Refuse what would fail at chat time: a template we cannot render, an unknown role."""
     if spec.template is not None:
         try:
-            parse_template(spec.template)
+            validate_model_template(spec.template)
         except TemplateError as exc:
             raise CreateError(f"TEMPLATE cannot be used: {exc}") from None
     for message in spec.messages or []:

@@ -48,6 +48,20 @@ def describe_validation_error(exc: RequestValidationError) -> str:
     return "; ".join(problems) or "invalid request body"
 
 
+class JsonBodies:
+    """Read every API body as JSON whatever its Content-Type, as Ollama does (curl -d sends form type)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "DELETE", "PUT", "PATCH") \
+                and not scope["path"].startswith("/api/blobs/"):
+            headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
+            scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
+        await self.app(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     state = DaemonState.build(settings)
@@ -84,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(ollama_router)
     app.include_router(openai_router)
+    app.add_middleware(JsonBodies)
     app.add_middleware(AccessGuard, settings=settings)
     return app
 

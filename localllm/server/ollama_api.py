@@ -22,6 +22,7 @@ from ..registry.pull import PullError
 from ..registry.store import DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from ..templates import prompt as prompts
 from ..templates.gotemplate import TemplateError
+from ..templates.prompt import PromptError
 from . import show
 from .api_types import ChatRequest, CopyRequest, CreateRequest, DeleteRequest, GenerateRequest, PullRequest, ShowRequest
 from .errors import ApiError, bad_request, not_found
@@ -353,10 +354,12 @@ async def generate(body: GenerateRequest, request: Request):
                 prompt=body.prompt, system=body.system if body.system is not None else model.system,
                 suffix=body.suffix, template_override=body.template, model_template=model.template,
                 gguf_chat_template=model.chat_template, bos=health.get("bos", ""), eos=health.get("eos", ""),
-                raw=body.raw,
+                raw=body.raw, history=model.messages,
             )
         except TemplateError as exc:
             raise _template_error(exc, model) from None
+        except PromptError as exc:
+            raise bad_request(str(exc)) from None
         return text
 
     return await _run(state, job, builder, model_name=body.model, kind="generate", stream=body.stream)
@@ -383,5 +386,7 @@ async def chat(body: ChatRequest, request: Request):
             )
         except TemplateError as exc:
             raise _template_error(exc, model) from None
+        except PromptError as exc:
+            raise bad_request(str(exc)) from None
 
     return await _run(state, job, builder, model_name=body.model, kind="chat", stream=body.stream)

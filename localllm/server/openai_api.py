@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..templates import prompt as prompts
 from ..templates.gotemplate import TemplateError
+from ..templates.prompt import PromptError
 from .errors import ApiError, bad_request, not_found
 from .formats import JSON_OBJECT_GBNF, schema_grammar
 from .inference import CompletionJob
@@ -291,6 +292,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
             )
         except TemplateError as exc:
             raise bad_request(f"template of model {body.model!r} failed to render: {exc}") from None
+        except PromptError as exc:
+            raise bad_request(str(exc)) from None
 
     completion = _Completion(request, job, body.model, "chat", n=body.n, stream=body.stream,
                              include_usage=bool(body.stream_options and body.stream_options.include_usage))

@@ -136,7 +136,7 @@ async def _pump_stderr(runner: RunnerProcess) -> None:
         log.info("runner[%d]: %s", runner.process.pid, line)
 
 
-async def start_runner(config: RunnerConfig) -> RunnerProcess:
+async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
     """Start a runner for ``config`` and wait until it answers ``/health``."""
     socket_dir = Path(tempfile.mkdtemp(prefix="localllm-runner-"))
     socket_path = socket_dir / "runner.sock"
@@ -148,8 +148,9 @@ async def start_runner(config: RunnerConfig) -> RunnerProcess:
         "--parallel", str(config.n_parallel),
         "--threads", str(config.n_threads),
         "--batch", str(config.n_batch),
-        "--gpu-layers", str(config.n_gpu_layers),
     ]
+    if config.n_gpu_layers:
+        args += ["--gpu-layers", str(config.n_gpu_layers)]
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
     env = dict(os.environ, LOCALLLM_ENGINE=config.engine)
@@ -164,7 +165,7 @@ async def start_runner(config: RunnerConfig) -> RunnerProcess:
     while True:
         if not runner.alive:
             await runner.stop()
-            raise RunnerError(f"failed to load model {config.model_path.name}: {runner.exit_description()}")
+            raise RunnerError(f"failed to load model {name}: {runner.exit_description()}")
         if socket_path.exists():
             try:
                 response = await client.get("/health", timeout=5)
@@ -175,5 +176,5 @@ async def start_runner(config: RunnerConfig) -> RunnerProcess:
                 pass
         if asyncio.get_running_loop().time() > deadline:
             await runner.stop()
-            raise RunnerError(f"model {config.model_path.name} did not load within {LOAD_TIMEOUT_S:.0f} s")
+            raise RunnerError(f"model {name} did not load within {LOAD_TIMEOUT_S:.0f} s")
         await asyncio.sleep(0.05)

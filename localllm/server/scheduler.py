@@ -201,7 +201,7 @@ class Scheduler:
         )
         started = time.perf_counter_ns()
         log.info("loading %s (ctx %d x %d, %d threads)", request.name, n_ctx, config.n_parallel, config.n_threads)
-        runner = await start_runner(config)
+        runner = await start_runner(config, request.name)
         model = LoadedModel(
             key=key, name=request.name, digest=request.digest, runner=runner, size=need.total,
             processor=plan.processor, size_vram=plan.gpu_bytes, load_duration_ns=time.perf_counter_ns() - started,
