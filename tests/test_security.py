@@ -72,3 +72,14 @@ def test_configured_origin_is_allowed(keyed_daemon):
     response = httpx.get(f"{keyed_daemon.url}/api/tags",
                          headers={"Origin": "https://app.example.org", "Authorization": "Bearer s3cret"})
     assert response.status_code == 200
+
+
+def test_chunked_body_over_limit_is_413(daemon):
+    def chunks():
+        for _ in range(40):
+            yield b"x" * (1 << 20)
+
+    response = httpx.post(f"{daemon.url}/api/chat", content=chunks(), headers={"content-type": "application/json"},
+                          timeout=60)
+    assert response.status_code == 413
+    assert "LOCALLLM_MAX_BODY_BYTES" in response.json()["error"]

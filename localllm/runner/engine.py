@@ -108,6 +108,10 @@ class Engine:
         return sum(len(s.tokens) for s in self._slots)
 
     @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
     def queue_depth(self) -> int:
         return len(self._waiting) + self._incoming.qsize()
 
@@ -136,13 +140,12 @@ class Engine:
             self._receive(block=not self._active and not self._waiting)
             if self._stopping:
                 break
-            self._admit()
-            self._reap_cancelled()
-            if not self._active:
-                continue
             try:
-                self._step()
-            except Exception as exc:  # a bug or a native failure: fail the batch, keep serving
+                self._admit()
+                self._reap_cancelled()
+                if self._active:
+                    self._step()
+            except Exception as exc:  # a bug or a native failure: fail what runs, keep serving
                 log.exception("engine step failed")
                 for slot in list(self._active):
                     self._fail(slot, f"generation failed: {exc}")

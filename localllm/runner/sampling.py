@@ -33,6 +33,7 @@ class Sampler:
         params.no_perf = True
         self.chain = ll.llama_sampler_chain_init(params)
         self._penalties = None
+        self._penalty_window = 0
         try:
             if grammar:
                 self._add(_grammar_sampler(model, grammar))
@@ -51,6 +52,7 @@ class Sampler:
         if not active or o.repeat_last_n == 0:
             return
         last_n = n_ctx if o.repeat_last_n < 0 else o.repeat_last_n  # -1: the whole context, as Ollama
+        self._penalty_window = last_n
         self._penalties = self._add(
             ll.llama_sampler_init_penalties(
                 model.n_vocab, last_n, o.repeat_penalty, o.frequency_penalty, o.presence_penalty
@@ -83,7 +85,7 @@ class Sampler:
         """Let the repeat penalties see the prompt (not the grammar: it constrains output only)."""
         if self._penalties is None:
             return
-        for token in tokens:
+        for token in tokens[-self._penalty_window :]:  # older tokens would fall out of the window
             ll.llama_sampler_accept(self._penalties, token)
 
     def sample(self, ctx: Context, row: int) -> int:

@@ -99,6 +99,8 @@ def create_app(rt: Runtime) -> Starlette:
     model = rt.model
 
     async def health(_: Request) -> Response:
+        if rt.engine is not None and not rt.engine.alive:
+            return _error("the engine thread has stopped", 503)
         return JSONResponse(
             {
                 "status": "ok",

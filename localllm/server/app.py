@@ -18,7 +18,7 @@ from ..config import Settings, load_settings
 from .errors import ApiError
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
-from .security import AccessGuard, BodyTooLarge, is_loopback_host
+from .security import AccessGuard, is_loopback_host
 from .state import DaemonState
 
 log = logging.getLogger("localllm.server")
@@ -86,10 +86,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(request, exc.status_code, str(exc.detail))
-
-    @app.exception_handler(BodyTooLarge)
-    async def _too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
-        return error_response(request, 413, str(exc))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

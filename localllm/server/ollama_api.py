@@ -18,7 +18,7 @@ from ..registry.models import LocalModel
 from ..registry.names import InvalidName, ModelName
 from ..registry.create import CreateError, CreateSpec, check_spec, spec_from_modelfile
 from ..registry.gguf import InvalidGGUF
-from ..registry.pull import PullError
+from ..registry.pull import PullError, parse_pull_target
 from ..registry.store import DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from ..templates import prompt as prompts
 from ..templates.gotemplate import TemplateError
@@ -143,13 +143,18 @@ async def delete_model(body: DeleteRequest, request: Request) -> Response:
 
 
 @router.post("/api/pull")
-async def pull_model(body: PullRequest, request: Request):
-    name = parse_name(body.model)
+async def pull_model(body: PullRequest, request: Request) -> Response:
+    if not body.model:
+        raise bad_request("model is required")
+    try:
+        name, url = parse_pull_target(body.model)
+    except (InvalidName, PullError) as exc:
+        raise bad_request(str(exc)) from None
     puller = state_of(request).puller
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         try:
-            async for status in puller.pull(name, insecure=body.insecure):
+            async for status in puller.pull(name, url=url, insecure=body.insecure):
                 yield status
         except PullError as exc:
             yield {"error": str(exc)}

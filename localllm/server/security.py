@@ -81,7 +81,11 @@ class AccessGuard:
                 await _deny(send, path, 401, "missing or wrong API key: send 'Authorization: Bearer <LOCALLLM_API_KEY>'")
                 return
         if not path.startswith(UNLIMITED_BODY_PATHS):
-            receive = self._limited(receive)
+            declared = headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.settings.max_body_bytes:
+                await _deny(send, path, 413, BodyTooLarge(self.settings.max_body_bytes).message)
+                return
+            receive, send = self._limited(receive, send, path)
         await self.app(scope, receive, _with_cors(send, origin))
 
     def _host_allowed(self, host: str) -> bool:
@@ -95,29 +99,37 @@ class AccessGuard:
         expected = self.settings.api_key or ""
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
 
-    def _limited(self, receive: Receive) -> Receive:
-        """A receive that fails the request with 413 once the body passes the limit."""
+    def _limited(self, receive: Receive, send: Send, path: str) -> tuple[Receive, Send]:
+        """For bodies without a length: once past the limit, the body is cut off and the
+        app's answer (an error about the broken body) is replaced by a 413."""
         limit = self.settings.max_body_bytes
         seen = 0
+        exceeded = False
 
         async def limited_receive() -> dict[str, Any]:
-            nonlocal seen
+            nonlocal seen, exceeded
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise BodyTooLarge(limit)
+                    exceeded = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
-        return limited_receive
+        async def guarded_send(message: dict[str, Any]) -> None:
+            if not exceeded:
+                await send(message)
+            elif message["type"] == "http.response.start":
+                await _deny(send, path, 413, BodyTooLarge(limit).message)
+
+        return limited_receive, guarded_send
 
 
-class BodyTooLarge(Exception):
-    """The request body is over LOCALLLM_MAX_BODY_BYTES."""
+class BodyTooLarge:
+    """The message for a request body over LOCALLLM_MAX_BODY_BYTES."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"request body is larger than the limit of {limit} bytes (LOCALLLM_MAX_BODY_BYTES)")
-        self.limit = limit
+        self.message = f"request body is larger than the limit of {limit} bytes (LOCALLLM_MAX_BODY_BYTES)"
 
 
 def error_body(path: str, status: int, message: str) -> bytes:
