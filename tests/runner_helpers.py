@@ -106,11 +106,15 @@ def parse_stream(lines: list[str]) -> tuple[list[str], dict[str, Any]]:
     return pieces, final
 
 
-def complete(client: httpx.Client, prompt: str | list[int], grammar: str | None = None, **options: Any) -> tuple[list[str], dict[str, Any]]:
+def complete(
+    client: httpx.Client,
+    prompt: str | list[int],
+    grammar: str | None = None,
+    context: list[int] | None = None,
+    **options: Any,
+) -> tuple[list[str], dict[str, Any]]:
     """One streamed /completion: the pieces and the final object."""
-    body: dict[str, Any] = {"prompt": prompt, "options": options}
-    if grammar is not None:
-        body["grammar"] = grammar
+    body: dict[str, Any] = {"prompt": prompt, "options": options, "grammar": grammar, "context": context}
     with client.stream("POST", "/completion", json=body) as r:
         assert r.status_code == 200, r.read()
         return parse_stream(list(r.iter_lines()))

@@ -224,8 +224,8 @@ def test_run_reads_piped_stdin_and_verbose_prints_stats(env: CliEnv, terse: str)
 
 
 def test_run_format_json_answers_json(env: CliEnv, terse: str) -> None:
-    result = env.run("run", "smollm2:135m", "--format", "json", "--keepalive", "1m",
-                     "Give a JSON object with a key named color.", timeout=240)
+    result = env.run("run", terse, "--format", "json", "--keepalive", "1m",
+                     "Give a JSON object with a key named color.")
     assert result.returncode == 0, result.stderr
     assert result.stdout.lstrip().startswith("{")
 

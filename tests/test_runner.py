@@ -156,6 +156,25 @@ def test_prompt_as_token_ids(client: httpx.Client) -> None:
     assert by_ids == by_text
 
 
+def test_context_goes_before_the_prompt(client: httpx.Client) -> None:
+    _, first = complete(client, PROMPTS[3], num_predict=8, **GREEDY)
+    follow_up = chat_prompt("And 3+3?")
+    _, second = complete(client, follow_up, context=first["context"], num_predict=8, **GREEDY)
+    added = client.post("/tokenize", json={"content": follow_up, "add_special": False}).json()["tokens"]
+    assert second["context"][: len(first["context"]) + len(added)] == first["context"] + added
+    assert second["prompt_eval_count"] == len(first["context"]) + len(added)
+
+
+def test_gemma3_k_quants_and_no_doubled_bos(gemma3_path: Path) -> None:
+    with running_runner(gemma3_path, "--ctx", "256", "--parallel", "1", "--threads", runner_threads()) as r, r.client() as c:
+        health = c.get("/health").json()
+        assert health["bos"] == "<bos>"
+        bos = c.post("/tokenize", json={"content": "<bos>", "add_special": False}).json()["tokens"][0]
+        pieces, done = complete(c, "<bos>The capital of France is", num_predict=6, **GREEDY)
+    assert done["context"][0] == bos and done["context"][1] != bos
+    assert "Paris" in "".join(pieces)
+
+
 async def _complete_async(client: httpx.AsyncClient, prompt: str, n: int) -> tuple[str, dict]:
     body = {"prompt": prompt, "options": {**GREEDY, "num_predict": n}}
     async with client.stream("POST", "/completion", json=body) as r:
@@ -244,6 +263,7 @@ def test_grammar_constrains_output(client: httpx.Client) -> None:
         ({"prompt": "hi", "options": {"stop": "x", "num_predict": 1.5}}, "num_predict"),
         ({"prompt": "hi", "options": {"mirostat": 3}}, "mirostat"),
         ({"prompt": [1, 2, 999999]}, "999999"),
+        ({"prompt": "hi", "context": "not tokens"}, "context"),
         ({"prompt": ""}, "empty"),
         ({"prompt": 5}, "prompt"),
         ({"prompt": "hi", "stream": "yes"}, "stream"),

@@ -1,0 +1,15 @@
+"""The runner process: one loaded model, served to the daemon over a unix socket.
+
+Started as ``python -m localllm.runner`` (see :mod:`localllm.runner.__main__`
+for the arguments and :mod:`localllm.runner.server` for the HTTP API).
+
+Modules, one concern each:
+
+- :mod:`~localllm.runner.backend`: llama.cpp's low-level API (model, context, batch);
+- :mod:`~localllm.runner.engine`: the continuous-batching loop over sequence slots;
+- :mod:`~localllm.runner.sampling`: per-sequence sampler chains (and GBNF grammars);
+- :mod:`~localllm.runner.options`: the Ollama options the runner honours;
+- :mod:`~localllm.runner.textstream`: UTF-8-safe, stop-string-safe streaming text;
+- :mod:`~localllm.runner.embed`: embeddings (``--embedding`` runners);
+- :mod:`~localllm.runner.server`: the HTTP endpoints.
+"""

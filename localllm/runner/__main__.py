@@ -1,7 +1,7 @@
 """``python -m localllm.runner``: serve one model on a unix socket.
 
     python -m localllm.runner --model PATH --socket PATH [--ctx N] [--parallel N]
-        [--threads N] [--batch N] [--adapter PATH ...] [--embedding] [--verbose]
+        [--threads N] [--batch N] [--gpu-layers N] [--adapter PATH ...] [--embedding] [--verbose]
 
 The daemon starts one runner per loaded model and talks to it over the
 socket (see :mod:`localllm.runner.server` for the endpoints). Logs go to
@@ -44,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parallel", type=_positive, default=4, help="sequences decoded together")
     p.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--batch", type=_positive, default=512, help="most tokens per decode step")
+    p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload to a GPU (GPU builds only)")
     p.add_argument("--adapter", type=Path, action="append", default=[], help="LoRA adapter GGUF (repeatable)")
     p.add_argument("--embedding", action="store_true", help="serve /embedding instead of /completion")
     p.add_argument("--verbose", action="store_true", help="pass llama.cpp's own log through to stderr")
@@ -61,7 +62,7 @@ def _clear_stale_socket(path: Path) -> None:
 def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
     """Load the model and create the context the arguments describe."""
     init_backend(verbose=args.verbose)
-    model = Model(args.model, args.adapter)
+    model = Model(args.model, args.adapter, args.gpu_layers)
     n_ctx = args.ctx
     if 0 < model.n_ctx_train < n_ctx:
         log.warning("context %d exceeds the model's training context %d; using %d", n_ctx, model.n_ctx_train, model.n_ctx_train)

@@ -119,10 +119,10 @@ def physical_cores() -> int:
 class Model:
     """Weights (memory-mapped) and vocabulary of one GGUF file."""
 
-    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = ()) -> None:
+    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0) -> None:
         params = ll.llama_model_default_params()
         params.use_mmap = True
-        params.n_gpu_layers = 0
+        params.n_gpu_layers = n_gpu_layers  # ignored by CPU-only builds
         with captured_errors() as errors:
             ptr = ll.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:

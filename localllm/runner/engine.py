@@ -99,10 +99,6 @@ class Engine:
     # -- public, any thread -------------------------------------------------
 
     @property
-    def n_parallel(self) -> int:
-        return len(self._slots)
-
-    @property
     def kv_used_cells(self) -> int:
         """KV cells held by sequences (read without locking: a snapshot for /health)."""
         return sum(len(s.tokens) for s in self._slots)
@@ -151,6 +147,7 @@ class Engine:
                     self._fail(slot, f"generation failed: {exc}")
         for slot in list(self._active):
             self._fail(slot, "the runner is shutting down")
+        self._receive(block=False)
         for request in self._waiting:
             request.emit({"error": "the runner is shutting down"})
             request.sampler.close()

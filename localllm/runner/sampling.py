@@ -1,18 +1,30 @@
 """Per-sequence sampler chains, built from Ollama options, run in C.
 
-Every token is sampled by ``llama_sampler_sample`` on the chain, so the
-per-token cost stays in llama.cpp; Python only builds the chain once per
-request. Samplers that would be no-ops with the given options are left out.
+Without a grammar every token is picked by one ``llama_sampler_sample`` call,
+so the per-token cost stays in llama.cpp; Python only builds the chain once
+per request, leaving out samplers that would be no-ops with the options.
+
+With a grammar, checking all ~50k vocabulary entries against it for every
+token is slow, so we do what llama.cpp's own sampler does: pick a token
+without the grammar, check only that one token against it, and only when
+the grammar rejects it pick again with the grammar applied to the whole
+vocabulary.
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
 from collections.abc import Sequence
 
 import llama_cpp as ll
+import numpy as np
 
 from localllm.runner.backend import Context, Model, captured_errors
 from localllm.runner.options import CompletionOptions
+
+# struct llama_token_data { llama_token id; float logit; float p; }
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
 
 class GrammarError(ValueError):
@@ -20,25 +32,27 @@ class GrammarError(ValueError):
 
 
 class Sampler:
-    """A sampler chain for one sequence: grammar → penalties → filters → pick.
+    """Picks the tokens of one sequence: penalties → filters → pick, under an optional grammar.
 
-    Order as llama.cpp's common sampler: penalties, top_k, typical, top_p,
-    min_p, temperature, then a seeded random pick (or mirostat, or greedy
-    at temperature 0). The grammar comes first so every later step only sees
-    tokens the grammar allows.
+    Chain order as llama.cpp's common sampler: penalties, top_k, typical,
+    top_p, min_p, temperature, then a seeded random pick (or mirostat, or
+    greedy at temperature 0).
     """
 
     def __init__(self, model: Model, options: CompletionOptions, n_ctx: int, grammar: str | None = None) -> None:
         params = ll.llama_sampler_chain_default_params()
         params.no_perf = True
         self.chain = ll.llama_sampler_chain_init(params)
+        self._grammar = None
         self._penalties = None
         self._penalty_window = 0
         try:
-            if grammar:
-                self._add(_grammar_sampler(model, grammar))
             self._add_penalties(model, options, n_ctx)
             self._add_selection(model, options)
+            if grammar:
+                self._grammar = _grammar_sampler(model, grammar)
+                self._candidates = _Candidates(model.n_vocab)
+                self._probe = _Candidates(1)
         except BaseException:
             self.close()
             raise
@@ -90,12 +104,60 @@ class Sampler:
 
     def sample(self, ctx: Context, row: int) -> int:
         """Pick the next token from the logits of batch row ``row`` and accept it."""
-        return ll.llama_sampler_sample(self.chain, ctx.ptr, row)
+        if self._grammar is None:
+            return ll.llama_sampler_sample(self.chain, ctx.ptr, row)
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx.ptr, row), shape=(self._candidates.size,))
+        token = self._candidates.pick(logits, self.chain)
+        if not self._grammar_allows(token):
+            token = self._candidates.pick(logits, self.chain, first=self._grammar)
+        ll.llama_sampler_accept(self._grammar, token)
+        ll.llama_sampler_accept(self.chain, token)
+        return token
+
+    def _grammar_allows(self, token: int) -> bool:
+        probe = self._probe
+        probe.data["id"] = token
+        probe.data["logit"] = 1.0
+        probe.reset(1)
+        ll.llama_sampler_apply(self._grammar, probe.ref)
+        return not math.isinf(probe.data["logit"][0])
 
     def close(self) -> None:
         if self.chain:
             ll.llama_sampler_free(self.chain)
             self.chain = None
+        if self._grammar:
+            ll.llama_sampler_free(self._grammar)
+            self._grammar = None
+
+
+class _Candidates:
+    """A reusable ``llama_token_data_array`` over a numpy buffer."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data = np.zeros(size, dtype=_TOKEN_DATA)
+        self._ids = np.arange(size, dtype=np.int32)
+        self._array = ll.llama_token_data_array(
+            data=self.data.ctypes.data_as(ll.llama_token_data_p), size=size, selected=-1, sorted=False
+        )
+        self.ref = ctypes.byref(self._array)
+
+    def reset(self, size: int) -> None:
+        self._array.size = size
+        self._array.selected = -1
+        self._array.sorted = False
+
+    def pick(self, logits: np.ndarray, chain: ll.llama_sampler_p, first: ll.llama_sampler_p | None = None) -> int:
+        """Run ``first`` (the grammar) then ``chain`` over all logits; the selected token."""
+        self.data["id"] = self._ids
+        self.data["logit"] = logits
+        self.data["p"] = 0.0
+        self.reset(self.size)
+        if first is not None:
+            ll.llama_sampler_apply(first, self.ref)
+        ll.llama_sampler_apply(chain, self.ref)
+        return int(self.data["id"][self._array.selected])
 
 
 def _grammar_sampler(model: Model, grammar: str) -> ll.llama_sampler_p:

@@ -13,13 +13,14 @@ bad input):
 ``POST /detokenize``
     ``{"tokens": [int]}`` → ``{"content": str}``.
 ``POST /completion``
-    ``{"prompt": str | [int], "options": {Ollama options}, "grammar": GBNF |
-    null, "stream": true}`` → NDJSON lines ``{"content": piece}``, then
+    ``{"prompt": str | [int], "context": [int] | null, "options": {Ollama
+    options}, "grammar": GBNF | null, "stream": true}`` → NDJSON lines ``{"content": piece}``, then
     ``{"done": true, "done_reason": "stop" | "length", "prompt_eval_count",
     "prompt_eval_duration", "eval_count", "eval_duration", "cached_tokens",
     "context": [int]}``; a failure mid-stream is a line ``{"error": msg}``.
-    Pieces never split a UTF-8 character and never contain any part of a
-    stop string. Closing the connection cancels the generation. With
+    ``context`` (tokens of an earlier exchange, Ollama's ``/api/generate``
+    ``context``) goes before the prompt. Pieces never split a UTF-8
+    character and never contain any part of a stop string. Closing the connection cancels the generation. With
     ``"stream": false`` one object: the done fields plus ``"content"``.
 ``POST /embedding`` (runner started with ``--embedding`` only)
     ``{"content": [str], "truncate": true}`` → ``{"embeddings": [[float]],
@@ -94,6 +95,21 @@ def _token_list(value: Any, name: str, n_vocab: int) -> list[int]:
     return value
 
 
+def _prompt_tokens(model: Model, prompt: Any, context: Any) -> list[int]:
+    """The tokens to evaluate: an earlier exchange's ``context`` (if any), then the prompt."""
+    earlier = [] if context is None else _token_list(context, "context", model.n_vocab)
+    if isinstance(prompt, str):
+        tokens = model.tokenize(prompt, add_special=not earlier, parse_special=True)
+        if len(tokens) > 1 and tokens[0] == tokens[1] == model.bos:
+            tokens = tokens[1:]  # the chat template wrote BOS and the tokenizer added another
+    else:
+        tokens = _token_list(prompt, "prompt", model.n_vocab)
+    tokens = earlier + tokens
+    if not tokens:
+        raise BadRequest("the prompt is empty")
+    return tokens
+
+
 def create_app(rt: Runtime) -> Starlette:
     """The Starlette application serving ``rt``."""
     model = rt.model
@@ -135,13 +151,7 @@ def create_app(rt: Runtime) -> Starlette:
         if rt.engine is None:
             raise BadRequest("this runner was started with --embedding and only serves /embedding")
         body = await _body(request)
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            tokens = model.tokenize(prompt, add_special=True, parse_special=True)
-        else:
-            tokens = _token_list(prompt, "prompt", model.n_vocab)
-        if not tokens:
-            raise BadRequest("the prompt is empty")
+        tokens = _prompt_tokens(model, body.get("prompt"), body.get("context"))
         options = CompletionOptions.from_dict(body.get("options"))
         grammar = body.get("grammar")
         if grammar is not None and not isinstance(grammar, str):

@@ -18,6 +18,9 @@ from ..config import Settings
 from ..registry.names import InvalidName, ModelName
 from ..registry.models import LocalModel, load_local_model
 from ..registry.store import ModelNotFound, Store
+from ..templates import prompt as prompts
+from ..templates.gotemplate import TemplateError
+from ..templates.prompt import PromptError
 from .errors import ApiError, bad_request, not_found
 from .metrics import Metrics
 from .options import keep_alive_seconds, merge_options
@@ -163,3 +166,34 @@ class Inference:
             yield {"error": str(exc)}
         finally:
             await events.aclose()
+
+
+async def collect_completion(events: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """Run one completion to its end: its whole text and its final event."""
+    pieces = []
+    async for event in events:
+        if "error" in event:
+            raise ApiError(500, event["error"])
+        if event.get("done"):
+            return "".join(pieces), event
+        pieces.append(event.get("content", ""))
+    raise ApiError(500, "model runner ended the answer early")
+
+
+def chat_prompt_builder(model: LocalModel, messages: list[dict[str, Any]],
+                        tools: list[dict[str, Any]] | None) -> PromptBuilder:
+    """A PromptBuilder rendering the model's chat template; template errors become 400s."""
+
+    def build(health: dict[str, Any]) -> str:
+        try:
+            return prompts.build_prompt(
+                messages=model.messages + messages, system=model.system, model_template=model.template,
+                gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
+                eos_token=health.get("eos", ""), tools=tools,
+            )
+        except TemplateError as exc:
+            raise bad_request(f"template of model {model.name.display!r} failed to render: {exc}") from None
+        except PromptError as exc:
+            raise bad_request(str(exc)) from None
+
+    return build

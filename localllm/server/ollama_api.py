@@ -27,9 +27,10 @@ from . import show
 from .api_types import ChatRequest, CopyRequest, CreateRequest, DeleteRequest, GenerateRequest, PullRequest, ShowRequest
 from .errors import ApiError, bad_request, not_found
 from .formats import grammar_for_format
-from .inference import CompletionJob
+from .inference import CompletionJob, chat_prompt_builder, collect_completion
 from .options import validate_options
 from .state import DaemonState
+from .tools import ToolCall, ToolUse
 
 log = logging.getLogger("localllm.api")
 
@@ -282,22 +283,29 @@ async def _load_only(state: DaemonState, job: CompletionJob, kind: str, model_na
     return JSONResponse(_load_or_unload_answer(job, kind, model_name, load_ns))
 
 
-async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: str, kind: str, stream: bool):
-    """Relay a completion as Ollama's chat or generate objects, streamed or whole."""
+async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: str, kind: str, stream: bool,
+               tool_use: ToolUse | None = None):
+    """Relay a completion as Ollama's chat or generate objects, streamed or whole.
+
+    With tools, the answer is collected first so that tool calls can be parsed
+    out of it; it is then sent as one content chunk carrying ``tool_calls``.
+    """
     events = state.inference.stream(job, builder)
     first = await _first_event(events)  # raises ApiError before any byte is sent
 
-    def chunk(piece: str) -> dict[str, Any]:
+    def chunk(piece: str, calls: list[ToolCall] = ()) -> dict[str, Any]:
         base: dict[str, Any] = {"model": model_name, "created_at": now_iso()}
         if kind == "chat":
             base["message"] = {"role": "assistant", "content": piece}
+            if calls:
+                base["message"]["tool_calls"] = [call.ollama() for call in calls]
         else:
             base["response"] = piece
         base["done"] = False
         return base
 
-    def final(event: dict[str, Any], text: str) -> dict[str, Any]:
-        answer = chunk(text)
+    def final(event: dict[str, Any], text: str, calls: list[ToolCall] = ()) -> dict[str, Any]:
+        answer = chunk(text, calls)
         answer["done"] = True
         answer["done_reason"] = event.get("done_reason", "stop")
         if kind == "generate":
@@ -306,6 +314,17 @@ async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: s
         return answer
 
     async def relay() -> AsyncIterator[dict[str, Any]]:
+        if tool_use is not None:
+            try:
+                text, done = await collect_completion(_prepend(first, events))
+            except ApiError as exc:
+                yield {"error": exc.message}
+                return
+            content, calls = tool_use.parse(text)
+            if content or calls:
+                yield chunk(content, calls)
+            yield final(done, "")
+            return
         async for event in _prepend(first, events):
             if "error" in event:
                 yield {"error": event["error"]}
@@ -317,14 +336,9 @@ async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: s
 
     if stream:
         return StreamingResponse(ndjson(relay()), media_type=NDJSON)
-    text = []
-    async for event in _prepend(first, events):
-        if "error" in event:
-            raise ApiError(500, event["error"])
-        if event.get("done"):
-            return JSONResponse(final(event, "".join(text)))
-        text.append(event.get("content", ""))
-    raise ApiError(500, "model runner ended the answer early")
+    text, done = await collect_completion(_prepend(first, events))
+    content, calls = tool_use.parse(text) if tool_use else (text, [])
+    return JSONResponse(final(done, content, calls))
 
 
 async def _first_event(events: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
@@ -374,24 +388,13 @@ async def generate(body: GenerateRequest, request: Request):
 async def chat(body: ChatRequest, request: Request):
     state = state_of(request)
     job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format))
-    model = job.model
     for index, message in enumerate(body.messages):
         if message.role not in CHAT_ROLES:
             raise bad_request(f"messages[{index}]: invalid role {message.role!r}; use system, user, assistant or tool")
     if not body.messages:
         return await _load_only(state, job, "chat", body.model)
-    messages = model.messages + [m.model_dump(exclude_none=True) for m in body.messages]
-
-    def builder(health: dict[str, Any]) -> str:
-        try:
-            return prompts.build_prompt(
-                messages=messages, system=model.system, model_template=model.template,
-                gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
-                eos_token=health.get("eos", ""), tools=body.tools,
-            )
-        except TemplateError as exc:
-            raise _template_error(exc, model) from None
-        except PromptError as exc:
-            raise bad_request(str(exc)) from None
-
-    return await _run(state, job, builder, model_name=body.model, kind="chat", stream=body.stream)
+    tool_use = ToolUse.for_model(job.model, body.tools)
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    builder = chat_prompt_builder(job.model, messages, tool_use.tools if tool_use else None)
+    return await _run(state, job, builder, model_name=body.model, kind="chat", stream=body.stream,
+                      tool_use=tool_use)

@@ -17,13 +17,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..templates import prompt as prompts
-from ..templates.gotemplate import TemplateError
-from ..templates.prompt import PromptError
 from .errors import ApiError, bad_request, not_found
 from .formats import JSON_OBJECT_GBNF, schema_grammar
-from .inference import CompletionJob
+from .inference import CompletionJob, chat_prompt_builder, collect_completion
 from .ollama_api import parse_name, state_of
+from .tools import ToolCall, ToolUse
 
 router = APIRouter(prefix="/v1")
 
@@ -146,18 +144,6 @@ def _sse(payload: dict[str, Any] | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-async def _collect(events: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """Run one completion to its end: its text and its final event."""
-    pieces = []
-    async for event in events:
-        if "error" in event:
-            raise ApiError(500, event["error"])
-        if event.get("done"):
-            return "".join(pieces), event
-        pieces.append(event.get("content", ""))
-    raise ApiError(500, "model runner ended the answer early")
-
-
 async def _merge(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
     """Interleave the events of ``n`` concurrent completions as (choice index, event)."""
     queue: asyncio.Queue[tuple[int, dict[str, Any] | None]] = asyncio.Queue()
@@ -189,8 +175,9 @@ class _Completion:
     """Shared flow of chat and text completions: n choices, streamed or whole."""
 
     def __init__(self, request: Request, job: CompletionJob, model_name: str, kind: str, *, n: int,
-                 stream: bool, include_usage: bool, echo: str = "") -> None:
+                 stream: bool, include_usage: bool, echo: str = "", tool_use: ToolUse | None = None) -> None:
         self.state = state_of(request)
+        self.tool_use = tool_use
         self.stream = stream
         self.echo = echo
         self.job = job
@@ -218,21 +205,37 @@ class _Completion:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model_name,
                 "system_fingerprint": "fp_localllm", "choices": choices}
 
-    def _choice(self, index: int, text: str | None, finish: str | None, chunk: bool) -> dict[str, Any]:
+    def _choice(self, index: int, text: str | None, finish: str | None, chunk: bool,
+                calls: list[ToolCall] = ()) -> dict[str, Any]:
         if self.kind == "chat":
+            tool_calls = [call.openai() for call in calls]
+            if calls:
+                finish = finish and "tool_calls"
             if chunk:
                 delta: dict[str, Any] = {} if text is None else {"content": text}
+                if tool_calls:
+                    delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(tool_calls)]
                 return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {"index": index, "message": {"role": "assistant", "content": text, "refusal": None},
-                    "logprobs": None, "finish_reason": finish}
+            message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else ""),
+                                       "refusal": None}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
         return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+
+    def _finished(self, text: str, done: dict[str, Any]) -> tuple[str, str, list[ToolCall]]:
+        """Content, finish reason and tool calls of one finished choice."""
+        content, calls = self.tool_use.parse(self.echo + text) if self.tool_use else (self.echo + text, [])
+        return content, _finish_reason(done), calls
 
     async def respond(self, builder):
         streams = self._streams(builder)
         if not self.stream:
-            results = await asyncio.gather(*(_collect(s) for s in streams))
-            choices = [self._choice(i, self.echo + text, _finish_reason(done), False)
-                       for i, (text, done) in enumerate(results)]
+            results = await asyncio.gather(*(collect_completion(s) for s in streams))
+            choices = []
+            for index, (text, done) in enumerate(results):
+                content, finish, calls = self._finished(text, done)
+                choices.append(self._choice(index, content, finish, False, calls))
             answer = self._envelope(choices, False)
             answer["usage"] = _usage([done for _, done in results])
             return JSONResponse(answer)
@@ -248,10 +251,21 @@ class _Completion:
         elif self.echo:
             for index in range(self.n):
                 yield _sse(self._envelope([self._choice(index, self.echo, None, True)], True))
+        buffered: dict[int, list[str]] = {index: [] for index in range(self.n)}
         async for index, event in _merge(streams):
             if "error" in event:
                 yield _sse({"error": {"message": event["error"], "type": "api_error", "param": None, "code": None}})
                 return
+            if self.tool_use is not None:  # calls can only be parsed from the whole answer
+                if event.get("done"):
+                    finals.append(event)
+                    content, finish, calls = self._finished("".join(buffered[index]), event)
+                    if content:
+                        yield _sse(self._envelope([self._choice(index, content, None, True)], True))
+                    yield _sse(self._envelope([self._choice(index, None, finish, True, calls)], True))
+                else:
+                    buffered[index].append(event.get("content", ""))
+                continue
             if event.get("done"):
                 finals.append(event)
                 yield _sse(self._envelope([self._choice(index, None if self.kind == "chat" else "",
@@ -276,27 +290,53 @@ def _job(request: Request, body: _SamplingBody, max_tokens: int | None, grammar:
         raise
 
 
+def _chat_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """OpenAI messages as the chat templates expect them (Ollama's shape)."""
+    converted = []
+    for m in messages:
+        message: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": _text_of(m.content)}
+        if m.tool_calls:
+            message["tool_calls"] = [_template_tool_call(call) for call in m.tool_calls]
+        if m.role == "tool" and m.name:
+            message["tool_name"] = m.name
+        converted.append(message)
+    return converted
+
+
+def _template_tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    arguments = function.get("arguments", "{}")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except json.JSONDecodeError:
+            raise bad_request(f"tool call {function.get('name')!r}: arguments are not valid JSON") from None
+    return {"function": {"name": function.get("name", ""), "arguments": arguments}}
+
+
+def _tool_grammar(tool_use: ToolUse | None, choice: str | dict[str, Any] | None) -> tuple[ToolUse | None, str | None]:
+    """Apply ``tool_choice``: none drops the tools; required or a named function forces a call."""
+    if tool_use is None or choice in (None, "auto"):
+        return tool_use, None
+    if choice == "none":
+        return None, None
+    if choice == "required":
+        return tool_use, tool_use.forced_grammar()
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        return tool_use, tool_use.forced_grammar(choice["function"].get("name"))
+    raise bad_request(f"invalid tool_choice {choice!r}: use none, auto, required or a function")
+
+
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     job = _job(request, body, body.max_completion_tokens or body.max_tokens, _grammar(body.response_format))
-    model = job.model
-    messages = model.messages + [{"role": "system" if m.role == "developer" else m.role,
-                                  "content": _text_of(m.content)} for m in body.messages]
-
-    def builder(health: dict[str, Any]) -> str:
-        try:
-            return prompts.build_prompt(
-                messages=messages, system=model.system, model_template=model.template,
-                gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
-                eos_token=health.get("eos", ""), tools=body.tools,
-            )
-        except TemplateError as exc:
-            raise bad_request(f"template of model {body.model!r} failed to render: {exc}") from None
-        except PromptError as exc:
-            raise bad_request(str(exc)) from None
-
+    tool_use, forced = _tool_grammar(ToolUse.for_model(job.model, body.tools), body.tool_choice)
+    if forced:
+        job.grammar = forced
+    builder = chat_prompt_builder(job.model, _chat_messages(body.messages), tool_use.tools if tool_use else None)
     completion = _Completion(request, job, body.model, "chat", n=body.n, stream=body.stream,
-                             include_usage=bool(body.stream_options and body.stream_options.include_usage))
+                             include_usage=bool(body.stream_options and body.stream_options.include_usage),
+                             tool_use=tool_use)
     return await completion.respond(builder)
 
 

@@ -145,7 +145,8 @@ class Scheduler:
             asyncio.get_running_loop().create_task(self._unload(model))
 
     def _key(self, request: LoadRequest) -> tuple:
-        return (request.digest, tuple(str(a) for a in request.adapters), self.settings.engine)
+        """Models that share weights and adapters share a runner; templates and options are per request."""
+        return (str(request.model_path), tuple(str(a) for a in request.adapters), self.settings.engine)
 
     async def _acquire(self, request: LoadRequest) -> LoadedModel:
         key = self._key(request)

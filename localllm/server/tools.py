@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import bad_request
+from .formats import schema_grammar
 
 HERMES, LLAMA3, MISTRAL = "hermes", "llama3", "mistral"
 
@@ -146,3 +147,33 @@ def wrap_call_grammar(json_grammar: str, syntax: str) -> str:
     opening = {HERMES: r'"<tool_call>\n"', MISTRAL: '"[TOOL_CALLS]["', LLAMA3: '""'}[syntax]
     closing = {HERMES: r'"\n</tool_call>"', MISTRAL: '"]"', LLAMA3: '""'}[syntax]
     return f"root ::= {opening} toolcall-json {closing}\n{renamed}"
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """The tools of one request, and how this model writes calls to them."""
+
+    tools: list[dict[str, Any]]
+    syntax: str
+
+    @classmethod
+    def for_model(cls, model: Any, tools: list[dict[str, Any]] | None) -> "ToolUse | None":
+        """None without tools; 400 when the model's template has no place for tools."""
+        checked = validate_tools(tools)
+        if not checked:
+            return None
+        template = model.template or model.chat_template or ""
+        if "tools" not in template and ".Tools" not in template:
+            raise bad_request(f"{model.name.display} does not support tools")
+        return cls(checked, call_syntax(template))
+
+    @property
+    def names(self) -> set[str]:
+        return {tool["function"]["name"] for tool in self.tools}
+
+    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+        return parse_tool_calls(text, self.syntax, self.names)
+
+    def forced_grammar(self, only: str | None = None) -> str:
+        """GBNF that makes the model write one call (to ``only``, when given)."""
+        return wrap_call_grammar(schema_grammar(forced_call_schema(self.tools, only)), self.syntax)
