@@ -120,15 +120,18 @@ def test_ctrl_c_stops_generation_without_leaving(repl: PtySession) -> None:
 
 
 def test_load_switches_model(env: CliEnv, repl: PtySession) -> None:
-    assert httpx.post(env.base_url + "/api/copy", json={"source": "smollm2:135m", "destination": "other"},
-                      timeout=30).status_code == 200
+    created = httpx.post(env.base_url + "/api/create", timeout=60, json={
+        "model": "other", "from": "smollm2:135m", "system": "You are the other model.", "stream": False})
+    assert created.status_code == 200, created.text
     repl.sendline("/load no-such-model")
     repl.expect(r"Couldn't find model 'no-such-model'")
+    repl.sendline("/show system")
+    repl.expect(r"No system message was specified for this model\.")
     repl.sendline("/load other")
     repl.expect(r"Loading model 'other'")
     repl.expect(PROMPT, timeout=60)
-    names = [m["name"] for m in httpx.get(env.base_url + "/api/ps", timeout=30).json()["models"]]
-    assert "other:latest" in names
+    repl.sendline("/show system")
+    repl.expect(r"(?m)^You are the other model\.")
     repl.sendline("/bye")
     assert repl.wait() == 0
 

@@ -165,6 +165,17 @@ class Model:
             n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
         return list(buf[:n])
 
+    def tokenize_prompt(self, text: str) -> list[int]:
+        """A prompt's tokens: specials parsed, BOS added where the model wants one, never twice.
+
+        Chat templates often write the BOS token themselves; the tokenizer
+        would add a second one, which degrades some models' output.
+        """
+        tokens = self.tokenize(text, add_special=True, parse_special=True)
+        if len(tokens) > 1 and tokens[0] == tokens[1] == self.bos:
+            del tokens[0]
+        return tokens
+
     def piece(self, token: int) -> bytes:
         """The bytes a generated token contributes to the output (control tokens: none).
 

@@ -32,7 +32,7 @@ class Embedder:
         """Embeddings of ``texts`` and the number of tokens evaluated."""
         inputs = []
         for i, text in enumerate(texts):
-            tokens = self.model.tokenize(text, add_special=True, parse_special=True)
+            tokens = self.model.tokenize_prompt(text)
             if len(tokens) > self.limit:
                 if not truncate:
                     raise InputTooLong(

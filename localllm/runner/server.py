@@ -99,9 +99,10 @@ def _prompt_tokens(model: Model, prompt: Any, context: Any) -> list[int]:
     """The tokens to evaluate: an earlier exchange's ``context`` (if any), then the prompt."""
     earlier = [] if context is None else _token_list(context, "context", model.n_vocab)
     if isinstance(prompt, str):
-        tokens = model.tokenize(prompt, add_special=not earlier, parse_special=True)
-        if len(tokens) > 1 and tokens[0] == tokens[1] == model.bos:
-            tokens = tokens[1:]  # the chat template wrote BOS and the tokenizer added another
+        if earlier:  # a continuation: no second BOS in the middle
+            tokens = model.tokenize(prompt, add_special=False, parse_special=True)
+        else:
+            tokens = model.tokenize_prompt(prompt)
     else:
         tokens = _token_list(prompt, "prompt", model.n_vocab)
     tokens = earlier + tokens

@@ -104,3 +104,17 @@ class CreateRequest(_NamedBody):
     license: str | list[str] | None = None
     quantize: str | None = None
     stream: bool = True
+
+
+class EmbedRequest(_NamedBody):
+    input: str | list[str] = ""
+    truncate: bool = True
+    dimensions: int | None = Field(default=None, ge=1)
+    options: dict[str, Any] | None = None
+    keep_alive: KeepAlive = None
+
+
+class LegacyEmbeddingsRequest(_NamedBody):
+    prompt: str = ""
+    options: dict[str, Any] | None = None
+    keep_alive: KeepAlive = None

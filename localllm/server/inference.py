@@ -73,9 +73,10 @@ class Inference:
             grammar=grammar,
         )
 
-    def load_request(self, job: CompletionJob) -> LoadRequest:
+    def load_request(self, job: CompletionJob, embedding: bool = False) -> LoadRequest:
         model = job.model
         return LoadRequest(
+            embedding=embedding,
             name=model.name.display,
             digest=model.digest,
             model_path=model.model_path,
@@ -127,6 +128,27 @@ class Inference:
         finally:
             ttft = (first_token_at - started) / 1e9 if first_token_at else None
             self.metrics.finished(name, outcome, done, ttft)
+
+    async def embed(self, job: CompletionJob, inputs: list[str | list[int]], truncate: bool) -> dict[str, Any]:
+        """Embeddings of ``inputs`` (texts or token lists) from the model's embedding runner."""
+        started = time.perf_counter_ns()
+        self.check_capacity(job.model.name.display)
+        try:
+            async with self.scheduler.lease(self.load_request(job, embedding=True), job.keep_alive) as loaded:
+                load_duration = time.perf_counter_ns() - started
+                texts = []
+                for item in inputs:
+                    if isinstance(item, list):
+                        item = (await loaded.runner.post_json("/detokenize", {"tokens": item}))["content"]
+                    texts.append(item)
+                answer = await loaded.runner.post_json("/embedding", {"content": texts, "truncate": truncate})
+        except RunnerBadRequest as exc:
+            raise bad_request(str(exc)) from None
+        except RunnerError as exc:
+            raise ApiError(500, str(exc)) from None
+        answer["load_duration"] = load_duration
+        answer["total_duration"] = time.perf_counter_ns() - started
+        return answer
 
     def check_capacity(self, name: str) -> None:
         """503 with Retry-After when the model's queue is full (LOCALLLM_MAX_QUEUE)."""

@@ -24,8 +24,12 @@ from ..templates import prompt as prompts
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import PromptError
 from . import show
-from .api_types import ChatRequest, CopyRequest, CreateRequest, DeleteRequest, GenerateRequest, PullRequest, ShowRequest
+from .api_types import (
+    ChatRequest, CopyRequest, CreateRequest, DeleteRequest, EmbedRequest, GenerateRequest, LegacyEmbeddingsRequest,
+    PullRequest, ShowRequest,
+)
 from .errors import ApiError, bad_request, not_found
+from .embeddings import shorten
 from .formats import grammar_for_format
 from .inference import CompletionJob, chat_prompt_builder, collect_completion
 from .options import validate_options
@@ -398,3 +402,31 @@ async def chat(body: ChatRequest, request: Request):
     builder = chat_prompt_builder(job.model, messages, tool_use.tools if tool_use else None)
     return await _run(state, job, builder, model_name=body.model, kind="chat", stream=body.stream,
                       tool_use=tool_use)
+
+
+@router.post("/api/embed")
+async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:
+    inputs = [body.input] if isinstance(body.input, str) else body.input
+    if not inputs or any(not text for text in inputs):
+        raise bad_request("input must be a non-empty string or a list of non-empty strings")
+    state = state_of(request)
+    job = state.inference.job(body.model, body.options, body.keep_alive)
+    answer = await state.inference.embed(job, inputs, body.truncate)
+    return {
+        "model": body.model,
+        "embeddings": [shorten(vector, body.dimensions) for vector in answer["embeddings"]],
+        "total_duration": answer["total_duration"],
+        "load_duration": answer["load_duration"],
+        "prompt_eval_count": answer["prompt_eval_count"],
+    }
+
+
+@router.post("/api/embeddings")
+async def legacy_embeddings(body: LegacyEmbeddingsRequest, request: Request) -> dict[str, Any]:
+    """The older single-prompt endpoint, kept for clients written against it."""
+    if not body.prompt:
+        return {"embedding": []}
+    state = state_of(request)
+    job = state.inference.job(body.model, body.options, body.keep_alive)
+    answer = await state.inference.embed(job, [body.prompt], True)
+    return {"embedding": answer["embeddings"][0]}

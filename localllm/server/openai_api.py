@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from .embeddings import encode_base64, shorten
 from .errors import ApiError, bad_request, not_found
 from .formats import JSON_OBJECT_GBNF, schema_grammar
 from .inference import CompletionJob, chat_prompt_builder, collect_completion
@@ -74,6 +75,14 @@ class ChatCompletionRequest(_SamplingBody):
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+
+
+class EmbeddingRequest(_Body):
+    model: str
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
+    user: str | None = None
 
 
 class CompletionRequest(_SamplingBody):
@@ -279,11 +288,13 @@ class _Completion:
         yield _sse("[DONE]")
 
 
-def _job(request: Request, body: _SamplingBody, max_tokens: int | None, grammar: str | None) -> CompletionJob:
+def _job(request: Request, body: _SamplingBody | EmbeddingRequest, max_tokens: int | None,
+         grammar: str | None) -> CompletionJob:
     state = state_of(request)
     parse_name(body.model)
+    options = _options(body, max_tokens) if isinstance(body, _SamplingBody) else {}
     try:
-        return state.inference.job(body.model, _options(body, max_tokens), None, grammar)
+        return state.inference.job(body.model, options, None, grammar)
     except ApiError as exc:
         if exc.status == 404:
             raise not_found(f"model '{body.model}' not found") from None
@@ -375,3 +386,26 @@ async def get_model(model: str, request: Request) -> dict[str, Any]:
     state = state_of(request)
     local = state.inference.resolve(model)
     return _model_object(local.name.display, local.model_path.stat().st_mtime)
+
+
+@router.post("/embeddings")
+async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
+    raw = body.input
+    if isinstance(raw, str):
+        inputs: list[str | list[int]] = [raw]
+    elif raw and all(isinstance(item, int) for item in raw):
+        inputs = [raw]  # one token array
+    else:
+        inputs = list(raw)
+    if not inputs or any(len(item) == 0 for item in inputs):
+        raise bad_request("input must not be empty")
+    job = _job(request, body, None, None)
+    answer = await state_of(request).inference.embed(job, inputs, True)
+    data = []
+    for index, vector in enumerate(answer["embeddings"]):
+        vector = shorten(vector, body.dimensions)
+        encoded = encode_base64(vector) if body.encoding_format == "base64" else vector
+        data.append({"object": "embedding", "embedding": encoded, "index": index})
+    tokens = answer["prompt_eval_count"]
+    return {"object": "list", "data": data, "model": body.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}

@@ -45,6 +45,7 @@ class RunnerConfig:
     n_threads: int
     n_batch: int = 512
     n_gpu_layers: int = 0
+    embedding: bool = False
     adapters: tuple[Path, ...] = ()
     engine: str = "llama.cpp"
 
@@ -148,9 +149,10 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         "--parallel", str(config.n_parallel),
         "--threads", str(config.n_threads),
         "--batch", str(config.n_batch),
+        "--gpu-layers", str(config.n_gpu_layers),
     ]
-    if config.n_gpu_layers:
-        args += ["--gpu-layers", str(config.n_gpu_layers)]
+    if config.embedding:
+        args.append("--embedding")
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
     env = dict(os.environ, LOCALLLM_ENGINE=config.engine)

@@ -65,6 +65,7 @@ class LoadRequest:
     num_thread: int | None = None
     num_batch: int | None = None
     num_gpu: int | None = None
+    embedding: bool = False  # embedding runners are separate from generating ones
 
 
 class Scheduler:
@@ -146,7 +147,8 @@ class Scheduler:
 
     def _key(self, request: LoadRequest) -> tuple:
         """Models that share weights and adapters share a runner; templates and options are per request."""
-        return (str(request.model_path), tuple(str(a) for a in request.adapters), self.settings.engine)
+        return (str(request.model_path), tuple(str(a) for a in request.adapters), self.settings.engine,
+                request.embedding)
 
     async def _acquire(self, request: LoadRequest) -> LoadedModel:
         key = self._key(request)
@@ -197,6 +199,7 @@ class Scheduler:
             n_threads=request.num_thread or self.settings.num_threads or default_threads(),
             n_batch=request.num_batch or 512,
             n_gpu_layers=plan.n_gpu_layers,
+            embedding=request.embedding,
             adapters=tuple(request.adapters),
             engine=self.settings.engine,
         )
