@@ -60,12 +60,14 @@ class GenerateRequest(_NamedBody):
     images: list[str] | None = None
     options: dict[str, Any] | None = None
     keep_alive: KeepAlive = None
+    grammar: str | None = None  # extension: GBNF rules, as llama.cpp's server takes them
 
 
 class ChatRequest(_NamedBody):
     messages: list[Message] = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     format: str | dict[str, Any] | None = None
+    grammar: str | None = None  # extension: GBNF rules
     options: dict[str, Any] | None = None
     stream: bool = True
     keep_alive: KeepAlive = None

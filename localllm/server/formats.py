@@ -30,10 +30,56 @@ def grammar_for_format(fmt: str | dict[str, Any] | None) -> str | None:
     raise bad_request(f"invalid format {fmt!r}: use \"json\" or a JSON schema object")
 
 
+#: Keywords the grammar converter cannot enforce; a schema using one is refused, never loosened.
+UNSUPPORTED_KEYWORDS = frozenset({
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "patternProperties",
+    "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
+    "uniqueItems", "multipleOf", "$dynamicRef", "$recursiveRef",
+})
+#: Keywords whose value is a map of names to subschemas (the names are not keywords).
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+
+
+def unsupported_keyword(schema: Any, path: str = "#") -> str | None:
+    """The JSON pointer of the first keyword we cannot enforce, or None."""
+    if isinstance(schema, list):
+        for index, item in enumerate(schema):
+            if found := unsupported_keyword(item, f"{path}/{index}"):
+                return found
+        return None
+    if not isinstance(schema, dict):
+        return None
+    for key, value in schema.items():
+        if key in UNSUPPORTED_KEYWORDS:
+            return f"{path}/{key}"
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            for name, sub in value.items():
+                if found := unsupported_keyword(sub, f"{path}/{key}/{name}"):
+                    return found
+        elif key not in ("enum", "const", "default", "examples") and isinstance(value, (dict, list)):
+            if found := unsupported_keyword(value, f"{path}/{key}"):
+                return found
+    return None
+
+
 def schema_grammar(schema: dict[str, Any]) -> str:
-    """GBNF enforcing a JSON schema (llama.cpp's converter, as shipped by llama-cpp-python)."""
+    """GBNF enforcing a JSON schema (llama.cpp's converter, as shipped by llama-cpp-python).
+
+    The schema must be valid JSON Schema and use only keywords the converter
+    enforces; anything else is a 400 naming the problem, so output is never
+    silently less constrained than asked.
+    """
+    import jsonschema
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise bad_request(f"invalid JSON schema at {where}: {exc.message}") from None
+    if found := unsupported_keyword(schema):
+        raise bad_request(f"JSON schema keyword {found.rsplit('/', 1)[-1]!r} at {found} is not supported "
+                          "by constrained sampling")
     try:
         return json_schema_to_gbnf(json.dumps(schema))
     except Exception as exc:  # the converter raises plain exceptions for what it cannot express

@@ -64,13 +64,25 @@ class Inference:
         except ModelNotFound as exc:
             raise not_found(str(exc)) from None
 
-    def job(self, name: str, options: dict[str, Any] | None, keep_alive: Any, grammar: str | None = None) -> CompletionJob:
+    def job(self, name: str, options: dict[str, Any] | None, keep_alive: Any, grammar: str | None = None,
+            raw_grammar: str | None = None) -> CompletionJob:
+        """Resolve a request: model, merged options, keep_alive and the grammar constraint.
+
+        ``grammar`` comes from ``format``/``response_format``; ``raw_grammar`` is a
+        GBNF text from a ``grammar`` field (top level or in ``options``).
+        """
+        options = dict(options or {})
+        raw_grammar = raw_grammar or options.pop("grammar", None)
+        if raw_grammar is not None and not isinstance(raw_grammar, str):
+            raise bad_request("grammar must be a string of GBNF rules")
+        if raw_grammar and grammar:
+            raise bad_request("use either a format/response_format or a grammar, not both")
         model = self.resolve(name)
         return CompletionJob(
             model=model,
             options=merge_options(model.parameters, options),
             keep_alive=keep_alive_seconds(keep_alive, self.settings.keep_alive),
-            grammar=grammar,
+            grammar=grammar or raw_grammar or None,
         )
 
     def load_request(self, job: CompletionJob, embedding: bool = False) -> LoadRequest:

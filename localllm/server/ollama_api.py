@@ -365,7 +365,8 @@ def _template_error(exc: Exception, model: LocalModel) -> ApiError:
 @router.post("/api/generate")
 async def generate(body: GenerateRequest, request: Request):
     state = state_of(request)
-    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format))
+    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format),
+                              body.grammar)
     job.context = body.context
     model = job.model
     if not body.prompt and not body.suffix and body.context is None:
@@ -391,7 +392,8 @@ async def generate(body: GenerateRequest, request: Request):
 @router.post("/api/chat")
 async def chat(body: ChatRequest, request: Request):
     state = state_of(request)
-    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format))
+    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format),
+                              body.grammar)
     for index, message in enumerate(body.messages):
         if message.role not in CHAT_ROLES:
             raise bad_request(f"messages[{index}]: invalid role {message.role!r}; use system, user, assistant or tool")

@@ -65,6 +65,7 @@ class _SamplingBody(_Body):
     logit_bias: dict[str, float] | None = None
     n: int = Field(default=1, ge=1, le=MAX_CHOICES)
     user: str | None = None
+    grammar: str | None = None  # extension: GBNF rules, as llama.cpp's server takes them
 
 
 class ChatCompletionRequest(_SamplingBody):
@@ -294,7 +295,7 @@ def _job(request: Request, body: _SamplingBody | EmbeddingRequest, max_tokens: i
     parse_name(body.model)
     options = _options(body, max_tokens) if isinstance(body, _SamplingBody) else {}
     try:
-        return state.inference.job(body.model, options, None, grammar)
+        return state.inference.job(body.model, options, None, grammar, getattr(body, "grammar", None))
     except ApiError as exc:
         if exc.status == 404:
             raise not_found(f"model '{body.model}' not found") from None
