@@ -93,12 +93,15 @@ def ensure_daemon(settings: Settings, timeout: float = START_TIMEOUT) -> None:
     process = _start_daemon(settings)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        # Exit status first, then the probe: when two commands start daemons at once, the one
+        # that loses the port exits, and the probe then finds the winner answering.
+        exited = process.poll() is not None
         answer = _probe(settings.base_url)
         if answer == READY_TEXT:
             return
         if answer is not None:
             raise _port_taken(settings)
-        if process.poll() is not None:
+        if exited:
             raise DaemonError(
                 f"the localllm daemon could not start on {where} (exit code {process.returncode}); "
                 f"see {settings.log_file}"
@@ -221,7 +224,10 @@ class Client:
 
     def version(self) -> str:
         """``GET /api/version``."""
-        return str(self._request("GET", "/api/version").get("version", ""))
+        body = self._request("GET", "/api/version")
+        if not isinstance(body, dict) or "version" not in body:
+            raise DaemonError(f"{self.settings.base_url} did not answer like a localllm daemon")
+        return str(body["version"])
 
 
 def connect(settings: Settings | None = None) -> Client:

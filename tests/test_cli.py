@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import http.server
 import re
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from cli_helpers import SMOLLM2_SHA256, CliEnv, write_ollama_model
@@ -72,6 +76,23 @@ def test_auto_start_then_commands_reuse_the_daemon(tmp_path: Path) -> None:
         assert version.returncode == 0
         assert f"localllm version is {__version__}" in version.stdout
         assert f"client version is {__version__}" in version.stdout
+    finally:
+        cli.kill_daemons()
+
+
+def test_concurrent_commands_start_one_daemon(tmp_path: Path) -> None:
+    cli = CliEnv(tmp_path)
+    command = [sys.executable, "-m", "localllm", "list"]
+    try:
+        processes = [subprocess.Popen(command, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      stdin=subprocess.DEVNULL, text=True) for _ in range(3)]
+        results = [(p.wait(timeout=120), p.stderr.read()) for p in processes]
+        for p in processes:
+            p.stdout.close()
+            p.stderr.close()
+        assert [code for code, _ in results] == [0, 0, 0], results
+        time.sleep(1)  # daemons that lost the port have exited by now
+        assert len(cli.daemon_pids()) == 1
     finally:
         cli.kill_daemons()
 
@@ -251,8 +272,47 @@ def test_run_bad_flags_are_clear_errors(env: CliEnv, args: list[str], needle: st
     assert_clean_error(env.run("run", "smollm2:135m", *args, "hi"), needle)
 
 
+def test_run_pulls_a_missing_model_first(tmp_path: Path) -> None:
+    cli = CliEnv(tmp_path)
+    try:
+        (cli.root / "Modelfile").write_text(TERSE_MODELFILE)
+        result = cli.run("run", "smollm2:135m", "--keepalive", "0", "Say hi.", timeout=600)
+        assert result.returncode == 0, result.stderr
+        assert "pulling manifest" in result.stderr and "success" in result.stderr
+        assert result.stdout.strip()
+        assert "smollm2:135m" in cli.run("list").stdout
+    finally:
+        cli.kill_daemons()
+
+
 def test_run_of_missing_model_tries_to_pull_and_fails_cleanly(env: CliEnv) -> None:
     result = env.run("run", "no-such-model-anywhere:1b", "hi", timeout=120)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
+
+
+def test_version_with_port_held_by_another_program(tmp_path: Path) -> None:
+    cli = CliEnv(tmp_path)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", cli.port), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = cli.run("--version")
+        assert result.returncode == 0, result.stderr
+        assert "could not connect" in result.stdout and "Traceback" not in result.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_api_key_is_sent_as_bearer_token(tmp_path: Path) -> None:
+    cli = CliEnv(tmp_path)
+    cli.env["LOCALLLM_API_KEY"] = "sesame"
+    try:
+        result = cli.run("list")
+        assert result.returncode == 0, result.stderr
+        assert httpx.get(cli.base_url + "/api/tags", timeout=10).status_code == 401, "the daemon wants the key"
+        del cli.env["LOCALLLM_API_KEY"]
+        assert_clean_error(cli.run("list"))
+    finally:
+        cli.kill_daemons()

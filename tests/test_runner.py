@@ -216,7 +216,10 @@ def test_client_disconnect_frees_the_slot(runner: RunnerProcess, client: httpx.C
 
 
 def test_chunked_prefill_gives_the_same_tokens(client: httpx.Client, small_runner: RunnerProcess) -> None:
-    prompt = chat_prompt("Explain in one sentence why cats purr, please, and keep it short.")
+    prompt = chat_prompt(
+        "My cat purrs when I stroke her, when she eats, and sometimes when she is alone in the sun. "
+        "Explain in one sentence why cats purr, please, and keep it short."
+    )
     whole = complete(client, prompt, num_predict=24, **GREEDY)
     with small_runner.client() as c:
         assert len(c.post("/tokenize", json={"content": prompt}).json()["tokens"]) > 2 * 16

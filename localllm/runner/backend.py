@@ -251,11 +251,14 @@ class Batch:
 
 
 class Context:
-    """A llama_context: one KV cache shared by up to ``n_seq_max`` sequences.
+    """A llama_context: the KV cache of up to ``n_seq_max`` sequences.
 
-    The cache is unified (one pool of cells for all sequences), which is what
-    lets sequences share prefix cells and lets one decode mix a prompt chunk
-    of one sequence with single tokens of others.
+    Each sequence gets its own stream of ``n_ctx / n_seq_max`` cells
+    (``kv_unified = false``). That keeps a sequence's cells in position order
+    whatever its neighbours do, so attention adds the same numbers in the
+    same order and greedy output does not depend on what else is batched
+    (in a unified cache a sequence's tokens land in holes other sequences
+    left behind). It also bounds every sequence to its own context.
     """
 
     def __init__(
@@ -274,12 +277,10 @@ class Context:
         params.n_seq_max = n_seq_max
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
-        params.kv_unified = True
+        params.kv_unified = False
         params.embeddings = embeddings
         params.no_perf = True
-        # Flash attention visits a sequence's KV cells in order and skips the
-        # others, so a sequence's result does not depend on its neighbours.
-        params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_AUTO
         if embeddings:
             params.pooling_type = ll.LLAMA_POOLING_TYPE_UNSPECIFIED
         with captured_errors() as errors:

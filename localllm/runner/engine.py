@@ -89,7 +89,7 @@ class Engine:
         self.n_ctx_seq = n_ctx_seq
         self.batch = Batch(ctx.n_batch)
         self._slots = [Slot(seq_id=i) for i in range(n_parallel)]
-        self._free: list[Slot] = list(reversed(self._slots))
+        self._free: list[Slot] = list(self._slots)  # lowest sequence id first, see _release
         self._active: list[Slot] = []  # in admission order
         self._incoming: queue.SimpleQueue[CompletionRequest | None] = queue.SimpleQueue()
         self._waiting: deque[CompletionRequest] = deque()
@@ -168,8 +168,7 @@ class Engine:
             if request.cancelled:
                 request.sampler.close()
                 continue
-            slot = self._free.pop()
-            self._start(slot, request)
+            self._start(self._free.pop(0), request)
 
     def _start(self, slot: Slot, request: CompletionRequest) -> None:
         o = request.options
@@ -208,41 +207,24 @@ class Engine:
             self._waiting = deque(r for r in self._waiting if not r.cancelled)
 
     def _step(self) -> None:
+        plan = self._plan()
+        if not plan:
+            return
         batch = self.batch
         batch.clear()
-        members: list[Slot] = []  # slots with tokens in this batch
         rows: list[tuple[Slot, int]] = []  # slots to sample, with their logits row
-        for slot in list(self._active):  # decoding sequences: one token each
-            token = slot.pending
-            if token < 0:
-                continue
-            if len(slot.tokens) >= self.n_ctx_seq and not self._shift(slot):
-                continue
-            rows.append((slot, batch.add(token, len(slot.tokens), slot.seq_id, True)))
-            members.append(slot)
-            slot.tokens.append(token)
-            slot.pending = -1
-        for slot in self._active:  # prefilling sequences: chunks up to the budget
-            todo = len(slot.prompt) - slot.prefilled
-            n = min(todo, batch.free)
-            if todo <= 0 or n <= 0:
-                continue
+        for slot, tokens, sample in sorted(plan, key=lambda p: p[0].seq_id):
             seq, pos = slot.seq_id, len(slot.tokens)
-            chunk = slot.prompt[slot.prefilled : slot.prefilled + n]
-            for j, token in enumerate(chunk):
+            for j, token in enumerate(tokens):
                 row = batch.add(token, pos + j, seq, False)
-            members.append(slot)
-            slot.tokens.extend(chunk)
-            slot.prefilled += n
-            if slot.prefilled == len(slot.prompt):
+            if sample:
                 batch.request_logits(row)
                 rows.append((slot, row))
-        if not members:
-            return
+            slot.tokens.extend(tokens)
         rc = self.ctx.decode(batch)
         if rc != 0:
             reason = "no free KV cells for the batch" if rc == 1 else f"llama_decode returned {rc}"
-            for slot in members:
+            for slot, _, _ in plan:
                 self._fail(slot, f"generation failed: {reason}")
             return
         now = time.perf_counter()
@@ -250,6 +232,29 @@ class Engine:
             if not slot.t_first:
                 slot.t_first = now
             self._on_token(slot, slot.request.sampler.sample(self.ctx, row))
+
+    def _plan(self) -> list[tuple[Slot, list[int], bool]]:
+        """What each slot puts in this step's batch: (slot, tokens, sample after it?).
+
+        Every decoding sequence gets its one token; the remaining budget goes
+        to prompt chunks in admission order. The batch itself is laid out by
+        sequence id: llama.cpp splits a multi-stream batch into one ubatch per
+        run of consecutive sequence ids.
+        """
+        plan = []
+        for slot in list(self._active):
+            if slot.pending >= 0 and (len(slot.tokens) < self.n_ctx_seq or self._shift(slot)):
+                plan.append((slot, [slot.pending], True))
+                slot.pending = -1
+        budget = self.batch.capacity - len(plan)
+        for slot in self._active:
+            todo = len(slot.prompt) - slot.prefilled
+            n = min(todo, budget)
+            if n > 0:
+                slot.prefilled += n
+                plan.append((slot, slot.prompt[slot.prefilled - n : slot.prefilled], slot.prefilled == len(slot.prompt)))
+                budget -= n
+        return plan
 
     def _on_token(self, slot: Slot, token: int) -> None:
         if self.model.is_eog(token):
@@ -318,3 +323,4 @@ class Engine:
         slot.pending = -1
         self._active.remove(slot)
         self._free.append(slot)
+        self._free.sort(key=lambda s: s.seq_id)
