@@ -138,7 +138,6 @@ class Model:
         self.eos: int = ll.llama_vocab_eos(self.vocab)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
-        self._eog = frozenset(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t))
         self.adapters = [self._load_adapter(Path(a)) for a in adapters]
 
     def _load_adapter(self, path: Path) -> ctypes.c_void_p:
@@ -198,7 +197,8 @@ class Model:
         return b"".join(self.piece(t) for t in tokens if 0 <= t < self.n_vocab).decode("utf-8", "replace")
 
     def is_eog(self, token: int) -> bool:
-        return token in self._eog
+        """End of generation: EOS, EOT and the like."""
+        return bool(ll.llama_vocab_is_eog(self.vocab, token))
 
     def close(self) -> None:
         for adapter in self.adapters:

@@ -1,0 +1,87 @@
+/* Internal: GGUF block layouts, half-float conversion, the kernel table. */
+#ifndef LLK_COMMON_H
+#define LLK_COMMON_H
+
+#include <stdint.h>
+#include <string.h>
+#include "llk.h"
+
+#define QK 32   /* elements per block of the 32-formats */
+#define QKK 256 /* elements per super-block of the K-formats */
+
+typedef uint16_t f16_t;
+
+typedef struct { f16_t d; uint8_t qs[16]; } block_q4_0;
+typedef struct { f16_t d, m; uint8_t qs[16]; } block_q4_1;
+typedef struct { f16_t d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;
+typedef struct { f16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } block_q5_1;
+typedef struct { f16_t d; int8_t qs[32]; } block_q8_0;
+typedef struct { uint8_t scales[16]; uint8_t qs[64]; f16_t d, dmin; } block_q2_k;
+typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; f16_t d; } block_q3_k;
+typedef struct { f16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_k;
+typedef struct { f16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_k;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; f16_t d; } block_q6_k;
+
+/* Activations for the 32-formats: d * qs; s = d * sum(qs) (for the offset formats). */
+typedef struct { float d, s; int8_t qs[32]; } block_q8a;
+/* Activations for the K-formats (as ggml's Q8_K): bsums are sums of 16 qs each. */
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8k;
+
+_Static_assert(sizeof(block_q4_0) == 18, "q4_0");
+_Static_assert(sizeof(block_q4_1) == 20, "q4_1");
+_Static_assert(sizeof(block_q5_0) == 22, "q5_0");
+_Static_assert(sizeof(block_q5_1) == 24, "q5_1");
+_Static_assert(sizeof(block_q8_0) == 34, "q8_0");
+_Static_assert(sizeof(block_q2_k) == 84, "q2_k");
+_Static_assert(sizeof(block_q3_k) == 110, "q3_k");
+_Static_assert(sizeof(block_q4_k) == 144, "q4_k");
+_Static_assert(sizeof(block_q5_k) == 176, "q5_k");
+_Static_assert(sizeof(block_q6_k) == 210, "q6_k");
+
+extern float llk_f16_table[65536];
+
+/* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+static inline float f16_to_f32(f16_t h) { return llk_f16_table[h]; }
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+f16_t llk_f32_to_f16(float f);
+
+/* Which activation layout a weight type's dot product takes. */
+enum act_kind { ACT_F32 = 0, ACT_Q8A = 1, ACT_Q8K = 2 };
+int llk_act_kind(int type);
+
+typedef float (*dot_fn)(const void *w, const void *act, int64_t n);
+typedef void (*dot_f16_fn)(const float *q, const f16_t *k, int64_t n, int64_t rows, int64_t stride, float *out);
+
+/* One ISA level's kernels; NULL entries fall back to the scalar reference. */
+typedef struct {
+    dot_fn dot[31];
+    void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
+    void (*quantize_q8k)(const float *x, block_q8k *y, int64_t n);
+    float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);
+    void (*axpy_f16)(float a, const f16_t *x, float *y, int64_t n);
+    void (*f32_to_f16)(const float *x, f16_t *y, int64_t n);
+} kernel_table;
+
+extern kernel_table llk_ref_kernels;
+void llk_fill_avx2(kernel_table *t);
+void llk_fill_avxvnni(kernel_table *t);
+const kernel_table *llk_kernels(void); /* the table of the selected ISA, gaps filled from the reference */
+
+#endif

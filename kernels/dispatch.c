@@ -1,0 +1,42 @@
+/* Run-time choice of the kernel table by CPU features (one build runs anywhere). */
+#include <math.h>
+
+#include "common.h"
+
+static kernel_table tables[3];
+static int isa_best = -1, isa_current = -1;
+
+static int detect(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        if (__builtin_cpu_supports("avxvnni")) return LLK_ISA_AVXVNNI;
+        return LLK_ISA_AVX2;
+    }
+#endif
+    return LLK_ISA_SCALAR;
+}
+
+/* Each level's table starts as a copy of the reference, so a kernel a level lacks falls back. */
+__attribute__((constructor(200))) static void init_tables(void) {
+    for (int i = 0; i < 3; i++) tables[i] = llk_ref_kernels;
+    llk_fill_avx2(&tables[LLK_ISA_AVX2]);
+    llk_fill_avxvnni(&tables[LLK_ISA_AVXVNNI]);
+    isa_best = isa_current = detect();
+}
+
+const kernel_table *llk_kernels(void) { return &tables[isa_current]; }
+
+int llk_isa_best(void) { return isa_best; }
+int llk_isa_get(void) { return isa_current; }
+
+int llk_isa_set(int isa) {
+    if (isa >= LLK_ISA_SCALAR && isa <= isa_best) isa_current = isa;
+    return isa_current;
+}
+
+float llk_vec_dot(int wtype, const void *w, const void *act, int64_t n) {
+    int bs = llk_block_size(wtype);
+    if (!bs || n % bs) return NAN;
+    return llk_kernels()->dot[wtype](w, act, n);
+}

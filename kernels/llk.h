@@ -1,0 +1,97 @@
+/* llk: localllm's CPU kernels and native forward pass (public C API).
+ *
+ * Type ids are ggml's (GGML_TYPE_*), so GGUF tensor headers map straight on.
+ * Every function that takes weights takes them in their GGUF block layout,
+ * used in place from the memory-mapped file.
+ */
+#ifndef LLK_H
+#define LLK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum llk_type {
+    LLK_F32 = 0, LLK_F16 = 1, LLK_Q4_0 = 2, LLK_Q4_1 = 3, LLK_Q5_0 = 6, LLK_Q5_1 = 7,
+    LLK_Q8_0 = 8, LLK_Q2_K = 10, LLK_Q3_K = 11, LLK_Q4_K = 12, LLK_Q5_K = 13,
+    LLK_Q6_K = 14, LLK_BF16 = 30,
+};
+
+/* Instruction-set levels the dispatcher can pick (the best the CPU has by default). */
+enum llk_isa { LLK_ISA_SCALAR = 0, LLK_ISA_AVX2 = 1, LLK_ISA_AVXVNNI = 2 };
+
+int llk_type_supported(int type);
+int llk_block_size(int type);             /* elements per block, 0 if unsupported */
+size_t llk_row_size(int type, int64_t n); /* bytes of a row of n elements */
+
+int llk_isa_best(void);                   /* what this CPU supports */
+int llk_isa_get(void);
+int llk_isa_set(int isa);                 /* force a level (tests); returns the level in effect */
+
+/* Rows of n elements (n a multiple of the block size); 0 on success, -1 bad type/shape. */
+int llk_dequantize(int type, const void *src, float *dst, int64_t n);
+
+/* Activations as the dot kernels of weight type `wtype` want them. */
+size_t llk_act_size(int wtype, int64_t n);
+int llk_quantize_act(int wtype, const float *x, void *dst, int64_t n);
+/* dot(weights row, quantized activations) with the selected ISA or the scalar reference. */
+float llk_vec_dot(int wtype, const void *w, const void *act, int64_t n);
+float llk_vec_dot_ref(int wtype, const void *w, const void *act, int64_t n);
+
+/* ---- native model ------------------------------------------------------ */
+
+typedef struct llk_tensor {
+    const void *data; /* NULL: absent */
+    int32_t type;
+    int64_t ne0, ne1; /* ne0: row length (input features); ne1: rows */
+} llk_tensor;
+
+typedef struct llk_layer {
+    llk_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, post_attn_norm;
+    llk_tensor ffn_norm, w_gate, w_up, w_down, post_ffn_norm;
+    int32_t sliding;      /* 1: sliding-window attention layer */
+    float rope_base;
+} llk_layer;
+
+enum llk_arch { LLK_ARCH_LLAMA = 0, LLK_ARCH_QWEN2 = 1, LLK_ARCH_QWEN3 = 2, LLK_ARCH_GEMMA3 = 3 };
+
+typedef struct llk_model {
+    int32_t arch, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    int32_t rope_neox, rope_dim, act_gelu, sliding_window;
+    float eps, attn_scale, embd_scale;
+    llk_tensor tok_embd, output_norm, output;
+    llk_layer *layers; /* n_layer entries; copied by llk_ctx_new */
+} llk_model;
+
+typedef struct llk_ctx llk_ctx;
+
+/* Map a file read-only; returns its base and size, NULL on error (errno set). */
+const void *llk_map_file(const char *path, int64_t *size);
+void llk_unmap_file(const void *base, int64_t size);
+
+llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_batch, int n_threads);
+void llk_ctx_free(llk_ctx *ctx);
+const char *llk_ctx_error(const llk_ctx *ctx);
+
+/* One forward step over n tokens (any mix of sequences).  seq_ids is llama_batch's
+ * int32** (first id used); want[i] != 0 asks for token i's logits, written to
+ * logits_out in the order of the asked rows.  0 ok, 1 a sequence is full, <0 bad input. */
+int llk_decode(llk_ctx *ctx, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
+               const int8_t *want, float *logits_out);
+
+int llk_seq_rm(llk_ctx *ctx, int seq, int p0, int p1);
+int llk_seq_add(llk_ctx *ctx, int seq, int p0, int p1, int delta);
+int llk_seq_cp(llk_ctx *ctx, int src, int dst, int p0, int p1);
+int llk_seq_pos_max(const llk_ctx *ctx, int seq);
+
+/* Thread pool on its own, for benchmarks: parallel matvec y[rows] = W x. */
+int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);
+double llk_read_bandwidth(const void *buf, int64_t nbytes); /* bytes/s of one pass over buf */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

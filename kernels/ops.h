@@ -1,0 +1,14 @@
+/* Element-wise and normalisation operations of the forward pass (single thread). */
+#ifndef LLK_OPS_H
+#define LLK_OPS_H
+#include <stdint.h>
+
+void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps);
+/* Rotate n_heads heads of x (head_dim apart) at position pos; cs holds cos,sin pairs of rope_dim/2 angles. */
+void llk_rope_angles(float *cs, const float *inv_freq, int rope_dim, float pos);
+void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int neox);
+void llk_softmax(float *x, int n);
+void llk_silu_mul(float *g, const float *u, int n); /* g = silu(g) * u */
+void llk_gelu_mul(float *g, const float *u, int n); /* g = gelu_tanh(g) * u */
+
+#endif

@@ -1,0 +1,435 @@
+/* Scalar reference of every block format: unpack, dequantize, quantize activations, dot.
+ *
+ * Each format has ONE unpacker that turns a block into small signed integers
+ * plus a scale and an offset per 16 elements; dequantization and the
+ * reference dot product are both written on top of it, so they cannot
+ * disagree about the layout.  The SIMD files must match these numbers.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "common.h"
+
+float llk_f16_table[65536];
+
+static float half_bits_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0) {
+        float f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    if (exp == 31) u = sign | 0x7f800000u | (man << 13);
+    else u = sign | ((exp + 112) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+__attribute__((constructor)) static void init_f16_table(void) {
+    for (uint32_t i = 0; i < 65536; i++) llk_f16_table[i] = half_bits_to_float((uint16_t)i);
+}
+
+f16_t llk_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t man = x & 0x7fffff;
+    if (((x >> 23) & 0xff) == 0xff) return (f16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    if (exp >= 31) return (f16_t)(sign | 0x7c00);
+    if (exp <= 0) {
+        if (exp < -10) return (f16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (f16_t)(sign | half);
+    }
+    uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* may carry into the exponent: still right */
+    return (f16_t)(sign | h);
+}
+
+/* ---- format table ------------------------------------------------------ */
+
+int llk_block_size(int type) {
+    switch (type) {
+    case LLK_F32: case LLK_F16: case LLK_BF16: return 1;
+    case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: return QK;
+    case LLK_Q2_K: case LLK_Q3_K: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K: return QKK;
+    default: return 0;
+    }
+}
+
+static size_t block_bytes(int type) {
+    switch (type) {
+    case LLK_F32: return 4;
+    case LLK_F16: case LLK_BF16: return 2;
+    case LLK_Q4_0: return sizeof(block_q4_0);
+    case LLK_Q4_1: return sizeof(block_q4_1);
+    case LLK_Q5_0: return sizeof(block_q5_0);
+    case LLK_Q5_1: return sizeof(block_q5_1);
+    case LLK_Q8_0: return sizeof(block_q8_0);
+    case LLK_Q2_K: return sizeof(block_q2_k);
+    case LLK_Q3_K: return sizeof(block_q3_k);
+    case LLK_Q4_K: return sizeof(block_q4_k);
+    case LLK_Q5_K: return sizeof(block_q5_k);
+    case LLK_Q6_K: return sizeof(block_q6_k);
+    default: return 0;
+    }
+}
+
+int llk_type_supported(int type) { return llk_block_size(type) != 0; }
+
+size_t llk_row_size(int type, int64_t n) {
+    int bs = llk_block_size(type);
+    if (!bs || n < 0 || n % bs) return 0;
+    return (size_t)(n / bs) * block_bytes(type);
+}
+
+int llk_act_kind(int type) {
+    int bs = llk_block_size(type);
+    return bs == QKK ? ACT_Q8K : bs == QK ? ACT_Q8A : ACT_F32;
+}
+
+size_t llk_act_size(int wtype, int64_t n) {
+    switch (llk_act_kind(wtype)) {
+    case ACT_Q8K: return (size_t)(n / QKK) * sizeof(block_q8k);
+    case ACT_Q8A: return (size_t)(n / QK) * sizeof(block_q8a);
+    default: return (size_t)n * sizeof(float);
+    }
+}
+
+/* ---- unpackers: q[i] * sc[i/16] + bias[i/16] is element i ----------------- */
+
+static void unpack_q4_0(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q4_0 *b = p;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)((b->qs[j] & 0xF) - 8);
+        q[j + 16] = (int8_t)((b->qs[j] >> 4) - 8);
+    }
+    sc[0] = sc[1] = f16_to_f32(b->d);
+    bias[0] = bias[1] = 0.0f;
+}
+
+static void unpack_q4_1(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q4_1 *b = p;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(b->qs[j] & 0xF);
+        q[j + 16] = (int8_t)(b->qs[j] >> 4);
+    }
+    sc[0] = sc[1] = f16_to_f32(b->d);
+    bias[0] = bias[1] = f16_to_f32(b->m);
+}
+
+static void unpack_q5(const uint8_t *qhb, const uint8_t *qs, int offset, int8_t *q) {
+    uint32_t qh;
+    memcpy(&qh, qhb, 4);
+    for (int j = 0; j < 16; j++) {
+        int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+        q[j] = (int8_t)(((qs[j] & 0xF) | h0) - offset);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | h1) - offset);
+    }
+}
+
+static void unpack_q5_0(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q5_0 *b = p;
+    unpack_q5(b->qh, b->qs, 16, q);
+    sc[0] = sc[1] = f16_to_f32(b->d);
+    bias[0] = bias[1] = 0.0f;
+}
+
+static void unpack_q5_1(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q5_1 *b = p;
+    unpack_q5(b->qh, b->qs, 0, q);
+    sc[0] = sc[1] = f16_to_f32(b->d);
+    bias[0] = bias[1] = f16_to_f32(b->m);
+}
+
+static void unpack_q8_0(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q8_0 *b = p;
+    memcpy(q, b->qs, 32);
+    sc[0] = sc[1] = f16_to_f32(b->d);
+    bias[0] = bias[1] = 0.0f;
+}
+
+static void unpack_q2_k(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q2_k *b = p;
+    float d = f16_to_f32(b->d), dmin = f16_to_f32(b->dmin);
+    const uint8_t *qs = b->qs;
+    int is = 0;
+    for (int n = 0; n < QKK; n += 128, qs += 32) {
+        for (int j = 0, shift = 0; j < 4; j++, shift += 2) {
+            for (int half = 0; half < 2; half++, is++) {
+                sc[is] = d * (b->scales[is] & 0xF);
+                bias[is] = -(dmin * (b->scales[is] >> 4));
+                for (int l = 0; l < 16; l++) q[16 * is + l] = (int8_t)((qs[l + 16 * half] >> shift) & 3);
+            }
+        }
+    }
+}
+
+static void unpack_q3_k(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q3_k *b = p;
+    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    uint32_t aux[4];
+    memcpy(aux, b->scales, 12);
+    uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    int8_t scales[16];
+    memcpy(scales, aux, 16);
+    float d = f16_to_f32(b->d);
+    const uint8_t *qs = b->qs;
+    uint8_t m = 1;
+    int is = 0;
+    for (int n = 0; n < QKK; n += 128, qs += 32) {
+        for (int j = 0, shift = 0; j < 4; j++, shift += 2, m <<= 1) {
+            for (int half = 0; half < 2; half++, is++) {
+                sc[is] = d * (float)(scales[is] - 32);
+                bias[is] = 0.0f;
+                for (int l = 0; l < 16; l++) {
+                    int k = l + 16 * half;
+                    q[16 * is + l] = (int8_t)(((qs[k] >> shift) & 3) - ((b->hmask[k] & m) ? 0 : 4));
+                }
+            }
+        }
+    }
+}
+
+static void unpack_q45_k(const uint8_t *scales, float d, float dmin, int8_t *q, float *sc, float *bias,
+                         const uint8_t *qs, const uint8_t *qh) {
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0, is = 0; j < QKK; j += 64, qs += 32, is += 2, u1 <<= 2, u2 <<= 2) {
+        uint8_t s, m;
+        for (int k = 0; k < 2; k++) {
+            scale_min_k4(is + k, scales, &s, &m);
+            sc[2 * (is + k)] = sc[2 * (is + k) + 1] = d * s;
+            bias[2 * (is + k)] = bias[2 * (is + k) + 1] = -(dmin * m);
+        }
+        for (int l = 0; l < 32; l++) {
+            int h0 = qh && (qh[l] & u1) ? 16 : 0, h1 = qh && (qh[l] & u2) ? 16 : 0;
+            q[j + l] = (int8_t)((qs[l] & 0xF) + h0);
+            q[j + 32 + l] = (int8_t)((qs[l] >> 4) + h1);
+        }
+    }
+}
+
+static void unpack_q4_k(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q4_k *b = p;
+    unpack_q45_k(b->scales, f16_to_f32(b->d), f16_to_f32(b->dmin), q, sc, bias, b->qs, NULL);
+}
+
+static void unpack_q5_k(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q5_k *b = p;
+    unpack_q45_k(b->scales, f16_to_f32(b->d), f16_to_f32(b->dmin), q, sc, bias, b->qs, b->qh);
+}
+
+static void unpack_q6_k(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_q6_k *b = p;
+    float d = f16_to_f32(b->d);
+    const uint8_t *ql = b->ql, *qh = b->qh;
+    for (int n = 0; n < QKK; n += 128, ql += 64, qh += 32) {
+        for (int l = 0; l < 32; l++) {
+            q[n + l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            q[n + l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            q[n + l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            q[n + l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
+    for (int is = 0; is < 16; is++) {
+        sc[is] = d * (float)b->scales[is];
+        bias[is] = 0.0f;
+    }
+}
+
+typedef void (*unpack_fn)(const void *, int8_t *, float *, float *);
+
+static unpack_fn unpacker(int type) {
+    switch (type) {
+    case LLK_Q4_0: return unpack_q4_0;
+    case LLK_Q4_1: return unpack_q4_1;
+    case LLK_Q5_0: return unpack_q5_0;
+    case LLK_Q5_1: return unpack_q5_1;
+    case LLK_Q8_0: return unpack_q8_0;
+    case LLK_Q2_K: return unpack_q2_k;
+    case LLK_Q3_K: return unpack_q3_k;
+    case LLK_Q4_K: return unpack_q4_k;
+    case LLK_Q5_K: return unpack_q5_k;
+    case LLK_Q6_K: return unpack_q6_k;
+    default: return NULL;
+    }
+}
+
+int llk_dequantize(int type, const void *src, float *dst, int64_t n) {
+    int bs = llk_block_size(type);
+    if (!bs || n < 0 || n % bs) return -1;
+    if (type == LLK_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return 0;
+    }
+    if (type == LLK_F16 || type == LLK_BF16) {
+        const uint16_t *h = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = type == LLK_F16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
+        return 0;
+    }
+    unpack_fn unpack = unpacker(type);
+    size_t bb = block_bytes(type);
+    int8_t q[QKK];
+    float sc[16], bias[16];
+    for (int64_t ib = 0; ib < n / bs; ib++, dst += bs) {
+        unpack((const uint8_t *)src + ib * bb, q, sc, bias);
+        for (int i = 0; i < bs; i++) dst[i] = sc[i / 16] * q[i] + bias[i / 16];
+    }
+    return 0;
+}
+
+/* ---- activation quantization (round to nearest even, as the SIMD paths) --- */
+
+static void quantize_q8a_ref(const float *x, block_q8a *y, int64_t n) {
+    for (int64_t ib = 0; ib < n / QK; ib++, x += QK) {
+        float amax = 0.0f;
+        for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < QK; i++) {
+            y[ib].qs[i] = (int8_t)nearbyintf(x[i] * id);
+            sum += y[ib].qs[i];
+        }
+        y[ib].d = d;
+        y[ib].s = d * (float)sum;
+    }
+}
+
+static void quantize_q8k_ref(const float *x, block_q8k *y, int64_t n) {
+    for (int64_t ib = 0; ib < n / QKK; ib++, x += QKK) {
+        float amax = 0.0f;
+        for (int i = 0; i < QKK; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int i = 0; i < QKK; i++) y[ib].qs[i] = (int8_t)nearbyintf(x[i] * id);
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += y[ib].qs[16 * j + i];
+            y[ib].bsums[j] = (int16_t)sum;
+        }
+        y[ib].d = d;
+    }
+}
+
+int llk_quantize_act(int wtype, const float *x, void *dst, int64_t n) {
+    int bs = llk_block_size(wtype);
+    if (!bs || n < 0 || n % bs) return -1;
+    const kernel_table *k = llk_kernels();
+    switch (llk_act_kind(wtype)) {
+    case ACT_Q8K: k->quantize_q8k(x, dst, n); break;
+    case ACT_Q8A: k->quantize_q8a(x, dst, n); break;
+    default: memcpy(dst, x, (size_t)n * sizeof(float));
+    }
+    return 0;
+}
+
+/* ---- reference dot products ---------------------------------------------- */
+
+static float dot_ref_blocks(int type, const void *w, const void *act, int64_t n) {
+    unpack_fn unpack = unpacker(type);
+    int bs = llk_block_size(type);
+    size_t bb = block_bytes(type);
+    int8_t q[QKK];
+    float sc[16], bias[16], sum = 0.0f;
+    for (int64_t ib = 0; ib < n / bs; ib++) {
+        unpack((const uint8_t *)w + ib * bb, q, sc, bias);
+        const int8_t *a;
+        float da;
+        if (bs == QKK) {
+            const block_q8k *y = (const block_q8k *)act + ib;
+            a = y->qs;
+            da = y->d;
+        } else {
+            const block_q8a *y = (const block_q8a *)act + ib;
+            a = y->qs;
+            da = y->d;
+        }
+        for (int s = 0; s < bs / 16; s++) {
+            int dot = 0, asum = 0;
+            for (int i = 0; i < 16; i++) {
+                dot += q[16 * s + i] * a[16 * s + i];
+                asum += a[16 * s + i];
+            }
+            sum += da * (sc[s] * (float)dot + bias[s] * (float)asum);
+        }
+    }
+    return sum;
+}
+
+static float dot_ref_f32(const void *w, const void *act, int64_t n) {
+    const float *x = w, *y = act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+static float dot_ref_f16(const void *w, const void *act, int64_t n) {
+    const f16_t *x = w;
+    const float *y = act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += f16_to_f32(x[i]) * y[i];
+    return s;
+}
+
+static float dot_ref_bf16(const void *w, const void *act, int64_t n) {
+    const uint16_t *x = w;
+    const float *y = act;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += bf16_to_f32(x[i]) * y[i];
+    return s;
+}
+
+#define REF_DOT(name, type) \
+    static float name(const void *w, const void *act, int64_t n) { return dot_ref_blocks(type, w, act, n); }
+REF_DOT(dot_ref_q4_0, LLK_Q4_0)
+REF_DOT(dot_ref_q4_1, LLK_Q4_1)
+REF_DOT(dot_ref_q5_0, LLK_Q5_0)
+REF_DOT(dot_ref_q5_1, LLK_Q5_1)
+REF_DOT(dot_ref_q8_0, LLK_Q8_0)
+REF_DOT(dot_ref_q2_k, LLK_Q2_K)
+REF_DOT(dot_ref_q3_k, LLK_Q3_K)
+REF_DOT(dot_ref_q4_k, LLK_Q4_K)
+REF_DOT(dot_ref_q5_k, LLK_Q5_K)
+REF_DOT(dot_ref_q6_k, LLK_Q6_K)
+
+static float dot_f32_f16_ref(const float *x, const f16_t *y, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += x[i] * f16_to_f32(y[i]);
+    return s;
+}
+
+static void axpy_f16_ref(float a, const f16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * f16_to_f32(x[i]);
+}
+
+static void f32_to_f16_ref(const float *x, f16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = llk_f32_to_f16(x[i]);
+}
+
+kernel_table llk_ref_kernels = {
+    .dot = {
+        [LLK_F32] = dot_ref_f32, [LLK_F16] = dot_ref_f16, [LLK_BF16] = dot_ref_bf16,
+        [LLK_Q4_0] = dot_ref_q4_0, [LLK_Q4_1] = dot_ref_q4_1, [LLK_Q5_0] = dot_ref_q5_0,
+        [LLK_Q5_1] = dot_ref_q5_1, [LLK_Q8_0] = dot_ref_q8_0, [LLK_Q2_K] = dot_ref_q2_k,
+        [LLK_Q3_K] = dot_ref_q3_k, [LLK_Q4_K] = dot_ref_q4_k, [LLK_Q5_K] = dot_ref_q5_k,
+        [LLK_Q6_K] = dot_ref_q6_k,
+    },
+    .quantize_q8a = quantize_q8a_ref,
+    .quantize_q8k = quantize_q8k_ref,
+    .dot_f32_f16 = dot_f32_f16_ref,
+    .axpy_f16 = axpy_f16_ref,
+    .f32_to_f16 = f32_to_f16_ref,
+};
+
+float llk_vec_dot_ref(int wtype, const void *w, const void *act, int64_t n) {
+    int bs = llk_block_size(wtype);
+    if (!bs || n % bs) return NAN;
+    return llk_ref_kernels.dot[wtype](w, act, n);
+}
