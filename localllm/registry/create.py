@@ -116,12 +116,16 @@ class Creator:
             base_layers = [await self._quantized(base_layers, spec.quantize)] + [
                 entry for entry in base_layers if entry["mediaType"] != MEDIA_MODEL]
         layers = await self._layers(spec, base_layers)
-        for entry in layers:
-            yield {"status": f"using layer {entry['digest']}"}
-        model_layer = next(entry for entry in layers if entry["mediaType"] == MEDIA_MODEL)
-        others = [entry for entry in layers if entry is not model_layer]
-        yield {"status": "writing manifest"}
         with self.store.hold(entry["digest"] for entry in layers):
+            missing = [entry["digest"] for entry in layers if not self.store.has_blob(entry["digest"])]
+            if missing:  # a concurrent delete of the base (or of a model sharing a layer) got there first
+                raise CreateError(f"layer {missing[0]} was removed while '{name.display}' was being created; "
+                                  "create it again")
+            for entry in layers:
+                yield {"status": f"using layer {entry['digest']}"}
+            model_layer = next(entry for entry in layers if entry["mediaType"] == MEDIA_MODEL)
+            others = [entry for entry in layers if entry is not model_layer]
+            yield {"status": "writing manifest"}
             register_model(self.store, name, model_layer["digest"], others)
         yield {"status": "success"}
 

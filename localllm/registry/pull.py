@@ -11,6 +11,7 @@ GGUF header check out, and the manifest is written last.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import threading
@@ -153,35 +154,37 @@ class Puller:
         """
         yield {"status": "pulling manifest"}
         plan = await self._plan(name, url, insecure)
-        if plan.digest and self.store.has_blob(plan.digest):
-            digest = plan.digest
-            size = self.store.blob_path(digest).stat().st_size
-            yield _progress_event(digest[7:19], digest, size, size)
-        else:
-            download = await self._join(plan)
-            download.followers += 1
+        with contextlib.ExitStack() as holds:  # a concurrent delete of a name sharing the model must not collect it
+            if plan.digest:
+                holds.enter_context(self.store.hold([plan.digest]))
+            if plan.digest and self.store.has_blob(plan.digest):
+                digest = plan.digest
+                size = self.store.blob_path(digest).stat().st_size
+                yield _progress_event(digest[7:19], digest, size, size)
+            else:
+                download = await self._join(plan)
+                download.followers += 1
+                try:
+                    async for event in download.follow():
+                        yield event
+                finally:
+                    download.followers -= 1
+                    if download.followers == 0 and not download.finished.is_set():
+                        download.cancelled.set()
+                if download.error is not None:
+                    raise download.error
+                assert download.result is not None
+                digest, size = download.result
+                holds.enter_context(self.store.hold([digest]))
             try:
-                async for event in download.follow():
-                    yield event
-            finally:
-                download.followers -= 1
-                if download.followers == 0 and not download.finished.is_set():
-                    download.cancelled.set()
-            if download.error is not None:
-                raise download.error
-            assert download.result is not None
-            digest, size = download.result
-        with self.store.hold([digest]):
-            layers = await asyncio.to_thread(self._extra_layers, plan)
+                layers = await asyncio.to_thread(self._register, plan, digest)
+            except (ValueError, OSError) as exc:  # InvalidGGUF, CorruptManifest, disk errors
+                raise PullError(f"could not register '{plan.name.display}': {exc}") from None
             for descriptor in layers:
                 digest_of_layer, size_of_layer = descriptor["digest"], descriptor["size"]
                 yield _progress_event(digest_of_layer[7:19], digest_of_layer, size_of_layer, size_of_layer)
             yield {"status": "verifying sha256 digest"}
             yield {"status": "writing manifest"}
-            try:
-                await asyncio.to_thread(register_model, self.store, plan.name, digest, layers)
-            except (ValueError, OSError) as exc:  # InvalidGGUF, CorruptManifest, disk errors
-                raise PullError(f"could not register '{plan.name.display}': {exc}") from None
         yield {"status": "success"}
 
     async def _plan(self, name: ModelName, url: str | None, insecure: bool) -> PullPlan:
@@ -294,18 +297,36 @@ class Puller:
                 del self._downloads[plan.key]
 
     def _admit(self, path: Path, expected_digest: str | None) -> tuple[str, int]:
-        """Verify a downloaded file and move it into the blobs; bad files are deleted."""
+        """Verify a downloaded file and move it into the blobs.
 
-        def validate(candidate: Path) -> None:
+        A file with the wrong digest is deleted (an incomplete or stale download);
+        one that is not a valid GGUF may be crafted, so it goes to quarantine.
+        """
+
+        def validate(candidate: Path, digest: str) -> None:
             try:
                 read_gguf(candidate, skip_arrays_over=SUMMARY_ARRAY_LIMIT)
             except InvalidGGUF as exc:
-                raise InvalidGGUF(f"the downloaded file is not a valid GGUF model ({exc}); it was discarded") from None
+                kept = self.store.quarantine(candidate, digest)
+                raise InvalidGGUF(
+                    f"the downloaded file is not a valid GGUF model ({exc}); it was quarantined as {kept}"
+                ) from None
 
         try:
             return self.store.add_blob_file(path, expected_digest, validate=validate)
         except DigestMismatch as exc:
             raise DigestMismatch(f"sha256 mismatch: {exc}; the download was discarded") from None
+
+    def _register(self, plan: PullPlan, model_digest: str) -> list[dict[str, Any]]:
+        """Write the catalog's extra layers, the config and the manifest; returns the extra layers.
+
+        Exclusive, so that a concurrent delete of a name sharing these small
+        blobs cannot collect one between its write and the manifest naming it.
+        """
+        with self.store.exclusive():
+            layers = self._extra_layers(plan)
+            register_model(self.store, plan.name, model_digest, layers)
+        return layers
 
     def _extra_layers(self, plan: PullPlan) -> list[dict[str, Any]]:
         layers = []

@@ -5,6 +5,7 @@
     <root>/blobs/sha256-<hex>                         immutable content
     <root>/manifests/<host>/<namespace>/<model>/<tag>  Docker v2 manifest (JSON)
     <root>/partial/                                   temp files and resumable downloads
+    <root>/quarantine/sha256-<hex>                    downloads rejected as hostile, kept for inspection
 
 Every file appears under its final name only complete: data goes to a temp
 file in ``partial/`` (same filesystem), is hashed while written, fsynced, then
@@ -149,6 +150,7 @@ class Store:
         self.blobs_dir = self.root / "blobs"
         self.manifests_dir = self.root / "manifests"
         self.partial_dir = self.root / "partial"
+        self.quarantine_dir = self.root / "quarantine"  # made on first use
         for directory in (self.blobs_dir, self.manifests_dir, self.partial_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
@@ -197,13 +199,14 @@ class Store:
         return self.add_blob([data], expected_digest)
 
     def add_blob_file(
-        self, path: Path, expected_digest: str | None = None, validate: Callable[[Path], None] | None = None
+        self, path: Path, expected_digest: str | None = None, validate: Callable[[Path, str], None] | None = None
     ) -> tuple[str, int]:
         """Move a complete file that lives in ``partial/`` into the blobs (no copy).
 
         The file is hashed, compared with ``expected_digest`` and passed to
-        ``validate`` before it gets its final name; if either check fails the
-        file is deleted (its bytes are known bad) and the error propagates.
+        ``validate(path, digest)`` before it gets its final name; if either
+        check fails the file is deleted (its bytes are known bad; ``validate``
+        may :meth:`quarantine` it first) and the error propagates.
         """
         path = Path(path)
         try:
@@ -211,7 +214,7 @@ class Store:
             if expected_digest is not None and digest != expected_digest:
                 raise DigestMismatch(f"file has digest {digest}, expected {expected_digest}")
             if validate is not None:
-                validate(path)
+                validate(path, digest)
             with open(path, "rb+") as f:
                 os.fsync(f.fileno())
             self._publish(path, digest)
@@ -219,10 +222,18 @@ class Store:
             path.unlink(missing_ok=True)
         return digest, size
 
+    def quarantine(self, path: Path, digest: str) -> Path:
+        """Move a rejected file out of the way, named by its digest, so it can be inspected but never loaded."""
+        self.quarantine_dir.mkdir(exist_ok=True)
+        target = self.quarantine_dir / f"sha256-{parse_digest(digest)}"
+        os.replace(path, target)
+        return target
+
     def _publish(self, temp: Path, digest: str) -> None:
         final = self.blob_path(digest)
-        if final.is_file() and final.stat().st_size == temp.stat().st_size:
-            return  # identical content already stored
+        with contextlib.suppress(FileNotFoundError):  # a concurrent delete may remove it between two checks
+            if final.stat().st_size == temp.stat().st_size:
+                return  # identical content already stored
         os.replace(temp, final)
         _fsync_dir(self.blobs_dir)
 
@@ -238,6 +249,12 @@ class Store:
             with self._lock:
                 self._held.subtract(digests)
                 self._held += Counter()  # drop zero counts
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Keep deletes and copies out while new blobs and the manifest naming them are written together."""
+        with self._lock:
+            yield
 
     # -- manifests -----------------------------------------------------------
 

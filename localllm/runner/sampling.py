@@ -3,6 +3,9 @@
 Without a grammar every token is picked by one ``llama_sampler_sample`` call,
 so the per-token cost stays in llama.cpp; Python only builds the chain once
 per request, leaving out samplers that would be no-ops with the options.
+Plain greedy decoding (temperature 0, no penalties) is an argmax over the
+logits in place, which spares llama.cpp copying the whole vocabulary into a
+candidate array for every token.
 
 With a grammar, checking all ~50k vocabulary entries against it for every
 token is slow, so we do what llama.cpp's own sampler does: pick a token
@@ -46,9 +49,11 @@ class Sampler:
         self._grammar = None
         self._penalties = None
         self._penalty_window = 0
+        self._n_vocab = model.n_vocab
         try:
             self._add_penalties(model, options, n_ctx)
             self._add_selection(model, options)
+            self._argmax = options.temperature <= 0 and self._penalties is None and not grammar
             if grammar:
                 self._grammar = _grammar_sampler(model, grammar)
                 self._candidates = _Candidates(model.n_vocab)
@@ -104,15 +109,21 @@ class Sampler:
 
     def sample(self, ctx: Context, row: int) -> int:
         """Pick the next token from the logits of batch row ``row`` and accept it."""
+        if self._argmax:  # the same pick as llama.cpp's greedy sampler: the first highest logit
+            return int(self._logits(ctx, row).argmax())
         if self._grammar is None:
             return ll.llama_sampler_sample(self.chain, ctx.ptr, row)
-        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx.ptr, row), shape=(self._candidates.size,))
+        logits = self._logits(ctx, row)
         token = self._candidates.pick(logits, self.chain)
         if not self._grammar_allows(token):
             token = self._candidates.pick(logits, self.chain, first=self._grammar)
         ll.llama_sampler_accept(self._grammar, token)
         ll.llama_sampler_accept(self.chain, token)
         return token
+
+    def _logits(self, ctx: Context, row: int) -> np.ndarray:
+        """The logits of batch row ``row``, in place (no copy)."""
+        return np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx.ptr, row), shape=(self._n_vocab,))
 
     def _grammar_allows(self, token: int) -> bool:
         probe = self._probe

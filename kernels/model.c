@@ -1,0 +1,487 @@
+/* The native forward pass: llama-family and gemma3 decoder layers over a per-sequence KV cache.
+ *
+ * One llk_decode call evaluates a whole batch (tokens of several sequences at
+ * their positions) through every layer; Python is not involved per layer.
+ * Weights are read in place from the mapped GGUF.  The KV cache holds half
+ * floats, one stream of n_ctx_seq cells per sequence; a cell remembers its
+ * position, and attention masks by position (causal, and the sliding window
+ * on the layers that have one), so tokens of one batch can be written to the
+ * cache before any of them attends.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "ops.h"
+#include "pool.h"
+
+struct llk_ctx {
+    llk_model m;
+    llk_layer *layers;
+    int n_seq, n_ctx_seq, n_batch, kv_dim, q_dim;
+    llk_pool *pool;
+    f16_t *k_cache, *v_cache;  /* [layer][seq][cell][kv_dim] */
+    int32_t *cell_pos;          /* [seq][cell] */
+    int32_t *n_cells;           /* [seq] */
+    float *inv_freq;            /* [layer][rope_dim/2] */
+    /* scratch for n_batch rows */
+    float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
+    int32_t *cell_of, *seq_of, *pos_of;
+    void *act[3];               /* quantized activations per act_kind */
+    int act_valid[3];
+    float *scores;              /* [thread][n_ctx_seq] */
+    char error[256];
+};
+
+/* ---- mapping ------------------------------------------------------------ */
+
+const void *llk_map_file(const char *path, int64_t *size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+        close(fd);
+        errno = EINVAL;
+        return NULL;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return NULL;
+    *size = st.st_size;
+    return p;
+}
+
+void llk_unmap_file(const void *base, int64_t size) {
+    if (base) munmap((void *)base, (size_t)size);
+}
+
+/* ---- context ------------------------------------------------------------ */
+
+static void *zalloc(size_t n) {
+    /* anonymous mappings: untouched KV cells cost no memory */
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void zfree(void *p, size_t n) {
+    if (p) munmap(p, n ? n : 1);
+}
+
+static size_t kv_bytes(const llk_ctx *c) {
+    return (size_t)c->m.n_layer * c->n_seq * c->n_ctx_seq * c->kv_dim * sizeof(f16_t);
+}
+
+void llk_ctx_free(llk_ctx *c) {
+    if (!c) return;
+    llk_pool_free(c->pool);
+    zfree(c->k_cache, kv_bytes(c));
+    zfree(c->v_cache, kv_bytes(c));
+    free(c->layers);
+    free(c->cell_pos);
+    free(c->n_cells);
+    free(c->inv_freq);
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->scores};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(c->cell_of);
+    free(c->seq_of);
+    free(c->pos_of);
+    for (int i = 0; i < 3; i++) free(c->act[i]);
+    free(c);
+}
+
+const char *llk_ctx_error(const llk_ctx *c) { return c ? c->error : "out of memory"; }
+
+static int max_i(int a, int b) { return a > b ? a : b; }
+
+llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_batch, int n_threads) {
+    llk_ctx *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->m = *model;
+    const llk_model *m = &c->m;
+    c->n_seq = n_seq;
+    c->n_ctx_seq = n_ctx_seq;
+    c->n_batch = n_batch;
+    c->kv_dim = m->n_head_kv * m->head_dim;
+    c->q_dim = m->n_head * m->head_dim;
+    c->layers = malloc(sizeof(llk_layer) * (size_t)m->n_layer);
+    if (c->layers) memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
+    c->m.layers = c->layers;
+    c->pool = llk_pool_new(n_threads);
+    c->k_cache = zalloc(kv_bytes(c));
+    c->v_cache = zalloc(kv_bytes(c));
+    c->cell_pos = calloc((size_t)n_seq * n_ctx_seq, sizeof(int32_t));
+    c->n_cells = calloc((size_t)n_seq, sizeof(int32_t));
+    c->inv_freq = calloc((size_t)m->n_layer * (m->rope_dim / 2 + 1), sizeof(float));
+    size_t B = (size_t)n_batch;
+    int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
+    c->x = malloc(B * m->n_embd * sizeof(float));
+    c->xn = malloc(B * wide * sizeof(float));
+    c->q = malloc(B * c->q_dim * sizeof(float));
+    c->k = malloc(B * c->kv_dim * sizeof(float));
+    c->v = malloc(B * c->kv_dim * sizeof(float));
+    c->att = malloc(B * c->q_dim * sizeof(float));
+    c->o = malloc(B * m->n_embd * sizeof(float));
+    c->g = malloc(B * m->n_ff * sizeof(float));
+    c->u = malloc(B * m->n_ff * sizeof(float));
+    c->cs = malloc(B * (size_t)m->rope_dim * sizeof(float));
+    c->cell_of = malloc(B * sizeof(int32_t));
+    c->seq_of = malloc(B * sizeof(int32_t));
+    c->pos_of = malloc(B * sizeof(int32_t));
+    c->scores = malloc((size_t)(c->pool ? llk_pool_size(c->pool) : 1) * n_ctx_seq * sizeof(float));
+    for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
+    int ok = c->layers && c->pool && c->k_cache && c->v_cache && c->cell_pos && c->n_cells && c->inv_freq &&
+             c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->cell_of &&
+             c->seq_of && c->pos_of && c->scores && c->act[0] && c->act[1] && c->act[2];
+    if (!ok) {
+        llk_ctx_free(c);
+        return NULL;
+    }
+    for (int l = 0; l < m->n_layer; l++) {
+        /* as ggml: theta_i = pos * base^(-2i/d), the powers built by repeated multiplication */
+        float step = powf(c->layers[l].rope_base, -2.0f / (float)m->rope_dim), f = 1.0f;
+        float *inv = c->inv_freq + (size_t)l * (m->rope_dim / 2 + 1);
+        for (int i = 0; i < m->rope_dim / 2; i++, f *= step) inv[i] = f;
+    }
+    return c;
+}
+
+/* ---- matrix products over the pool --------------------------------------- */
+
+typedef struct {
+    const llk_tensor *w;
+    const uint8_t *act;
+    size_t act_row, w_row;
+    int n_tok, chunk;
+    float *out;
+    int64_t out_stride;
+    dot_fn dot;
+    _Atomic int next;
+} matmul_job;
+
+static void matmul_task(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    matmul_job *j = arg;
+    const int64_t rows = j->w->ne1;
+    const uint8_t *w = j->w->data;
+    for (;;) {
+        int64_t r0 = (int64_t)atomic_fetch_add(&j->next, 1) * j->chunk;
+        if (r0 >= rows) return;
+        int64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
+        for (int t = 0; t < j->n_tok; t++) {
+            const void *a = j->act + (size_t)t * j->act_row;
+            float *out = j->out + t * j->out_stride;
+            for (int64_t r = r0; r < r1; r++) out[r] = j->dot(w + (size_t)r * j->w_row, a, j->w->ne0);
+        }
+    }
+}
+
+/* The activations x[n_tok][ne0] quantized for weights of `type` (cached until invalidated). */
+static const void *activations(llk_ctx *c, const float *x, int n_tok, int64_t ne0, int type) {
+    int kind = llk_act_kind(type);
+    if (!c->act_valid[kind]) {
+        size_t row = llk_act_size(type, ne0);
+        for (int t = 0; t < n_tok; t++) llk_quantize_act(type, x + t * ne0, (uint8_t *)c->act[kind] + t * row, ne0);
+        c->act_valid[kind] = 1;
+    }
+    return c->act[kind];
+}
+
+static void new_input(llk_ctx *c) { c->act_valid[0] = c->act_valid[1] = c->act_valid[2] = 0; }
+
+/* out[t][r] = W[r] . x[t] for the n_tok rows of x (x quantized once per kind; call new_input on change). */
+static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride) {
+    matmul_job j = {
+        .w = w,
+        .act = activations(c, x, n_tok, w->ne0, w->type),
+        .act_row = llk_act_size(w->type, w->ne0),
+        .w_row = llk_row_size(w->type, w->ne0),
+        .n_tok = n_tok,
+        .out = out,
+        .out_stride = out_stride,
+        .dot = llk_kernels()->dot[w->type],
+    };
+    int nth = llk_pool_size(c->pool);
+    int64_t chunk = w->ne1 / (nth * 8);
+    if (n_tok > 1) chunk = w->ne1 / (nth * 4);
+    j.chunk = (int)(chunk < 16 ? 16 : chunk);
+    atomic_init(&j.next, 0);
+    llk_pool_run(c->pool, matmul_task, &j);
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+typedef struct {
+    llk_ctx *c;
+    int layer, n_tok, window;
+    float scale;
+    _Atomic int next;
+} attn_job;
+
+static void attn_task(void *arg, int ith, int nth) {
+    (void)nth;
+    attn_job *j = arg;
+    llk_ctx *c = j->c;
+    const llk_model *m = &c->m;
+    const kernel_table *k = llk_kernels();
+    const int hd = m->head_dim, group = m->n_head / m->n_head_kv;
+    float *scores = c->scores + (size_t)ith * c->n_ctx_seq;
+    for (;;) {
+        int item = atomic_fetch_add(&j->next, 1);
+        if (item >= j->n_tok * m->n_head) return;
+        int t = item / m->n_head, h = item % m->n_head, kvh = h / group;
+        int seq = c->seq_of[t], pos = c->pos_of[t], n = c->n_cells[seq];
+        const int32_t *cpos = c->cell_pos + (size_t)seq * c->n_ctx_seq;
+        size_t base = ((size_t)j->layer * c->n_seq + seq) * c->n_ctx_seq * c->kv_dim + (size_t)kvh * hd;
+        const f16_t *kc = c->k_cache + base, *vc = c->v_cache + base;
+        const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
+        float *out = c->att + (size_t)t * c->q_dim + (size_t)h * hd;
+        float max = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            int visible = cpos[i] <= pos && (!j->window || pos - cpos[i] < j->window);
+            scores[i] = visible ? k->dot_f32_f16(q, kc + (size_t)i * c->kv_dim, hd) * j->scale : -INFINITY;
+            max = scores[i] > max ? scores[i] : max;
+        }
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) {
+            scores[i] = scores[i] == -INFINITY ? 0.0f : expf(scores[i] - max);
+            sum += scores[i];
+        }
+        memset(out, 0, (size_t)hd * sizeof(float));
+        float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int i = 0; i < n; i++)
+            if (scores[i] != 0.0f) k->axpy_f16(scores[i] * inv, vc + (size_t)i * c->kv_dim, out, hd);
+    }
+}
+
+/* ---- forward -------------------------------------------------------------- */
+
+static void add_bias(float *x, const llk_tensor *b, int n_tok, int n) {
+    if (!b->data) return;
+    const float *bias = b->data;
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < n; i++) x[(size_t)t * n + i] += bias[i];
+}
+
+static void norm_rows(const float *x, const llk_tensor *w, float *out, int n_tok, int n, float eps) {
+    for (int t = 0; t < n_tok; t++) llk_rmsnorm(x + (size_t)t * n, w->data, out + (size_t)t * n, n, eps);
+}
+
+static void head_norm(float *x, const llk_tensor *w, int n_tok, int n_heads, int hd, float eps) {
+    if (!w->data) return;
+    for (int i = 0; i < n_tok * n_heads; i++) llk_rmsnorm(x + (size_t)i * hd, w->data, x + (size_t)i * hd, hd, eps);
+}
+
+static void layer_forward(llk_ctx *c, int il, int T) {
+    const llk_model *m = &c->m;
+    const llk_layer *L = &c->layers[il];
+    const kernel_table *k = llk_kernels();
+    const int E = m->n_embd, hd = m->head_dim;
+
+    norm_rows(c->x, &L->attn_norm, c->xn, T, E, m->eps);
+    new_input(c);
+    matmul(c, &L->wq, c->xn, T, c->q, c->q_dim);
+    matmul(c, &L->wk, c->xn, T, c->k, c->kv_dim);
+    matmul(c, &L->wv, c->xn, T, c->v, c->kv_dim);
+    add_bias(c->q, &L->bq, T, c->q_dim);
+    add_bias(c->k, &L->bk, T, c->kv_dim);
+    add_bias(c->v, &L->bv, T, c->kv_dim);
+    head_norm(c->q, &L->q_norm, T, m->n_head, hd, m->eps);
+    head_norm(c->k, &L->k_norm, T, m->n_head_kv, hd, m->eps);
+    const float *inv = c->inv_freq + (size_t)il * (m->rope_dim / 2 + 1);
+    for (int t = 0; t < T; t++) {
+        float *cs = c->cs + (size_t)t * m->rope_dim;
+        llk_rope_angles(cs, inv, m->rope_dim, (float)c->pos_of[t]);
+        llk_rope(c->q + (size_t)t * c->q_dim, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
+        llk_rope(c->k + (size_t)t * c->kv_dim, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
+        size_t at = (((size_t)il * c->n_seq + c->seq_of[t]) * c->n_ctx_seq + c->cell_of[t]) * c->kv_dim;
+        k->f32_to_f16(c->k + (size_t)t * c->kv_dim, c->k_cache + at, c->kv_dim);
+        k->f32_to_f16(c->v + (size_t)t * c->kv_dim, c->v_cache + at, c->kv_dim);
+    }
+    attn_job aj = {.c = c, .layer = il, .n_tok = T, .window = L->sliding ? m->sliding_window : 0,
+                   .scale = m->attn_scale};
+    atomic_init(&aj.next, 0);
+    llk_pool_run(c->pool, attn_task, &aj);
+
+    new_input(c);
+    matmul(c, &L->wo, c->att, T, c->o, E);
+    if (L->post_attn_norm.data) norm_rows(c->o, &L->post_attn_norm, c->o, T, E, m->eps);
+    for (size_t i = 0; i < (size_t)T * E; i++) c->x[i] += c->o[i];
+
+    norm_rows(c->x, &L->ffn_norm, c->xn, T, E, m->eps);
+    new_input(c);
+    matmul(c, &L->w_gate, c->xn, T, c->g, m->n_ff);
+    matmul(c, &L->w_up, c->xn, T, c->u, m->n_ff);
+    for (int t = 0; t < T; t++) {
+        float *g = c->g + (size_t)t * m->n_ff, *u = c->u + (size_t)t * m->n_ff;
+        if (m->act_gelu) llk_gelu_mul(g, u, m->n_ff);
+        else llk_silu_mul(g, u, m->n_ff);
+    }
+    new_input(c);
+    matmul(c, &L->w_down, c->g, T, c->o, E);
+    if (L->post_ffn_norm.data) norm_rows(c->o, &L->post_ffn_norm, c->o, T, E, m->eps);
+    for (size_t i = 0; i < (size_t)T * E; i++) c->x[i] += c->o[i];
+}
+
+static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
+    snprintf(c->error, sizeof c->error, fmt, a, b);
+    return code;
+}
+
+int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
+               const int8_t *want, float *logits_out) {
+    const llk_model *m = &c->m;
+    if (n <= 0 || n > c->n_batch) return fail(c, -1, "batch of %ld tokens, capacity is %ld", n, c->n_batch);
+    int32_t counts[4096];
+    if (c->n_seq > 4096) return fail(c, -1, "too many sequences (%ld > %ld)", c->n_seq, 4096);
+    memset(counts, 0, sizeof(int32_t) * (size_t)c->n_seq);
+    for (int i = 0; i < n; i++) {
+        int s = seq_ids[i][0];
+        if (s < 0 || s >= c->n_seq) return fail(c, -2, "sequence id %ld out of range [0, %ld)", s, c->n_seq);
+        if (tokens[i] < 0 || tokens[i] >= m->n_vocab)
+            return fail(c, -3, "token id %ld out of range [0, %ld)", tokens[i], m->n_vocab);
+        if (pos[i] < 0) return fail(c, -4, "negative position %ld of token %ld", pos[i], i);
+        counts[s]++;
+    }
+    for (int s = 0; s < c->n_seq; s++)
+        if (c->n_cells[s] + counts[s] > c->n_ctx_seq)
+            return fail(c, 1, "sequence %ld has no room for %ld more tokens", s, counts[s]);
+    const int E = m->n_embd;
+    const size_t emb_row = llk_row_size(m->tok_embd.type, E);
+    for (int i = 0; i < n; i++) {
+        int s = seq_ids[i][0];
+        c->seq_of[i] = s;
+        c->pos_of[i] = pos[i];
+        c->cell_of[i] = c->n_cells[s]++;
+        c->cell_pos[(size_t)s * c->n_ctx_seq + c->cell_of[i]] = pos[i];
+        float *x = c->x + (size_t)i * E;
+        llk_dequantize(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * emb_row, x, E);
+        if (m->embd_scale != 1.0f)
+            for (int e = 0; e < E; e++) x[e] *= m->embd_scale;
+    }
+    for (int il = 0; il < m->n_layer; il++) layer_forward(c, il, n);
+    int n_out = 0;
+    for (int i = 0; i < n; i++)
+        if (want[i]) llk_rmsnorm(c->x + (size_t)i * E, m->output_norm.data, c->xn + (size_t)n_out++ * E, E, m->eps);
+    if (n_out) {
+        const llk_tensor *out = m->output.data ? &m->output : &m->tok_embd;
+        new_input(c);
+        matmul(c, out, c->xn, n_out, logits_out, m->n_vocab);
+    }
+    return 0;
+}
+
+/* ---- KV sequence operations ---------------------------------------------- */
+
+static int seq_ok(const llk_ctx *c, int seq) { return seq >= 0 && seq < c->n_seq; }
+
+static int in_range(int p, int p0, int p1) { return (p0 < 0 || p >= p0) && (p1 < 0 || p < p1); }
+
+int llk_seq_rm(llk_ctx *c, int seq, int p0, int p1) {
+    if (!seq_ok(c, seq)) return 0;
+    int32_t *cpos = c->cell_pos + (size_t)seq * c->n_ctx_seq;
+    int n = c->n_cells[seq], kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (in_range(cpos[i], p0, p1)) continue;
+        if (kept != i) {
+            cpos[kept] = cpos[i];
+            for (int l = 0; l < c->m.n_layer; l++) {
+                size_t base = ((size_t)l * c->n_seq + seq) * c->n_ctx_seq * c->kv_dim;
+                memcpy(c->k_cache + base + (size_t)kept * c->kv_dim, c->k_cache + base + (size_t)i * c->kv_dim,
+                       c->kv_dim * sizeof(f16_t));
+                memcpy(c->v_cache + base + (size_t)kept * c->kv_dim, c->v_cache + base + (size_t)i * c->kv_dim,
+                       c->kv_dim * sizeof(f16_t));
+            }
+        }
+        kept++;
+    }
+    c->n_cells[seq] = kept;
+    return 1;
+}
+
+int llk_seq_add(llk_ctx *c, int seq, int p0, int p1, int delta) {
+    if (!seq_ok(c, seq) || delta == 0) return 0;
+    const llk_model *m = &c->m;
+    int32_t *cpos = c->cell_pos + (size_t)seq * c->n_ctx_seq;
+    float *buf = c->k, *cs = c->cs;
+    for (int l = 0; l < m->n_layer; l++) {
+        /* rotating by delta moves a key to its new position: rotations add */
+        llk_rope_angles(cs, c->inv_freq + (size_t)l * (m->rope_dim / 2 + 1), m->rope_dim, (float)delta);
+        size_t base = ((size_t)l * c->n_seq + seq) * c->n_ctx_seq * c->kv_dim;
+        for (int i = 0; i < c->n_cells[seq]; i++) {
+            if (!in_range(cpos[i], p0, p1)) continue;
+            f16_t *kc = c->k_cache + base + (size_t)i * c->kv_dim;
+            for (int e = 0; e < c->kv_dim; e++) buf[e] = f16_to_f32(kc[e]);
+            llk_rope(buf, m->n_head_kv, m->head_dim, m->rope_dim, cs, m->rope_neox);
+            llk_kernels()->f32_to_f16(buf, kc, c->kv_dim);
+        }
+    }
+    for (int i = 0; i < c->n_cells[seq]; i++)
+        if (in_range(cpos[i], p0, p1)) cpos[i] += delta;
+    return 1;
+}
+
+int llk_seq_cp(llk_ctx *c, int src, int dst, int p0, int p1) {
+    if (!seq_ok(c, src) || !seq_ok(c, dst) || src == dst) return 0;
+    const int32_t *spos = c->cell_pos + (size_t)src * c->n_ctx_seq;
+    int32_t *dpos = c->cell_pos + (size_t)dst * c->n_ctx_seq;
+    int copied = 0;
+    for (int i = 0; i < c->n_cells[src]; i++) {
+        if (!in_range(spos[i], p0, p1)) continue;
+        int at = c->n_cells[dst];
+        if (at >= c->n_ctx_seq) return 0;
+        dpos[at] = spos[i];
+        for (int l = 0; l < c->m.n_layer; l++) {
+            size_t sb = ((size_t)l * c->n_seq + src) * c->n_ctx_seq * c->kv_dim;
+            size_t db = ((size_t)l * c->n_seq + dst) * c->n_ctx_seq * c->kv_dim;
+            memcpy(c->k_cache + db + (size_t)at * c->kv_dim, c->k_cache + sb + (size_t)i * c->kv_dim,
+                   c->kv_dim * sizeof(f16_t));
+            memcpy(c->v_cache + db + (size_t)at * c->kv_dim, c->v_cache + sb + (size_t)i * c->kv_dim,
+                   c->kv_dim * sizeof(f16_t));
+        }
+        c->n_cells[dst]++;
+        copied++;
+    }
+    return 1;
+}
+
+int llk_seq_pos_max(const llk_ctx *c, int seq) {
+    if (!seq_ok(c, seq)) return -1;
+    const int32_t *cpos = c->cell_pos + (size_t)seq * c->n_ctx_seq;
+    int max = -1;
+    for (int i = 0; i < c->n_cells[seq]; i++) max = cpos[i] > max ? cpos[i] : max;
+    return max;
+}
+
+/* ---- benchmarking helpers -------------------------------------------------- */
+
+int llk_matvec(llk_ctx *c, const llk_tensor *w, const float *x, float *y) {
+    if (!llk_type_supported(w->type) || w->ne0 % llk_block_size(w->type)) return -1;
+    new_input(c);
+    matmul(c, w, x, 1, y, 0);
+    new_input(c);
+    return 0;
+}
+
+double llk_read_bandwidth(const void *buf, int64_t nbytes) {
+    struct timespec t0, t1;
+    const uint64_t *p = buf;
+    uint64_t acc = 0;
+    int64_t n = nbytes / 8;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int64_t i = 0; i + 4 <= n; i += 4) acc += p[i] ^ p[i + 1] ^ p[i + 2] ^ p[i + 3];
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    volatile uint64_t sink = acc;
+    (void)sink;
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return s > 0 ? (double)nbytes / s : 0.0;
+}

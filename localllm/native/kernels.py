@@ -1,0 +1,89 @@
+"""NumPy-facing wrappers of the kernels: dequantize rows, quantize activations, dot products.
+
+Used by the tests and the benchmark; the forward pass calls the same C
+functions directly.  Types are ggml type ids (``localllm.registry.gguf.GGML_TYPES``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from localllm.native.lib import NativeError, library
+
+ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avxvnni"}
+
+
+def _ptr(a: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def _fptr(a: np.ndarray) -> ctypes._Pointer:
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+
+def supported(ggml_type: int) -> bool:
+    return bool(library().llk_type_supported(ggml_type))
+
+
+def row_size(ggml_type: int, n: int) -> int:
+    """Bytes of a row of ``n`` elements (0 when the type or length is not valid)."""
+    return int(library().llk_row_size(ggml_type, n))
+
+
+def _check(ggml_type: int, data: np.ndarray, n: int) -> None:
+    size = row_size(ggml_type, n)
+    if not supported(ggml_type):
+        raise NativeError(f"ggml type {ggml_type} is not supported by the native kernels")
+    if size == 0:
+        raise NativeError(f"{n} elements is not a whole number of blocks of ggml type {ggml_type}")
+    if data.nbytes < size:
+        raise NativeError(f"{data.nbytes} bytes given, a row of {n} elements of type {ggml_type} needs {size}")
+
+
+def dequantize(ggml_type: int, data: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` floats that the first blocks of ``data`` (raw GGUF bytes) encode."""
+    data = np.ascontiguousarray(data)
+    _check(ggml_type, data, n)
+    out = np.empty(n, dtype=np.float32)
+    library().llk_dequantize(ggml_type, _ptr(data), _fptr(out), n)
+    return out
+
+
+def quantize_activations(ggml_type: int, x: np.ndarray) -> np.ndarray:
+    """``x`` in the layout the dot kernel of ``ggml_type`` weights takes (8-bit blocks or floats)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n = x.size
+    if not supported(ggml_type) or row_size(ggml_type, n) == 0:
+        raise NativeError(f"cannot quantize {n} activations for ggml type {ggml_type}")
+    out = np.empty(library().llk_act_size(ggml_type, n), dtype=np.uint8)
+    library().llk_quantize_act(ggml_type, _fptr(x), _ptr(out), n)
+    return out
+
+
+def vec_dot(ggml_type: int, weights: np.ndarray, act: np.ndarray, n: int, reference: bool = False) -> float:
+    """dot(weights row, quantized activations) with the dispatched SIMD kernel or the scalar reference."""
+    weights = np.ascontiguousarray(weights)
+    _check(ggml_type, weights, n)
+    if act.nbytes < library().llk_act_size(ggml_type, n):
+        raise NativeError("activation buffer too small; use quantize_activations")
+    fn = library().llk_vec_dot_ref if reference else library().llk_vec_dot
+    return float(fn(ggml_type, _ptr(weights), _ptr(act), n))
+
+
+def isa() -> str:
+    """The instruction set the dispatcher uses now."""
+    return ISA_NAMES[library().llk_isa_get()]
+
+
+def set_isa(name: str) -> str:
+    """Force an instruction-set level (``scalar``, ``avx2``, ``avxvnni``; capped at what the CPU has)."""
+    levels = {v: k for k, v in ISA_NAMES.items()}
+    if name not in levels:
+        raise ValueError(f"unknown instruction set {name!r}; choose from {', '.join(levels)}")
+    return ISA_NAMES[library().llk_isa_set(levels[name])]
+
+
+def best_isa() -> str:
+    return ISA_NAMES[library().llk_isa_best()]

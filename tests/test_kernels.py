@@ -1,0 +1,154 @@
+"""The kernels library against gguf-py's NumPy reference, and its SIMD paths against its scalar one.
+
+Weights are random blocks (scale fields set to sane half floats) and real
+tensors of the two fixture models; activations are random floats quantized
+the way the dot kernels take them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from gguf import quants
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localllm.native import kernels
+from localllm.native.lib import NativeError
+from localllm.registry.gguf import GGML_TYPES, read_gguf
+
+# type -> byte offsets of the half-float scale fields inside one block
+SCALE_FIELDS = {
+    Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q8_0: (0,),
+    Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,),
+}  # fmt: skip
+FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
+ALL_TYPES = tuple(SCALE_FIELDS) + FLOAT_TYPES
+ISAS = [name for name in ("scalar", "avx2", "avxvnni") if list(kernels.ISA_NAMES.values()).index(name) <= list(kernels.ISA_NAMES.values()).index(kernels.best_isa())]
+
+
+def block_shape(t: Q) -> tuple[int, int]:
+    _, block, size = GGML_TYPES[int(t)]
+    return block, size
+
+
+def random_row(t: Q, n_blocks: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Raw bytes of a row of ``n_blocks`` blocks of type ``t``, and its element count."""
+    block, size = block_shape(t)
+    if t in FLOAT_TYPES:
+        values = rng.standard_normal(n_blocks * 32).astype(np.float32)
+        if t == Q.F32:
+            return values.view(np.uint8), values.size
+        if t == Q.F16:
+            return values.astype(np.float16).view(np.uint8), values.size
+        return (values.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8), values.size
+    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    for offset in SCALE_FIELDS[t]:
+        scales = (rng.uniform(0.001, 0.05, n_blocks) * rng.choice([-1, 1], n_blocks)).astype(np.float16)
+        raw[:, offset : offset + 2] = scales.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(-1), n_blocks * block
+
+
+@pytest.fixture(autouse=True)
+def _restore_isa():
+    best = kernels.isa()
+    yield
+    kernels.set_isa(best)
+
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+def test_dequantize_matches_gguf_py(t: Q) -> None:
+    rng = np.random.default_rng(int(t))
+    row, n = random_row(t, 24, rng)
+    ours = kernels.dequantize(int(t), row, n)
+    theirs = quants.dequantize(row, t).reshape(-1)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("isa", ISAS)
+def test_dot_agrees_with_scalar_reference_and_float_math(t: Q, isa: str) -> None:
+    rng = np.random.default_rng(100 + int(t))
+    row, n = random_row(t, 16, rng)
+    x = rng.standard_normal(n).astype(np.float32)
+    assert kernels.set_isa(isa) == isa
+    act = kernels.quantize_activations(int(t), x)
+    simd = kernels.vec_dot(int(t), row, act, n)
+    ref = kernels.vec_dot(int(t), row, act, n, reference=True)
+    w = quants.dequantize(row, t).reshape(-1).astype(np.float64)
+    exact = float(w @ x)
+    scale = float(np.abs(w) @ np.abs(x))
+    assert simd == pytest.approx(ref, rel=1e-4, abs=1e-5 * scale)
+    # 8-bit activations cost about 1/254 of each product's magnitude at worst
+    tolerance = 1e-6 * scale if t in FLOAT_TYPES else 0.01 * scale
+    assert abs(simd - exact) <= tolerance
+
+
+def test_quantized_activations_are_identical_across_isas() -> None:
+    x = np.random.default_rng(7).standard_normal(4096).astype(np.float32)
+    for t in (Q.Q8_0, Q.Q4_K):
+        layouts = []
+        for isa in ISAS:
+            kernels.set_isa(isa)
+            layouts.append(kernels.quantize_activations(int(t), x))
+        for other in layouts[1:]:
+            np.testing.assert_array_equal(layouts[0], other)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    t=st.sampled_from(ALL_TYPES),
+    n_blocks=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+    magnitude=st.sampled_from([1e-3, 1.0, 300.0]),
+)
+def test_odd_shapes_and_magnitudes(t: Q, n_blocks: int, seed: int, magnitude: float) -> None:
+    rng = np.random.default_rng(seed)
+    row, n = random_row(t, n_blocks, rng)
+    n = n - n % block_shape(t)[0] if t in FLOAT_TYPES and n_blocks % 2 else n
+    x = (rng.standard_normal(n) * magnitude).astype(np.float32)
+    np.testing.assert_allclose(
+        kernels.dequantize(int(t), row, n), quants.dequantize(row, t).reshape(-1)[:n], rtol=1e-6, atol=1e-7
+    )
+    act = kernels.quantize_activations(int(t), x)
+    simd = kernels.vec_dot(int(t), row, act, n)
+    ref = kernels.vec_dot(int(t), row, act, n, reference=True)
+    scale = float(np.abs(quants.dequantize(row, t).reshape(-1)[:n].astype(np.float64)) @ np.abs(x))
+    assert abs(simd - ref) <= 1e-4 * scale + 1e-30
+
+
+def test_rows_that_are_not_whole_blocks_are_refused() -> None:
+    row, _ = random_row(Q.Q4_K, 1, np.random.default_rng(0))
+    with pytest.raises(NativeError, match="not a whole number of blocks"):
+        kernels.dequantize(int(Q.Q4_K), row, 200)
+    with pytest.raises(NativeError, match="needs 288"):
+        kernels.dequantize(int(Q.Q4_K), row, 512)
+    with pytest.raises(NativeError, match="not supported"):
+        kernels.dequantize(16, row, 256)  # IQ2_XXS
+
+
+@pytest.mark.parametrize("which", ["smollm2_path", "gemma3_path"])
+def test_real_tensors_of_the_fixture_models(which: str, request: pytest.FixtureRequest) -> None:
+    """Every weight type in the file: a few rows dequantized and dotted, against gguf-py."""
+    path = request.getfixturevalue(which)
+    gguf = read_gguf(path, skip_arrays_over=1000)
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    seen: set[int] = set()
+    rng = np.random.default_rng(1)
+    for info in gguf.tensors:
+        if info.ggml_type in seen or len(info.shape) < 2:
+            continue
+        seen.add(info.ggml_type)
+        t = Q(info.ggml_type)
+        n = info.shape[0]
+        size = kernels.row_size(info.ggml_type, n)
+        for r in (0, info.shape[1] // 2, info.shape[1] - 1):
+            row = np.array(data[info.offset + r * size : info.offset + (r + 1) * size])
+            theirs = quants.dequantize(row, t).reshape(-1)
+            np.testing.assert_allclose(kernels.dequantize(info.ggml_type, row, n), theirs, rtol=1e-6, atol=1e-7)
+            x = rng.standard_normal(n).astype(np.float32)
+            got = kernels.vec_dot(info.ggml_type, row, kernels.quantize_activations(info.ggml_type, x), n)
+            scale = float(np.abs(theirs.astype(np.float64)) @ np.abs(x))
+            assert abs(got - float(theirs.astype(np.float64) @ x)) <= 0.01 * scale
+    assert seen >= ({Q.Q4_1, Q.Q8_0} if which == "smollm2_path" else {Q.Q4_K, Q.Q6_K, Q.Q5_0, Q.Q8_0})
