@@ -16,6 +16,7 @@ import platformdirs
 APP_NAME = "localllm"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
+ENGINES = ("llama.cpp", "native")
 
 
 class SettingsError(ValueError):
@@ -122,7 +123,7 @@ def load_settings() -> Settings:
     models = os.environ.get("LOCALLLM_MODELS", "").strip()
     state = os.environ.get("LOCALLLM_STATE_DIR", "").strip()
     engine = os.environ.get("LOCALLLM_ENGINE", "llama.cpp").strip() or "llama.cpp"
-    if engine not in ("llama.cpp", "native"):
+    if engine not in ENGINES:
         raise SettingsError(f"LOCALLLM_ENGINE must be 'llama.cpp' or 'native', got {engine!r}")
     origins = tuple(o.strip() for o in os.environ.get("LOCALLLM_ORIGINS", "").split(",") if o.strip())
     defaults = Settings()

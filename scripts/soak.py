@@ -103,7 +103,7 @@ def snapshot(pid: int) -> Snapshot:
 # -- the request mix -------------------------------------------------------------------
 
 Request = Callable[[httpx.AsyncClient], Awaitable[int]]
-OPTIONS = {"num_predict": 12, "temperature": 0.7}
+OPTIONS = {"num_predict": 6, "temperature": 0.7}
 PROMPTS = ["Name a colour.", "Say hello in French.", "What is 2+2?", "Write one word about the sea.",
            "List three fruits.", "Why is the sky blue? One sentence."]
 
@@ -130,7 +130,7 @@ async def generate(client: httpx.AsyncClient) -> int:
 
 
 async def openai_chat(client: httpx.AsyncClient) -> int:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": random.choice(PROMPTS)}], "max_tokens": 12}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": random.choice(PROMPTS)}], "max_tokens": 6}
     return (await client.post("/v1/chat/completions", json=body)).status_code
 
 
@@ -141,7 +141,7 @@ async def embed(client: httpx.AsyncClient) -> int:
 
 async def cancelled_stream(client: httpx.AsyncClient) -> int:
     """Read the first chunk of a long generation, then hang up: the daemon must stop the work."""
-    body = {"model": MODEL, "prompt": "Tell me a long story.", "options": {"num_predict": 200}}
+    body = {"model": MODEL, "prompt": "Tell me a long story.", "options": {"num_predict": 64}}
     async with client.stream("POST", "/api/generate", json=body) as response:
         async for _line in response.aiter_lines():
             break

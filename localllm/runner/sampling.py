@@ -54,9 +54,9 @@ class Sampler:
             self._add_penalties(model, options, n_ctx)
             self._add_selection(model, options)
             self._argmax = options.temperature <= 0 and self._penalties is None and not grammar
+            self._candidates: _Candidates | None = None  # made on first use: ~1 MB per 50k vocabulary
             if grammar:
                 self._grammar = _grammar_sampler(model, grammar)
-                self._candidates = _Candidates(model.n_vocab)
                 self._probe = _Candidates(1)
         except BaseException:
             self.close()
@@ -111,18 +111,23 @@ class Sampler:
         """Pick the next token from the logits of batch row ``row`` and accept it."""
         if self._argmax:  # the same pick as llama.cpp's greedy sampler: the first highest logit
             return int(self._logits(ctx, row).argmax())
-        if self._grammar is None:
+        if self._grammar is None and ctx.ptr is not None:
             return ll.llama_sampler_sample(self.chain, ctx.ptr, row)
         logits = self._logits(ctx, row)
+        if self._candidates is None:
+            self._candidates = _Candidates(self._n_vocab)
         token = self._candidates.pick(logits, self.chain)
-        if not self._grammar_allows(token):
-            token = self._candidates.pick(logits, self.chain, first=self._grammar)
-        ll.llama_sampler_accept(self._grammar, token)
+        if self._grammar is not None:
+            if not self._grammar_allows(token):
+                token = self._candidates.pick(logits, self.chain, first=self._grammar)
+            ll.llama_sampler_accept(self._grammar, token)
         ll.llama_sampler_accept(self.chain, token)
         return token
 
     def _logits(self, ctx: Context, row: int) -> np.ndarray:
-        """The logits of batch row ``row``, in place (no copy)."""
+        """The logits of batch row ``row``, in place (no copy); the native engine has no llama_context."""
+        if ctx.ptr is None:
+            return ctx.logits(row)
         return np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx.ptr, row), shape=(self._n_vocab,))
 
     def _grammar_allows(self, token: int) -> bool:

@@ -34,7 +34,7 @@ def grammar_for_format(fmt: str | dict[str, Any] | None) -> str | None:
 UNSUPPORTED_KEYWORDS = frozenset({
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "patternProperties",
     "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
-    "uniqueItems", "multipleOf", "$dynamicRef", "$recursiveRef",
+    "uniqueItems", "multipleOf", "$dynamicRef", "$recursiveRef", "minProperties", "maxProperties",
 })
 #: Keywords whose value is a map of names to subschemas (the names are not keywords).
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
@@ -81,6 +81,8 @@ def schema_grammar(schema: dict[str, Any]) -> str:
         raise bad_request(f"JSON schema keyword {found.rsplit('/', 1)[-1]!r} at {found} is not supported "
                           "by constrained sampling")
     try:
-        return json_schema_to_gbnf(json.dumps(schema))
+        grammar = json_schema_to_gbnf(json.dumps(schema))
     except Exception as exc:  # the converter raises plain exceptions for what it cannot express
         raise bad_request(f"unsupported JSON schema: {exc}") from None
+    # The converter's string characters admit raw control characters, which JSON forbids.
+    return grammar.replace('char ::= [^"\\\\]', 'char ::= [^"\\\\\\x7F\\x00-\\x1F]')

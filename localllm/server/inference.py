@@ -97,6 +97,7 @@ class Inference:
             num_thread=job.options.get("num_thread"),
             num_batch=job.options.get("num_batch"),
             num_gpu=job.options.get("num_gpu"),
+            engine=job.options.get("engine") or self.settings.engine,
         )
 
     async def load(self, job: CompletionJob) -> tuple[LoadedModel, int]:

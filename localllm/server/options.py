@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..config import SettingsError, parse_duration
+from ..config import ENGINES, SettingsError, parse_duration
 from ..registry.modelfile import PARAMETER_TYPES
 from .errors import bad_request
 
@@ -52,6 +52,8 @@ def validate_options(options: dict[str, Any] | None) -> dict[str, Any]:
         if value is None:
             continue
         result[name] = _typed(name, value, list if kind is list or name == "stop" else kind)
+    if result.get("engine") not in (None, *ENGINES):
+        raise bad_request(f"option 'engine' must be one of {', '.join(ENGINES)}, got {result['engine']!r}")
     return result
 
 

@@ -66,6 +66,7 @@ class LoadRequest:
     num_batch: int | None = None
     num_gpu: int | None = None
     embedding: bool = False  # embedding runners are separate from generating ones
+    engine: str = "llama.cpp"
 
 
 class Scheduler:
@@ -147,8 +148,7 @@ class Scheduler:
 
     def _key(self, request: LoadRequest) -> tuple:
         """Models that share weights and adapters share a runner; templates and options are per request."""
-        return (str(request.model_path), tuple(str(a) for a in request.adapters), self.settings.engine,
-                request.embedding)
+        return (str(request.model_path), tuple(str(a) for a in request.adapters), request.engine, request.embedding)
 
     async def _acquire(self, request: LoadRequest) -> LoadedModel:
         key = self._key(request)
@@ -201,7 +201,7 @@ class Scheduler:
             n_gpu_layers=plan.n_gpu_layers,
             embedding=request.embedding,
             adapters=tuple(request.adapters),
-            engine=self.settings.engine,
+            engine=request.engine,
         )
         started = time.perf_counter_ns()
         log.info("loading %s (ctx %d x %d, %d threads)", request.name, n_ctx, config.n_parallel, config.n_threads)
