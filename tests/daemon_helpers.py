@@ -31,15 +31,15 @@ class Daemon:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         dead = f"http://127.0.0.1:{free_port()}"
-        self.env = dict(
-            os.environ,
-            LOCALLLM_HOST=f"127.0.0.1:{self.port}",
-            LOCALLLM_MODELS=str(root / "models"),
-            LOCALLLM_STATE_DIR=str(root / "state"),
-            HF_ENDPOINT=dead,
-            LOCALLLM_PYPI_INDEX=dead + "/simple",
+        self.env = {
+            **os.environ,
+            "LOCALLLM_HOST": f"127.0.0.1:{self.port}",
+            "LOCALLLM_MODELS": str(root / "models"),
+            "LOCALLLM_STATE_DIR": str(root / "state"),
+            "HF_ENDPOINT": dead,
+            "LOCALLLM_PYPI_INDEX": dead + "/simple",
             **env,
-        )
+        }
         self.process: subprocess.Popen | None = None
         self.log_path = root / "daemon.log"
 
