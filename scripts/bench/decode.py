@@ -9,9 +9,8 @@ blur the figure.
 
     python scripts/bench/decode.py [--model GGUF] [--threads 2] [--tokens 128] [--json]
 
-"ours" is a function of :class:`BenchConfig` returning a :class:`Measurement`;
-today it starts the runner process and streams ``/completion``; pointing it
-at the daemon's ``/api/generate`` means writing one more such function.
+"ours" is the daemon's streamed ``/api/generate`` (``--side daemon``, the
+default) or the bare runner process's ``/completion`` (``--side runner``).
 """
 
 from __future__ import annotations
@@ -88,6 +87,43 @@ def runner_side(cfg: BenchConfig) -> Callable[[], Measurement]:
     return measure
 
 
+def daemon_side(cfg: BenchConfig) -> Callable[[], Measurement]:
+    """The whole product: the daemon's streamed ``/api/generate`` (raw prompt), runner behind it."""
+    import atexit
+
+    import httpx
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from common import start_daemon
+
+    daemon = start_daemon(LOCALLLM_NUM_THREADS=str(cfg.threads))
+    atexit.register(daemon.stop)
+    daemon.create("bench", f"FROM {cfg.model}")
+    body = {"model": "bench", "prompt": cfg.prompt, "raw": True, "keep_alive": -1,
+            "options": {"temperature": 0, "repeat_penalty": 1.0, "num_predict": cfg.tokens, "num_ctx": 2048}}
+
+    def measure() -> Measurement:
+        first = last = 0.0
+        count = 0
+        with httpx.stream("POST", f"{daemon.url}/api/generate", json=body, timeout=600) as r:
+            for line in r.iter_lines():
+                if not line:
+                    continue
+                now = time.perf_counter()
+                item = json.loads(line)
+                if "error" in item:
+                    raise RuntimeError(item["error"])
+                if item.get("done"):
+                    count = item["eval_count"]
+                    break
+                if not first:
+                    first = now
+                last = now
+        return Measurement(tokens=count - 1, seconds=last - first)
+
+    return measure
+
+
 def llama_cpp_side(cfg: BenchConfig) -> Callable[[], Measurement]:
     """llama-cpp-python's high-level ``Llama.generate`` in this process."""
     import llama_cpp
@@ -137,6 +173,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--side", choices=["daemon", "runner"], default="daemon",
+                   help="ours: the daemon's /api/generate (default) or the bare runner process")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the runner (atexit) when killed
@@ -144,13 +182,15 @@ def main() -> None:
         import fixtures
 
         args.model = fixtures.smollm2_gguf()
-    report = run(BenchConfig(model=args.model, threads=args.threads, tokens=args.tokens), runner_side, args.rounds)
+    ours = daemon_side if args.side == "daemon" else runner_side
+    report = run(BenchConfig(model=args.model, threads=args.threads, tokens=args.tokens), ours, args.rounds)
+    report["side"] = args.side
     if args.json:
         print(json.dumps(report))
         return
     print(f"model {report['model']}, {report['threads']} threads, {report['tokens']} tokens, {report['rounds']} rounds")
     print(f"{'side':<20} {'tokens/s':>10}")
-    print(f"{'ours (runner)':<20} {report['ours_tokens_per_s']:>10.1f}")
+    print(f"{'ours (' + args.side + ')':<20} {report['ours_tokens_per_s']:>10.1f}")
     print(f"{'Llama.generate':<20} {report['llama_cpp_python_tokens_per_s']:>10.1f}")
     print(f"{'ratio':<20} {report['ratio']:>10.3f}")
 
