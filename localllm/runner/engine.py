@@ -69,6 +69,7 @@ class Slot:
     limit: int = 0  # most tokens to generate
     t_admit: float = 0.0
     t_first: float = 0.0
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # of tokens whose text is not sent yet
 
 
 def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
@@ -192,6 +193,7 @@ class Engine:
         slot.prefilled = 0
         slot.pending = -1
         slot.generated = []
+        slot.logprobs = []
         slot.text = TextStream(o.stop)
         slot.t_admit = time.perf_counter()
         slot.t_first = 0.0
@@ -264,15 +266,34 @@ class Engine:
             self._finish(slot, "length")
             return
         slot.generated.append(token)
+        if slot.request.sampler.last_logprobs is not None:
+            slot.logprobs.append(self._logprob_entry(token, *slot.request.sampler.last_logprobs))
         text = slot.text.feed(self.model.piece(token))
         if text:
-            slot.request.emit({"content": text})
+            slot.request.emit(self._content(slot, text))
         if slot.text.stopped:
             self._finish(slot, "stop")
         elif len(slot.generated) >= slot.limit:
             self._finish(slot, "length")
         else:
             slot.pending = token
+
+    def _logprob_entry(self, token: int, logprob: float, top: list[tuple[int, float]]) -> dict[str, Any]:
+        def describe(tok: int, value: float) -> dict[str, Any]:
+            piece = self.model.piece(tok)
+            return {"id": tok, "token": piece.decode("utf-8", "replace"), "bytes": list(piece), "logprob": value}
+
+        entry = describe(token, logprob)
+        entry["top_logprobs"] = [describe(tok, value) for tok, value in top]
+        return entry
+
+    @staticmethod
+    def _content(slot: Slot, text: str) -> dict[str, Any]:
+        """A content event carrying the log-probabilities of the tokens it completes."""
+        event: dict[str, Any] = {"content": text}
+        if slot.logprobs:
+            event["logprobs"], slot.logprobs = slot.logprobs, []
+        return event
 
     def _shift(self, slot: Slot) -> bool:
         """Make room at the context end: drop half of the tokens after ``num_keep``."""
@@ -290,8 +311,8 @@ class Engine:
     def _finish(self, slot: Slot, reason: str) -> None:
         request = slot.request
         tail = slot.text.flush()
-        if tail:
-            request.emit({"content": tail})
+        if tail or slot.logprobs:
+            request.emit(self._content(slot, tail))
         now = time.perf_counter()
         first = slot.t_first or now
         request.emit(

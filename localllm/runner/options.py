@@ -36,6 +36,8 @@ class CompletionOptions:
     num_predict: int = -1
     num_keep: int = 4
     stop: tuple[str, ...] = field(default_factory=tuple)
+    logprobs: bool = False  # report each token's log-probability
+    top_logprobs: int = 0  # and this many most likely alternatives
 
     @classmethod
     def from_dict(cls, options: dict[str, Any] | None) -> CompletionOptions:
@@ -49,12 +51,18 @@ class CompletionOptions:
             if f.name not in options or options[f.name] is None:
                 continue
             values[f.name] = _coerce(f.name, f.type, options[f.name])
+        if not 0 <= values.get("top_logprobs", 0) <= 20:
+            raise OptionError("option 'top_logprobs' must be between 0 and 20")
         if values.get("mirostat", 0) not in (0, 1, 2):
             raise OptionError("option 'mirostat' must be 0, 1 or 2")
         return cls(**values)
 
 
 def _coerce(name: str, kind: str, value: Any) -> Any:
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise OptionError(f"option {name!r} must be true or false, got {value!r}")
+        return value
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
             raise OptionError(f"option {name!r} must be an integer, got {value!r}")

@@ -53,7 +53,10 @@ class Sampler:
         try:
             self._add_penalties(model, options, n_ctx)
             self._add_selection(model, options)
-            self._argmax = options.temperature <= 0 and self._penalties is None and not grammar
+            self._top_logprobs = options.top_logprobs if options.logprobs else -1
+            self.last_logprobs: tuple[float, list[tuple[int, float]]] | None = None
+            self._argmax = (options.temperature <= 0 and self._penalties is None and not grammar
+                            and self._top_logprobs < 0)
             self._candidates: _Candidates | None = None  # made on first use: ~1 MB per 50k vocabulary
             if grammar:
                 self._grammar = _grammar_sampler(model, grammar)
@@ -111,7 +114,7 @@ class Sampler:
         """Pick the next token from the logits of batch row ``row`` and accept it."""
         if self._argmax:  # the same pick as llama.cpp's greedy sampler: the first highest logit
             return int(self._logits(ctx, row).argmax())
-        if self._grammar is None and ctx.ptr is not None:
+        if self._grammar is None and ctx.ptr is not None and self._top_logprobs < 0:
             return ll.llama_sampler_sample(self.chain, ctx.ptr, row)
         logits = self._logits(ctx, row)
         if self._candidates is None:
@@ -122,6 +125,8 @@ class Sampler:
                 token = self._candidates.pick(logits, self.chain, first=self._grammar)
             ll.llama_sampler_accept(self._grammar, token)
         ll.llama_sampler_accept(self.chain, token)
+        if self._top_logprobs >= 0:
+            self.last_logprobs = self._candidates.logprobs(token, self._top_logprobs)
         return token
 
     def _logits(self, ctx: Context, row: int) -> np.ndarray:
@@ -174,6 +179,20 @@ class _Candidates:
             ll.llama_sampler_apply(first, self.ref)
         ll.llama_sampler_apply(chain, self.ref)
         return int(self.data["id"][self._array.selected])
+
+    def logprobs(self, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+        """Log-probability of ``token`` and the ``top`` likeliest tokens, in the distribution
+        the chain left (after penalties, truncation, temperature and the grammar)."""
+        kept = self.data[: self._array.size]
+        logits = kept["logit"].astype(np.float64)
+        finite = np.isfinite(logits)
+        peak = logits[finite].max()
+        logprobs = np.where(finite, logits - peak, -np.inf)
+        logprobs -= math.log(np.exp(logprobs[finite]).sum())
+        where = np.nonzero(kept["id"] == token)[0]
+        chosen = float(logprobs[where[0]]) if len(where) else -math.inf
+        order = np.argsort(-logprobs)[:top] if top else []
+        return chosen, [(int(kept["id"][i]), float(logprobs[i])) for i in order]
 
 
 def _grammar_sampler(model: Model, grammar: str) -> ll.llama_sampler_p:

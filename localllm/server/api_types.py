@@ -61,6 +61,8 @@ class GenerateRequest(_NamedBody):
     options: dict[str, Any] | None = None
     keep_alive: KeepAlive = None
     grammar: str | None = None  # extension: GBNF rules, as llama.cpp's server takes them
+    logprobs: bool = False
+    top_logprobs: int | None = None
 
 
 class ChatRequest(_NamedBody):
@@ -68,6 +70,8 @@ class ChatRequest(_NamedBody):
     tools: list[dict[str, Any]] | None = None
     format: str | dict[str, Any] | None = None
     grammar: str | None = None  # extension: GBNF rules
+    logprobs: bool = False
+    top_logprobs: int | None = None
     options: dict[str, Any] | None = None
     stream: bool = True
     keep_alive: KeepAlive = None

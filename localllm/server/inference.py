@@ -85,6 +85,15 @@ class Inference:
             grammar=grammar or raw_grammar or None,
         )
 
+    @staticmethod
+    def want_logprobs(job: CompletionJob, logprobs: bool, top_logprobs: int | None) -> None:
+        """Ask the runner for log-probabilities (0-20 alternatives per token)."""
+        if top_logprobs is not None and not 0 <= top_logprobs <= 20:
+            raise bad_request(f"top_logprobs must be between 0 and 20, got {top_logprobs}")
+        if logprobs or top_logprobs:
+            job.options["logprobs"] = True
+            job.options["top_logprobs"] = top_logprobs or 0
+
     def load_request(self, job: CompletionJob, embedding: bool = False) -> LoadRequest:
         model = job.model
         return LoadRequest(
@@ -204,12 +213,17 @@ class Inference:
 
 
 async def collect_completion(events: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """Run one completion to its end: its whole text and its final event."""
-    pieces = []
+    """Run one completion to its end: its whole text and its final event (which
+    then carries every token's ``logprobs`` when they were asked for)."""
+    pieces: list[str] = []
+    logprobs: list[dict[str, Any]] = []
     async for event in events:
         if "error" in event:
             raise ApiError(500, event["error"])
+        logprobs.extend(event.get("logprobs", ()))
         if event.get("done"):
+            if logprobs:
+                event["logprobs"] = logprobs
             return "".join(pieces), event
         pieces.append(event.get("content", ""))
     raise ApiError(500, "model runner ended the answer early")

@@ -297,7 +297,7 @@ async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: s
     events = state.inference.stream(job, builder)
     first = await _first_event(events)  # raises ApiError before any byte is sent
 
-    def chunk(piece: str, calls: list[ToolCall] = ()) -> dict[str, Any]:
+    def chunk(piece: str, calls: list[ToolCall] = (), logprobs: list | None = None) -> dict[str, Any]:
         base: dict[str, Any] = {"model": model_name, "created_at": now_iso()}
         if kind == "chat":
             base["message"] = {"role": "assistant", "content": piece}
@@ -306,10 +306,12 @@ async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: s
         else:
             base["response"] = piece
         base["done"] = False
+        if logprobs:
+            base["logprobs"] = ollama_logprobs(logprobs)
         return base
 
     def final(event: dict[str, Any], text: str, calls: list[ToolCall] = ()) -> dict[str, Any]:
-        answer = chunk(text, calls)
+        answer = chunk(text, calls, event.get("logprobs") if not stream or tool_use else None)
         answer["done"] = True
         answer["done_reason"] = event.get("done_reason", "stop")
         if kind == "generate":
@@ -336,7 +338,7 @@ async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: s
             if event.get("done"):
                 yield final(event, "")
                 return
-            yield chunk(event.get("content", ""))
+            yield chunk(event.get("content", ""), logprobs=event.get("logprobs"))
 
     if stream:
         return StreamingResponse(ndjson(relay()), media_type=NDJSON)
@@ -358,6 +360,14 @@ async def _prepend(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -
         yield event
 
 
+def ollama_logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runner's token log-probabilities in Ollama's shape (no token ids)."""
+    def one(entry: dict[str, Any]) -> dict[str, Any]:
+        return {"token": entry["token"], "logprob": entry["logprob"], "bytes": entry["bytes"]}
+
+    return [dict(one(e), top_logprobs=[one(t) for t in e.get("top_logprobs", [])]) for e in entries]
+
+
 def _template_error(exc: Exception, model: LocalModel) -> ApiError:
     return bad_request(f"template of model {model.name.display!r} failed to render: {exc}")
 
@@ -367,6 +377,7 @@ async def generate(body: GenerateRequest, request: Request):
     state = state_of(request)
     job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format),
                               body.grammar)
+    state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
     job.context = body.context
     model = job.model
     if not body.prompt and not body.suffix and body.context is None:
@@ -394,6 +405,7 @@ async def chat(body: ChatRequest, request: Request):
     state = state_of(request)
     job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format),
                               body.grammar)
+    state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
     for index, message in enumerate(body.messages):
         if message.role not in CHAT_ROLES:
             raise bad_request(f"messages[{index}]: invalid role {message.role!r}; use system, user, assistant or tool")

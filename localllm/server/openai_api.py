@@ -216,7 +216,8 @@ class _Completion:
                 "system_fingerprint": "fp_localllm", "choices": choices}
 
     def _choice(self, index: int, text: str | None, finish: str | None, chunk: bool,
-                calls: list[ToolCall] = ()) -> dict[str, Any]:
+                calls: list[ToolCall] = (), logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        shaped = self._logprobs(logprobs)
         if self.kind == "chat":
             tool_calls = [call.openai() for call in calls]
             if calls:
@@ -225,13 +226,31 @@ class _Completion:
                 delta: dict[str, Any] = {} if text is None else {"content": text}
                 if tool_calls:
                     delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(tool_calls)]
-                return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+                return {"index": index, "delta": delta, "logprobs": shaped, "finish_reason": finish}
             message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else ""),
                                        "refusal": None}
             if tool_calls:
                 message["tool_calls"] = tool_calls
-            return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
-        return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+            return {"index": index, "message": message, "logprobs": shaped, "finish_reason": finish}
+        return {"index": index, "text": text or "", "logprobs": shaped, "finish_reason": finish}
+
+    def _logprobs(self, entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+        """OpenAI's logprobs object: ``content`` entries for chat, parallel lists for completions."""
+        if not entries:
+            return None
+        if self.kind == "chat":
+            def one(e: dict[str, Any]) -> dict[str, Any]:
+                return {"token": e["token"], "logprob": e["logprob"], "bytes": e["bytes"]}
+
+            return {"content": [dict(one(e), top_logprobs=[one(t) for t in e["top_logprobs"]]) for e in entries],
+                    "refusal": None}
+        offsets, position = [], len(self.echo)
+        for e in entries:
+            offsets.append(position)
+            position += len(e["token"])
+        return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+                "text_offset": offsets}
 
     def _finished(self, text: str, done: dict[str, Any]) -> tuple[str, str, list[ToolCall]]:
         """Content, finish reason and tool calls of one finished choice."""
@@ -245,7 +264,7 @@ class _Completion:
             choices = []
             for index, (text, done) in enumerate(results):
                 content, finish, calls = self._finished(text, done)
-                choices.append(self._choice(index, content, finish, False, calls))
+                choices.append(self._choice(index, content, finish, False, calls, done.get("logprobs")))
             answer = self._envelope(choices, False)
             answer["usage"] = _usage([done for _, done in results])
             return JSONResponse(answer)
@@ -281,7 +300,8 @@ class _Completion:
                 yield _sse(self._envelope([self._choice(index, None if self.kind == "chat" else "",
                                                         _finish_reason(event), True)], True))
             else:
-                yield _sse(self._envelope([self._choice(index, event.get("content", ""), None, True)], True))
+                yield _sse(self._envelope([self._choice(index, event.get("content", ""), None, True,
+                                                        logprobs=event.get("logprobs"))], True))
         if self.include_usage:
             usage_chunk = self._envelope([], True)
             usage_chunk["usage"] = _usage(finals)
@@ -342,6 +362,7 @@ def _tool_grammar(tool_use: ToolUse | None, choice: str | dict[str, Any] | None)
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     job = _job(request, body, body.max_completion_tokens or body.max_tokens, _grammar(body.response_format))
+    state_of(request).inference.want_logprobs(job, body.logprobs, body.top_logprobs if body.logprobs else None)
     tool_use, forced = _tool_grammar(ToolUse.for_model(job.model, body.tools), body.tool_choice)
     if forced:
         job.grammar = forced
@@ -361,6 +382,7 @@ async def completions(body: CompletionRequest, request: Request):
     else:
         prompt = body.prompt
     job = _job(request, body, body.max_tokens if body.max_tokens is not None else 16, None)
+    state_of(request).inference.want_logprobs(job, body.logprobs is not None, body.logprobs)
 
     def builder(health: dict[str, Any]) -> str:
         return prompt
