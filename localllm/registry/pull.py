@@ -47,7 +47,16 @@ PROGRESS_INTERVAL = 0.1  # seconds between progress events of one download
 
 
 class PullError(Exception):
-    """The pull failed; the message says why and what to try."""
+    """The pull failed; the message says why and what to try.
+
+    ``status`` is the HTTP status a non-streamed answer carries: 400 for a
+    request we cannot serve, 404 for a name nothing provides, 502 when every
+    source failed, 507 when the store could not be written.
+    """
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def name_for_url(url: str) -> ModelName:
@@ -179,7 +188,7 @@ class Puller:
             try:
                 layers = await asyncio.to_thread(self._register, plan, digest)
             except (ValueError, OSError) as exc:  # InvalidGGUF, CorruptManifest, disk errors
-                raise PullError(f"could not register '{plan.name.display}': {exc}") from None
+                raise PullError(f"could not register '{plan.name.display}': {exc}", 507) from None
             for descriptor in layers:
                 digest_of_layer, size_of_layer = descriptor["digest"], descriptor["size"]
                 yield _progress_event(digest_of_layer[7:19], digest_of_layer, size_of_layer, size_of_layer)
@@ -208,7 +217,7 @@ class Puller:
         known = ", ".join(catalog.catalog_names())
         raise PullError(
             f"model '{name.display}' is not in the built-in catalog ({known}); "
-            "pull hf.co/<org>/<repo>[:<quant>] or an https:// URL of a .gguf file"
+            "pull hf.co/<org>/<repo>[:<quant>] or an https:// URL of a .gguf file", 404
         )
 
     @staticmethod
@@ -286,12 +295,12 @@ class Puller:
                 await asyncio.sleep(0)  # let queued progress callbacks run before finishing
                 download.finish(result=result)
                 return
-            download.finish(error=PullError(f"could not pull '{plan.name.display}': " + "; ".join(errors)))
+            download.finish(error=PullError(f"could not pull '{plan.name.display}': " + "; ".join(errors), 502))
         except PullCancelled:
             download.finish(error=PullError(f"pull of '{plan.name.display}' was cancelled"))
         except Exception as exc:  # never leave followers waiting on a job that died
             log.exception("pull %s failed", plan.name.display)
-            download.finish(error=PullError(f"could not pull '{plan.name.display}': {type(exc).__name__}: {exc}"))
+            download.finish(error=PullError(f"could not pull '{plan.name.display}': {type(exc).__name__}: {exc}", 500))
         finally:
             if self._downloads.get(plan.key) is download:
                 del self._downloads[plan.key]

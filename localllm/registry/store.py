@@ -164,6 +164,17 @@ class Store:
     def has_blob(self, digest: str) -> bool:
         return self.blob_path(digest).is_file()
 
+    def remove_temporaries(self) -> int:
+        """Delete temp files a killed writer left in ``partial/`` (resumable downloads stay).
+
+        Only safe while no other writer runs: the daemon calls it at start.
+        """
+        removed = 0
+        for path in self.partial_dir.glob(".tmp-*"):
+            path.unlink(missing_ok=True)
+            removed += 1
+        return removed
+
     def temp_path(self, label: str = "blob") -> Path:
         """A fresh path in ``partial/`` for data that is not complete yet."""
         return self.partial_dir / f".tmp-{label}-{secrets.token_hex(8)}"

@@ -67,14 +67,23 @@ async def ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
 
 
 async def stream_or_last(events: AsyncIterator[dict[str, Any]], stream: bool) -> Response:
-    """Stream status events as NDJSON, or answer only the last one (pull/create without stream)."""
+    """Stream status events as NDJSON, or answer only the last one (pull/create without stream).
+
+    An error event carries its HTTP status under ``status``: it is sent in the
+    status line of a whole answer and left out of streamed ones.
+    """
     if stream:
-        return StreamingResponse(ndjson(events), media_type=NDJSON)
+        async def without_status() -> AsyncIterator[dict[str, Any]]:
+            async for event in events:
+                event.pop("status_code", None)
+                yield event
+
+        return StreamingResponse(ndjson(without_status()), media_type=NDJSON)
     final: dict[str, Any] = {}
     async for event in events:
         final = event
         if "error" in event:
-            return JSONResponse(event, status_code=500)
+            return JSONResponse({"error": event["error"]}, status_code=event.get("status_code", 500))
     return JSONResponse(final)
 
 
@@ -162,7 +171,7 @@ async def pull_model(body: PullRequest, request: Request) -> Response:
             async for status in puller.pull(name, url=url, insecure=body.insecure):
                 yield status
         except PullError as exc:
-            yield {"error": str(exc)}
+            yield {"error": str(exc), "status_code": exc.status}
 
     return await stream_or_last(events(), body.stream)
 
@@ -174,10 +183,7 @@ def create_spec(body: CreateRequest, store) -> CreateSpec:
         return spec_from_modelfile(body.modelfile, base_dir, body.quantize)
     source = body.from_
     if body.files:
-        digest = next(iter(body.files.values()))
-        if not store.has_blob(digest):
-            raise CreateError(f"blob {digest} not found; upload it with POST /api/blobs/{digest} first")
-        source = str(store.blob_path(digest))
+        source = str(_uploaded_blob(store, next(iter(body.files.values())), "files"))
     if not source:
         raise CreateError("'from' (or a Modelfile with FROM) is required")
     licenses = [body.license] if isinstance(body.license, str) else body.license
@@ -185,10 +191,21 @@ def create_spec(body: CreateRequest, store) -> CreateSpec:
         from_=source, base_dir=base_dir, template=body.template, system=body.system,
         parameters=validate_options(body.parameters), license=licenses, quantize=body.quantize,
         messages=[m.model_dump(exclude_none=True) for m in body.messages] if body.messages is not None else None,
-        adapters=[str(store.blob_path(d)) for d in (body.adapters or {}).values()],
+        adapters=[str(_uploaded_blob(store, d, "adapters")) for d in (body.adapters or {}).values()],
     )
     check_spec(spec)
     return spec
+
+
+def _uploaded_blob(store, digest: str, field: str) -> Path:
+    """The path of a blob a client uploaded for create (``files``/``adapters``)."""
+    try:
+        path = store.blob_path(digest)
+    except InvalidDigest as exc:
+        raise CreateError(f"{field}: {exc}") from None
+    if not path.is_file():
+        raise CreateError(f"blob {digest} not found; upload it with POST /api/blobs/{digest} first")
+    return path
 
 
 @router.post("/api/create")
@@ -205,7 +222,7 @@ async def create_model(body: CreateRequest, request: Request) -> Response:
             async for status in state.creator.create(name, spec):
                 yield status
         except (CreateError, InvalidGGUF) as exc:
-            yield {"error": str(exc)}
+            yield {"error": str(exc), "status_code": 400}
 
     return await stream_or_last(events(), body.stream)
 

@@ -31,6 +31,7 @@ class DaemonState:
     @classmethod
     def build(cls, settings: Settings) -> "DaemonState":
         store = Store(settings.models_dir)
+        store.remove_temporaries()
         scheduler = Scheduler(settings)
         puller = Puller(store, settings)
         metrics = Metrics()
