@@ -234,15 +234,22 @@ def chat_prompt_builder(model: LocalModel, messages: list[dict[str, Any]],
     """A PromptBuilder rendering the model's chat template; template errors become 400s."""
 
     def build(health: dict[str, Any]) -> str:
-        try:
+        with template_errors_as_400(model):
             return prompts.build_prompt(
                 messages=model.messages + messages, system=model.system, model_template=model.template,
                 gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
                 eos_token=health.get("eos", ""), tools=tools,
             )
-        except TemplateError as exc:
-            raise bad_request(f"template of model {model.name.display!r} failed to render: {exc}") from None
-        except PromptError as exc:
-            raise bad_request(str(exc)) from None
 
     return build
+
+
+@contextlib.contextmanager
+def template_errors_as_400(model: LocalModel):
+    """A prompt that cannot be rendered is the request's (or the model's) fault: 400 naming it."""
+    try:
+        yield
+    except TemplateError as exc:
+        raise bad_request(f"template of model {model.name.display!r} failed to render: {exc}") from None
+    except PromptError as exc:
+        raise bad_request(str(exc)) from None

@@ -14,15 +14,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from .. import __version__
-from ..registry.models import LocalModel
 from ..registry.names import InvalidName, ModelName
 from ..registry.create import CreateError, CreateSpec, check_spec, spec_from_modelfile
 from ..registry.gguf import InvalidGGUF
 from ..registry.pull import PullError, parse_pull_target
 from ..registry.store import DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from ..templates import prompt as prompts
-from ..templates.gotemplate import TemplateError
-from ..templates.prompt import PromptError
 from . import show
 from .api_types import (
     ChatRequest, CopyRequest, CreateRequest, DeleteRequest, EmbedRequest, GenerateRequest, LegacyEmbeddingsRequest,
@@ -31,7 +28,7 @@ from .api_types import (
 from .errors import ApiError, bad_request, not_found
 from .embeddings import shorten
 from .formats import grammar_for_format
-from .inference import CompletionJob, chat_prompt_builder, collect_completion
+from .inference import CompletionJob, chat_prompt_builder, collect_completion, template_errors_as_400
 from .options import validate_options
 from .state import DaemonState
 from .tools import ToolCall, ToolUse
@@ -385,34 +382,31 @@ def ollama_logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(one(e), top_logprobs=[one(t) for t in e.get("top_logprobs", [])]) for e in entries]
 
 
-def _template_error(exc: Exception, model: LocalModel) -> ApiError:
-    return bad_request(f"template of model {model.name.display!r} failed to render: {exc}")
+def _generation_job(state: DaemonState, body: GenerateRequest | ChatRequest) -> CompletionJob:
+    """The job of a generate or chat body: model, options, constraint, log-probabilities."""
+    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format),
+                              body.grammar)
+    state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
+    return job
 
 
 @router.post("/api/generate")
 async def generate(body: GenerateRequest, request: Request):
     state = state_of(request)
-    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format),
-                              body.grammar)
-    state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
+    job = _generation_job(state, body)
     job.context = body.context
     model = job.model
     if not body.prompt and not body.suffix and body.context is None:
         return await _load_only(state, job, "generate", body.model)
 
-    def builder(health: dict[str, Any]) -> str | list[int]:
-        try:
-            text = prompts.build_generate_prompt(
+    def builder(health: dict[str, Any]) -> str:
+        with template_errors_as_400(model):
+            return prompts.build_generate_prompt(
                 prompt=body.prompt, system=body.system if body.system is not None else model.system,
                 suffix=body.suffix, template_override=body.template, model_template=model.template,
                 gguf_chat_template=model.chat_template, bos=health.get("bos", ""), eos=health.get("eos", ""),
                 raw=body.raw, history=model.messages,
             )
-        except TemplateError as exc:
-            raise _template_error(exc, model) from None
-        except PromptError as exc:
-            raise bad_request(str(exc)) from None
-        return text
 
     return await _run(state, job, builder, model_name=body.model, kind="generate", stream=body.stream)
 
@@ -420,9 +414,7 @@ async def generate(body: GenerateRequest, request: Request):
 @router.post("/api/chat")
 async def chat(body: ChatRequest, request: Request):
     state = state_of(request)
-    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format),
-                              body.grammar)
-    state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
+    job = _generation_job(state, body)
     for index, message in enumerate(body.messages):
         if message.role not in CHAT_ROLES:
             raise bad_request(f"messages[{index}]: invalid role {message.role!r}; use system, user, assistant or tool")

@@ -21,7 +21,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -66,23 +66,8 @@ def runner_side(cfg: BenchConfig) -> Callable[[], Measurement]:
     body = {"prompt": cfg.prompt, "options": {"temperature": 0, "repeat_penalty": 1.0, "num_predict": cfg.tokens}}
 
     def measure() -> Measurement:
-        first = last = 0.0
-        count = 0
         with client.stream("POST", "/completion", json=body) as r:
-            for line in r.iter_lines():
-                if not line:
-                    continue
-                now = time.perf_counter()
-                item = json.loads(line)
-                if "error" in item:
-                    raise RuntimeError(item["error"])
-                if "done" in item:
-                    count = item["eval_count"]
-                    break
-                if not first:
-                    first = now
-                last = now
-        return Measurement(tokens=count - 1, seconds=last - first)
+            return stream_measurement(r.iter_lines())
 
     return measure
 
@@ -103,25 +88,27 @@ def daemon_side(cfg: BenchConfig) -> Callable[[], Measurement]:
             "options": {"temperature": 0, "repeat_penalty": 1.0, "num_predict": cfg.tokens, "num_ctx": 2048}}
 
     def measure() -> Measurement:
-        first = last = 0.0
-        count = 0
         with httpx.stream("POST", f"{daemon.url}/api/generate", json=body, timeout=600) as r:
-            for line in r.iter_lines():
-                if not line:
-                    continue
-                now = time.perf_counter()
-                item = json.loads(line)
-                if "error" in item:
-                    raise RuntimeError(item["error"])
-                if item.get("done"):
-                    count = item["eval_count"]
-                    break
-                if not first:
-                    first = now
-                last = now
-        return Measurement(tokens=count - 1, seconds=last - first)
+            return stream_measurement(r.iter_lines())
 
     return measure
+
+
+def stream_measurement(lines: Iterable[str]) -> Measurement:
+    """Decode speed of an NDJSON token stream: first piece to last, tokens from the final event."""
+    first = last = 0.0
+    for line in lines:
+        if not line:
+            continue
+        now = time.perf_counter()
+        item = json.loads(line)
+        if "error" in item:
+            raise RuntimeError(item["error"])
+        if item.get("done"):
+            return Measurement(tokens=item["eval_count"] - 1, seconds=last - first)
+        first = first or now
+        last = now
+    raise RuntimeError("the stream ended without a final event")
 
 
 def llama_cpp_side(cfg: BenchConfig) -> Callable[[], Measurement]:
