@@ -1,7 +1,7 @@
 """``python -m localllm.runner``: serve one model on a unix socket.
 
     python -m localllm.runner --model PATH --socket PATH [--ctx N] [--parallel N]
-        [--threads N] [--batch N] [--gpu-layers N] [--adapter PATH ...] [--embedding] [--verbose]
+        [--threads N] [--batch N] [--gpu-layers N] [--cache-ram-mb MB] [--adapter PATH ...] [--embedding] [--verbose]
 
 The daemon starts one runner per loaded model and talks to it over the
 socket (see :mod:`localllm.runner.server` for the endpoints). Logs go to
@@ -37,6 +37,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m localllm.runner", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, type=Path, help="GGUF model file")
@@ -47,6 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=_positive, default=512, help="most tokens per decode step")
     p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload to a GPU (GPU builds only)")
     p.add_argument("--adapter", type=Path, action="append", default=[], help="LoRA adapter GGUF (repeatable)")
+    p.add_argument(
+        "--cache-ram-mb", type=_non_negative, default=512, metavar="MB",
+        help="host RAM for prefixes evicted from the KV cache (0: drop them)",
+    )
     p.add_argument("--embedding", action="store_true", help="serve /embedding instead of /completion")
     p.add_argument("--verbose", action="store_true", help="pass llama.cpp's own log through to stderr")
     return p.parse_args(argv)
@@ -90,7 +101,7 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
     if args.embedding:
         rt.embedder = Embedder(model, ctx, n_ctx)
     else:
-        rt.engine = Engine(model, ctx, parallel, n_ctx)
+        rt.engine = Engine(model, ctx, parallel, n_ctx, cache_ram_bytes=args.cache_ram_mb << 20)
     log.info(
         "loaded %s: ctx=%d x %d sequences, batch=%d, threads=%d%s",
         args.model, n_ctx, parallel, ctx.n_batch, threads, ", embedding" if args.embedding else "",

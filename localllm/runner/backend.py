@@ -312,11 +312,28 @@ class Context:
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         ll.llama_memory_seq_add(self.memory, seq_id, p0, p1, delta)
 
-    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        ll.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Copy all of ``src``'s cells into ``dst`` (emptied first).
+
+        Between streams llama.cpp copies whole streams only, and only at the
+        start of the next ``llama_decode``; trim ``dst`` with :meth:`seq_rm`.
+        """
+        ll.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
 
     def seq_pos_max(self, seq_id: int) -> int:
         return ll.llama_memory_seq_pos_max(self.memory, seq_id)
+
+    def seq_state(self, seq_id: int) -> bytes:
+        """A copy of one sequence's KV cells (``llama_state_seq_get_data``), to restore later."""
+        size = ll.llama_state_seq_get_size(self.ptr, seq_id)
+        buf = (ctypes.c_uint8 * size)()
+        n = ll.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
+        return bytes(buf)[:n]
+
+    def set_seq_state(self, state: bytes, seq_id: int) -> bool:
+        """Load cells saved by :meth:`seq_state` into ``seq_id`` (which must be empty); False if refused."""
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        return ll.llama_state_seq_set_data(self.ptr, buf, len(state), seq_id) == len(state)
 
     def embedding(self, seq_id: int, row: int) -> list[float]:
         """The pooled embedding of ``seq_id`` (or of ``row`` when the model does not pool)."""

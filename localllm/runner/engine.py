@@ -12,8 +12,12 @@ One thread owns the context. Each step it
    the request's ``emit`` callback (which the HTTP side makes thread-safe).
 
 Requests beyond the slots wait in arrival order. A slot knows exactly which
-tokens its sequence holds in the KV cache (:attr:`Slot.tokens`); the prefix
-cache will build on that to reuse cells instead of recomputing them.
+tokens its sequence holds in the KV cache (:attr:`Slot.tokens`), and keeps
+them after its request ends: the prefix cache (:mod:`.prefix_cache`) finds
+the slot, running sequence or spilled copy sharing the longest prefix with a
+new prompt, the engine copies those cells (or takes the idle slot as it is)
+and prefills only the rest. A request whose prompt starts like one still
+being prefilled waits for it instead of computing the same prefix twice.
 """
 
 from __future__ import annotations
@@ -29,12 +33,17 @@ from typing import Any
 
 from localllm.runner.backend import Batch, Context, Model
 from localllm.runner.options import CompletionOptions
+from localllm.runner.prefix_cache import CacheStats, HostSpill, RadixTree, Spilled
 from localllm.runner.sampling import Sampler
 from localllm.runner.textstream import TextStream
 
 log = logging.getLogger("localllm.runner")
 
 Emit = Callable[[dict[str, Any]], None]
+
+MIN_REUSE = 16  # fewer shared tokens are not worth a stream copy or a restore
+MIN_SPILL = 64  # shorter idle sequences are dropped, not spilled to RAM, when their slot is needed
+WAIT_FOR_PREFIX = 64  # a request waits for a running prefill that will share this many more tokens
 
 
 @dataclass(eq=False)
@@ -70,6 +79,14 @@ class Slot:
     t_admit: float = 0.0
     t_first: float = 0.0
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # of tokens whose text is not sent yet
+    cached: int = 0  # prompt tokens taken from the prefix cache
+    exact: int = 0  # leading tokens whose KV equals a fresh computation (a context shift breaks that)
+    last_used: float = 0.0  # when its request ended: the least recently used idle slot is evicted first
+    copy_pending: bool = False  # target of a stream copy that llama.cpp runs at the next decode
+
+    @property
+    def idle(self) -> bool:
+        return self.request is None
 
 
 def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
@@ -84,14 +101,19 @@ def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
 class Engine:
     """Continuous-batching generation over one context; see the module docstring."""
 
-    def __init__(self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int) -> None:
+    def __init__(
+        self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int, cache_ram_bytes: int = 0
+    ) -> None:
         self.model = model
         self.ctx = ctx
         self.n_ctx_seq = n_ctx_seq
         self.batch = Batch(ctx.n_batch)
         self._slots = [Slot(seq_id=i) for i in range(n_parallel)]
-        self._free: list[Slot] = list(self._slots)  # lowest sequence id first, see _release
         self._active: list[Slot] = []  # in admission order
+        self._tree: RadixTree[Slot | Spilled] = RadixTree()
+        # the native engine cannot save a sequence's state: it only keeps what is resident
+        self._spill = HostSpill(cache_ram_bytes if hasattr(ctx, "seq_state") else 0)
+        self.stats = CacheStats()
         self._incoming: queue.SimpleQueue[CompletionRequest | None] = queue.SimpleQueue()
         self._waiting: deque[CompletionRequest] = deque()
         self._stopping = False
@@ -103,6 +125,16 @@ class Engine:
     def kv_used_cells(self) -> int:
         """KV cells held by sequences (read without locking: a snapshot for /health)."""
         return sum(len(s.tokens) for s in self._slots)
+
+    @property
+    def cache_tokens(self) -> int:
+        """Tokens whose KV idle slots keep for later requests."""
+        return sum(len(s.tokens) for s in self._slots if s.idle)
+
+    @property
+    def cache_ram_bytes(self) -> int:
+        """Host RAM held by spilled sequences."""
+        return self._spill.used
 
     @property
     def alive(self) -> bool:
@@ -164,24 +196,139 @@ class Engine:
             pass
 
     def _admit(self) -> None:
-        while self._free and self._waiting:
+        for slot in self._slots:  # a decode ran since the last admission: the copies are done
+            slot.copy_pending = False
+        deferred: list[CompletionRequest] = []
+        while self._waiting and len(self._active) < len(self._slots):
             request = self._waiting.popleft()
             if request.cancelled:
                 request.sampler.close()
-                continue
-            self._start(self._free.pop(0), request)
+            elif not self._place(request):
+                deferred.append(request)
+        self._waiting.extendleft(reversed(deferred))
 
-    def _start(self, slot: Slot, request: CompletionRequest) -> None:
+    def _place(self, request: CompletionRequest) -> bool:
+        """Start ``request`` in a slot holding as much of its prompt as the cache has.
+
+        False (and nothing done) when a running prefill will soon hold much
+        more of the prompt than anything cached now: the request waits for it.
+        """
+        num_keep, prompt = self._fit(request)
+        shared, holders = self._tree.match(prompt)
+        shared = min(shared, len(prompt) - 1)  # evaluate at least one token: its logits start the answer
+        source, usable = self._best_source(holders, shared)
+        if usable + WAIT_FOR_PREFIX <= shared and any(
+            isinstance(h, Slot) and not h.idle and (h.prefilled < shared or h.copy_pending) for h in holders
+        ):
+            return False
+        if isinstance(source, Slot) and source.idle and usable >= MIN_REUSE:
+            target = source
+            if len(target.tokens) > usable:
+                self._spill_out(target)  # keep the conversation this request branches off
+            self._truncate(target, usable)
+        else:
+            target = self._victim()
+            usable = self._load(target, source, usable) if usable >= MIN_REUSE else 0
+        target.num_keep = num_keep
+        target.cached = usable
+        self.stats.prompt_tokens += len(prompt)
+        self.stats.cached_tokens += usable
+        self._tree.insert(prompt, target)  # what it will hold: later requests may wait for it
+        self._start(target, request, prompt)
+        return True
+
+    def _fit(self, request: CompletionRequest) -> tuple[int, list[int]]:
+        """``num_keep`` and the prompt cut to the context as Ollama does."""
         o = request.options
         n_ctx = self.n_ctx_seq
         num_keep = len(request.prompt) if o.num_keep < 0 else o.num_keep
-        slot.num_keep = max(0, min(num_keep, n_ctx // 2))
-        prompt = fit_prompt(request.prompt, n_ctx, slot.num_keep)
+        num_keep = max(0, min(num_keep, n_ctx // 2))
+        prompt = fit_prompt(request.prompt, n_ctx, num_keep)
         if len(prompt) < len(request.prompt):
             log.warning(
                 "truncating input prompt: limit=%d prompt=%d keep=%d new=%d",
-                n_ctx, len(request.prompt), slot.num_keep, len(prompt),
+                n_ctx, len(request.prompt), num_keep, len(prompt),
             )
+        return num_keep, prompt
+
+    def _best_source(self, holders: set[Slot | Spilled], shared: int) -> tuple[Slot | Spilled | None, int]:
+        """The holder to take the most of the ``shared`` prefix from now, and how many tokens.
+
+        Ties go to an idle slot (no copy), then a running one (a stream
+        copy), then a spilled copy (a restore from RAM).
+        """
+        best, best_key = None, (0, 0)
+        for holder in holders:
+            if isinstance(holder, Spilled):
+                usable, rank = shared, 0
+            elif holder.copy_pending or len(holder.tokens) >= self.n_ctx_seq - 1:  # no data yet / about to shift
+                continue
+            else:
+                usable, rank = min(shared, len(holder.tokens), holder.exact), 2 if holder.idle else 1
+            if (usable, rank) > best_key:
+                best, best_key = holder, (usable, rank)
+        return best, best_key[0]
+
+    def _victim(self) -> Slot:
+        """A slot to start a request in: an empty one, else the least recently used idle one."""
+        idle = [s for s in self._slots if s.idle]
+        victim = min(idle, key=lambda s: (len(s.tokens) > 0, s.last_used))
+        if victim.tokens:
+            self._spill_out(victim)
+            self._truncate(victim, 0)
+        return victim
+
+    def _load(self, target: Slot, source: Slot | Spilled | None, usable: int) -> int:
+        """Give the empty ``target`` the first ``usable`` tokens of ``source``; how many it got."""
+        if isinstance(source, Slot):
+            self.ctx.seq_cp(source.seq_id, target.seq_id)
+            target.copy_pending = True
+            tokens = source.tokens[:usable]
+        elif isinstance(source, Spilled):
+            if not self.ctx.set_seq_state(source.state, target.seq_id):
+                log.warning("could not restore a spilled prefix of %d tokens; recomputing", len(source.tokens))
+                self.ctx.seq_rm(target.seq_id)
+                return 0
+            self._spill.touch(source)
+            self.stats.restores += 1
+            tokens = list(source.tokens[:usable])
+        else:
+            return 0
+        self.ctx.seq_rm(target.seq_id, usable, -1)
+        target.tokens = tokens
+        target.exact = usable
+        return usable
+
+    def _truncate(self, slot: Slot, n: int) -> None:
+        """Keep only the first ``n`` tokens of ``slot``'s KV (none: the slot leaves the cache)."""
+        self.ctx.seq_rm(slot.seq_id, n, -1)
+        del slot.tokens[n:]
+        slot.exact = min(slot.exact, n)
+        if n == 0:
+            self._tree.remove(slot)
+
+    def _spill_out(self, slot: Slot) -> None:
+        """Copy an idle slot's KV to host RAM if it is long, new and fits the budget."""
+        tokens = tuple(slot.tokens[: slot.exact])
+        if len(tokens) < MIN_SPILL or not self._spill.budget or self._tree.covers(tokens, besides=slot):
+            return
+        entry = Spilled(tokens, self.ctx.seq_state(slot.seq_id))
+        for old in self._spill:  # older turns of the same conversation are now redundant
+            if tokens[: len(old.tokens)] == old.tokens:
+                self._drop_spilled(old)
+        for old in self._spill.add(entry):
+            self._drop_spilled(old)
+        if entry in self._spill:
+            self._tree.insert(tokens, entry)
+            self.stats.spills += 1
+
+    def _drop_spilled(self, entry: Spilled) -> None:
+        self._spill.discard(entry)
+        self._tree.remove(entry)
+
+    def _start(self, slot: Slot, request: CompletionRequest, prompt: list[int]) -> None:
+        o = request.options
+        n_ctx = self.n_ctx_seq
         if o.num_predict == -2:
             slot.limit = max(0, n_ctx - len(prompt))
         elif o.num_predict < 0 or o.num_predict > 10 * n_ctx:
@@ -190,7 +337,8 @@ class Engine:
             slot.limit = o.num_predict
         slot.request = request
         slot.prompt = prompt
-        slot.prefilled = 0
+        slot.prefilled = slot.cached
+        slot.exact = self.n_ctx_seq  # all it holds matches a fresh computation until a context shift
         slot.pending = -1
         slot.generated = []
         slot.logprobs = []
@@ -202,7 +350,7 @@ class Engine:
 
     def _reap_cancelled(self) -> None:
         for slot in [s for s in self._active if s.request.cancelled]:
-            self._release(slot)
+            self._release(slot, keep=True)
         if self._waiting and any(r.cancelled for r in self._waiting):
             for request in [r for r in self._waiting if r.cancelled]:
                 request.sampler.close()
@@ -305,6 +453,7 @@ class Engine:
         self.ctx.seq_rm(slot.seq_id, keep, keep + discard)
         self.ctx.seq_add(slot.seq_id, keep + discard, n, -discard)
         del slot.tokens[keep : keep + discard]
+        slot.exact = min(slot.exact, keep)
         log.info("context shift: seq=%d kept=%d discarded=%d", slot.seq_id, keep, discard)
         return True
 
@@ -319,29 +468,37 @@ class Engine:
             {
                 "done": True,
                 "done_reason": reason,
-                "prompt_eval_count": slot.prefilled,
+                "prompt_eval_count": slot.prefilled - slot.cached,
                 "prompt_eval_duration": int((first - slot.t_admit) * 1e9),
                 "eval_count": len(slot.generated),
                 "eval_duration": int((now - first) * 1e9),
-                "cached_tokens": 0,
+                "cached_tokens": slot.cached,
                 "context": slot.prompt + slot.generated,
             }
         )
-        self._release(slot)
+        self._release(slot, keep=True)
 
     def _fail(self, slot: Slot, message: str) -> None:
         log.error("request failed: %s", message)
         slot.request.emit({"error": message})
         self._release(slot)
 
-    def _release(self, slot: Slot) -> None:
-        """Free the slot's KV cells and return it to the pool."""
-        self.ctx.seq_rm(slot.seq_id)
+    def _release(self, slot: Slot, keep: bool = False) -> None:
+        """Return the slot to the pool; with ``keep`` its KV stays as a cache entry.
+
+        A failed request's cells are not trusted (the decode that failed may
+        have written some), nor are those of a copy llama.cpp has not run yet.
+        """
         slot.request.sampler.close()
         slot.request = None
-        slot.tokens = []
         slot.prompt = []
         slot.pending = -1
+        slot.last_used = time.perf_counter()
         self._active.remove(slot)
-        self._free.append(slot)
-        self._free.sort(key=lambda s: s.seq_id)
+        if keep and not slot.copy_pending:
+            self._truncate(slot, slot.exact)
+            if slot.tokens:
+                self._tree.insert(slot.tokens, slot)
+        else:
+            slot.exact = 0
+            self._truncate(slot, 0)

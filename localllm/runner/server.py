@@ -5,8 +5,13 @@ bad input):
 
 ``GET /health``
     ``{"status": "ok", "n_ctx", "n_ctx_train", "n_parallel", "n_vocab",
-    "bos", "eos", "model_size", "kv_used_cells", "queue_depth", "embedding"}``.
-    ``n_ctx`` is the context of ONE sequence.
+    "bos", "eos", "model_size", "kv_used_cells", "queue_depth", "embedding",
+    "cache_tokens", "cache_hit_rate", "cache_ram_bytes"}``. ``n_ctx`` is the
+    context of ONE sequence. ``kv_used_cells`` counts every token held in KV,
+    ``cache_tokens`` those of idle sequences kept for reuse (so with nothing
+    running the two are equal); ``cache_hit_rate`` is the share of all prompt
+    tokens served from the cache; ``cache_ram_bytes`` the host RAM holding
+    spilled prefixes.
 ``POST /tokenize``
     ``{"content": str, "add_special": true, "parse_special": true}`` →
     ``{"tokens": [int]}``.
@@ -14,11 +19,14 @@ bad input):
     ``{"tokens": [int]}`` → ``{"content": str}``.
 ``POST /completion``
     ``{"prompt": str | [int], "context": [int] | null, "options": {Ollama
-    options}, "grammar": GBNF | null, "stream": true}`` → NDJSON lines ``{"content": piece}``, then
+    options}, "grammar": GBNF | null, "stream": true, "truncate": true}`` → NDJSON lines ``{"content": piece}``, then
     ``{"done": true, "done_reason": "stop" | "length", "prompt_eval_count",
     "prompt_eval_duration", "eval_count", "eval_duration", "cached_tokens",
-    "context": [int]}``; a failure mid-stream is a line ``{"error": msg}``.
-    ``context`` (tokens of an earlier exchange, Ollama's ``/api/generate``
+    "context": [int]}``; ``prompt_eval_count`` counts evaluated prompt tokens
+    only, ``cached_tokens`` those reused from the prefix cache; a failure mid-stream is a line ``{"error": msg}``.
+    A prompt longer than the context is cut as Ollama does (the first
+    ``num_keep`` tokens and the most recent ones), or refused with 400 when
+    ``truncate`` is false. ``context`` (tokens of an earlier exchange, Ollama's ``/api/generate``
     ``context``) goes before the prompt. Pieces never split a UTF-8
     character and never contain any part of a stop string. Closing the connection cancels the generation. With
     ``"stream": false`` one object: the done fields plus ``"content"``.
@@ -129,6 +137,9 @@ def create_app(rt: Runtime) -> Starlette:
                 "eos": model.token_text(model.eos),
                 "model_size": model.size,
                 "kv_used_cells": rt.engine.kv_used_cells if rt.engine else 0,
+                "cache_tokens": rt.engine.cache_tokens if rt.engine else 0,
+                "cache_hit_rate": round(rt.engine.stats.hit_rate, 4) if rt.engine else 0.0,
+                "cache_ram_bytes": rt.engine.cache_ram_bytes if rt.engine else 0,
                 "queue_depth": rt.engine.queue_depth if rt.engine else 0,
                 "embedding": rt.embedder is not None,
             }
@@ -158,6 +169,11 @@ def create_app(rt: Runtime) -> Starlette:
         if grammar is not None and not isinstance(grammar, str):
             raise BadRequest("'grammar' must be a string (GBNF)")
         stream = _flag(body, "stream", True)
+        if not _flag(body, "truncate", True) and len(tokens) > rt.n_ctx:
+            raise BadRequest(
+                f"the prompt is {len(tokens)} tokens, more than the context length of {rt.n_ctx} tokens; "
+                "shorten it, raise num_ctx, or allow truncation"
+            )
         sampler = Sampler(model, options, rt.n_ctx, grammar)
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[dict[str, Any]] = asyncio.Queue()

@@ -257,8 +257,9 @@ async def upload_blob(digest: str, request: Request) -> Response:
 async def running(request: Request) -> dict[str, Any]:
     state = state_of(request)
     models = []
-    for loaded in state.scheduler.loaded.values():
+    for loaded in list(state.scheduler.loaded.values()):  # a snapshot: loads may finish while we await
         details = state.details_at(loaded.runner.config.model_path)
+        health = await loaded.runner.refresh_health()
         models.append({
             "name": loaded.name,
             "model": loaded.name,
@@ -269,6 +270,8 @@ async def running(request: Request) -> dict[str, Any]:
             "size_vram": loaded.size_vram,
             "processor": loaded.processor,
             "context_length": loaded.runner.config.n_ctx,
+            "cache_tokens": health.get("cache_tokens", 0),
+            "cache_hit_rate": health.get("cache_hit_rate", 0.0),
         })
     return {"models": models}
 

@@ -87,6 +87,16 @@ class RunnerProcess:
                 await self.process.wait()
         self.socket_path.unlink(missing_ok=True)
 
+    async def refresh_health(self) -> dict[str, Any]:
+        """Re-read ``/health`` (cache size and hit rate change as requests run); the last answer if it fails."""
+        try:
+            response = await self.client.get("/health", timeout=5)
+            if response.status_code == 200:
+                self.health = response.json()
+        except httpx.TransportError:
+            pass
+        return self.health
+
     async def post_json(self, path: str, body: dict[str, Any], timeout: float | None = 600.0) -> dict[str, Any]:
         """POST to the runner and return its JSON answer."""
         try:

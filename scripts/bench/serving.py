@@ -1,0 +1,248 @@
+"""Serving benchmark: batching, prefix cache and decode speed of the daemon, SmolLM2-135M.
+
+    python scripts/bench/serving.py [--json] [--quick] [--threads 2] [--only concurrency,multiturn,...]
+
+- ``concurrency``: 8 clients stream chat completions at once (fixed prompts, 128
+  tokens each) from our daemon, then from llama-cpp-python's bundled OpenAI
+  server (``python -m llama_cpp.server``, same model and threads):
+  aggregate tokens/s ratio → ``throughput_ratio_c8`` (target >= 2.5).
+- ``multiturn``: a 10-turn chat growing to ~1,500 tokens; our time to first
+  token at turn 10 over turn 1 → ``ttft_growth_turn10`` (target <= 1.5).
+- ``shared_prefix``: 8 concurrent requests with one ~1,000-token system prompt;
+  prompt tokens we evaluate over what a cache-less server evaluates (all of
+  them) → ``prefill_work_ratio`` (target <= 0.25).
+- ``single``: one stream's decode tokens/s over ``Llama.generate``
+  (scripts/bench/decode.py) → ``single_stream_ratio`` (target >= 1.0).
+
+The sides run one after the other, never at once (they would share the CPU).
+``--quick`` shortens everything for a smoke run; its figures are not the targets'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import decode  # noqa: E402
+from common import MODEL, fixtures, report, start_daemon  # noqa: E402
+
+SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single")
+TOPICS = ["dragons", "the ocean", "a lighthouse", "robots", "a small village", "the moon", "trains", "a forest"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    threads: int
+    tokens: int  # per client in ``concurrency``
+    turns: int
+    quick: bool
+
+
+@dataclass
+class StreamResult:
+    ttft: float  # seconds from sending to the first content
+    tokens: int  # content chunks received (one token each on both servers)
+    end: float  # perf_counter when the stream ended
+
+
+async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> tuple[StreamResult, str]:
+    """One streamed /v1/chat/completions: timing, chunk count and the text."""
+    start = time.perf_counter()
+    ttft, count, text = 0.0, 0, []
+    async with client.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{url} answered {r.status_code}: {(await r.aread())[:300]!r}")
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            piece = choices[0].get("delta", {}).get("content")
+            if piece:
+                ttft = ttft or time.perf_counter() - start
+                count += 1
+                text.append(piece)
+    return StreamResult(ttft, count, time.perf_counter()), "".join(text)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaCppServer:
+    """llama-cpp-python's bundled OpenAI server in a child process."""
+
+    def __init__(self, model: Path, threads: int, n_ctx: int = 4096) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--n_threads", str(threads),
+               "--n_threads_batch", str(threads), "--n_ctx", str(n_ctx), "--host", "127.0.0.1", "--port", str(self.port)]
+        self.log = tempfile.TemporaryFile()  # not a pipe: its chatty log would fill one and block it
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                err = self.log.read().decode(errors="replace")[-2000:]
+                raise RuntimeError(f"llama_cpp.server exited ({self.proc.returncode}); "
+                                   f"pip install 'llama-cpp-python[server]'?\n{err}")
+            try:
+                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError("llama_cpp.server did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+
+
+def story_body(model: str, topic: str, tokens: int) -> dict[str, Any]:
+    return {"model": model, "max_tokens": tokens, "temperature": 0,
+            "messages": [{"role": "user", "content": f"Write a long story about {topic}."}]}
+
+
+async def eight_clients(url: str, model: str, tokens: int) -> dict[str, float]:
+    """Aggregate tokens/s and median TTFT of 8 concurrent streams."""
+    async with httpx.AsyncClient(timeout=900) as client:
+        await stream_chat(client, url, story_body(model, "a cat", 8))  # warm-up: load, page in weights
+        start = time.perf_counter()
+        results = await asyncio.gather(*(stream_chat(client, url, story_body(model, t, tokens)) for t in TOPICS))
+    streams = [r for r, _ in results]
+    wall = max(r.end for r in streams) - start
+    total = sum(r.tokens for r in streams)
+    return {"tokens": total, "seconds": wall, "tokens_per_s": total / wall,
+            "ttft_median_s": statistics.median(r.ttft for r in streams)}
+
+
+def bench_concurrency(s: Settings) -> dict[str, Any]:
+    daemon = start_daemon(LOCALLLM_NUM_PARALLEL="8", LOCALLLM_NUM_THREADS=str(s.threads))
+    try:
+        ours = asyncio.run(eight_clients(daemon.url, MODEL, s.tokens))
+    finally:
+        daemon.stop()
+    server = LlamaCppServer(fixtures.smollm2_gguf(), s.threads)
+    try:
+        server.wait_ready()
+        theirs = asyncio.run(eight_clients(server.url, "smollm2", s.tokens))
+    finally:
+        server.stop()
+    return {"ours": ours, "llama_cpp_server": theirs,
+            "throughput_ratio_c8": ours["tokens_per_s"] / theirs["tokens_per_s"]}
+
+
+def bench_multiturn(s: Settings) -> dict[str, Any]:
+    """A chat whose history grows each turn (~150 tokens a turn): TTFT per turn."""
+    daemon = start_daemon(LOCALLLM_NUM_THREADS=str(s.threads))
+    facts = ("Our club meets on Fridays, owns two telescopes, keeps a logbook of every session, "
+             "and photographs the moon, Jupiter and Saturn whenever the sky is clear. ") * 2
+    messages: list[dict[str, str]] = [{"role": "system", "content": "You are a helpful astronomy club assistant."}]
+    ttfts = []
+    try:
+        async def run() -> None:
+            async with httpx.AsyncClient(timeout=900) as client:
+                await stream_chat(client, daemon.url, story_body(MODEL, "a cat", 4))  # load the model
+                for turn in range(s.turns):
+                    messages.append({"role": "user", "content": f"Turn {turn + 1}. {facts}What should we observe next?"})
+                    body = {"model": MODEL, "messages": messages, "max_tokens": 48, "temperature": 0}
+                    result, text = await stream_chat(client, daemon.url, body)
+                    ttfts.append(result.ttft)
+                    messages.append({"role": "assistant", "content": text})
+
+        asyncio.run(run())
+    finally:
+        daemon.stop()
+    return {"ttft_s": ttfts, "ttft_growth_turn10": ttfts[-1] / ttfts[0]}
+
+
+def bench_shared_prefix(s: Settings) -> dict[str, Any]:
+    daemon = start_daemon(LOCALLLM_NUM_PARALLEL="8", LOCALLLM_NUM_THREADS=str(s.threads))
+    rules = " ".join(f"Rule {i}: answer questions about item {i} of the catalogue politely and briefly." for i in range(60))
+    system = f"You are the support assistant of a telescope shop. {rules}"
+    if s.quick:
+        system = system[: len(system) // 3]
+    try:
+        async def run() -> list[dict[str, Any]]:
+            async with httpx.AsyncClient(timeout=900) as client:
+                await stream_chat(client, daemon.url, story_body(MODEL, "a cat", 4))  # load the model
+                bodies = [{"model": MODEL, "max_tokens": 16, "temperature": 0, "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": f"Question {i}: is item {i * 7} in stock?"}]} for i in range(8)]
+                answers = await asyncio.gather(*(client.post(f"{daemon.url}/v1/chat/completions", json=b) for b in bodies))
+                return [a.json()["usage"] for a in answers]
+
+        usages = asyncio.run(run())
+    finally:
+        daemon.stop()
+    total = sum(u["prompt_tokens"] for u in usages)
+    cached = sum(u.get("prompt_tokens_details", {}).get("cached_tokens", 0) for u in usages)
+    return {"prompt_tokens": total, "cached_tokens": cached, "evaluated_tokens": total - cached,
+            "prefill_work_ratio": (total - cached) / total}
+
+
+def bench_single(s: Settings) -> dict[str, Any]:
+    cfg = decode.BenchConfig(model=fixtures.smollm2_gguf(), threads=s.threads, tokens=32 if s.quick else 128)
+    result = decode.run(cfg, decode.daemon_side, rounds=1 if s.quick else 3)
+    return {"ours_tokens_per_s": result["ours_tokens_per_s"],
+            "llama_cpp_python_tokens_per_s": result["llama_cpp_python_tokens_per_s"],
+            "single_stream_ratio": result["ratio"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="a short smoke run (figures not comparable to the targets)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
+    args = p.parse_args()
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown:
+        p.error(f"unknown section(s): {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the children (atexit, finally)
+    settings = Settings(threads=args.threads, tokens=32 if args.quick else 128,
+                        turns=4 if args.quick else 10, quick=args.quick)
+    runs = {"concurrency": bench_concurrency, "multiturn": bench_multiturn,
+            "shared_prefix": bench_shared_prefix, "single": bench_single}
+    results: dict[str, Any] = {"model": MODEL, "threads": args.threads, "quick": args.quick}
+    rows: list[tuple[str, Any]] = []
+    for name in chosen:
+        section = runs[name](settings)
+        results[name] = section
+        for key, value in section.items():
+            if isinstance(value, (int, float)):
+                rows.append((f"{name}.{key}", value))
+            elif isinstance(value, dict):
+                rows += [(f"{name}.{key}.{k}", v) for k, v in value.items()]
+            else:
+                rows.append((f"{name}.{key}", ", ".join(f"{v:.3f}" for v in value)))
+    report(f"serving benchmark, {MODEL}, {args.threads} threads{' (quick)' if args.quick else ''}", rows, results, args.json)
+
+
+if __name__ == "__main__":
+    main()
