@@ -91,7 +91,9 @@ class LlamaCppServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--n_threads", str(threads),
-               "--n_threads_batch", str(threads), "--n_ctx", str(n_ctx), "--host", "127.0.0.1", "--port", str(self.port)]
+               "--n_threads_batch", str(threads), "--n_ctx", str(n_ctx), "--host", "127.0.0.1", "--port", str(self.port),
+               # by default a new request aborts the running one; queue them instead, as a user would want
+               "--interrupt_requests", "False"]
         self.log = tempfile.TemporaryFile()  # not a pipe: its chatty log would fill one and block it
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
 
