@@ -84,6 +84,18 @@ def _int_env(name: str, default: int) -> int:
 
 
 @dataclass(frozen=True)
+class RequestLimits:
+    """Bounds on one request, each settable as ``LOCALLLM_MAX_<NAME>`` (e.g. LOCALLLM_MAX_MESSAGES)."""
+
+    prompt_chars: int = 1 << 20  # characters of prompt, system and message text together
+    messages: int = 1024
+    tools: int = 128
+    schema_bytes: int = 64 << 10  # a JSON schema or GBNF grammar, serialised
+    num_predict: int = 1 << 17
+    num_ctx: int = 1 << 17
+
+
+@dataclass(frozen=True)
 class Settings:
     """All of localllm's settings; see README.md for each variable."""
 
@@ -100,6 +112,7 @@ class Settings:
     engine: str = "llama.cpp"
     num_threads: int = 0  # 0: physical cores
     max_body_bytes: int = 32 << 20
+    limits: "RequestLimits" = field(default_factory=lambda: RequestLimits())
 
     @property
     def base_url(self) -> str:
@@ -141,4 +154,8 @@ def load_settings() -> Settings:
         engine=engine,
         num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
         max_body_bytes=_int_env("LOCALLLM_MAX_BODY_BYTES", defaults.max_body_bytes),
+        limits=RequestLimits(**{
+            name: _int_env(f"LOCALLLM_MAX_{name.upper()}", default)
+            for name, default in vars(RequestLimits()).items()
+        }),
     )

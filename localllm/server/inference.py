@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..registry.names import InvalidName, ModelName
 from ..registry.models import LocalModel, load_local_model
+from ..registry.names import InvalidName, ModelName
 from ..registry.store import ModelNotFound, Store
 from ..templates import prompt as prompts
 from ..templates.gotemplate import TemplateError

@@ -5,30 +5,43 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from pathlib import Path
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from .. import __version__
-from ..registry.names import InvalidName, ModelName
 from ..registry.create import CreateError, CreateSpec, check_spec, spec_from_modelfile
 from ..registry.gguf import InvalidGGUF
+from ..registry.names import InvalidName, ModelName
 from ..registry.pull import PullError, parse_pull_target
 from ..registry.store import DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from ..templates import prompt as prompts
 from . import show
 from .api_types import (
-    ChatRequest, CopyRequest, CreateRequest, DeleteRequest, EmbedRequest, GenerateRequest, LegacyEmbeddingsRequest,
-    PullRequest, ShowRequest,
+    ChatRequest,
+    CopyRequest,
+    CreateRequest,
+    DeleteRequest,
+    EmbedRequest,
+    GenerateRequest,
+    LegacyEmbeddingsRequest,
+    PullRequest,
+    ShowRequest,
 )
-from .errors import ApiError, bad_request, not_found
 from .embeddings import shorten
+from .errors import ApiError, bad_request, not_found
 from .formats import grammar_for_format
-from .inference import CompletionJob, chat_prompt_builder, collect_completion, template_errors_as_400
+from .inference import (
+    CompletionJob,
+    chat_prompt_builder,
+    collect_completion,
+    template_errors_as_400,
+)
+from .limits import check_request
 from .options import validate_options
 from .state import DaemonState
 from .tools import ToolCall, ToolUse
@@ -387,6 +400,14 @@ def ollama_logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _generation_job(state: DaemonState, body: GenerateRequest | ChatRequest) -> CompletionJob:
     """The job of a generate or chat body: model, options, constraint, log-probabilities."""
+    if isinstance(body, ChatRequest):
+        texts = [m.content or "" for m in body.messages]
+        check_request(state.settings.limits, texts=texts, messages=len(body.messages), tools=body.tools,
+                      constraint=body.format or body.grammar, options=body.options)
+    else:
+        check_request(state.settings.limits, texts=[body.prompt, body.system or "", body.suffix or "",
+                                                     body.template or ""],
+                      constraint=body.format or body.grammar, options=body.options)
     job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format),
                               body.grammar)
     state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
@@ -436,6 +457,7 @@ async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:
     if not inputs or any(not text for text in inputs):
         raise bad_request("input must be a non-empty string or a list of non-empty strings")
     state = state_of(request)
+    check_request(state.settings.limits, texts=inputs, messages=len(inputs))
     job = state.inference.job(body.model, body.options, body.keep_alive)
     answer = await state.inference.embed(job, inputs, body.truncate)
     return {

@@ -21,6 +21,7 @@ from .embeddings import encode_base64, shorten
 from .errors import ApiError, bad_request, not_found
 from .formats import JSON_OBJECT_GBNF, schema_grammar
 from .inference import CompletionJob, chat_prompt_builder, collect_completion
+from .limits import check_request
 from .ollama_api import parse_name, state_of
 from .tools import ToolCall, ToolUse
 
@@ -309,11 +310,25 @@ class _Completion:
         yield _sse("[DONE]")
 
 
+def _texts_of(body: _SamplingBody | EmbeddingRequest) -> list[str]:
+    """The text a request brings, for the prompt-length limit."""
+    if isinstance(body, ChatCompletionRequest):
+        return [m.content if isinstance(m.content, str) else "".join(p.text or "" for p in m.content or [])
+                for m in body.messages]
+    raw = getattr(body, "prompt", None) or getattr(body, "input", None)
+    if isinstance(raw, str):
+        return [raw]
+    return [item for item in raw or [] if isinstance(item, str)]
+
+
 def _job(request: Request, body: _SamplingBody | EmbeddingRequest, max_tokens: int | None,
          grammar: str | None) -> CompletionJob:
     state = state_of(request)
     parse_name(body.model)
     options = _options(body, max_tokens) if isinstance(body, _SamplingBody) else {}
+    check_request(state.settings.limits, texts=_texts_of(body), messages=len(getattr(body, "messages", ()) or ()),
+                  tools=getattr(body, "tools", None), options=options,
+                  constraint=getattr(body, "response_format", None) or getattr(body, "grammar", None))
     try:
         return state.inference.job(body.model, options, None, grammar, getattr(body, "grammar", None))
     except ApiError as exc:

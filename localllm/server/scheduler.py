@@ -19,7 +19,15 @@ from pathlib import Path
 
 from ..config import Settings
 from ..registry.models import read_model_summary
-from .memory import Device, DoesNotFit, available_ram, check_fits_in_ram, footprint, gpu_devices, plan_gpu_layers
+from .memory import (
+    Device,
+    DoesNotFit,
+    available_ram,
+    check_fits_in_ram,
+    footprint,
+    gpu_devices,
+    plan_gpu_layers,
+)
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
 
 log = logging.getLogger("localllm.scheduler")

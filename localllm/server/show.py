@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..registry.modelfile import Modelfile, ModelfileError, format_modelfile, parameters_to_pairs
+from ..registry.modelfile import (
+    Modelfile,
+    ModelfileError,
+    format_modelfile,
+    parameters_to_pairs,
+)
 from ..registry.models import LocalModel, model_details, model_info
+
 
 def _format_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else str(value)
