@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFWriter
 
 from localllm.native.backend import BackendError, Context, Model
 from localllm.native.lib import NativeError
 from localllm.native.model import NativeWeights
+from gguf_builders import tiny_llama as _tiny_llama
 from native_helpers import Side, cosine, top2_gap
 
 PROMPTS = [
@@ -135,40 +135,6 @@ def test_decode_refuses_bad_batches(smollm2_path: Path) -> None:
 
 
 # ---- bad files ---------------------------------------------------------------
-
-
-def _tiny_llama(path: Path, q_rows: int = 64) -> Path:
-    """A small but complete llama GGUF (F32 weights); ``q_rows`` != 64 breaks attn_q's shape."""
-    w = GGUFWriter(str(path), "llama")
-    e, ff, vocab = 64, 128, 32
-    w.add_block_count(1)
-    w.add_context_length(128)
-    w.add_embedding_length(e)
-    w.add_feed_forward_length(ff)
-    w.add_head_count(4)
-    w.add_head_count_kv(2)
-    w.add_layer_norm_rms_eps(1e-5)
-    rng = np.random.default_rng(0)
-
-    def t(name: str, *shape: int) -> None:
-        w.add_tensor(name, rng.standard_normal(shape[::-1]).astype(np.float32))
-
-    t("token_embd.weight", e, vocab)
-    t("output_norm.weight", e)
-    t("blk.0.attn_norm.weight", e)
-    t("blk.0.attn_q.weight", e, q_rows)
-    t("blk.0.attn_k.weight", e, 32)
-    t("blk.0.attn_v.weight", e, 32)
-    t("blk.0.attn_output.weight", 64, e)
-    t("blk.0.ffn_norm.weight", e)
-    t("blk.0.ffn_gate.weight", e, ff)
-    t("blk.0.ffn_up.weight", e, ff)
-    t("blk.0.ffn_down.weight", ff, e)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 def test_a_well_formed_tiny_model_loads(tmp_path: Path) -> None:

@@ -1,0 +1,47 @@
+"""Small but complete GGUF models written by the tests (gguf-py's writer), for paths
+that need a model of a particular shape or type rather than the real fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter
+
+F32, F16 = 0, 1  # general.file_type values
+
+
+def tiny_llama(path: Path, q_rows: int = 64, file_type: int = F32) -> Path:
+    """A one-layer llama GGUF with random weights; ``q_rows`` != 64 breaks attn_q's shape."""
+    w = GGUFWriter(str(path), "llama")
+    e, ff, vocab = 64, 128, 32
+    w.add_block_count(1)
+    w.add_context_length(128)
+    w.add_embedding_length(e)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(file_type)
+    rng = np.random.default_rng(0)
+
+    def t(name: str, *shape: int) -> None:
+        data = rng.standard_normal(shape[::-1]).astype(np.float32)
+        w.add_tensor(name, data.astype(np.float16) if file_type == F16 and len(shape) > 1 else data)
+
+    t("token_embd.weight", e, vocab)
+    t("output_norm.weight", e)
+    t("blk.0.attn_norm.weight", e)
+    t("blk.0.attn_q.weight", e, q_rows)
+    t("blk.0.attn_k.weight", e, 32)
+    t("blk.0.attn_v.weight", e, 32)
+    t("blk.0.attn_output.weight", 64, e)
+    t("blk.0.ffn_norm.weight", e)
+    t("blk.0.ffn_gate.weight", e, ff)
+    t("blk.0.ffn_up.weight", e, ff)
+    t("blk.0.ffn_down.weight", ff, e)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
