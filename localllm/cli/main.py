@@ -7,6 +7,7 @@ with ``Error: <one line>`` on stderr and exit code 1, never a traceback.
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,9 @@ def run(
     nowordwrap: bool = typer.Option(False, "--nowordwrap", help="Don't wrap words to the terminal width."),
 ) -> None:
     """Run a model: answer a prompt, or chat."""
+    # Ctrl+C stops a generation; a shell that started us in the background may have
+    # left SIGINT ignored, which would make it do nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     opts = RunOptions(model=model, format=parse_format(format), keep_alive=parse_keep_alive(keepalive),
                       wordwrap=not nowordwrap, verbose=verbose)
     words = list(prompt or [])
