@@ -105,7 +105,7 @@ def test_keep_alive_zero_unloads(client, daemon):
     while loaded() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not loaded()
-    assert len(daemon.runner_pids()) == runners - 1  # its process is gone (other models may stay loaded)
+    assert len(daemon.runner_pids()) < runners  # its processes are gone (other models may stay loaded)
 
 
 def test_copy_and_delete(client):
