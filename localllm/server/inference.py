@@ -42,6 +42,16 @@ class CompletionJob:
     context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
 
 
+def parse_name(text: str, field: str = "model") -> ModelName:
+    """A model name from a request field; 400 naming the field when missing or invalid."""
+    if not text:
+        raise bad_request(f"{field} is required")
+    try:
+        return ModelName.parse(text)
+    except InvalidName as exc:
+        raise bad_request(str(exc)) from None
+
+
 class Inference:
     """Runs completions for the API routes."""
 
@@ -53,12 +63,7 @@ class Inference:
 
     def resolve(self, name: str) -> LocalModel:
         """The local model called ``name``; 400 for a bad name, 404 when absent."""
-        if not name:
-            raise bad_request("model is required")
-        try:
-            parsed = ModelName.parse(name)
-        except InvalidName as exc:
-            raise bad_request(str(exc)) from None
+        parsed = parse_name(name)
         try:
             return load_local_model(self.store, parsed)
         except ModelNotFound as exc:

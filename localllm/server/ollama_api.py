@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from .. import __version__
 from ..registry.create import CreateError, CreateSpec, check_spec, spec_from_modelfile
 from ..registry.gguf import InvalidGGUF
-from ..registry.names import InvalidName, ModelName
+from ..registry.names import InvalidName
 from ..registry.pull import PullError, parse_pull_target
 from ..registry.store import DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from ..templates import prompt as prompts
@@ -39,11 +39,12 @@ from .inference import (
     CompletionJob,
     chat_prompt_builder,
     collect_completion,
+    parse_name,
     template_errors_as_400,
 )
 from .limits import check_request
 from .options import validate_options
-from .state import DaemonState
+from .state import DaemonState, details_at
 from .tools import ToolCall, ToolUse
 
 log = logging.getLogger("localllm.api")
@@ -62,15 +63,6 @@ def state_of(request: Request) -> DaemonState:
     return request.app.state.daemon
 
 
-def parse_name(text: str, field: str = "model") -> ModelName:
-    if not text:
-        raise bad_request(f"{field} is required")
-    try:
-        return ModelName.parse(text)
-    except InvalidName as exc:
-        raise bad_request(str(exc)) from None
-
-
 async def ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     async for event in events:
         yield (json.dumps(event, ensure_ascii=False) + "\n").encode()
@@ -79,7 +71,7 @@ async def ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
 async def stream_or_last(events: AsyncIterator[dict[str, Any]], stream: bool) -> Response:
     """Stream status events as NDJSON, or answer only the last one (pull/create without stream).
 
-    An error event carries its HTTP status under ``status``: it is sent in the
+    An error event carries its HTTP status under ``status_code``: it is sent in the
     status line of a whole answer and left out of streamed ones.
     """
     if stream:
@@ -130,11 +122,10 @@ async def tags(request: Request) -> dict[str, Any]:
             "model": entry.name.display,
             "modified_at": entry.modified_at.isoformat(),
             "size": entry.size,
-            "digest": entry.digest.removeprefix("sha256:"),
+            "digest": entry.digest,
             "details": details,
         })
-    models.sort(key=lambda m: m["modified_at"], reverse=True)
-    return {"models": models}
+    return {"models": models}  # newest first, as the store lists them
 
 
 @router.post("/api/show")
@@ -271,13 +262,13 @@ async def running(request: Request) -> dict[str, Any]:
     state = state_of(request)
     models = []
     for loaded in list(state.scheduler.loaded.values()):  # a snapshot: loads may finish while we await
-        details = state.details_at(loaded.runner.config.model_path)
+        details = details_at(Path(loaded.runner.config.model_path))
         health = await loaded.runner.refresh_health()
         models.append({
             "name": loaded.name,
             "model": loaded.name,
             "size": loaded.size,
-            "digest": loaded.digest.removeprefix("sha256:"),
+            "digest": loaded.digest,
             "details": details,
             "expires_at": loaded.expires_at_wall().isoformat(),
             "size_vram": loaded.size_vram,

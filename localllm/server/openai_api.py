@@ -20,9 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from .embeddings import encode_base64, shorten
 from .errors import ApiError, bad_request, not_found
 from .formats import JSON_OBJECT_GBNF, schema_grammar
-from .inference import CompletionJob, chat_prompt_builder, collect_completion
+from .inference import (
+    CompletionJob,
+    chat_prompt_builder,
+    collect_completion,
+    parse_name,
+)
 from .limits import check_request
-from .ollama_api import parse_name, state_of
+from .ollama_api import state_of
 from .tools import ToolCall, ToolUse
 
 router = APIRouter(prefix="/v1")

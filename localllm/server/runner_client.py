@@ -42,7 +42,7 @@ class RunnerConfig:
     model_path: Path
     n_ctx: int
     n_parallel: int
-    n_threads: int
+    n_threads: int | None  # None: the runner uses the physical cores
     n_batch: int = 512
     n_gpu_layers: int = 0
     embedding: bool = False
@@ -157,10 +157,11 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         "--socket", str(socket_path),
         "--ctx", str(config.n_ctx),
         "--parallel", str(config.n_parallel),
-        "--threads", str(config.n_threads),
         "--batch", str(config.n_batch),
         "--gpu-layers", str(config.n_gpu_layers),
     ]
+    if config.n_threads:
+        args += ["--threads", str(config.n_threads)]
     if config.embedding:
         args.append("--embedding")
     for adapter in config.adapters:

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -47,11 +47,9 @@ class LoadedModel:
     size: int  # estimated bytes: weights, KV cache, compute buffer
     processor: str  # "100% CPU", "100% GPU" or the split
     size_vram: int
-    load_duration_ns: int
     keep_alive: float | None = None  # seconds; None keeps it forever
     active: int = 0
     expires_at: float | None = None  # time.monotonic(); None while in use or forever
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def expires_at_wall(self) -> datetime:
         """Wall-clock expiry for display; far future when kept forever."""
@@ -204,19 +202,18 @@ class Scheduler:
             model_path=request.model_path,
             n_ctx=n_ctx,
             n_parallel=self.num_parallel,
-            n_threads=request.num_thread or self.settings.num_threads or default_threads(),
+            n_threads=request.num_thread or self.settings.num_threads or None,  # None: the runner's physical cores
             n_batch=request.num_batch or 512,
             n_gpu_layers=plan.n_gpu_layers,
             embedding=request.embedding,
             adapters=tuple(request.adapters),
             engine=request.engine,
         )
-        started = time.perf_counter_ns()
-        log.info("loading %s (ctx %d x %d, %d threads)", request.name, n_ctx, config.n_parallel, config.n_threads)
+        log.info("loading %s (ctx %d x %d)", request.name, n_ctx, config.n_parallel)
         runner = await start_runner(config, request.name)
         model = LoadedModel(
             key=key, name=request.name, digest=request.digest, runner=runner, size=need.total,
-            processor=plan.processor, size_vram=plan.gpu_bytes, load_duration_ns=time.perf_counter_ns() - started,
+            processor=plan.processor, size_vram=plan.gpu_bytes,
         )
         self.loaded[key] = model
         return model
@@ -241,21 +238,4 @@ class Scheduler:
                 self._changed.notify_all()
 
 
-def default_threads() -> int:
-    """Physical cores: llama.cpp gains nothing from hyper-threads."""
-    cores: set[tuple[str, str]] = set()
-    physical = ""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("physical id"):
-                    physical = line.split(":")[1].strip()
-                elif line.startswith("core id"):
-                    cores.add((physical, line.split(":")[1].strip()))
-    except OSError:
-        pass
-    logical = os.cpu_count() or 1
-    return max(1, min(len(cores), logical)) if cores else logical
-
-
-__all__ = ["DEFAULT_NUM_CTX", "LoadRequest", "LoadedModel", "RunnerError", "Scheduler", "default_threads"]
+__all__ = ["DEFAULT_NUM_CTX", "LoadRequest", "LoadedModel", "RunnerError", "Scheduler"]

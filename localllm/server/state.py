@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import Settings
 from ..registry.create import Creator
-from ..registry.gguf import read_gguf
-from ..registry.models import model_details
+from ..registry.models import model_details, read_model_summary
 from ..registry.pull import Puller
-from ..registry.store import Store
+from ..registry.store import MEDIA_MODEL, Store
 from .inference import Inference
 from .metrics import Metrics
 from .scheduler import Scheduler
@@ -43,14 +41,11 @@ class DaemonState:
     def details_of(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Ollama's ``details`` of a manifest's model layer."""
         for layer in manifest.get("layers", []):
-            if layer.get("mediaType") == "application/vnd.ollama.image.model":
-                return self.details_at(self.store.blob_path(layer["digest"]))
+            if layer.get("mediaType") == MEDIA_MODEL:
+                return details_at(self.store.blob_path(layer["digest"]))
         return {"format": "gguf"}
 
-    def details_at(self, path: Path) -> dict[str, Any]:
-        return _details_cached(str(path), path.stat().st_mtime_ns)
 
-
-@functools.lru_cache(maxsize=256)
-def _details_cached(path: str, mtime_ns: int) -> dict[str, Any]:
-    return model_details(read_gguf(Path(path)))
+def details_at(path: Path) -> dict[str, Any]:
+    """Ollama's ``details`` of a model file, from the registry's cached header read."""
+    return model_details(read_model_summary(path))
