@@ -111,10 +111,13 @@ def complete(
     prompt: str | list[int],
     grammar: str | None = None,
     context: list[int] | None = None,
+    grammar_triggers: list[str] | None = None,
     **options: Any,
 ) -> tuple[list[str], dict[str, Any]]:
     """One streamed /completion: the pieces and the final object."""
     body: dict[str, Any] = {"prompt": prompt, "options": options, "grammar": grammar, "context": context}
+    if grammar_triggers:
+        body["grammar_triggers"] = grammar_triggers
     with client.stream("POST", "/completion", json=body) as r:
         assert r.status_code == 200, r.read()
         return parse_stream(list(r.iter_lines()))

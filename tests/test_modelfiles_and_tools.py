@@ -96,6 +96,76 @@ def test_openai_streamed_tool_call(oai):
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+FORECAST_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_forecast",
+        "description": "Weather forecast for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def _history_with_wrong_calls() -> list[dict]:
+    """Three earlier turns whose calls use an argument the schema does not have ("location").
+
+    SmolLM2 copies them: without a grammar its next call is ``{"location": …}``,
+    so a call that validates shows the grammar at work from the call marker on.
+    """
+    messages = []
+    for i, city in enumerate(("Rome", "Madrid", "Paris")):
+        messages += [
+            {"role": "user", "content": f"What's the forecast for {city}?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {
+                "name": "get_forecast", "arguments": json.dumps({"location": city})}}]},
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": '{"forecast": "sunny"}'},
+            {"role": "assistant", "content": f"It will be sunny in {city}."},
+        ]
+    return messages
+
+
+def test_openai_auto_tool_call_is_held_to_the_schema(oai):
+    messages = _history_with_wrong_calls() + [{"role": "user", "content": "And the forecast for Tokyo?"}]
+    answer = oai.chat.completions.create(model="example-tools", messages=messages, tools=[FORECAST_TOOL],
+                                         max_tokens=80, temperature=0)
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message.content
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_forecast"
+    jsonschema.validate(json.loads(call.function.arguments), FORECAST_TOOL["function"]["parameters"])
+
+
+def test_auto_tool_choice_still_lets_the_model_answer_in_prose(oai):
+    messages = _history_with_wrong_calls() + [{"role": "user", "content": "Tell me a joke."}]
+    answer = oai.chat.completions.create(model="example-tools", messages=messages, tools=[FORECAST_TOOL],
+                                         max_tokens=40, temperature=0)
+    assert answer.choices[0].message.content.strip()
+    assert not answer.choices[0].message.tool_calls
+
+
+def test_ollama_tool_call_is_held_to_the_schema(examples):
+    history = []
+    for m in _history_with_wrong_calls():  # the ollama client's shape: arguments as an object, no ids
+        m = {k: v for k, v in m.items() if k != "tool_call_id" and v is not None}
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{"function": {"name": c["function"]["name"],
+                                             "arguments": json.loads(c["function"]["arguments"])}}
+                               for c in m["tool_calls"]]
+        history.append(m)
+    answer = ollama.Client(host=examples.url).chat(
+        "example-tools", messages=history + [{"role": "user", "content": "And the forecast for Tokyo?"}],
+        tools=[FORECAST_TOOL], options={"num_predict": 80, "temperature": 0})
+    assert answer.message.tool_calls, answer.message.content
+    call = answer.message.tool_calls[0]
+    assert call.function.name == "get_forecast"
+    jsonschema.validate(dict(call.function.arguments), FORECAST_TOOL["function"]["parameters"])
+
+
 def test_ollama_client_with_tools(examples):
     client = ollama.Client(host=examples.url)
     answer = client.chat("example-tools", messages=[{"role": "user", "content": "What is the weather in Rome?"}],

@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from localllm.server.tools import HERMES, LLAMA3, MISTRAL, ToolUse
+
 from runner_helpers import RunnerProcess, chat_prompt, complete, parse_stream, running_runner, runner_threads
 
 PARALLEL = 4
@@ -270,10 +272,31 @@ def test_grammar_constrains_output(client: httpx.Client) -> None:
         assert done["done_reason"] == "stop"
 
 
+def test_lazy_grammar_leaves_output_free_until_its_trigger(client: httpx.Client) -> None:
+    prompt = chat_prompt("Name three colours.")
+    free, _ = complete(client, prompt, num_predict=24, **GREEDY)
+    lazy, _ = complete(client, prompt, grammar='root ::= "<tool_call>" [0-9]+', grammar_triggers=["<tool_call>"],
+                       num_predict=24, **GREEDY)
+    assert "".join(lazy) == "".join(free)  # the trigger never came: nothing was constrained
+
+
+@pytest.mark.parametrize("syntax", [HERMES, LLAMA3, MISTRAL])
+def test_lazy_tool_call_grammars_compile(client: httpx.Client, syntax: str) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
+    grammar, triggers = ToolUse([tool], syntax).lazy_grammar()
+    pieces, done = complete(client, chat_prompt("hi"), grammar=grammar, grammar_triggers=list(triggers),
+                            num_predict=4, **GREEDY)
+    assert done["eval_count"] >= 1
+
+
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
         ({"prompt": "hi", "grammar": 'root ::= "yes'}, "grammar"),
+        ({"prompt": "hi", "grammar_triggers": ["<tool_call>"]}, "needs a 'grammar'"),
+        ({"prompt": "hi", "grammar": 'root ::= "x"', "grammar_triggers": "<tool_call>"}, "grammar_triggers"),
+        ({"prompt": "hi", "grammar": 'root ::= "x"', "grammar_triggers": [""]}, "grammar_triggers"),
         ({"prompt": "hi", "grammar": "root ::= bar"}, "Undefined rule identifier 'bar'"),
         ({"prompt": "hi", "grammar": 'foo ::= "x"'}, "'root' symbol"),
         ({"prompt": "hi", "options": {"temperature": "hot"}}, "temperature"),

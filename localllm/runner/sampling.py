@@ -42,7 +42,8 @@ class Sampler:
     greedy at temperature 0).
     """
 
-    def __init__(self, model: Model, options: CompletionOptions, n_ctx: int, grammar: str | None = None) -> None:
+    def __init__(self, model: Model, options: CompletionOptions, n_ctx: int, grammar: str | None = None,
+                 triggers: Sequence[str] = ()) -> None:
         params = ll.llama_sampler_chain_default_params()
         params.no_perf = True
         self.chain = ll.llama_sampler_chain_init(params)
@@ -59,7 +60,7 @@ class Sampler:
                             and self._top_logprobs < 0)
             self._candidates: _Candidates | None = None  # made on first use: ~1 MB per 50k vocabulary
             if grammar:
-                self._grammar = _grammar_sampler(model, grammar)
+                self._grammar = _grammar_sampler(model, grammar, triggers)
                 self._probe = _Candidates(1)
         except BaseException:
             self.close()
@@ -195,12 +196,30 @@ class _Candidates:
         return chosen, [(int(kept["id"][i]), float(logprobs[i])) for i in order]
 
 
-def _grammar_sampler(model: Model, grammar: str) -> ll.llama_sampler_p:
+def _grammar_sampler(model: Model, grammar: str, triggers: Sequence[str] = ()) -> ll.llama_sampler_p:
+    """llama.cpp's grammar sampler; with ``triggers``, a lazy one that waits for the first of those words.
+
+    A lazy sampler lets every token through (and sees only their text) until a
+    trigger appears; then it applies the grammar from the trigger's first byte.
+    """
     with captured_errors() as errors:
-        sampler = ll.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), b"root")
+        if triggers:
+            # matched against all text so far; the grammar starts at the capture group
+            patterns = [f"[\\s\\S]*?({_regex_literal(word)})[\\s\\S]*".encode() for word in triggers]
+            words = (ctypes.c_char_p * len(patterns))(*patterns)
+            sampler = ll.llama_sampler_init_grammar_lazy_patterns(
+                model.vocab, grammar.encode("utf-8"), b"root", words, len(patterns), None, 0
+            )
+        else:
+            sampler = ll.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), b"root")
     if not sampler:
         raise GrammarError(f"invalid grammar: {_grammar_problem(errors)}")
     return sampler
+
+
+def _regex_literal(word: str) -> str:
+    """``word`` as an ECMAScript regex matching it literally (llama.cpp compiles triggers with std::regex)."""
+    return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in word)
 
 
 def _grammar_problem(lines: list[str]) -> str:

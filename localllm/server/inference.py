@@ -26,6 +26,7 @@ from .metrics import Metrics
 from .options import keep_alive_seconds, merge_options
 from .runner_client import RunnerBadRequest, RunnerError
 from .scheduler import LoadedModel, LoadRequest, Scheduler
+from .tools import ToolUse
 
 #: Builds the prompt once the runner is up: receives the runner's /health answer.
 PromptBuilder = Callable[[dict[str, Any]], "str | list[int]"]
@@ -39,7 +40,15 @@ class CompletionJob:
     options: dict[str, Any]
     keep_alive: float | None
     grammar: str | None = None
+    grammar_triggers: tuple[str, ...] = ()  # the grammar is lazy: it applies from the first of these words on
     context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
+
+
+def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse) -> None:
+    """Hold the calls the model chooses to write to the tools' schemas (a lazy grammar),
+    unless a format or grammar already constrains the whole answer."""
+    if job.grammar is None:
+        job.grammar, job.grammar_triggers = tool_use.lazy_grammar()
 
 
 def parse_name(text: str, field: str = "model") -> ModelName:
@@ -139,6 +148,8 @@ class Inference:
                 load_duration = time.perf_counter_ns() - started
                 prompt = build_prompt(loaded.runner.health)
                 body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
+                if job.grammar_triggers:
+                    body["grammar_triggers"] = list(job.grammar_triggers)
                 async for event in self._relay(loaded, body, first=True):
                     if first_token_at is None:
                         first_token_at = time.perf_counter_ns()

@@ -38,6 +38,7 @@ from .formats import grammar_for_format
 from .inference import (
     CompletionJob,
     chat_prompt_builder,
+    constrain_tool_calls,
     collect_completion,
     parse_name,
     template_errors_as_400,
@@ -436,6 +437,8 @@ async def chat(body: ChatRequest, request: Request):
     if not body.messages:
         return await _load_only(state, job, "chat", body.model)
     tool_use = ToolUse.for_model(job.model, body.tools)
+    if tool_use is not None:
+        constrain_tool_calls(job, tool_use)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     builder = chat_prompt_builder(job.model, messages, tool_use.tools if tool_use else None)
     return await _run(state, job, builder, model_name=body.model, kind="chat", stream=body.stream,

@@ -23,6 +23,7 @@ from .formats import JSON_OBJECT_GBNF, schema_grammar
 from .inference import (
     CompletionJob,
     chat_prompt_builder,
+    constrain_tool_calls,
     collect_completion,
     parse_name,
 )
@@ -366,26 +367,28 @@ def _template_tool_call(call: dict[str, Any]) -> dict[str, Any]:
     return {"function": {"name": function.get("name", ""), "arguments": arguments}}
 
 
-def _tool_grammar(tool_use: ToolUse | None, choice: str | dict[str, Any] | None) -> tuple[ToolUse | None, str | None]:
-    """Apply ``tool_choice``: none drops the tools; required or a named function forces a call."""
-    if tool_use is None or choice in (None, "auto"):
-        return tool_use, None
-    if choice == "none":
-        return None, None
-    if choice == "required":
-        return tool_use, tool_use.forced_grammar()
-    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        return tool_use, tool_use.forced_grammar(choice["function"].get("name"))
-    raise bad_request(f"invalid tool_choice {choice!r}: use none, auto, required or a function")
+def _apply_tool_choice(job: CompletionJob, tool_use: ToolUse | None,
+                       choice: str | dict[str, Any] | None) -> ToolUse | None:
+    """Apply ``tool_choice``: none drops the tools; required or a named function forces a
+    call; auto (the default) constrains the calls the model chooses to write."""
+    if tool_use is None or choice == "none":
+        return None
+    if choice in (None, "auto"):
+        constrain_tool_calls(job, tool_use)
+    elif choice == "required":
+        job.grammar = tool_use.forced_grammar()
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        job.grammar = tool_use.forced_grammar(choice["function"].get("name"))
+    else:
+        raise bad_request(f"invalid tool_choice {choice!r}: use none, auto, required or a function")
+    return tool_use
 
 
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     job = _job(request, body, body.max_completion_tokens or body.max_tokens, _grammar(body.response_format))
     state_of(request).inference.want_logprobs(job, body.logprobs, body.top_logprobs if body.logprobs else None)
-    tool_use, forced = _tool_grammar(ToolUse.for_model(job.model, body.tools), body.tool_choice)
-    if forced:
-        job.grammar = forced
+    tool_use = _apply_tool_choice(job, ToolUse.for_model(job.model, body.tools), body.tool_choice)
     builder = chat_prompt_builder(job.model, _chat_messages(body.messages), tool_use.tools if tool_use else None)
     completion = _Completion(request, job, body.model, "chat", n=body.n, stream=body.stream,
                              include_usage=bool(body.stream_options and body.stream_options.include_usage),

@@ -1,5 +1,8 @@
 """Tool calling: which call syntax a model's template uses, parsing calls out of its
-output, and the grammar that forces a well-formed call when one is required.
+output, and the grammars that keep calls well-formed: one that forces a call when
+one is required, and a lazy one that lets the model answer in prose but, from the
+moment it writes its template's call-start marker, holds the call to the tools'
+parameter schemas.
 
 Three families cover the common templates: Hermes/Qwen ``<tool_call>{json}</tool_call>``,
 Llama 3.x bare JSON ``{"name": …, "parameters": …}`` (optionally after
@@ -141,12 +144,34 @@ def forced_call_schema(tools: list[dict[str, Any]], only: str | None = None) -> 
     return options[0] if len(options) == 1 else {"oneOf": options}
 
 
+def _renamed_root(json_grammar: str) -> str:
+    """The JSON grammar with its start rule renamed ``toolcall-json``, to be embedded."""
+    return re.sub(r"^root\s*::=", "toolcall-json ::=", json_grammar, count=1, flags=re.MULTILINE)
+
+
 def wrap_call_grammar(json_grammar: str, syntax: str) -> str:
     """Put a JSON grammar (whose start rule is ``root``) inside the syntax's call markers."""
-    renamed = re.sub(r"^root\s*::=", "toolcall-json ::=", json_grammar, count=1, flags=re.MULTILINE)
     opening = {HERMES: r'"<tool_call>\n"', MISTRAL: '"[TOOL_CALLS]["', LLAMA3: '""'}[syntax]
     closing = {HERMES: r'"\n</tool_call>"', MISTRAL: '"]"', LLAMA3: '""'}[syntax]
-    return f"root ::= {opening} toolcall-json {closing}\n{renamed}"
+    return f"root ::= {opening} toolcall-json {closing}\n{_renamed_root(json_grammar)}"
+
+
+#: Where each syntax's calls start: the lazy grammar wakes up at these words.
+CALL_MARKERS = {HERMES: ("<tool_call>",), MISTRAL: ("[TOOL_CALLS]",), LLAMA3: ("<|python_tag|>",)}
+
+# From its marker on, one or more calls; then the grammar is complete and only end-of-generation is left.
+_LAZY_ROOTS = {
+    HERMES: 'root ::= toolcall (toolcall-ws toolcall)*\n'
+            'toolcall ::= "<tool_call>" toolcall-ws toolcall-json toolcall-ws "</tool_call>"',
+    MISTRAL: 'root ::= "[TOOL_CALLS]" toolcall-ws "[" toolcall-ws toolcall-json'
+             ' (toolcall-ws "," toolcall-ws toolcall-json)* toolcall-ws "]"',
+    LLAMA3: 'root ::= "<|python_tag|>" toolcall-ws toolcall-json',
+}
+
+
+def lazy_call_grammar(json_grammar: str, syntax: str) -> str:
+    """GBNF for the calls that follow a :data:`CALL_MARKERS` word, for a lazy grammar sampler."""
+    return f"{_LAZY_ROOTS[syntax]}\ntoolcall-ws ::= [ \\t\\n]{{0,4}}\n{_renamed_root(json_grammar)}"
 
 
 @dataclass(frozen=True)
@@ -177,3 +202,10 @@ class ToolUse:
     def forced_grammar(self, only: str | None = None) -> str:
         """GBNF that makes the model write one call (to ``only``, when given)."""
         return wrap_call_grammar(schema_grammar(forced_call_schema(self.tools, only)), self.syntax)
+
+    def lazy_grammar(self) -> tuple[str, tuple[str, ...]]:
+        """GBNF for calls after the call-start marker, and the marker words that trigger it.
+
+        Nothing is constrained until the model writes a marker; it may answer in prose.
+        """
+        return lazy_call_grammar(schema_grammar(forced_call_schema(self.tools)), self.syntax), CALL_MARKERS[self.syntax]
