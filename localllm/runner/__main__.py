@@ -23,7 +23,7 @@ import uvicorn
 
 from localllm.config import load_settings
 from localllm.runner.backend import BackendError, Context, Model, init_backend, physical_cores
-from localllm.runner.embed import Embedder
+from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
 from localllm.runner.engine import Engine
 from localllm.runner.server import Runtime, create_app
 
@@ -91,9 +91,11 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
         n_ctx = model.n_ctx_train
     threads = args.threads or physical_cores()
     parallel = 1 if args.embedding else args.parallel
-    batch = max(args.batch, n_ctx) if args.embedding else args.batch  # an input is embedded in one batch
     try:
-        ctx = context_class(model, n_ctx * parallel, parallel, batch, threads, embeddings=args.embedding)
+        if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
+            ctx = context_class(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True)
+        else:
+            ctx = context_class(model, n_ctx * parallel, parallel, args.batch, threads)
     except BaseException:
         model.close()
         raise

@@ -253,12 +253,15 @@ class Batch:
 class Context:
     """A llama_context: the KV cache of up to ``n_seq_max`` sequences.
 
-    Each sequence gets its own stream of ``n_ctx / n_seq_max`` cells
-    (``kv_unified = false``). That keeps a sequence's cells in position order
-    whatever its neighbours do, so attention adds the same numbers in the
-    same order and greedy output does not depend on what else is batched
+    For generation each sequence gets its own stream of ``n_ctx / n_seq_max``
+    cells (``kv_unified = false``). That keeps a sequence's cells in position
+    order whatever its neighbours do, so attention adds the same numbers in
+    the same order and greedy output does not depend on what else is batched
     (in a unified cache a sequence's tokens land in holes other sequences
     left behind). It also bounds every sequence to its own context.
+
+    For embeddings (``embeddings=True``) the cache is unified: the inputs of
+    one decode share its ``n_ctx`` cells and are removed right after.
     """
 
     def __init__(
@@ -277,7 +280,7 @@ class Context:
         params.n_seq_max = n_seq_max
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
-        params.kv_unified = False
+        params.kv_unified = embeddings
         params.embeddings = embeddings
         params.no_perf = True
         params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_AUTO

@@ -2,16 +2,21 @@
 
 Embedding requests are short and have no streaming, so they do not go through
 the batching engine: each call runs on a worker thread that holds the
-context's lock, one input after another.
+context's lock. The inputs of a call are packed into as few ``llama_decode``
+calls as fit: each input is its own sequence of one batch (up to
+:data:`SEQUENCES` of them, within the batch's token budget), and llama.cpp
+pools each sequence separately.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from localllm.runner.backend import Batch, BackendError, Context, Model
+
+SEQUENCES = 16  # inputs embedded together in one decode at most (the context's n_seq_max)
 
 
 class InputTooLong(ValueError):
@@ -43,22 +48,43 @@ class Embedder:
                 raise InputTooLong(f"input {i} is empty")
             inputs.append(tokens)
         with self._lock:
-            return [self._embed_one(t) for t in inputs], sum(len(t) for t in inputs)
+            vectors = [v for group in self._groups(inputs) for v in self._embed_group(group)]
+        return vectors, sum(len(t) for t in inputs)
 
-    def _embed_one(self, tokens: list[int]) -> list[float]:
+    def _groups(self, inputs: list[list[int]]) -> Iterator[list[list[int]]]:
+        """Consecutive inputs packed into batches: at most SEQUENCES of them, within the token budget."""
+        group: list[list[int]] = []
+        used = 0
+        for tokens in inputs:
+            if group and (len(group) == SEQUENCES or used + len(tokens) > self.batch.capacity):
+                yield group
+                group, used = [], 0
+            group.append(tokens)
+            used += len(tokens)
+        if group:
+            yield group
+
+    def _embed_group(self, group: list[list[int]]) -> list[list[float]]:
         batch = self.batch
         batch.clear()
-        for pos, token in enumerate(tokens):
-            row = batch.add(token, pos, 0, True)
+        last_rows = []
+        for seq, tokens in enumerate(group):
+            for pos, token in enumerate(tokens):
+                row = batch.add(token, pos, seq, True)
+            last_rows.append(row)
         try:
             rc = self.ctx.decode(batch)
             if rc != 0:
                 raise BackendError(f"llama_decode returned {rc}")
-            vector = self.ctx.embedding(0, row)
+            vectors = [self.ctx.embedding(seq, row) for seq, row in enumerate(last_rows)]
         finally:
-            self.ctx.seq_rm(0)
-        norm = math.sqrt(sum(x * x for x in vector)) or 1.0
-        return [x / norm for x in vector]
+            self.ctx.seq_rm(-1)  # every sequence
+        return [_normalised(v) for v in vectors]
 
     def close(self) -> None:
         self.batch.close()
+
+
+def _normalised(vector: list[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [x / norm for x in vector]
