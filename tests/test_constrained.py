@@ -6,6 +6,7 @@ import json
 
 import httpx
 import jsonschema
+import ollama
 import openai
 import pytest
 
@@ -87,12 +88,38 @@ def test_malformed_schema_is_400(oai):
             "type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object", "required": "name"}}})
 
 
-def test_unsupported_keyword_is_400_naming_it(daemon):
-    schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}
+@pytest.mark.parametrize(("schema", "keyword"), [
+    ({"type": "object", "properties": {"n": {"type": "integer", "not": {"const": 3}}}}, "not"),
+    ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
+])
+def test_unsupported_keyword_is_400_naming_it(daemon, schema, keyword):
     response = httpx.post(f"{daemon.url}/api/chat", json={
         "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "format": schema})
     assert response.status_code == 400
-    assert "multipleOf" in response.json()["error"]
+    assert keyword in response.json()["error"]
+
+
+def test_invalid_pattern_is_400_naming_it(daemon):
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^a(b"}}}
+    response = httpx.post(f"{daemon.url}/api/chat", json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "format": schema})
+    assert response.status_code == 400
+    assert "properties/code/pattern" in response.json()["error"]
+
+
+def test_schema_keywords_beyond_llama_cpp_are_enforced(daemon):
+    """multipleOf, minProperties and string patterns: llama.cpp's converter cannot express them, llguidance can."""
+    schema = {"type": "object", "minProperties": 2,
+              "properties": {"dozen": {"type": "integer", "multipleOf": 12, "minimum": 12, "maximum": 144},
+                             "code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}},
+              "required": ["dozen", "code"], "additionalProperties": False}
+    for seed in (1, 2, 3):
+        answer = ollama.Client(host=daemon.url).chat(
+            MODEL, messages=[{"role": "user", "content": "Give a number of eggs and a product code as JSON."}],
+            format=schema, options={"temperature": 1.0, "seed": seed, "num_predict": 60})
+        assert answer.done_reason == "stop", answer.message.content
+        jsonschema.validate(json.loads(answer.message.content), schema)
 
 
 def test_format_and_grammar_together_is_400(daemon):

@@ -7,16 +7,21 @@ Plain greedy decoding (temperature 0, no penalties) is an argmax over the
 logits in place, which spares llama.cpp copying the whole vocabulary into a
 candidate array for every token.
 
-With a grammar, checking all ~50k vocabulary entries against it for every
-token is slow, so we do what llama.cpp's own sampler does: pick a token
+With a GBNF grammar, checking all ~50k vocabulary entries against it for
+every token is slow, so we do what llama.cpp's own sampler does: pick a token
 without the grammar, check only that one token against it, and only when
 the grammar rejects it pick again with the grammar applied to the whole
-vocabulary.
+vocabulary. A JSON schema goes to llguidance instead, whose whole-vocabulary
+mask costs a fraction of a millisecond: the logits of tokens the schema does
+not allow next become -inf before the chain runs (see
+``scripts/bench/grammar_engines.py`` for the figures behind the choice).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import logging
 import math
 from collections.abc import Sequence
 
@@ -25,6 +30,11 @@ import numpy as np
 
 from localllm.runner.backend import Context, Model, captured_errors
 from localllm.runner.options import CompletionOptions
+
+log = logging.getLogger("localllm.runner")
+
+#: How llguidance writes JSON: compact, with the usual separators (its default lets whitespace run on).
+LLGUIDANCE_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 # struct llama_token_data { llama_token id; float logit; float p; }
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -43,7 +53,7 @@ class Sampler:
     """
 
     def __init__(self, model: Model, options: CompletionOptions, n_ctx: int, grammar: str | None = None,
-                 triggers: Sequence[str] = ()) -> None:
+                 triggers: Sequence[str] = (), json_schema: dict | None = None) -> None:
         params = ll.llama_sampler_chain_default_params()
         params.no_perf = True
         self.chain = ll.llama_sampler_chain_init(params)
@@ -56,8 +66,10 @@ class Sampler:
             self._add_selection(model, options)
             self._top_logprobs = options.top_logprobs if options.logprobs else -1
             self.last_logprobs: tuple[float, list[tuple[int, float]]] | None = None
-            self._argmax = (options.temperature <= 0 and self._penalties is None and not grammar
+            self._greedy = (options.temperature <= 0 and self._penalties is None and not grammar
                             and self._top_logprobs < 0)
+            self._argmax = self._greedy and json_schema is None
+            self._schema = _SchemaMatcher(model, json_schema) if json_schema is not None else None
             self._candidates: _Candidates | None = None  # made on first use: ~1 MB per 50k vocabulary
             if grammar:
                 self._grammar = _grammar_sampler(model, grammar, triggers)
@@ -115,6 +127,15 @@ class Sampler:
         """Pick the next token from the logits of batch row ``row`` and accept it."""
         if self._argmax:  # the same pick as llama.cpp's greedy sampler: the first highest logit
             return int(self._logits(ctx, row).argmax())
+        if self._schema is None:
+            return self._pick(ctx, row)
+        logits = self._logits(ctx, row)
+        self._schema.restrict(logits)  # in place: what follows sees only allowed tokens
+        token = int(logits.argmax()) if self._greedy else self._pick(ctx, row)
+        self._schema.accept(token)
+        return token
+
+    def _pick(self, ctx: Context, row: int) -> int:
         if self._grammar is None and ctx.ptr is not None and self._top_logprobs < 0:
             return ll.llama_sampler_sample(self.chain, ctx.ptr, row)
         logits = self._logits(ctx, row)
@@ -151,6 +172,50 @@ class Sampler:
         if self._grammar:
             ll.llama_sampler_free(self._grammar)
             self._grammar = None
+
+
+class _SchemaMatcher:
+    """llguidance holding one sequence's output to a JSON schema: a token mask every step."""
+
+    def __init__(self, model: Model, schema: dict) -> None:
+        import llguidance
+
+        tokenizer = _llguidance_tokenizer(model)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=LLGUIDANCE_JSON_OPTIONS)
+        problem = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
+        if problem:
+            raise GrammarError(f"unsupported JSON schema: {problem.strip()}")
+        self._matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        self._mask = np.zeros((tokenizer.vocab_size + 31) // 32, dtype=np.int32)
+        self._ends = np.array(_end_tokens(model), dtype=np.int64)
+
+    def restrict(self, logits: np.ndarray) -> None:
+        """Set the logits of the tokens the schema does not allow next to -inf."""
+        if self._matcher.is_error():  # cannot happen while we only pick allowed tokens; end rather than run free
+            keep = logits[self._ends]
+            logits.fill(-np.inf)
+            logits[self._ends] = keep
+            return
+        self._matcher.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
+        allowed = np.unpackbits(self._mask.view(np.uint8), bitorder="little", count=len(logits)).view(bool)
+        np.copyto(logits, -np.inf, where=~allowed)
+
+    def accept(self, token: int) -> None:
+        if not self._matcher.consume_token(token):
+            log.error("llguidance refused token %d: %s", token, self._matcher.get_error())
+
+
+def _end_tokens(model: Model) -> list[int]:
+    """The tokens that end a generation (EOS, EOT): the schema allows them once the JSON is complete."""
+    return sorted({t for t in (ll.llama_vocab_eos(model.vocab), ll.llama_vocab_eot(model.vocab)) if t >= 0})
+
+
+@functools.cache
+def _llguidance_tokenizer(model: Model):
+    """llguidance's view of the model's vocabulary: built once per model (about a second)."""
+    import llguidance.llamacpp
+
+    return llguidance.llamacpp.lltokenizer_from_vocab(model.vocab, eos_token=_end_tokens(model))
 
 
 class _Candidates:

@@ -19,8 +19,8 @@ bad input):
     ``{"tokens": [int]}`` → ``{"content": str}``.
 ``POST /completion``
     ``{"prompt": str | [int], "context": [int] | null, "options": {Ollama
-    options}, "grammar": GBNF | null, "grammar_triggers": [str], "stream": true,
-    "truncate": true}`` → NDJSON lines ``{"content": piece}``, then
+    options}, "grammar": GBNF | null, "grammar_triggers": [str], "json_schema": {} | null,
+    "stream": true, "truncate": true}`` → NDJSON lines ``{"content": piece}``, then
     ``{"done": true, "done_reason": "stop" | "length", "prompt_eval_count",
     "prompt_eval_duration", "eval_count", "eval_duration", "cached_tokens",
     "context": [int]}``; ``prompt_eval_count`` counts evaluated prompt tokens
@@ -29,7 +29,8 @@ bad input):
     ``num_keep`` tokens and the most recent ones), or refused with 400 when
     ``truncate`` is false. With ``grammar_triggers`` the grammar is lazy: output is
     free until one of those words appears, and the grammar holds from that word on
-    (a tool call's start marker). ``context`` (tokens of an earlier exchange, Ollama's ``/api/generate``
+    (a tool call's start marker). ``json_schema`` holds the output to a JSON
+    schema with llguidance. ``context`` (tokens of an earlier exchange, Ollama's ``/api/generate``
     ``context``) goes before the prompt. Pieces never split a UTF-8
     character and never contain any part of a stop string. Closing the connection cancels the generation. With
     ``"stream": false`` one object: the done fields plus ``"content"``.
@@ -176,13 +177,18 @@ def create_app(rt: Runtime) -> Starlette:
             raise BadRequest("'grammar_triggers' must be a list of non-empty strings")
         if triggers and not grammar:
             raise BadRequest("'grammar_triggers' needs a 'grammar' to apply")
+        schema = body.get("json_schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise BadRequest("'json_schema' must be a JSON schema object")
+        if schema is not None and grammar:
+            raise BadRequest("send either a 'grammar' or a 'json_schema', not both")
         stream = _flag(body, "stream", True)
         if not _flag(body, "truncate", True) and len(tokens) > rt.n_ctx:
             raise BadRequest(
                 f"the prompt is {len(tokens)} tokens, more than the context length of {rt.n_ctx} tokens; "
                 "shorten it, raise num_ctx, or allow truncation"
             )
-        sampler = Sampler(model, options, rt.n_ctx, grammar, triggers)
+        sampler = Sampler(model, options, rt.n_ctx, grammar, triggers, schema)
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 

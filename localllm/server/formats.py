@@ -1,8 +1,17 @@
-"""Structured output: the request's ``format`` turned into a GBNF grammar for the runner."""
+"""Structured output: what the runner holds a request's output to.
+
+Two engines, chosen on measurements (``scripts/bench/grammar_engines.py``):
+JSON schemas (Ollama ``format`` objects, OpenAI ``json_schema``) go to
+llguidance, which masks the whole vocabulary in ~0.2 ms per token and
+enforces more of JSON Schema; GBNF (``format: "json"``, ``json_object``, the
+``grammar`` field, tool-call grammars) goes to llama.cpp's grammar sampler,
+which also wakes lazily at a tool call's start marker.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import bad_request
@@ -19,15 +28,54 @@ ws     ::= | " " | "\n" [ \t]{0,20}
 '''
 
 
-def grammar_for_format(fmt: str | dict[str, Any] | None) -> str | None:
-    """GBNF for Ollama's ``format``: ``"json"``, a JSON schema object, or nothing."""
+@dataclass(frozen=True)
+class Constraint:
+    """GBNF for llama.cpp's grammar sampler, or a JSON schema for llguidance (never both)."""
+
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
+
+
+NO_CONSTRAINT = Constraint()
+
+
+def format_constraint(fmt: str | dict[str, Any] | None) -> Constraint:
+    """Ollama's ``format``: ``"json"``, a JSON schema object, or nothing."""
     if fmt is None or fmt == "":
-        return None
+        return NO_CONSTRAINT
     if fmt == "json":
-        return JSON_OBJECT_GBNF
+        return Constraint(grammar=JSON_OBJECT_GBNF)
     if isinstance(fmt, dict):
-        return schema_grammar(fmt)
+        return Constraint(json_schema=checked_schema(fmt))
     raise bad_request(f"invalid format {fmt!r}: use \"json\" or a JSON schema object")
+
+
+def _check_schema_syntax(schema: dict[str, Any]) -> None:
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise bad_request(f"invalid JSON schema at {where}: {exc.message}") from None
+
+
+def checked_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema``, once it is valid JSON Schema that llguidance can enforce in full; else a 400 naming why.
+
+    (The runner compiles it again, with its tokenizer and JSON layout options.)
+    """
+    import llguidance
+
+    _check_schema_syntax(schema)
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(schema)
+    problem = llguidance.LLMatcher.validate_grammar(grammar)
+    if problem.startswith("Unimplemented keys: "):
+        keys = ", ".join(json.loads(problem.removeprefix("Unimplemented keys: ")))
+        raise bad_request(f"JSON schema keywords not supported by constrained sampling: {keys}")
+    if problem:
+        raise bad_request(f"unsupported JSON schema: {problem.strip()}")
+    return schema
 
 
 #: Keywords the grammar converter cannot enforce; a schema using one is refused, never loosened.
@@ -63,20 +111,16 @@ def unsupported_keyword(schema: Any, path: str = "#") -> str | None:
 
 
 def schema_grammar(schema: dict[str, Any]) -> str:
-    """GBNF enforcing a JSON schema (llama.cpp's converter, as shipped by llama-cpp-python).
+    """GBNF enforcing a JSON schema (llama.cpp's converter, as shipped by llama-cpp-python),
+    for grammars that embed one (tool calls).
 
     The schema must be valid JSON Schema and use only keywords the converter
     enforces; anything else is a 400 naming the problem, so output is never
     silently less constrained than asked.
     """
-    import jsonschema
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise bad_request(f"invalid JSON schema at {where}: {exc.message}") from None
+    _check_schema_syntax(schema)
     if found := unsupported_keyword(schema):
         raise bad_request(f"JSON schema keyword {found.rsplit('/', 1)[-1]!r} at {found} is not supported "
                           "by constrained sampling")

@@ -22,6 +22,7 @@ from ..templates import prompt as prompts
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import PromptError
 from .errors import ApiError, bad_request, not_found
+from .formats import NO_CONSTRAINT, Constraint
 from .metrics import Metrics
 from .options import keep_alive_seconds, merge_options
 from .runner_client import RunnerBadRequest, RunnerError
@@ -39,15 +40,16 @@ class CompletionJob:
     model: LocalModel
     options: dict[str, Any]
     keep_alive: float | None
-    grammar: str | None = None
+    grammar: str | None = None  # GBNF, for llama.cpp's grammar sampler
     grammar_triggers: tuple[str, ...] = ()  # the grammar is lazy: it applies from the first of these words on
+    json_schema: dict[str, Any] | None = None  # for llguidance (never together with a grammar)
     context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
 
 
 def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse) -> None:
     """Hold the calls the model chooses to write to the tools' schemas (a lazy grammar),
     unless a format or grammar already constrains the whole answer."""
-    if job.grammar is None:
+    if job.grammar is None and job.json_schema is None:
         job.grammar, job.grammar_triggers = tool_use.lazy_grammar()
 
 
@@ -78,25 +80,26 @@ class Inference:
         except ModelNotFound as exc:
             raise not_found(str(exc)) from None
 
-    def job(self, name: str, options: dict[str, Any] | None, keep_alive: Any, grammar: str | None = None,
-            raw_grammar: str | None = None) -> CompletionJob:
-        """Resolve a request: model, merged options, keep_alive and the grammar constraint.
+    def job(self, name: str, options: dict[str, Any] | None, keep_alive: Any,
+            constraint: Constraint = NO_CONSTRAINT, raw_grammar: str | None = None) -> CompletionJob:
+        """Resolve a request: model, merged options, keep_alive and the output constraint.
 
-        ``grammar`` comes from ``format``/``response_format``; ``raw_grammar`` is a
+        ``constraint`` comes from ``format``/``response_format``; ``raw_grammar`` is a
         GBNF text from a ``grammar`` field (top level or in ``options``).
         """
         options = dict(options or {})
         raw_grammar = raw_grammar or options.pop("grammar", None)
         if raw_grammar is not None and not isinstance(raw_grammar, str):
             raise bad_request("grammar must be a string of GBNF rules")
-        if raw_grammar and grammar:
+        if raw_grammar and constraint != NO_CONSTRAINT:
             raise bad_request("use either a format/response_format or a grammar, not both")
         model = self.resolve(name)
         return CompletionJob(
             model=model,
             options=merge_options(model.parameters, options),
             keep_alive=keep_alive_seconds(keep_alive, self.settings.keep_alive),
-            grammar=grammar or raw_grammar or None,
+            grammar=constraint.grammar or raw_grammar or None,
+            json_schema=constraint.json_schema,
         )
 
     @staticmethod
@@ -150,6 +153,8 @@ class Inference:
                 body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
                 if job.grammar_triggers:
                     body["grammar_triggers"] = list(job.grammar_triggers)
+                if job.json_schema is not None:
+                    body["json_schema"] = job.json_schema
                 async for event in self._relay(loaded, body, first=True):
                     if first_token_at is None:
                         first_token_at = time.perf_counter_ns()

@@ -34,7 +34,7 @@ from .api_types import (
 )
 from .embeddings import shorten
 from .errors import ApiError, bad_request, not_found
-from .formats import grammar_for_format
+from .formats import format_constraint
 from .inference import (
     CompletionJob,
     chat_prompt_builder,
@@ -400,7 +400,7 @@ def _generation_job(state: DaemonState, body: GenerateRequest | ChatRequest) -> 
         check_request(state.settings.limits, texts=[body.prompt, body.system or "", body.suffix or "",
                                                      body.template or ""],
                       constraint=body.format or body.grammar, options=body.options)
-    job = state.inference.job(body.model, body.options, body.keep_alive, grammar_for_format(body.format),
+    job = state.inference.job(body.model, body.options, body.keep_alive, format_constraint(body.format),
                               body.grammar)
     state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
     return job

@@ -7,6 +7,7 @@ error object (see ``app.error_response``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import time
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .embeddings import encode_base64, shorten
 from .errors import ApiError, bad_request, not_found
-from .formats import JSON_OBJECT_GBNF, schema_grammar
+from .formats import JSON_OBJECT_GBNF, NO_CONSTRAINT, Constraint, checked_schema
 from .inference import (
     CompletionJob,
     chat_prompt_builder,
@@ -117,19 +118,19 @@ def _options(body: _SamplingBody, max_tokens: int | None) -> dict[str, Any]:
     return options
 
 
-def _grammar(response_format: dict[str, Any] | None) -> str | None:
+def _response_constraint(response_format: dict[str, Any] | None) -> Constraint:
     if not response_format:
-        return None
+        return NO_CONSTRAINT
     kind = response_format.get("type")
     if kind in (None, "text"):
-        return None
+        return NO_CONSTRAINT
     if kind == "json_object":
-        return JSON_OBJECT_GBNF
+        return Constraint(grammar=JSON_OBJECT_GBNF)
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
             raise bad_request("response_format.json_schema must be an object with a 'schema' object")
-        return schema_grammar(spec.get("schema") or {})
+        return Constraint(json_schema=checked_schema(spec.get("schema") or {}))
     raise bad_request(f"response_format.type {kind!r} is not supported: use text, json_object or json_schema")
 
 
@@ -211,7 +212,7 @@ class _Completion:
             options = dict(self.job.options)
             if "seed" in options:
                 options["seed"] = options["seed"] + i
-            jobs.append(CompletionJob(self.job.model, options, self.job.keep_alive, self.job.grammar))
+            jobs.append(dataclasses.replace(self.job, options=options))
         return [self.state.inference.stream(job, builder) for job in jobs]
 
     def _envelope(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
@@ -328,7 +329,7 @@ def _texts_of(body: _SamplingBody | EmbeddingRequest) -> list[str]:
 
 
 def _job(request: Request, body: _SamplingBody | EmbeddingRequest, max_tokens: int | None,
-         grammar: str | None) -> CompletionJob:
+         constraint: Constraint = NO_CONSTRAINT) -> CompletionJob:
     state = state_of(request)
     parse_name(body.model)
     options = _options(body, max_tokens) if isinstance(body, _SamplingBody) else {}
@@ -336,7 +337,7 @@ def _job(request: Request, body: _SamplingBody | EmbeddingRequest, max_tokens: i
                   tools=getattr(body, "tools", None), options=options,
                   constraint=getattr(body, "response_format", None) or getattr(body, "grammar", None))
     try:
-        return state.inference.job(body.model, options, None, grammar, getattr(body, "grammar", None))
+        return state.inference.job(body.model, options, None, constraint, getattr(body, "grammar", None))
     except ApiError as exc:
         if exc.status == 404:
             raise not_found(f"model '{body.model}' not found") from None
@@ -376,9 +377,9 @@ def _apply_tool_choice(job: CompletionJob, tool_use: ToolUse | None,
     if choice in (None, "auto"):
         constrain_tool_calls(job, tool_use)
     elif choice == "required":
-        job.grammar = tool_use.forced_grammar()
+        job.grammar, job.json_schema = tool_use.forced_grammar(), None
     elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        job.grammar = tool_use.forced_grammar(choice["function"].get("name"))
+        job.grammar, job.json_schema = tool_use.forced_grammar(choice["function"].get("name")), None
     else:
         raise bad_request(f"invalid tool_choice {choice!r}: use none, auto, required or a function")
     return tool_use
@@ -386,7 +387,7 @@ def _apply_tool_choice(job: CompletionJob, tool_use: ToolUse | None,
 
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
-    job = _job(request, body, body.max_completion_tokens or body.max_tokens, _grammar(body.response_format))
+    job = _job(request, body, body.max_completion_tokens or body.max_tokens, _response_constraint(body.response_format))
     state_of(request).inference.want_logprobs(job, body.logprobs, body.top_logprobs if body.logprobs else None)
     tool_use = _apply_tool_choice(job, ToolUse.for_model(job.model, body.tools), body.tool_choice)
     builder = chat_prompt_builder(job.model, _chat_messages(body.messages), tool_use.tools if tool_use else None)
@@ -404,7 +405,7 @@ async def completions(body: CompletionRequest, request: Request):
         prompt = body.prompt[0]
     else:
         prompt = body.prompt
-    job = _job(request, body, body.max_tokens if body.max_tokens is not None else 16, None)
+    job = _job(request, body, body.max_tokens if body.max_tokens is not None else 16)
     state_of(request).inference.want_logprobs(job, body.logprobs is not None, body.logprobs)
 
     def builder(health: dict[str, Any]) -> str:
@@ -445,7 +446,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]
         inputs = list(raw)
     if not inputs or any(len(item) == 0 for item in inputs):
         raise bad_request("input must not be empty")
-    job = _job(request, body, None, None)
+    job = _job(request, body, None)
     answer = await state_of(request).inference.embed(job, inputs, True)
     data = []
     for index, vector in enumerate(answer["embeddings"]):
