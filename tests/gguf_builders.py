@@ -45,3 +45,24 @@ def tiny_llama(path: Path, q_rows: int = 64, file_type: int = F32) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: float = 0.05) -> Path:
+    """A LoRA adapter GGUF (as llama.cpp's convert_lora_to_gguf writes them) for the
+    attention query and output projections of a llama model with ``n_embd`` and
+    ``layers``; random weights large enough to change what the model says."""
+    w = GGUFWriter(str(path), "llama")
+    w.add_type("adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", float(rank))
+    rng = np.random.default_rng(1)
+    for layer in range(layers):
+        for target in ("attn_q", "attn_output"):
+            # ggml shapes: lora_a [n_in, rank], lora_b [rank, n_out]; numpy's are reversed
+            w.add_tensor(f"blk.{layer}.{target}.weight.lora_a", rng.standard_normal((rank, n_embd)).astype(np.float32) * scale)
+            w.add_tensor(f"blk.{layer}.{target}.weight.lora_b", rng.standard_normal((n_embd, rank)).astype(np.float32) * scale)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -100,6 +100,14 @@ def test_unsupported_keyword_is_400_naming_it(daemon, schema, keyword):
     assert keyword in response.json()["error"]
 
 
+def test_integer_beyond_64_bits_in_a_schema_is_400(daemon):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": -37650204449140162519743070208}}}
+    response = httpx.post(f"{daemon.url}/api/chat", json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "format": schema})
+    assert response.status_code == 400
+    assert "unsupported JSON schema" in response.json()["error"]
+
+
 def test_invalid_pattern_is_400_naming_it(daemon):
     schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^a(b"}}}
     response = httpx.post(f"{daemon.url}/api/chat", json={

@@ -68,7 +68,10 @@ def checked_schema(schema: dict[str, Any]) -> dict[str, Any]:
     import llguidance
 
     _check_schema_syntax(schema)
-    grammar = llguidance.LLMatcher.grammar_from_json_schema(schema)
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema)
+    except ValueError as exc:  # e.g. an integer beyond 64 bits somewhere in the schema
+        raise bad_request(f"unsupported JSON schema: {exc}") from None
     problem = llguidance.LLMatcher.validate_grammar(grammar)
     if problem.startswith("Unimplemented keys: "):
         keys = ", ".join(json.loads(problem.removeprefix("Unimplemented keys: ")))
