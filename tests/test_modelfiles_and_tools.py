@@ -195,6 +195,25 @@ def test_tools_on_a_model_without_tool_support(oai):
                                     tools=[WEATHER_TOOL])
 
 
+TAG_TOOL = {"type": "function", "function": {"name": "tag", "parameters": {
+    "type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}}}
+
+
+def test_tool_schema_the_grammar_cannot_express_still_works_unforced(examples):
+    # raw JSON: the ollama client's Tool model would drop uniqueItems on the way
+    response = httpx.post(f"{examples.url}/api/chat", timeout=120, json={
+        "model": "example-tools", "stream": False, "messages": [{"role": "user", "content": "Tag this: cats"}],
+        "tools": [TAG_TOOL], "options": {"num_predict": 20}})
+    assert response.status_code == 200, response.text
+    assert response.json()["done"]
+
+
+def test_forcing_a_call_to_a_tool_schema_the_grammar_cannot_express_is_400(oai):
+    with pytest.raises(openai.BadRequestError, match="uniqueItems"):
+        oai.chat.completions.create(model="example-tools", messages=[{"role": "user", "content": "Tag: cats"}],
+                                    tools=[TAG_TOOL], tool_choice="required", max_tokens=20)
+
+
 def test_tool_schema_must_be_an_object(examples):
     bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}
     response = httpx.post(f"{examples.url}/api/chat", json={

@@ -9,6 +9,7 @@ the runner's BOS/EOS tokens) and relays the runner's NDJSON events, adding
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from .runner_client import RunnerBadRequest, RunnerError
 from .scheduler import LoadedModel, LoadRequest, Scheduler
 from .tools import ToolUse
 
+log = logging.getLogger("localllm.inference")
+
 #: Builds the prompt once the runner is up: receives the runner's /health answer.
 PromptBuilder = Callable[[dict[str, Any]], "str | list[int]"]
 
@@ -48,9 +51,19 @@ class CompletionJob:
 
 def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse) -> None:
     """Hold the calls the model chooses to write to the tools' schemas (a lazy grammar),
-    unless a format or grammar already constrains the whole answer."""
-    if job.grammar is None and job.json_schema is None:
+    unless a format or grammar already constrains the whole answer.
+
+    A tool schema the grammar cannot express (``uniqueItems``, say) does not
+    refuse the request: the model may call tools without being asked to, so
+    its calls are parsed unconstrained, as Ollama does. A forced call
+    (``tool_choice``) is refused instead, since it promises a valid call.
+    """
+    if job.grammar is not None or job.json_schema is not None:
+        return
+    try:
         job.grammar, job.grammar_triggers = tool_use.lazy_grammar()
+    except ApiError as exc:
+        log.warning("tool calls of this request are not constrained: %s", exc.message)
 
 
 def parse_name(text: str, field: str = "model") -> ModelName:
