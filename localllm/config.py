@@ -111,6 +111,7 @@ class Settings:
     api_key: str | None = None
     engine: str = "llama.cpp"
     num_threads: int = 0  # 0: physical cores
+    stream_interval: float = 0.1  # seconds: streamed pieces are handed on in bursts (runner/relay.py)
     max_body_bytes: int = 32 << 20
     limits: "RequestLimits" = field(default_factory=lambda: RequestLimits())
 
@@ -153,6 +154,7 @@ def load_settings() -> Settings:
         api_key=os.environ.get("LOCALLLM_API_KEY") or None,
         engine=engine,
         num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
+        stream_interval=parse_duration(os.environ.get("LOCALLLM_STREAM_INTERVAL"), defaults.stream_interval) or 0.0,
         max_body_bytes=_int_env("LOCALLLM_MAX_BODY_BYTES", defaults.max_body_bytes),
         limits=RequestLimits(**{
             name: _int_env(f"LOCALLLM_MAX_{name.upper()}", default)

@@ -22,14 +22,14 @@ STARTUP_TIMEOUT = 60.0
 class RunnerProcess:
     """A ``python -m localllm.runner`` child with its socket and captured stderr."""
 
-    def __init__(self, model: Path, *args: str) -> None:
+    def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
         # unix socket paths are limited to ~100 bytes: keep the directory short
         self.dir = Path(tempfile.mkdtemp(prefix="llr-", dir="/tmp"))
         self.socket = self.dir / "runner.sock"
         self.log_path = self.dir / "stderr.log"
         self._log = self.log_path.open("wb")
         cmd = [sys.executable, "-m", "localllm.runner", "--model", str(model), "--socket", str(self.socket), *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log, env={**os.environ, **(env or {})})
 
     @property
     def stderr(self) -> str:
@@ -77,9 +77,9 @@ class RunnerProcess:
 
 
 @contextmanager
-def running_runner(model: Path, *args: str) -> Iterator[RunnerProcess]:
+def running_runner(model: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[RunnerProcess]:
     """A ready runner for the duration of the block; always stopped afterwards."""
-    runner = RunnerProcess(model, *args)
+    runner = RunnerProcess(model, *args, env=env)
     try:
         runner.wait_ready()
         yield runner

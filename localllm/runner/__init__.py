@@ -10,6 +10,7 @@ Modules, one concern each:
 - :mod:`~localllm.runner.sampling`: per-sequence sampler chains (and GBNF grammars);
 - :mod:`~localllm.runner.options`: the Ollama options the runner honours;
 - :mod:`~localllm.runner.textstream`: UTF-8-safe, stop-string-safe streaming text;
+- :mod:`~localllm.runner.relay`: engine-thread events to the HTTP side, in bursts;
 - :mod:`~localllm.runner.embed`: embeddings (``--embedding`` runners);
 - :mod:`~localllm.runner.server`: the HTTP endpoints.
 """

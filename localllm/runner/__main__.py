@@ -71,9 +71,9 @@ def _clear_stale_socket(path: Path) -> None:
         pass
 
 
-def _engine_classes(embedding: bool) -> tuple[type, type]:
+def _engine_classes(engine: str, embedding: bool) -> tuple[type, type]:
     """The backend LOCALLLM_ENGINE asks for; embeddings always use llama.cpp."""
-    if load_settings().engine == "native" and not embedding:
+    if engine == "native" and not embedding:
         from localllm.native.backend import Context as NativeContext, Model as NativeModel
 
         return NativeModel, NativeContext
@@ -83,7 +83,8 @@ def _engine_classes(embedding: bool) -> tuple[type, type]:
 def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
     """Load the model and create the context the arguments describe."""
     init_backend(verbose=args.verbose)
-    model_class, context_class = _engine_classes(args.embedding)
+    settings = load_settings()
+    model_class, context_class = _engine_classes(settings.engine, args.embedding)
     model = model_class(args.model, args.adapter, args.gpu_layers)
     n_ctx = args.ctx
     if 0 < model.n_ctx_train < n_ctx:
@@ -99,7 +100,7 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
     except BaseException:
         model.close()
         raise
-    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel)
+    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=settings.stream_interval)
     if args.embedding:
         rt.embedder = Embedder(model, ctx, n_ctx)
     else:

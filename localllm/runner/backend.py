@@ -260,6 +260,13 @@ class Context:
     (in a unified cache a sequence's tokens land in holes other sequences
     left behind). It also bounds every sequence to its own context.
 
+    Flash attention is off: llama.cpp's CPU flash attention takes a tiled
+    path for ubatches of many prompt rows, which rounds a token's KV
+    differently from the path for a few rows, so a prompt continued from the
+    prefix cache (its tail prefilled alone) drifted from the same prompt
+    computed cold. Without it a token's KV is the same however the prompt
+    was chunked, decode speed is unchanged and prefill is about 4% slower.
+
     For embeddings (``embeddings=True``) the cache is unified: the inputs of
     one decode share its ``n_ctx`` cells and are removed right after.
     """
@@ -283,7 +290,7 @@ class Context:
         params.kv_unified = embeddings
         params.embeddings = embeddings
         params.no_perf = True
-        params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_AUTO
+        params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if embeddings:
             params.pooling_type = ll.LLAMA_POOLING_TYPE_UNSPECIFIED
         with captured_errors() as errors:

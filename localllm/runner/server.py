@@ -57,6 +57,7 @@ from localllm.runner.backend import Model
 from localllm.runner.embed import Embedder, InputTooLong
 from localllm.runner.engine import CompletionRequest, Engine
 from localllm.runner.options import CompletionOptions, OptionError
+from localllm.runner.relay import EventRelay
 from localllm.runner.sampling import GrammarError, Sampler
 
 log = logging.getLogger("localllm.runner")
@@ -73,6 +74,7 @@ class Runtime:
     model: Model
     n_ctx: int  # per sequence
     n_parallel: int
+    stream_interval: float = 0.0  # seconds between hand-overs of streamed pieces (see relay.py)
     engine: Engine | None = None
     embedder: Embedder | None = None
 
@@ -189,20 +191,12 @@ def create_app(rt: Runtime) -> Starlette:
                 "shorten it, raise num_ctx, or allow truncation"
             )
         sampler = Sampler(model, options, rt.n_ctx, grammar, triggers, schema)
-        loop = asyncio.get_running_loop()
-        items: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-        def emit(item: dict[str, Any]) -> None:
-            try:
-                loop.call_soon_threadsafe(items.put_nowait, item)
-            except RuntimeError:  # the event loop is gone: the runner is exiting
-                pass
-
-        job = CompletionRequest(tokens, options, sampler, emit)
+        relay = EventRelay(asyncio.get_running_loop(), rt.stream_interval if stream else float("inf"))
+        job = CompletionRequest(tokens, options, sampler, relay.emit)
         rt.engine.submit(job)
         if stream:
-            return StreamingResponse(_ndjson(job, items), media_type="application/x-ndjson")
-        return await _collect(job, items)
+            return StreamingResponse(_ndjson(job, relay), media_type="application/x-ndjson")
+        return await _collect(job, relay)
 
     async def embedding(request: Request) -> Response:
         if rt.embedder is None:
@@ -242,13 +236,11 @@ def create_app(rt: Runtime) -> Starlette:
     )
 
 
-async def _ndjson(job: CompletionRequest, items: asyncio.Queue[dict[str, Any]]):
-    """Stream the engine's items as NDJSON; leaving early (disconnect) cancels the job."""
+async def _ndjson(job: CompletionRequest, relay: EventRelay):
+    """Stream the engine's events as NDJSON; leaving early (disconnect) cancels the job."""
     try:
         while True:
-            batch = [await items.get()]
-            while not items.empty():
-                batch.append(items.get_nowait())
+            batch = await relay.batch()
             yield "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in batch)
             if any("done" in item or "error" in item for item in batch):
                 return
@@ -256,16 +248,16 @@ async def _ndjson(job: CompletionRequest, items: asyncio.Queue[dict[str, Any]]):
         job.cancelled = True
 
 
-async def _collect(job: CompletionRequest, items: asyncio.Queue[dict[str, Any]]) -> Response:
+async def _collect(job: CompletionRequest, relay: EventRelay) -> Response:
     """The whole completion as one object (``"stream": false``)."""
     pieces: list[str] = []
     try:
         while True:
-            item = await items.get()
-            if "error" in item:
-                return _error(item["error"], 500)
-            if "done" in item:
-                return JSONResponse({"content": "".join(pieces), **item})
-            pieces.append(item["content"])
+            for item in await relay.batch():
+                if "error" in item:
+                    return _error(item["error"], 500)
+                if "done" in item:
+                    return JSONResponse({"content": "".join(pieces), **item})
+                pieces.append(item["content"])
     finally:
         job.cancelled = True
