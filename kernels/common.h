@@ -22,8 +22,11 @@ typedef struct { f16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_
 typedef struct { f16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_k;
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; f16_t d; } block_q6_k;
 
-/* Activations for the 32-formats: d * qs; s = d * sum(qs) (for the offset formats). */
-typedef struct { float d, s; int8_t qs[32]; } block_q8a;
+/* Activations for the 32-formats (as ggml's Q8_0/Q8_1).
+ * d: the scale, s: d * (sum of qs), both rounded to half precision as ggml's Q8_1
+ * (the min term of Q4_1/Q5_1 uses s); ds: d * (sum of qs) unrounded, for the
+ * offset of Q4_0/Q5_0, which ggml folds into its integer sum. */
+typedef struct { float d, s, ds; int8_t qs[32]; } block_q8a;
 /* Activations for the K-formats (as ggml's Q8_K): bsums are sums of 16 qs each. */
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8k;
 
@@ -61,6 +64,8 @@ static inline float bf16_to_f32(uint16_t h) {
 }
 
 f16_t llk_f32_to_f16(float f);
+/* x as ggml stores it in a half-precision field: the activation scales of Q8_0/Q8_1. */
+static inline float round_f16(float x) { return f16_to_f32(llk_f32_to_f16(x)); }
 
 /* Which activation layout a weight type's dot product takes. */
 enum act_kind { ACT_F32 = 0, ACT_Q8A = 1, ACT_Q8K = 2 };

@@ -251,15 +251,15 @@ static void attn_task(void *arg, int ith, int nth) {
             scores[i] = visible ? k->dot_f32_f16(q, kc + (size_t)i * c->kv_dim, hd) * j->scale : -INFINITY;
             max = scores[i] > max ? scores[i] : max;
         }
-        float sum = 0.0f;
+        double sum = 0.0;  /* as ggml's softmax: the sum in double, the weights rounded to half as they meet V */
         for (int i = 0; i < n; i++) {
             scores[i] = scores[i] == -INFINITY ? 0.0f : expf(scores[i] - max);
             sum += scores[i];
         }
         memset(out, 0, (size_t)hd * sizeof(float));
-        float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
         for (int i = 0; i < n; i++)
-            if (scores[i] != 0.0f) k->axpy_f16(scores[i] * inv, vc + (size_t)i * c->kv_dim, out, hd);
+            if (scores[i] != 0.0f) k->axpy_f16(round_f16(scores[i] * inv), vc + (size_t)i * c->kv_dim, out, hd);
     }
 }
 
@@ -307,8 +307,13 @@ static void layer_forward(llk_ctx *c, int il, int T) {
         k->f32_to_f16(c->k + (size_t)t * c->kv_dim, c->k_cache + at, c->kv_dim);
         k->f32_to_f16(c->v + (size_t)t * c->kv_dim, c->v_cache + at, c->kv_dim);
     }
+    /* As llama.cpp: Q meets the half-precision K cache as half-precision values; Gemma 3 scales Q
+     * before that, llama scales the scores after the dot product. */
+    int scale_q = m->arch == LLK_ARCH_GEMMA3;
+    float q_scale = scale_q ? m->attn_scale : 1.0f;
+    for (size_t i = 0; i < (size_t)T * c->q_dim; i++) c->q[i] = round_f16(c->q[i] * q_scale);
     attn_job aj = {.c = c, .layer = il, .n_tok = T, .window = L->sliding ? m->sliding_window : 0,
-                   .scale = m->attn_scale};
+                   .scale = scale_q ? 1.0f : m->attn_scale};
     atomic_init(&aj.next, 0);
     llk_pool_run(c->pool, attn_task, &aj);
 

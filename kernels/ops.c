@@ -1,5 +1,6 @@
 /* Small operations of the forward pass: norms, rotary embeddings, softmax, activations. */
 #include "ops.h"
+#include "common.h"
 
 #include <math.h>
 
@@ -48,10 +49,19 @@ void llk_silu_mul(float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* GELU (tanh form) as ggml's CPU backend computes it: from a table over half-precision
+ * inputs holding half-precision outputs, exact outside (-10, 10). */
 void llk_gelu_mul(float *g, const float *u, int n) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
     for (int i = 0; i < n; i++) {
         float x = g[i];
-        g[i] = 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x))) * u[i];
+        if (x <= -10.0f) {
+            g[i] = 0.0f;
+        } else if (x >= 10.0f) {
+            g[i] = x * u[i];
+        } else {
+            x = round_f16(x);
+            g[i] = round_f16(0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)))) * u[i];
+        }
     }
 }

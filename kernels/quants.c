@@ -286,35 +286,46 @@ int llk_dequantize(int type, const void *src, float *dst, int64_t n) {
     return 0;
 }
 
-/* ---- activation quantization (round to nearest even, as the SIMD paths) --- */
+/* ---- activation quantization ---------------------------------------------
+ * Bit for bit as ggml's CPU backend, so that our logits follow llama.cpp's:
+ * Q8_0/Q8_1 blocks scale by 127/amax and keep d (and s = d * sum of codes)
+ * rounded to half precision; Q8_K blocks scale by -127/max, max being the
+ * signed value of largest magnitude, and keep d = 1/scale in full precision.
+ * Codes round to nearest even, as the SIMD paths. */
 
 static void quantize_q8a_ref(const float *x, block_q8a *y, int64_t n) {
     for (int64_t ib = 0; ib < n / QK; ib++, x += QK) {
         float amax = 0.0f;
         for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(x[i]));
-        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int i = 0; i < QK; i++) {
             y[ib].qs[i] = (int8_t)nearbyintf(x[i] * id);
             sum += y[ib].qs[i];
         }
-        y[ib].d = d;
-        y[ib].s = d * (float)sum;
+        y[ib].d = round_f16(d);
+        y[ib].s = round_f16(d * (float)sum);
+        y[ib].ds = y[ib].d * (float)sum;
     }
 }
 
 static void quantize_q8k_ref(const float *x, block_q8k *y, int64_t n) {
     for (int64_t ib = 0; ib < n / QKK; ib++, x += QKK) {
-        float amax = 0.0f;
-        for (int i = 0; i < QKK; i++) amax = fmaxf(amax, fabsf(x[i]));
-        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int i = 0; i < QKK; i++) y[ib].qs[i] = (int8_t)nearbyintf(x[i] * id);
+        float amax = 0.0f, max = 0.0f;
+        for (int i = 0; i < QKK; i++) {
+            if (fabsf(x[i]) > amax) {
+                amax = fabsf(x[i]);
+                max = x[i];
+            }
+        }
+        float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+        for (int i = 0; i < QKK; i++) y[ib].qs[i] = (int8_t)fminf(127.0f, nearbyintf(x[i] * iscale));
         for (int j = 0; j < 16; j++) {
             int sum = 0;
             for (int i = 0; i < 16; i++) sum += y[ib].qs[16 * j + i];
             y[ib].bsums[j] = (int16_t)sum;
         }
-        y[ib].d = d;
+        y[ib].d = amax != 0.0f ? 1.0f / iscale : 0.0f;
     }
 }
 
@@ -341,7 +352,7 @@ static float dot_ref_blocks(int type, const void *w, const void *act, int64_t n)
     for (int64_t ib = 0; ib < n / bs; ib++) {
         unpack((const uint8_t *)w + ib * bb, q, sc, bias);
         const int8_t *a;
-        float da;
+        float da, min_term = 0.0f;  /* a 32-block's bias times its activations, as ggml: m * s */
         if (bs == QKK) {
             const block_q8k *y = (const block_q8k *)act + ib;
             a = y->qs;
@@ -350,6 +361,7 @@ static float dot_ref_blocks(int type, const void *w, const void *act, int64_t n)
             const block_q8a *y = (const block_q8a *)act + ib;
             a = y->qs;
             da = y->d;
+            min_term = bias[0] * y->s;
         }
         for (int s = 0; s < bs / 16; s++) {
             int dot = 0, asum = 0;
@@ -357,8 +369,9 @@ static float dot_ref_blocks(int type, const void *w, const void *act, int64_t n)
                 dot += q[16 * s + i] * a[16 * s + i];
                 asum += a[16 * s + i];
             }
-            sum += da * (sc[s] * (float)dot + bias[s] * (float)asum);
+            sum += da * (sc[s] * (float)dot + (bs == QKK ? bias[s] * (float)asum : 0.0f));
         }
+        sum += min_term;
     }
     return sum;
 }
