@@ -11,10 +11,12 @@ from gguf import GGUFWriter
 F32, F16 = 0, 1  # general.file_type values
 
 
-def tiny_llama(path: Path, q_rows: int = 64, file_type: int = F32) -> Path:
-    """A one-layer llama GGUF with random weights; ``q_rows`` != 64 breaks attn_q's shape."""
-    w = GGUFWriter(str(path), "llama")
-    e, ff, vocab = 64, 128, 32
+def tiny_model(path: Path, arch: str = "llama", q_rows: int = 64, file_type: int = F32) -> Path:
+    """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms) with random
+    weights and a 32-token SentencePiece vocabulary, so llama.cpp loads it too;
+    ``q_rows`` != 64 breaks attn_q's shape."""
+    w = GGUFWriter(str(path), arch)
+    e, ff, vocab, head_dim = 64, 128, 32, 16
     w.add_block_count(1)
     w.add_context_length(128)
     w.add_embedding_length(e)
@@ -22,7 +24,14 @@ def tiny_llama(path: Path, q_rows: int = 64, file_type: int = F32) -> Path:
     w.add_head_count(4)
     w.add_head_count_kv(2)
     w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
     w.add_file_type(file_type)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<unk>", "<s>", "</s>"] + [f"\u2581w{i}" for i in range(vocab - 3)])
+    w.add_token_scores([0.0] * 3 + [-float(i) for i in range(vocab - 3)])
+    w.add_token_types([2, 3, 3] + [1] * (vocab - 3))  # unknown, control, control, normal...
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
     rng = np.random.default_rng(0)
 
     def t(name: str, *shape: int) -> None:
@@ -35,6 +44,13 @@ def tiny_llama(path: Path, q_rows: int = 64, file_type: int = F32) -> Path:
     t("blk.0.attn_q.weight", e, q_rows)
     t("blk.0.attn_k.weight", e, 32)
     t("blk.0.attn_v.weight", e, 32)
+    if arch == "qwen2":
+        t("blk.0.attn_q.bias", 64)
+        t("blk.0.attn_k.bias", 32)
+        t("blk.0.attn_v.bias", 32)
+    if arch == "qwen3":
+        t("blk.0.attn_q_norm.weight", head_dim)
+        t("blk.0.attn_k_norm.weight", head_dim)
     t("blk.0.attn_output.weight", 64, e)
     t("blk.0.ffn_norm.weight", e)
     t("blk.0.ffn_gate.weight", e, ff)

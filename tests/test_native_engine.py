@@ -16,7 +16,7 @@ import pytest
 from localllm.native.backend import BackendError, Context, Model
 from localllm.native.lib import NativeError
 from localllm.native.model import NativeWeights
-from gguf_builders import tiny_llama as _tiny_llama
+from gguf_builders import tiny_model
 from native_helpers import Side, cosine, top2_gap
 
 PROMPTS = [
@@ -66,6 +66,23 @@ def test_greedy_continuation_agrees_with_llama_cpp(sides, prompt: str) -> None:
     if first is not None:
         gap = top2_gap(their_logits[first])
         assert gap < 0.1, f"diverged at token {first} where llama.cpp's top two logits differ by {gap:.3f}"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_tiny_architectures_match_llama_cpp(tmp_path: Path, arch: str) -> None:
+    """llama, qwen2 (q/k/v biases, NeoX rotation) and qwen3 (q/k norms): F32 weights, so the two
+    engines differ only by the order of float sums and the half-precision KV cache."""
+    path = tiny_model(tmp_path / f"{arch}.gguf", arch)
+    native, reference = Side("native", path, n_ctx=64), Side("llama.cpp", path, n_ctx=64)
+    try:
+        tokens = [1, 7, 19, 4, 28, 11, 3, 22]
+        ours, theirs = native.eval(tokens, 0), reference.eval(tokens, 0)
+        assert cosine(ours, theirs) > 0.99999, arch
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-3 * np.abs(theirs).max())
+        assert native.greedy(tokens, 16)[0] == reference.greedy(tokens, 16)[0]
+    finally:
+        native.close()
+        reference.close()
 
 
 def test_batched_sequences_match_each_alone(smollm2_path: Path) -> None:
@@ -141,18 +158,18 @@ def test_decode_refuses_bad_batches(smollm2_path: Path) -> None:
 
 
 def test_a_well_formed_tiny_model_loads(tmp_path: Path) -> None:
-    weights = NativeWeights(_tiny_llama(tmp_path / "ok.gguf"))
+    weights = NativeWeights(tiny_model(tmp_path / "ok.gguf"))
     assert weights.hyper.n_embd == 64 and weights.hyper.head_dim == 16
     weights.close()
 
 
 def test_tensor_shape_that_does_not_match_metadata(tmp_path: Path) -> None:
     with pytest.raises(NativeError, match=r"'blk.0.attn_q.weight' has shape \(64, 96\).*implies \(64, 64\)"):
-        NativeWeights(_tiny_llama(tmp_path / "bad.gguf", q_rows=96))
+        NativeWeights(tiny_model(tmp_path / "bad.gguf", q_rows=96))
 
 
 def test_truncated_file(tmp_path: Path) -> None:
-    path = _tiny_llama(tmp_path / "cut.gguf")
+    path = tiny_model(tmp_path / "cut.gguf")
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 1000])
     with pytest.raises(NativeError, match="truncated"):
@@ -170,21 +187,21 @@ def _retype(path: Path, tensor: str, ggml_type: int) -> None:
 
 
 def test_unknown_tensor_type(tmp_path: Path) -> None:
-    path = _tiny_llama(tmp_path / "unknown.gguf")
+    path = tiny_model(tmp_path / "unknown.gguf")
     _retype(path, "blk.0.ffn_up.weight", 99)
     with pytest.raises(NativeError, match="unknown ggml type 99"):
         NativeWeights(path)
 
 
 def test_type_the_kernels_do_not_have_suggests_llama_cpp(tmp_path: Path) -> None:
-    path = _tiny_llama(tmp_path / "iq.gguf")
+    path = tiny_model(tmp_path / "iq.gguf")
     _retype(path, "blk.0.attn_norm.weight", 24)  # I8: a real ggml type, same byte size per element
     with pytest.raises(NativeError, match=r"type I8.*not supported by the native engine.*llama.cpp engine"):
         NativeWeights(path)
 
 
 def test_unsupported_architecture_suggests_llama_cpp(tmp_path: Path) -> None:
-    path = _tiny_llama(tmp_path / "arch.gguf")
+    path = tiny_model(tmp_path / "arch.gguf")
     data = path.read_bytes().replace(b"\x05\x00\x00\x00\x00\x00\x00\x00llama", b"\x05\x00\x00\x00\x00\x00\x00\x00mamba", 1)
     path.write_bytes(data)
     with pytest.raises(NativeError, match="architecture 'mamba' is not supported.*llama.cpp engine"):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import httpx
 
-from gguf_builders import F16, tiny_llama
+from gguf_builders import F16, tiny_model
 from localllm.registry.gguf import read_gguf
 
 
 def test_quantize_f16_model_to_q8_0(daemon, tmp_path):
-    source = tiny_llama(tmp_path / "tiny-f16.gguf", file_type=F16)
+    source = tiny_model(tmp_path / "tiny-f16.gguf", file_type=F16)
     response = httpx.post(f"{daemon.url}/api/create", timeout=120, json={
         "model": "tiny-q8", "modelfile": f"FROM {source}\n", "quantize": "q8_0", "stream": False})
     assert response.status_code == 200, response.text

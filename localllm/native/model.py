@@ -18,7 +18,7 @@ from localllm.native.lib import LAYER_TENSORS, Layer, ModelParams, NativeError, 
 from localllm.registry.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gguf
 
 HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
-ARCHITECTURES = {"llama": 0, "gemma3": 3}
+ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3}
 _F32 = 0
 
 # our layer field -> GGUF tensor name suffix
@@ -31,7 +31,13 @@ _GGUF_NAMES = {
     "post_ffn_norm": "post_ffw_norm.weight",
 }  # fmt: skip
 _REQUIRED = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
-_GEMMA3_REQUIRED = ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
+# what each architecture adds to llama's layer: all of it required, anything else refused
+_ARCH_TENSORS = {
+    "llama": (),
+    "qwen2": ("bq", "bk", "bv"),
+    "qwen3": ("q_norm", "k_norm"),
+    "gemma3": ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"),
+}
 
 
 @dataclass(frozen=True)
@@ -155,7 +161,7 @@ class NativeWeights:
             "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
             "post_ffn_norm": (h.n_embd,),
         }  # fmt: skip
-        required = set(_REQUIRED) | (set(_GEMMA3_REQUIRED) if gemma else set())
+        required = set(_REQUIRED) | set(_ARCH_TENSORS[h.arch])
         allowed = required  # tensors of other architectures would change the maths: refuse, never ignore
         window = g.arch_value("attention.sliding_window", 0) if gemma else 0
         pattern = g.arch_value("attention.sliding_window_pattern", 6) if gemma else 0
@@ -178,7 +184,7 @@ class NativeWeights:
         p.arch = ARCHITECTURES[h.arch]
         p.n_embd, p.n_layer, p.n_head, p.n_head_kv = h.n_embd, h.n_layer, h.n_head, h.n_head_kv
         p.head_dim, p.n_ff, p.n_vocab = h.head_dim, h.n_ff, h.n_vocab
-        p.rope_neox = int(gemma)
+        p.rope_neox = int(h.arch != "llama")  # qwen2/qwen3/gemma3 rotate the two halves of a head (NeoX)
         p.rope_dim = h.rope_dim
         p.act_gelu = int(gemma)
         p.sliding_window = int(window or 0)
