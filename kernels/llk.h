@@ -89,7 +89,8 @@ int llk_seq_pos_max(const llk_ctx *ctx, int seq);
 
 /* Thread pool on its own, for benchmarks: parallel matvec y[rows] = W x. */
 int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);
-double llk_read_bandwidth(const void *buf, int64_t nbytes); /* bytes/s of one pass over buf */
+/* bytes/s of one pass over buf by n_threads threads (the machine's read bandwidth for that many cores) */
+double llk_read_bandwidth(const void *buf, int64_t nbytes, int n_threads);
 
 #ifdef __cplusplus
 }

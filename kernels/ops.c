@@ -49,19 +49,23 @@ void llk_silu_mul(float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-/* GELU (tanh form) as ggml's CPU backend computes it: from a table over half-precision
- * inputs holding half-precision outputs, exact outside (-10, 10). */
-void llk_gelu_mul(float *g, const float *u, int n) {
+/* GELU (tanh form) as ggml's CPU backend computes it: looked up by the half-precision input in
+ * a table of half-precision outputs (built once at load), exact outside (-10, 10). */
+static f16_t gelu_table[1 << 16];
+
+__attribute__((constructor(300))) static void init_gelu_table(void) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int h = 0; h < 1 << 16; h++) {
+        float x = f16_to_f32((f16_t)h);
+        gelu_table[h] = llk_f32_to_f16(0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x))));
+    }
+}
+
+void llk_gelu_mul(float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) {
         float x = g[i];
-        if (x <= -10.0f) {
-            g[i] = 0.0f;
-        } else if (x >= 10.0f) {
-            g[i] = x * u[i];
-        } else {
-            x = round_f16(x);
-            g[i] = round_f16(0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)))) * u[i];
-        }
+        if (x <= -10.0f) g[i] = 0.0f;
+        else if (x >= 10.0f) g[i] = x * u[i];
+        else g[i] = f16_to_f32(gelu_table[llk_f32_to_f16(x)]) * u[i];
     }
 }

@@ -25,7 +25,7 @@ static float half_bits_to_float(uint16_t h) {
     return f;
 }
 
-__attribute__((constructor)) static void init_f16_table(void) {
+__attribute__((constructor(101))) static void init_f16_table(void) {  /* first: other tables use it */
     for (uint32_t i = 0; i < 65536; i++) llk_f16_table[i] = half_bits_to_float((uint16_t)i);
 }
 

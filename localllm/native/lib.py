@@ -135,7 +135,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_seq_cp": (c_int, [vp, c_int, c_int, c_int, c_int]),
         "llk_seq_pos_max": (c_int, [vp, c_int]),
         "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
-        "llk_read_bandwidth": (ctypes.c_double, [vp, c_i64]),
+        "llk_read_bandwidth": (ctypes.c_double, [vp, c_i64, c_int]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)

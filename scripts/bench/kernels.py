@@ -1,6 +1,6 @@
 """Native engine and kernels against llama.cpp's bare decode loop, in one run.
 
-    python scripts/bench/kernels.py [--threads 2] [--tokens 64] [--json]
+    python scripts/bench/kernels.py [--threads 2] [--tokens 64] [--rounds 5] [--json]
 
 llama.cpp's side is a plain ``llama_decode`` loop over the low-level API with
 greedy sampling in C (what llama-bench's tg test measures).  The native side
@@ -9,7 +9,7 @@ decodes the same prompt with the same thread count.  Figures:
 - ``native_decode_ratio_smollm2`` / ``_gemma3``: decode tokens/s, native over llama.cpp
 - ``native_prefill_ratio_smollm2``: tokens/s of a 512-token prompt, native over llama.cpp
 - ``bandwidth_fraction_smollm2``: weight bytes streamed per second by native decode over the
-  single-pass memory read bandwidth measured here
+  single-pass memory read bandwidth measured here with the same number of threads
 - ``dot_gbps``: per format, GB/s of weights through one thread's matvec, SIMD and scalar
 """
 
@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp as ll
@@ -78,10 +80,11 @@ def prefill_rate(side: Side, tokens: list[int]) -> float:
     return len(tokens) / (time.perf_counter() - start)
 
 
-def read_bandwidth(nbytes: int = 512 << 20) -> float:
+def read_bandwidth(threads: int, nbytes: int = 512 << 20) -> float:
+    """Best of three single passes over 512 MiB (far beyond the caches) by ``threads`` threads."""
     buf = np.ones(nbytes // 8, dtype=np.uint64)  # touched: pages are resident
     lib = library()
-    return max(lib.llk_read_bandwidth(ctypes.c_void_p(buf.ctypes.data), nbytes) for _ in range(3))
+    return max(lib.llk_read_bandwidth(ctypes.c_void_p(buf.ctypes.data), nbytes, threads) for _ in range(3))
 
 
 def dot_gbps(ctx_side: Side, rows: int = 4096, cols: int = 4096) -> dict[str, dict[str, float]]:
@@ -113,22 +116,31 @@ def dot_gbps(ctx_side: Side, rows: int = 4096, cols: int = 4096) -> dict[str, di
     return out
 
 
-def run(threads: int, tokens: int) -> dict:
-    result: dict = {"threads": threads, "tokens": tokens, "isa": kernels.isa()}
+def alternating(rounds: int, theirs: Callable[[], float], ours: Callable[[], float]) -> tuple[float, float]:
+    """Medians of ``rounds`` alternating measurements of both sides (the machine's noise hits both)."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(rounds):
+        samples[0].append(theirs())
+        samples[1].append(ours())
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
+def run(threads: int, tokens: int, rounds: int) -> dict:
+    result: dict = {"threads": threads, "tokens": tokens, "rounds": rounds, "isa": kernels.isa()}
     for label, path in (("smollm2", fixtures.smollm2_gguf()), ("gemma3", fixtures.gemma3_gguf())):
         native, reference = Side("native", path, threads=threads), Side("llama.cpp", path, threads=threads)
         prompt = reference.model.tokenize_prompt(PROMPT)
-        theirs = llama_decode_rate(reference, prompt, tokens)
-        ours = native_decode_rate(native, prompt, tokens)
+        theirs, ours = alternating(rounds, lambda: llama_decode_rate(reference, prompt, tokens),
+                                   lambda: native_decode_rate(native, prompt, tokens))
         result[f"llama_decode_tps_{label}"] = theirs
         result[f"native_decode_tps_{label}"] = ours
         result[f"native_decode_ratio_{label}"] = ours / theirs
         if label == "smollm2":
             long_prompt = (prompt * (512 // len(prompt) + 1))[:512]
-            result["llama_prefill_tps_smollm2"] = prefill_rate(reference, long_prompt)
-            result["native_prefill_tps_smollm2"] = prefill_rate(native, long_prompt)
+            result["llama_prefill_tps_smollm2"], result["native_prefill_tps_smollm2"] = alternating(
+                rounds, lambda: prefill_rate(reference, long_prompt), lambda: prefill_rate(native, long_prompt))
             result["native_prefill_ratio_smollm2"] = result["native_prefill_tps_smollm2"] / result["llama_prefill_tps_smollm2"]
-            bandwidth = read_bandwidth()
+            bandwidth = read_bandwidth(threads)
             result["read_bandwidth_gbps"] = bandwidth / 1e9
             result["bandwidth_fraction_smollm2"] = ours * native.model.weights.nbytes / bandwidth
             single = Side("native", path, threads=1)
@@ -143,9 +155,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=5, help="alternating measurements per figure (medians)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args()
-    result = run(args.threads, args.tokens)
+    result = run(args.threads, args.tokens, args.rounds)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
