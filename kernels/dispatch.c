@@ -3,25 +3,34 @@
 
 #include "common.h"
 
-static kernel_table tables[3];
+#define N_LEVELS 4
+static kernel_table tables[N_LEVELS];
 static int isa_best = -1, isa_current = -1;
 
+static int available[N_LEVELS] = {1};  /* levels this CPU can run (not every lower level: Ice Lake has
+                                         AVX-512 VNNI without AVX-VNNI) */
+
 static int detect(void) {
+    int best = LLK_ISA_SCALAR;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        if (__builtin_cpu_supports("avxvnni")) return LLK_ISA_AVXVNNI;
-        return LLK_ISA_AVX2;
+        available[best = LLK_ISA_AVX2] = 1;
+        if (__builtin_cpu_supports("avxvnni")) available[best = LLK_ISA_AVXVNNI] = 1;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+            available[best = LLK_ISA_AVX512] = 1;
     }
 #endif
-    return LLK_ISA_SCALAR;
+    return best;
 }
 
 /* Each level's table starts as a copy of the reference, so a kernel a level lacks falls back. */
 __attribute__((constructor(200))) static void init_tables(void) {
-    for (int i = 0; i < 3; i++) tables[i] = llk_ref_kernels;
+    for (int i = 0; i < N_LEVELS; i++) tables[i] = llk_ref_kernels;
     llk_fill_avx2(&tables[LLK_ISA_AVX2]);
     llk_fill_avxvnni(&tables[LLK_ISA_AVXVNNI]);
+    llk_fill_avx512(&tables[LLK_ISA_AVX512]);
     isa_best = isa_current = detect();
 }
 
@@ -31,7 +40,7 @@ int llk_isa_best(void) { return isa_best; }
 int llk_isa_get(void) { return isa_current; }
 
 int llk_isa_set(int isa) {
-    if (isa >= LLK_ISA_SCALAR && isa <= isa_best) isa_current = isa;
+    if (isa >= LLK_ISA_SCALAR && isa < N_LEVELS && available[isa]) isa_current = isa;
     return isa_current;
 }
 

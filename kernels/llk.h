@@ -21,7 +21,7 @@ enum llk_type {
 };
 
 /* Instruction-set levels the dispatcher can pick (the best the CPU has by default). */
-enum llk_isa { LLK_ISA_SCALAR = 0, LLK_ISA_AVX2 = 1, LLK_ISA_AVXVNNI = 2 };
+enum llk_isa { LLK_ISA_SCALAR = 0, LLK_ISA_AVX2 = 1, LLK_ISA_AVXVNNI = 2, LLK_ISA_AVX512 = 3 };
 
 int llk_type_supported(int type);
 int llk_block_size(int type);             /* elements per block, 0 if unsupported */

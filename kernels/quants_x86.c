@@ -20,7 +20,16 @@
 #undef TARGET
 #undef USE_VNNI
 
+#define SUFFIX avx512
+#define TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define USE_VNNI 2
+#include "quants_x86.inc"
+#undef SUFFIX
+#undef TARGET
+#undef USE_VNNI
+
 #else
 void llk_fill_avx2(kernel_table *t) { (void)t; }
 void llk_fill_avxvnni(kernel_table *t) { (void)t; }
+void llk_fill_avx512(kernel_table *t) { (void)t; }
 #endif

@@ -25,8 +25,7 @@ SCALE_FIELDS = {
 }  # fmt: skip
 FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
 ALL_TYPES = tuple(SCALE_FIELDS) + FLOAT_TYPES
-LEVELS = list(kernels.ISA_NAMES.values())
-ISAS = LEVELS[: LEVELS.index(kernels.best_isa()) + 1]  # every level this CPU can run
+ISAS = kernels.available_isas()  # every level this CPU can run
 
 
 def block_shape(t: Q) -> tuple[int, int]:

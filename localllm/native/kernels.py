@@ -12,7 +12,7 @@ import numpy as np
 
 from localllm.native.lib import NativeError, library
 
-ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avxvnni"}
+ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avxvnni", 3: "avx512"}
 
 
 def _ptr(a: np.ndarray) -> ctypes.c_void_p:
@@ -78,7 +78,8 @@ def isa() -> str:
 
 
 def set_isa(name: str) -> str:
-    """Force an instruction-set level (``scalar``, ``avx2``, ``avxvnni``; capped at what the CPU has)."""
+    """Use an instruction-set level (``scalar``, ``avx2``, ``avxvnni``, ``avx512``) if the CPU has it;
+    returns the level in use."""
     levels = {v: k for k, v in ISA_NAMES.items()}
     if name not in levels:
         raise ValueError(f"unknown instruction set {name!r}; choose from {', '.join(levels)}")
@@ -87,3 +88,13 @@ def set_isa(name: str) -> str:
 
 def best_isa() -> str:
     return ISA_NAMES[library().llk_isa_best()]
+
+
+def available_isas() -> list[str]:
+    """The levels this CPU can run, lowest first."""
+    current, found = isa(), []
+    for name in ISA_NAMES.values():
+        if set_isa(name) == name:
+            found.append(name)
+    set_isa(current)
+    return found
