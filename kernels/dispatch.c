@@ -49,3 +49,15 @@ float llk_vec_dot(int wtype, const void *w, const void *act, int64_t n) {
     if (!bs || n % bs) return NAN;
     return llk_kernels()->dot[wtype](w, act, n);
 }
+
+int llk_vec_dot_cols(int wtype, const void *w, const void *act, size_t act_row, int n_cols, int64_t n, float *out) {
+    int bs = llk_block_size(wtype);
+    if (!bs || n % bs || n_cols < 1 || n_cols > DOT_MAX_COLS) return -1;
+    const kernel_table *k = llk_kernels();
+    if (k->dot_cols[wtype]) {
+        k->dot_cols[wtype](w, act, act_row, n_cols, n, out);
+    } else {
+        for (int c = 0; c < n_cols; c++) out[c] = k->dot[wtype](w, (const uint8_t *)act + c * act_row, n);
+    }
+    return 0;
+}

@@ -164,6 +164,7 @@ typedef struct {
     float *out;
     int64_t out_stride;
     dot_fn dot;
+    dot_cols_fn dot_cols;
     _Atomic int next;
 } matmul_job;
 
@@ -177,10 +178,21 @@ static void matmul_task(void *arg, int ith, int nth) {
         int64_t r0 = (int64_t)atomic_fetch_add(&j->next, 1) * j->chunk;
         if (r0 >= rows) return;
         int64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
-        for (int t = 0; t < j->n_tok; t++) {
+        for (int t = 0; t < j->n_tok;) {
             const void *a = j->act + (size_t)t * j->act_row;
-            float *out = j->out + t * j->out_stride;
-            for (int64_t r = r0; r < r1; r++) out[r] = j->dot(w + (size_t)r * j->w_row, a, j->w->ne0);
+            int n = j->n_tok - t < DOT_MAX_COLS ? j->n_tok - t : DOT_MAX_COLS;
+            if (n > 1 && j->dot_cols) {  /* each weight row unpacked once for n tokens */
+                float res[DOT_MAX_COLS];
+                for (int64_t r = r0; r < r1; r++) {
+                    j->dot_cols(w + (size_t)r * j->w_row, a, j->act_row, n, j->w->ne0, res);
+                    for (int i = 0; i < n; i++) j->out[(t + i) * j->out_stride + r] = res[i];
+                }
+            } else {
+                n = 1;
+                float *out = j->out + t * j->out_stride;
+                for (int64_t r = r0; r < r1; r++) out[r] = j->dot(w + (size_t)r * j->w_row, a, j->w->ne0);
+            }
+            t += n;
         }
     }
 }
@@ -209,6 +221,7 @@ static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, f
         .out = out,
         .out_stride = out_stride,
         .dot = llk_kernels()->dot[w->type],
+        .dot_cols = llk_kernels()->dot_cols[w->type],
     };
     int nth = llk_pool_size(c->pool);
     int64_t chunk = w->ne1 / (nth * 8);

@@ -72,6 +72,18 @@ def vec_dot(ggml_type: int, weights: np.ndarray, act: np.ndarray, n: int, refere
     return float(fn(ggml_type, _ptr(weights), _ptr(act), n))
 
 
+def vec_dot_cols(ggml_type: int, weights: np.ndarray, acts: list[np.ndarray], n: int) -> list[float]:
+    """One weights row against several quantized activation rows, as matmul does for a batch."""
+    weights = np.ascontiguousarray(weights)
+    _check(ggml_type, weights, n)
+    row = library().llk_act_size(ggml_type, n)
+    packed = np.concatenate([a[:row] for a in acts])
+    out = np.zeros(len(acts), dtype=np.float32)
+    if library().llk_vec_dot_cols(ggml_type, _ptr(weights), _ptr(packed), row, len(acts), n, _fptr(out)) != 0:
+        raise NativeError(f"vec_dot_cols refused {len(acts)} rows of {n} values")
+    return [float(v) for v in out]
+
+
 def isa() -> str:
     """The instruction set the dispatcher uses now."""
     return ISA_NAMES[library().llk_isa_get()]
