@@ -54,6 +54,20 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m
     }
 }
 
+/* The 16 signed 6-bit scales (-32..31) of a Q3_K super-block, from their 12 packed bytes. */
+static inline void scales_q3_k(const uint8_t *packed, int8_t *scales) {
+    const uint32_t low4 = 0x0f0f0f0f, high2 = 0x03030303;
+    uint32_t aux[4];
+    memcpy(aux, packed, 12);
+    uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & low4) | (((tmp >> 4) & high2) << 4);
+    aux[3] = ((aux[1] >> 4) & low4) | (((tmp >> 6) & high2) << 4);
+    aux[0] = (aux[0] & low4) | (((tmp >> 0) & high2) << 4);
+    aux[1] = (aux[1] & low4) | (((tmp >> 2) & high2) << 4);
+    memcpy(scales, aux, 16);
+    for (int j = 0; j < 16; j++) scales[j] = (int8_t)(scales[j] - 32);
+}
+
 static inline float f16_to_f32(f16_t h) { return llk_f16_table[h]; }
 
 static inline float bf16_to_f32(uint16_t h) {

@@ -171,16 +171,8 @@ static void unpack_q2_k(const void *p, int8_t *q, float *sc, float *bias) {
 
 static void unpack_q3_k(const void *p, int8_t *q, float *sc, float *bias) {
     const block_q3_k *b = p;
-    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
-    uint32_t aux[4];
-    memcpy(aux, b->scales, 12);
-    uint32_t tmp = aux[2];
-    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
-    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
-    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
-    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
     int8_t scales[16];
-    memcpy(scales, aux, 16);
+    scales_q3_k(b->scales, scales);
     float d = f16_to_f32(b->d);
     const uint8_t *qs = b->qs;
     uint8_t m = 1;
@@ -188,7 +180,7 @@ static void unpack_q3_k(const void *p, int8_t *q, float *sc, float *bias) {
     for (int n = 0; n < QKK; n += 128, qs += 32) {
         for (int j = 0, shift = 0; j < 4; j++, shift += 2, m <<= 1) {
             for (int half = 0; half < 2; half++, is++) {
-                sc[is] = d * (float)(scales[is] - 32);
+                sc[is] = d * (float)scales[is];
                 bias[is] = 0.0f;
                 for (int l = 0; l < 16; l++) {
                     int k = l + 16 * half;

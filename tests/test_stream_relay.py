@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 from localllm.runner.relay import EventRelay
 
-from runner_helpers import chat_prompt, running_runner, runner_threads
+from runner_helpers import chat_prompt, parse_stream, running_runner, runner_threads
 
 
 def _relay_batches(interval: float, events: list[dict], pause: float) -> list[list[dict]]:
@@ -70,10 +69,9 @@ def _stream_reads(smollm2_path: Path, interval: str) -> tuple[int, int, float]:
                 reads += 1
                 buffer += chunk
             elapsed = time.monotonic() - start
-        events = [json.loads(line) for line in buffer.splitlines() if line.strip()]
-        assert "done" in events[-1], events[-1]
-        pieces = len(events) - 1
-        return pieces, reads, elapsed
+        pieces, final = parse_stream(buffer.decode().splitlines())
+        assert final.get("done"), final
+        return len(pieces), reads, elapsed
 
 
 @pytest.mark.slow

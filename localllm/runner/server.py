@@ -74,7 +74,7 @@ class Runtime:
     model: Model
     n_ctx: int  # per sequence
     n_parallel: int
-    stream_interval: float = 0.0  # seconds between hand-overs of streamed pieces (see relay.py)
+    stream_interval: float  # seconds between hand-overs of streamed pieces (LOCALLLM_STREAM_INTERVAL; relay.py)
     engine: Engine | None = None
     embedder: Embedder | None = None
 
