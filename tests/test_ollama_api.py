@@ -177,3 +177,33 @@ def test_killed_runner_fails_its_stream_then_recovers(client, daemon):
     answer = client.generate(MODEL, "Hello", options={"num_predict": 3})
     assert answer.done
     assert httpx.get(daemon.url).status_code == 200
+
+
+def _in_flight(daemon) -> int:
+    text = httpx.get(f"{daemon.url}/metrics").text
+    lines = [line for line in text.splitlines() if line.startswith(f'localllm_requests_in_flight{{model="{MODEL}"}}')]
+    return int(float(lines[0].split()[-1])) if lines else 0
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/api/generate", {"prompt": "Write a very long essay about the sea."}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
+                              "max_tokens": 4000, "stream": True}),
+])
+def test_client_that_hangs_up_stops_its_generation(daemon, path, body):
+    """Streams leave the daemon in coalesced writes from their own task: hanging up must still cancel the runner's work."""
+    body = {"model": MODEL, "options": {"temperature": 0, "num_predict": 4000}, **body}
+    with httpx.stream("POST", f"{daemon.url}{path}", json=body, timeout=60) as response:
+        received = []
+        for line in response.iter_lines():
+            if line:
+                received.append(line)
+            if len(received) == 3:
+                break
+    assert len(received) == 3 and "error" not in received[-1]
+    deadline = time.monotonic() + 10
+    while _in_flight(daemon) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _in_flight(daemon) == 0
+    metrics = httpx.get(f"{daemon.url}/metrics").text
+    assert f'localllm_requests_total{{model="{MODEL}",outcome="cancelled"}}' in metrics

@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from localllm.runner.relay import EventRelay
@@ -82,3 +83,22 @@ def test_runner_streams_in_bursts_only_when_asked(smollm2_path: Path) -> None:
     every_piece, every_reads, _ = _stream_reads(smollm2_path, "0")
     assert every_piece == pieces  # same greedy text, same events
     assert every_reads > every_piece / 2, every_reads  # without bursts nearly every piece is its own write
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/api/generate", {"prompt": "Tell me a long story about a fox.", "options": {"temperature": 0, "num_predict": 96}}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me a long story about a fox."}],
+                              "temperature": 0, "max_tokens": 96, "stream": True}),
+])
+def test_daemon_writes_each_burst_at_once(daemon, path: str, body: dict) -> None:
+    """The daemon passes the runner's bursts on in one write each (default interval 100 ms), a line per token."""
+    reads, buffer = 0, b""
+    with httpx.stream("POST", f"{daemon.url}{path}", json={"model": "smollm2:135m", **body}, timeout=120) as response:
+        start = time.monotonic()
+        for chunk in response.iter_raw():
+            reads += 1
+            buffer += chunk
+        elapsed = time.monotonic() - start
+    events = [line for line in buffer.decode().splitlines() if line and line != "data: [DONE]"]
+    assert len(events) >= 60, events[-1]  # still one object per token
+    assert reads <= elapsed / 0.1 + 4, (reads, len(events), elapsed)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from .. import __version__
 from ..registry.create import CreateError, CreateSpec, check_spec, spec_from_modelfile
@@ -46,6 +46,7 @@ from .inference import (
 from .limits import check_request
 from .options import validate_options
 from .state import DaemonState, details_at
+from .streaming import streamed
 from .tools import ToolCall, ToolUse
 
 log = logging.getLogger("localllm.api")
@@ -81,7 +82,7 @@ async def stream_or_last(events: AsyncIterator[dict[str, Any]], stream: bool) ->
                 event.pop("status_code", None)
                 yield event
 
-        return StreamingResponse(ndjson(without_status()), media_type=NDJSON)
+        return streamed(ndjson(without_status()), NDJSON)
     final: dict[str, Any] = {}
     async for event in events:
         final = event
@@ -363,7 +364,7 @@ async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: s
             yield chunk(event.get("content", ""), logprobs=event.get("logprobs"))
 
     if stream:
-        return StreamingResponse(ndjson(relay()), media_type=NDJSON)
+        return streamed(ndjson(relay()), NDJSON)
     text, done = await collect_completion(_prepend(first, events))
     content, calls = tool_use.parse(text) if tool_use else (text, [])
     return JSONResponse(final(done, content, calls))

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from .embeddings import encode_base64, shorten
@@ -30,6 +30,7 @@ from .inference import (
 )
 from .limits import check_request
 from .ollama_api import state_of
+from .streaming import streamed
 from .tools import ToolCall, ToolUse
 
 router = APIRouter(prefix="/v1")
@@ -276,7 +277,7 @@ class _Completion:
             answer = self._envelope(choices, False)
             answer["usage"] = _usage([done for _, done in results])
             return JSONResponse(answer)
-        return StreamingResponse(self._sse(streams), media_type="text/event-stream")
+        return streamed(self._sse(streams), "text/event-stream")
 
     async def _sse(self, streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[bytes]:
         finals: list[dict[str, Any]] = []
