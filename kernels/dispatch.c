@@ -50,6 +50,18 @@ float llk_vec_dot(int wtype, const void *w, const void *act, int64_t n) {
     return llk_kernels()->dot[wtype](w, act, n);
 }
 
+int llk_vec_dot_rows2(int wtype, const void *w, size_t w_row, const void *act, int64_t n, float *out) {
+    int bs = llk_block_size(wtype);
+    if (!bs || n % bs) return -1;
+    const kernel_table *k = llk_kernels();
+    if (k->dot_rows2[wtype]) {
+        k->dot_rows2[wtype](w, w_row, act, n, out);
+    } else {
+        for (int r = 0; r < 2; r++) out[r] = k->dot[wtype]((const uint8_t *)w + r * w_row, act, n);
+    }
+    return 0;
+}
+
 int llk_vec_dot_cols(int wtype, const void *w, const void *act, size_t act_row, int n_cols, int64_t n, float *out) {
     int bs = llk_block_size(wtype);
     if (!bs || n % bs || n_cols < 1 || n_cols > DOT_MAX_COLS) return -1;

@@ -32,7 +32,7 @@ struct llk_ctx {
     f16_t *k_cache, *v_cache;  /* [layer][seq][cell][kv_dim] */
     int32_t *cell_pos;          /* [seq][cell] */
     int32_t *n_cells;           /* [seq] */
-    float *inv_freq;            /* [layer][rope_dim/2] */
+    float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
     /* scratch for n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
     int32_t *cell_of, *seq_of, *pos_of;
@@ -88,7 +88,7 @@ void llk_ctx_free(llk_ctx *c) {
     free(c->layers);
     free(c->cell_pos);
     free(c->n_cells);
-    free(c->inv_freq);
+    free(c->rope_scale);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->scores};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(c->cell_of);
@@ -120,7 +120,7 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_bat
     c->v_cache = zalloc(kv_bytes(c));
     c->cell_pos = calloc((size_t)n_seq * n_ctx_seq, sizeof(int32_t));
     c->n_cells = calloc((size_t)n_seq, sizeof(int32_t));
-    c->inv_freq = calloc((size_t)m->n_layer * (m->rope_dim / 2 + 1), sizeof(float));
+    c->rope_scale = calloc((size_t)m->n_layer, sizeof(float));
     size_t B = (size_t)n_batch;
     int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
     c->x = malloc(B * m->n_embd * sizeof(float));
@@ -138,19 +138,14 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_bat
     c->pos_of = malloc(B * sizeof(int32_t));
     c->scores = malloc((size_t)(c->pool ? llk_pool_size(c->pool) : 1) * n_ctx_seq * sizeof(float));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->layers && c->pool && c->k_cache && c->v_cache && c->cell_pos && c->n_cells && c->inv_freq &&
+    int ok = c->layers && c->pool && c->k_cache && c->v_cache && c->cell_pos && c->n_cells && c->rope_scale &&
              c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->cell_of &&
              c->seq_of && c->pos_of && c->scores && c->act[0] && c->act[1] && c->act[2];
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
     }
-    for (int l = 0; l < m->n_layer; l++) {
-        /* as ggml: theta_i = pos * base^(-2i/d), the powers built by repeated multiplication */
-        float step = powf(c->layers[l].rope_base, -2.0f / (float)m->rope_dim), f = 1.0f;
-        float *inv = c->inv_freq + (size_t)l * (m->rope_dim / 2 + 1);
-        for (int i = 0; i < m->rope_dim / 2; i++, f *= step) inv[i] = f;
-    }
+    for (int l = 0; l < m->n_layer; l++) c->rope_scale[l] = powf(c->layers[l].rope_base, -2.0f / (float)m->rope_dim);
     return c;
 }
 
@@ -165,6 +160,7 @@ typedef struct {
     int64_t out_stride;
     dot_fn dot;
     dot_cols_fn dot_cols;
+    dot_rows2_fn dot_rows2;
     _Atomic int next;
 } matmul_job;
 
@@ -190,7 +186,10 @@ static void matmul_task(void *arg, int ith, int nth) {
             } else {
                 n = 1;
                 float *out = j->out + t * j->out_stride;
-                for (int64_t r = r0; r < r1; r++) out[r] = j->dot(w + (size_t)r * j->w_row, a, j->w->ne0);
+                int64_t r = r0;
+                if (j->dot_rows2)
+                    for (; r + 1 < r1; r += 2) j->dot_rows2(w + (size_t)r * j->w_row, j->w_row, a, j->w->ne0, out + r);
+                for (; r < r1; r++) out[r] = j->dot(w + (size_t)r * j->w_row, a, j->w->ne0);
             }
             t += n;
         }
@@ -222,6 +221,7 @@ static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, f
         .out_stride = out_stride,
         .dot = llk_kernels()->dot[w->type],
         .dot_cols = llk_kernels()->dot_cols[w->type],
+        .dot_rows2 = llk_kernels()->dot_rows2[w->type],
     };
     int nth = llk_pool_size(c->pool);
     int64_t chunk = w->ne1 / (nth * 8);
@@ -264,11 +264,7 @@ static void attn_task(void *arg, int ith, int nth) {
             scores[i] = visible ? k->dot_f32_f16(q, kc + (size_t)i * c->kv_dim, hd) * j->scale : -INFINITY;
             max = scores[i] > max ? scores[i] : max;
         }
-        double sum = 0.0;  /* as ggml's softmax: the sum in double, the weights rounded to half as they meet V */
-        for (int i = 0; i < n; i++) {
-            scores[i] = scores[i] == -INFINITY ? 0.0f : expf(scores[i] - max);
-            sum += scores[i];
-        }
+        double sum = llk_softmax_exp(scores, n, max); /* as ggml's softmax; the weights rounded to half as they meet V */
         memset(out, 0, (size_t)hd * sizeof(float));
         float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
         for (int i = 0; i < n; i++)
@@ -310,10 +306,9 @@ static void layer_forward(llk_ctx *c, int il, int T) {
     add_bias(c->v, &L->bv, T, c->kv_dim);
     head_norm(c->q, &L->q_norm, T, m->n_head, hd, m->eps);
     head_norm(c->k, &L->k_norm, T, m->n_head_kv, hd, m->eps);
-    const float *inv = c->inv_freq + (size_t)il * (m->rope_dim / 2 + 1);
     for (int t = 0; t < T; t++) {
         float *cs = c->cs + (size_t)t * m->rope_dim;
-        llk_rope_angles(cs, inv, m->rope_dim, (float)c->pos_of[t]);
+        llk_rope_angles(cs, c->rope_scale[il], m->rope_dim, (float)c->pos_of[t]);
         llk_rope(c->q + (size_t)t * c->q_dim, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
         llk_rope(c->k + (size_t)t * c->kv_dim, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
         size_t at = (((size_t)il * c->n_seq + c->seq_of[t]) * c->n_ctx_seq + c->cell_of[t]) * c->kv_dim;
@@ -433,7 +428,7 @@ int llk_seq_add(llk_ctx *c, int seq, int p0, int p1, int delta) {
     float *buf = c->k, *cs = c->cs;
     for (int l = 0; l < m->n_layer; l++) {
         /* rotating by delta moves a key to its new position: rotations add */
-        llk_rope_angles(cs, c->inv_freq + (size_t)l * (m->rope_dim / 2 + 1), m->rope_dim, (float)delta);
+        llk_rope_angles(cs, c->rope_scale[l], m->rope_dim, (float)delta);
         size_t base = ((size_t)l * c->n_seq + seq) * c->n_ctx_seq * c->kv_dim;
         for (int i = 0; i < c->n_cells[seq]; i++) {
             if (!in_range(cpos[i], p0, p1)) continue;

@@ -6,15 +6,15 @@
 
 void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps) {
     double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]); /* as ggml: the square in float, the sum in double */
     float scale = 1.0f / sqrtf((float)(ss / n) + eps);
     if (w) for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
     else for (int i = 0; i < n; i++) out[i] = x[i] * scale;
 }
 
-void llk_rope_angles(float *cs, const float *inv_freq, int rope_dim, float pos) {
-    for (int i = 0; i < rope_dim / 2; i++) {
-        float theta = pos * inv_freq[i];
+void llk_rope_angles(float *cs, float theta_scale, int rope_dim, float pos) {
+    float theta = pos; /* as ggml's rope cache: each angle is the previous one times theta_scale */
+    for (int i = 0; i < rope_dim / 2; i++, theta *= theta_scale) {
         cs[2 * i] = cosf(theta);
         cs[2 * i + 1] = sinf(theta);
     }
@@ -33,20 +33,57 @@ void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs
     }
 }
 
+/* ggml's vectorised expf (ggml_v_expf, AVX-512 form) one lane at a time: the same fused
+ * operations give the same bits, where libm's expf differs from it in the last place. */
+static inline float expf_ggml(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    const int e = (int)n;
+    if (e < -126 || e > 127) return ldexpf(j, e); /* subnormal or huge: rare, let libm scale */
+    union { uint32_t u; float f; } scale = {.u = (uint32_t)(e + 127) << 23};
+    return j * scale.f; /* exact: as _mm512_scalef_ps for normal results */
+}
+
+/* The callers of expf_ggml are built twice, with and without FMA instructions (chosen at load):
+ * fmaf without them is a library call per operation. */
+#define WITH_FMA __attribute__((target_clones("fma", "default")))
+
+/* The sum of 16 floats in the order of _mm512_reduce_add_ps (halves, then quarters, then pairs). */
+static float reduce16(const float *v) {
+    float a[8], b[4];
+    for (int i = 0; i < 8; i++) a[i] = v[i + 8] + v[i];
+    for (int i = 0; i < 4; i++) b[i] = a[i + 4] + a[i];
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+WITH_FMA double llk_softmax_exp(float *x, int n, float max) {
+    double sum = 0.0;
+    float chunk[16];
+    for (int i = 0; i < n; i += 16) { /* as ggml_vec_soft_max_f32: 16 at a time, each chunk's sum added in double */
+        for (int k = 0; k < 16; k++) {
+            chunk[k] = i + k < n ? expf_ggml(x[i + k] - max) : 0.0f;
+            if (i + k < n) x[i + k] = chunk[k];
+        }
+        sum += (double)reduce16(chunk);
+    }
+    return sum;
+}
+
 void llk_softmax(float *x, int n) {
     float max = -INFINITY;
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
-    float inv = 1.0f / sum;
+    float inv = (float)(1.0 / llk_softmax_exp(x, n, max));
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-void llk_silu_mul(float *g, const float *u, int n) {
-    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+WITH_FMA void llk_silu_mul(float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf_ggml(-g[i])) * u[i];
 }
 
 /* GELU (tanh form) as ggml's CPU backend computes it: looked up by the half-precision input in

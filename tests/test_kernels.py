@@ -99,6 +99,19 @@ def test_batched_dot_equals_one_row_at_a_time_bit_for_bit(t: Q, isa: str) -> Non
         assert kernels.vec_dot_cols(int(t), row, acts[:cols], n) == alone[:cols]
 
 
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("isa", ISAS)
+def test_two_row_dot_equals_each_row_alone_bit_for_bit(t: Q, isa: str) -> None:
+    """Decode takes weight rows two at a time: each result must be exactly that row's single-row dot."""
+    rng = np.random.default_rng(400 + int(t))
+    first, n = random_row(t, 9, rng)
+    second, _ = random_row(t, 9, rng)
+    assert kernels.set_isa(isa) == isa
+    act = kernels.quantize_activations(int(t), rng.standard_normal(n).astype(np.float32))
+    alone = [np.float32(kernels.vec_dot(int(t), row, act, n)) for row in (first, second)]
+    assert kernels.vec_dot_rows2(int(t), np.concatenate([first, second]), act, n) == alone
+
+
 def test_quantized_activations_are_identical_across_isas() -> None:
     x = np.random.default_rng(7).standard_normal(4096).astype(np.float32)
     for t in (Q.Q8_0, Q.Q4_K):

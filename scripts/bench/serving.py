@@ -1,11 +1,12 @@
 """Serving benchmark: batching, prefix cache and decode speed of the daemon, SmolLM2-135M.
 
-    python scripts/bench/serving.py [--json] [--quick] [--threads 2] [--only concurrency,multiturn,...]
+    python scripts/bench/serving.py [--json] [--quick] [--threads 2] [--rounds 3] [--only concurrency,multiturn,...]
 
 - ``concurrency``: 8 clients stream chat completions at once (fixed prompts, 128
   tokens each) from our daemon, then from llama-cpp-python's bundled OpenAI
-  server (``python -m llama_cpp.server``, same model and threads):
-  aggregate tokens/s ratio → ``throughput_ratio_c8`` (target >= 2.5).
+  server (``python -m llama_cpp.server``, same model and threads), in
+  ``--rounds`` alternating rounds: ratio of the median aggregate tokens/s →
+  ``throughput_ratio_c8`` (target >= 2.5).
 - ``multiturn``: a 10-turn chat growing to ~1,500 tokens; our time to first
   token at turn 10 over turn 1 → ``ttft_growth_turn10`` (target <= 1.5).
 - ``shared_prefix``: 8 concurrent requests with one ~1,000-token system prompt;
@@ -48,6 +49,7 @@ TOPICS = ["dragons", "the ocean", "a lighthouse", "robots", "a small village", "
 class Settings:
     threads: int
     tokens: int  # per client in ``concurrency``
+    rounds: int  # alternating rounds per side in ``concurrency``
     turns: int
     quick: bool
 
@@ -132,7 +134,6 @@ def story_body(model: str, topic: str, tokens: int) -> dict[str, Any]:
 async def eight_clients(url: str, model: str, tokens: int) -> dict[str, float]:
     """Aggregate tokens/s and median TTFT of 8 concurrent streams."""
     async with httpx.AsyncClient(timeout=900) as client:
-        await stream_chat(client, url, story_body(model, "a cat", 8))  # warm-up: load, page in weights
         start = time.perf_counter()
         results = await asyncio.gather(*(stream_chat(client, url, story_body(model, t, tokens)) for t in TOPICS))
     streams = [r for r, _ in results]
@@ -143,19 +144,31 @@ async def eight_clients(url: str, model: str, tokens: int) -> dict[str, float]:
 
 
 def bench_concurrency(s: Settings) -> dict[str, Any]:
+    """Both servers up (idle while the other runs), their rounds alternating: medians per side.
+
+    The peer's throughput swings by more than 2x between runs minutes apart on
+    this shared machine; alternating rounds puts both sides in the same weather.
+    """
     daemon = start_daemon(LOCALLLM_NUM_PARALLEL="8", LOCALLLM_NUM_THREADS=str(s.threads))
-    try:
-        ours = asyncio.run(eight_clients(daemon.url, MODEL, s.tokens))
-    finally:
-        daemon.stop()
     server = LlamaCppServer(fixtures.smollm2_gguf(), s.threads)
     try:
         server.wait_ready()
-        theirs = asyncio.run(eight_clients(server.url, "smollm2", s.tokens))
+        sides = {"ours": (daemon.url, MODEL), "llama_cpp_server": (server.url, "smollm2")}
+        for url, model in sides.values():  # warm-up: load, page in the weights
+            asyncio.run(eight_clients(url, model, 8))
+        rounds: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
+        for _ in range(s.rounds):
+            for name, (url, model) in sides.items():
+                rounds[name].append(asyncio.run(eight_clients(url, model, s.tokens)))
     finally:
         server.stop()
-    return {"ours": ours, "llama_cpp_server": theirs,
-            "throughput_ratio_c8": ours["tokens_per_s"] / theirs["tokens_per_s"]}
+        daemon.stop()
+    result: dict[str, Any] = {}
+    for name, runs in rounds.items():
+        median = sorted(runs, key=lambda r: r["tokens_per_s"])[len(runs) // 2]  # a whole round: its TTFT too
+        result[name] = dict(median, rounds_tokens_per_s=[round(r["tokens_per_s"], 1) for r in runs])
+    result["throughput_ratio_c8"] = result["ours"]["tokens_per_s"] / result["llama_cpp_server"]["tokens_per_s"]
+    return result
 
 
 def bench_multiturn(s: Settings) -> dict[str, Any]:
@@ -220,6 +233,7 @@ def main() -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="a short smoke run (figures not comparable to the targets)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds per side in concurrency (default 3)")
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
     args = p.parse_args()
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
@@ -227,7 +241,7 @@ def main() -> None:
     if unknown:
         p.error(f"unknown section(s): {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the children (atexit, finally)
-    settings = Settings(threads=args.threads, tokens=32 if args.quick else 128,
+    settings = Settings(threads=args.threads, tokens=32 if args.quick else 128, rounds=1 if args.quick else args.rounds,
                         turns=4 if args.quick else 10, quick=args.quick)
     runs = {"concurrency": bench_concurrency, "multiturn": bench_multiturn,
             "shared_prefix": bench_shared_prefix, "single": bench_single}
