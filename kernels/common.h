@@ -104,6 +104,10 @@ typedef struct {
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8k)(const float *x, block_q8k *y, int64_t n);
     float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);
+    /* Attention scores q.k as ggml sums them: in `lanes` (64: four 16-lane accumulators, as
+     * ggml_vec_dot_f16 when a sequence decodes one token; 16: one, as llamafile's tiles when it
+     * brings several), then the 16 lanes in _mm512_reduce_add_ps's order. */
+    float (*dot_f16_lanes)(const float *q, const f16_t *k, int64_t n, int lanes);
     void (*axpy_f16)(float a, const f16_t *x, float *y, int64_t n);
     void (*f32_to_f16)(const float *x, f16_t *y, int64_t n);
 } kernel_table;

@@ -39,6 +39,8 @@ struct llk_ctx {
     void *act[3];               /* quantized activations per act_kind */
     int act_valid[3];
     float *scores;              /* [thread][n_ctx_seq] */
+    float *vsum;                /* [thread][64][head_dim]: attention's V sums, one row per lane */
+    int32_t *seq_tokens;        /* [seq]: tokens of each sequence in the batch being decoded */
     char error[256];
 };
 
@@ -89,6 +91,8 @@ void llk_ctx_free(llk_ctx *c) {
     free(c->cell_pos);
     free(c->n_cells);
     free(c->rope_scale);
+    free(c->vsum);
+    free(c->seq_tokens);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->scores};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(c->cell_of);
@@ -137,10 +141,12 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_bat
     c->seq_of = malloc(B * sizeof(int32_t));
     c->pos_of = malloc(B * sizeof(int32_t));
     c->scores = malloc((size_t)(c->pool ? llk_pool_size(c->pool) : 1) * n_ctx_seq * sizeof(float));
+    c->vsum = malloc((size_t)(c->pool ? llk_pool_size(c->pool) : 1) * 64 * m->head_dim * sizeof(float));
+    c->seq_tokens = calloc((size_t)n_seq, sizeof(int32_t));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
     int ok = c->layers && c->pool && c->k_cache && c->v_cache && c->cell_pos && c->n_cells && c->rope_scale &&
              c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->cell_of &&
-             c->seq_of && c->pos_of && c->scores && c->act[0] && c->act[1] && c->act[2];
+             c->seq_of && c->pos_of && c->scores && c->vsum && c->seq_tokens && c->act[0] && c->act[1] && c->act[2];
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
@@ -240,6 +246,9 @@ typedef struct {
     _Atomic int next;
 } attn_job;
 
+/* One (token, head) of attention in ggml's order (non-flash path): scores by dot_f16_lanes, the
+ * softmax as ggml_vec_soft_max_f32, and each output dimension summed over the cells in the same
+ * lanes as the scores (V is a transposed F16 matrix to ggml, the weights rounded to half). */
 static void attn_task(void *arg, int ith, int nth) {
     (void)nth;
     attn_job *j = arg;
@@ -248,11 +257,14 @@ static void attn_task(void *arg, int ith, int nth) {
     const kernel_table *k = llk_kernels();
     const int hd = m->head_dim, group = m->n_head / m->n_head_kv;
     float *scores = c->scores + (size_t)ith * c->n_ctx_seq;
+    float *vsum = c->vsum + (size_t)ith * 64 * hd;
     for (;;) {
         int item = atomic_fetch_add(&j->next, 1);
         if (item >= j->n_tok * m->n_head) return;
         int t = item / m->n_head, h = item % m->n_head, kvh = h / group;
         int seq = c->seq_of[t], pos = c->pos_of[t], n = c->n_cells[seq];
+        /* llama.cpp multiplies several tokens of a sequence with llamafile's tiles, one with ggml_vec_dot_f16 */
+        const int lanes = c->seq_tokens[seq] > 1 && hd % 16 == 0 ? 16 : 64;
         const int32_t *cpos = c->cell_pos + (size_t)seq * c->n_ctx_seq;
         size_t base = ((size_t)j->layer * c->n_seq + seq) * c->n_ctx_seq * c->kv_dim + (size_t)kvh * hd;
         const f16_t *kc = c->k_cache + base, *vc = c->v_cache + base;
@@ -261,14 +273,22 @@ static void attn_task(void *arg, int ith, int nth) {
         float max = -INFINITY;
         for (int i = 0; i < n; i++) {
             int visible = cpos[i] <= pos && (!j->window || pos - cpos[i] < j->window);
-            scores[i] = visible ? k->dot_f32_f16(q, kc + (size_t)i * c->kv_dim, hd) * j->scale : -INFINITY;
+            scores[i] = visible ? k->dot_f16_lanes(q, kc + (size_t)i * c->kv_dim, hd, lanes) * j->scale : -INFINITY;
             max = scores[i] > max ? scores[i] : max;
         }
-        double sum = llk_softmax_exp(scores, n, max); /* as ggml's softmax; the weights rounded to half as they meet V */
-        memset(out, 0, (size_t)hd * sizeof(float));
+        double sum = llk_softmax_exp(scores, n, max);
         float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
+        memset(vsum, 0, (size_t)lanes * hd * sizeof(float));
         for (int i = 0; i < n; i++)
-            if (scores[i] != 0.0f) k->axpy_f16(round_f16(scores[i] * inv), vc + (size_t)i * c->kv_dim, out, hd);
+            if (scores[i] != 0.0f) k->axpy_f16(round_f16(scores[i] * inv), vc + (size_t)i * c->kv_dim, vsum + (size_t)(i % lanes) * hd, hd);
+        for (int d = 0; d < hd; d++) {
+            float r[16];
+            for (int l = 0; l < 16; l++) {
+                const float *v = vsum + d + (size_t)l * hd;
+                r[l] = lanes == 64 ? (v[0] + v[32 * hd]) + (v[16 * hd] + v[48 * hd]) : v[0];
+            }
+            out[d] = llk_reduce16(r);
+        }
     }
 }
 
@@ -368,6 +388,7 @@ int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int
     for (int s = 0; s < c->n_seq; s++)
         if (c->n_cells[s] + counts[s] > c->n_ctx_seq)
             return fail(c, 1, "sequence %ld has no room for %ld more tokens", s, counts[s]);
+    memcpy(c->seq_tokens, counts, sizeof(int32_t) * (size_t)c->n_seq);
     const int E = m->n_embd;
     const size_t emb_row = llk_row_size(m->tok_embd.type, E);
     for (int i = 0; i < n; i++) {

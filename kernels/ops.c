@@ -4,6 +4,10 @@
 
 #include <math.h>
 
+/* Functions using fmaf are built twice, with and without FMA instructions (chosen at load):
+ * fmaf without them is a library call per operation. */
+#define WITH_FMA __attribute__((target_clones("fma", "default")))
+
 void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps) {
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]); /* as ggml: the square in float, the sum in double */
@@ -20,15 +24,17 @@ void llk_rope_angles(float *cs, float theta_scale, int rope_dim, float pos) {
     }
 }
 
-void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int neox) {
+/* The rotation fused as ggml's compiled rotate_pairs is: x0*cos - x1*sin with the first product
+ * fused, x0*sin + x1*cos with the second added to the first (one rounding less than plain code). */
+WITH_FMA void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int neox) {
     int half = rope_dim / 2;
     for (int h = 0; h < n_heads; h++, x += head_dim) {
         for (int i = 0; i < half; i++) {
             float c = cs[2 * i], s = cs[2 * i + 1];
             int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
             float x0 = x[a], x1 = x[b];
-            x[a] = x0 * c - x1 * s;
-            x[b] = x0 * s + x1 * c;
+            x[a] = fmaf(x0, c, -(x1 * s));
+            x[b] = fmaf(x0, s, x1 * c);
         }
     }
 }
@@ -50,12 +56,9 @@ static inline float expf_ggml(float x) {
     return j * scale.f; /* exact: as _mm512_scalef_ps for normal results */
 }
 
-/* The callers of expf_ggml are built twice, with and without FMA instructions (chosen at load):
- * fmaf without them is a library call per operation. */
-#define WITH_FMA __attribute__((target_clones("fma", "default")))
 
-/* The sum of 16 floats in the order of _mm512_reduce_add_ps (halves, then quarters, then pairs). */
-static float reduce16(const float *v) {
+
+float llk_reduce16(const float *v) {
     float a[8], b[4];
     for (int i = 0; i < 8; i++) a[i] = v[i + 8] + v[i];
     for (int i = 0; i < 4; i++) b[i] = a[i + 4] + a[i];
@@ -70,7 +73,7 @@ WITH_FMA double llk_softmax_exp(float *x, int n, float max) {
             chunk[k] = i + k < n ? expf_ggml(x[i + k] - max) : 0.0f;
             if (i + k < n) x[i + k] = chunk[k];
         }
-        sum += (double)reduce16(chunk);
+        sum += (double)llk_reduce16(chunk);
     }
     return sum;
 }

@@ -8,6 +8,7 @@ void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps);
 void llk_rope_angles(float *cs, float theta_scale, int rope_dim, float pos);
 void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int neox);
 void llk_softmax(float *x, int n);
+float llk_reduce16(const float *v); /* the sum of 16 floats in _mm512_reduce_add_ps's order */
 /* x[i] = exp(x[i] - max) for i < n (a -inf gives 0); returns their sum, added as ggml's softmax adds it. */
 double llk_softmax_exp(float *x, int n, float max);
 void llk_silu_mul(float *g, const float *u, int n); /* g = silu(g) * u */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "common.h"
+#include "ops.h"
 
 float llk_f16_table[65536];
 
@@ -410,6 +411,17 @@ static float dot_f32_f16_ref(const float *x, const f16_t *y, int64_t n) {
     return s;
 }
 
+static float dot_f16_lanes_ref(const float *q, const f16_t *k, int64_t n, int lanes) {
+    float acc[64] = {0}, r[16];
+    int64_t i = 0;
+    for (; i + lanes <= n; i += lanes)
+        for (int l = 0; l < lanes; l++) acc[l] += f16_to_f32(k[i + l]) * q[i + l];
+    for (int l = 0; l < 16; l++) r[l] = lanes == 64 ? (acc[l] + acc[32 + l]) + (acc[16 + l] + acc[48 + l]) : acc[l];
+    double d = llk_reduce16(r);
+    for (; i < n; i++) d += (double)(f16_to_f32(k[i]) * q[i]);
+    return (float)d;
+}
+
 static void axpy_f16_ref(float a, const f16_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * f16_to_f32(x[i]);
 }
@@ -429,6 +441,7 @@ kernel_table llk_ref_kernels = {
     .quantize_q8a = quantize_q8a_ref,
     .quantize_q8k = quantize_q8k_ref,
     .dot_f32_f16 = dot_f32_f16_ref,
+    .dot_f16_lanes = dot_f16_lanes_ref,
     .axpy_f16 = axpy_f16_ref,
     .f32_to_f16 = f32_to_f16_ref,
 };
