@@ -116,6 +116,8 @@ extern kernel_table llk_ref_kernels;
 void llk_fill_avx2(kernel_table *t);
 void llk_fill_avxvnni(kernel_table *t);
 void llk_fill_avx512(kernel_table *t);
+void llk_fill_neon(kernel_table *t);
+void llk_fill_neon_dotprod(kernel_table *t);
 const kernel_table *llk_kernels(void); /* the table of the selected ISA, gaps filled from the reference */
 
 #endif

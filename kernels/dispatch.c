@@ -3,7 +3,14 @@
 
 #include "common.h"
 
-#define N_LEVELS 4
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
+#define N_LEVELS 6
 static kernel_table tables[N_LEVELS];
 static int isa_best = -1, isa_current = -1;
 
@@ -21,6 +28,13 @@ static int detect(void) {
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
             available[best = LLK_ISA_AVX512] = 1;
     }
+#elif defined(__aarch64__)
+    available[best = LLK_ISA_NEON] = 1; /* Advanced SIMD is part of every AArch64 CPU */
+#if defined(__linux__)
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) available[best = LLK_ISA_NEON_DOTPROD] = 1;
+#elif defined(__APPLE__)
+    available[best = LLK_ISA_NEON_DOTPROD] = 1; /* every Apple silicon CPU has the dot product instructions */
+#endif
 #endif
     return best;
 }
@@ -31,6 +45,8 @@ __attribute__((constructor(200))) static void init_tables(void) {
     llk_fill_avx2(&tables[LLK_ISA_AVX2]);
     llk_fill_avxvnni(&tables[LLK_ISA_AVXVNNI]);
     llk_fill_avx512(&tables[LLK_ISA_AVX512]);
+    llk_fill_neon(&tables[LLK_ISA_NEON]);
+    llk_fill_neon_dotprod(&tables[LLK_ISA_NEON_DOTPROD]);
     isa_best = isa_current = detect();
 }
 

@@ -21,7 +21,9 @@ enum llk_type {
 };
 
 /* Instruction-set levels the dispatcher can pick (the best the CPU has by default). */
-enum llk_isa { LLK_ISA_SCALAR = 0, LLK_ISA_AVX2 = 1, LLK_ISA_AVXVNNI = 2, LLK_ISA_AVX512 = 3 };
+enum llk_isa {
+    LLK_ISA_SCALAR = 0, LLK_ISA_AVX2 = 1, LLK_ISA_AVXVNNI = 2, LLK_ISA_AVX512 = 3, LLK_ISA_NEON = 4, LLK_ISA_NEON_DOTPROD = 5
+};
 
 int llk_type_supported(int type);
 int llk_block_size(int type);             /* elements per block, 0 if unsupported */

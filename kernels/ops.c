@@ -4,9 +4,13 @@
 
 #include <math.h>
 
-/* Functions using fmaf are built twice, with and without FMA instructions (chosen at load):
- * fmaf without them is a library call per operation. */
+/* Functions using fmaf are built twice on x86, with and without FMA instructions (chosen at load):
+ * fmaf without them is a library call per operation. AArch64 always has them. */
+#if defined(__x86_64__)
 #define WITH_FMA __attribute__((target_clones("fma", "default")))
+#else
+#define WITH_FMA
+#endif
 
 void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps) {
     double ss = 0.0;

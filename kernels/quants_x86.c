@@ -1,6 +1,8 @@
 /* Instantiates quants_x86.inc for each x86 ISA level (see dispatch.c). */
 #include "common.h"
 
+#include <math.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from localllm.native.lib import NativeError, library
 
-ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avxvnni", 3: "avx512"}
+ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avxvnni", 3: "avx512", 4: "neon", 5: "neon_dotprod"}
 
 
 def _ptr(a: np.ndarray) -> ctypes.c_void_p:

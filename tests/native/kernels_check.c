@@ -1,0 +1,108 @@
+/* Every SIMD level of the kernels library against its scalar reference, from C: built for a CPU the
+ * Python suite cannot run on (tests/test_kernels_arm.py runs it for AArch64 under qemu-user).
+ * Prints one line per level and format; exits non-zero on any disagreement. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../kernels/common.h"
+#include "../../kernels/llk.h"
+
+enum { F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
+       Q5_K = 13, Q6_K = 14, BF16 = 30 };
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)rng; }
+static float uniform(void) { return (float)(next() % 2000001) / 1000000.0f - 1.0f; }
+
+static uint16_t to_half(float f) { /* normal values only, as the scales here are */
+    uint32_t u; memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000, exp = ((u >> 23) & 0xff) - 127 + 15, man = (u >> 13) & 0x3ff;
+    return (uint16_t)(sign | (exp << 10) | man);
+}
+
+/* Random blocks with sane scale fields: offsets of the half-precision scales in each block. */
+static void fill(int type, uint8_t *row, int64_t n) {
+    static const struct { int type, size, n_scales, at[2]; } blocks[] = {
+        {Q4_0, 18, 1, {0}}, {Q4_1, 20, 2, {0, 2}}, {Q5_0, 22, 1, {0}}, {Q5_1, 24, 2, {0, 2}}, {Q8_0, 34, 1, {0}},
+        {Q2_K, 84, 2, {80, 82}}, {Q3_K, 110, 1, {108}}, {Q4_K, 144, 2, {0, 2}}, {Q5_K, 176, 2, {0, 2}},
+        {Q6_K, 210, 1, {208}},
+    };
+    size_t bytes = llk_row_size(type, n);
+    for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)next();
+    if (type == F32 || type == F16 || type == BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = uniform();
+            if (type == F32) memcpy(row + 4 * i, &v, 4);
+            else if (type == F16) { uint16_t h = to_half(v == 0 ? 0.5f : v); memcpy(row + 2 * i, &h, 2); }
+            else { uint32_t u; memcpy(&u, &v, 4); uint16_t b = (uint16_t)(u >> 16); memcpy(row + 2 * i, &b, 2); }
+        }
+        return;
+    }
+    for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
+        if (blocks[k].type != type) continue;
+        for (size_t off = 0; off < bytes; off += (size_t)blocks[k].size)
+            for (int s = 0; s < blocks[k].n_scales; s++) {
+                uint16_t h = to_half((0.001f + 0.05f * fabsf(uniform())) * (next() & 1 ? 1.0f : -1.0f));
+                memcpy(row + off + blocks[k].at[s], &h, 2);
+            }
+    }
+}
+
+/* not vectorised: GCC 12 for AArch64 crashes vectorising its error reductions */
+__attribute__((optimize("no-tree-vectorize"))) int main(void) {
+    static const int types[] = {Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F16, BF16, F32};
+    static const char *names[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                                  "F16", "BF16", "F32"};
+    const int64_t n = 9 * 256; /* odd block counts for every format; a multiple of 8 and 4 for the floats */
+    uint8_t *row = malloc(llk_row_size(F32, n)), *act = malloc(llk_act_size(F32, n) + llk_act_size(Q4_K, n));
+    float *x = malloc(sizeof(float) * (size_t)n);
+    int failures = 0, best = llk_isa_best();
+    for (int isa = 1; isa <= best; isa++) {
+        if (llk_isa_set(isa) != isa) continue;
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            double worst = 0.0;
+            for (int trial = 0; trial < 20; trial++) {
+                fill(types[t], row, n);
+                for (int64_t i = 0; i < n; i++) x[i] = uniform();
+                llk_quantize_act(types[t], x, act, n);
+                float simd = llk_vec_dot(types[t], row, act, n), ref = llk_vec_dot_ref(types[t], row, act, n);
+                double err = fabs((double)simd - ref) / (fabs(ref) + 1.0);
+                if (err > worst) worst = err;
+            }
+            int ok = worst < 1e-4;
+            failures += !ok;
+            printf("isa %d %-5s worst relative difference %.2e %s\n", isa, names[t], worst, ok ? "ok" : "FAILED");
+        }
+    }
+    /* attention's helpers: scores in ggml's lanes, V accumulation, the cache's half precision */
+    float q[256], y[256], y_ref[256];
+    f16_t k[256], h[256], h_ref[256];
+    for (int isa = 1; isa <= best; isa++) {
+        if (llk_isa_set(isa) != isa) continue;
+        const kernel_table *simd = llk_kernels();
+        double worst = 0.0;
+        int halves_differ = 0;
+        for (int trial = 0; trial < 50; trial++) {
+            for (int i = 0; i < 256; i++) { q[i] = uniform(); k[i] = to_half(uniform() + 2.0f); y[i] = y_ref[i] = uniform(); }
+            for (int lanes = 16; lanes <= 64; lanes *= 4) {
+                double a = simd->dot_f16_lanes(q, k, 256, lanes), b = llk_ref_kernels.dot_f16_lanes(q, k, 256, lanes);
+                worst = fmax(worst, fabs(a - b) / (fabs(b) + 1.0));
+            }
+            simd->axpy_f16(0.37f, k, y, 256);
+            llk_ref_kernels.axpy_f16(0.37f, k, y_ref, 256);
+            for (int i = 0; i < 256; i++) worst = fmax(worst, fabs((double)y[i] - y_ref[i]) / (fabs(y_ref[i]) + 1.0));
+            simd->f32_to_f16(q, h, 256);
+            llk_ref_kernels.f32_to_f16(q, h_ref, 256);
+            halves_differ += memcmp(h, h_ref, sizeof h) != 0;
+        }
+        int ok = worst < 1e-5 && !halves_differ;
+        failures += !ok;
+        printf("isa %d attention helpers worst relative difference %.2e, half conversions %s %s\n", isa, worst,
+               halves_differ ? "differ" : "identical", ok ? "ok" : "FAILED");
+    }
+    printf("levels checked up to %d, %d failures\n", best, failures);
+    return failures != 0 || best == 0;
+}
