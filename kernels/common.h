@@ -101,6 +101,7 @@ typedef struct {
     dot_fn dot[31];
     dot_cols_fn dot_cols[31]; /* NULL: matmul calls dot once per activation row */
     dot_rows2_fn dot_rows2[31]; /* NULL: a decode matmul calls dot once per weight row */
+    dot_rows2_fn dot_rows8[31]; /* the same for eight rows (out[0..7]), where a level has it */
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8k)(const float *x, block_q8k *y, int64_t n);
     float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);

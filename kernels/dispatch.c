@@ -66,14 +66,15 @@ float llk_vec_dot(int wtype, const void *w, const void *act, int64_t n) {
     return llk_kernels()->dot[wtype](w, act, n);
 }
 
-int llk_vec_dot_rows2(int wtype, const void *w, size_t w_row, const void *act, int64_t n, float *out) {
+int llk_vec_dot_rows(int wtype, int count, const void *w, size_t w_row, const void *act, int64_t n, float *out) {
     int bs = llk_block_size(wtype);
-    if (!bs || n % bs) return -1;
+    if (!bs || n % bs || (count != 2 && count != 8)) return -1;
     const kernel_table *k = llk_kernels();
-    if (k->dot_rows2[wtype]) {
-        k->dot_rows2[wtype](w, w_row, act, n, out);
+    dot_rows2_fn rows = count == 8 ? k->dot_rows8[wtype] : k->dot_rows2[wtype];
+    if (rows) {
+        rows(w, w_row, act, n, out);
     } else {
-        for (int r = 0; r < 2; r++) out[r] = k->dot[wtype]((const uint8_t *)w + r * w_row, act, n);
+        for (int r = 0; r < count; r++) out[r] = k->dot[wtype]((const uint8_t *)w + r * w_row, act, n);
     }
     return 0;
 }

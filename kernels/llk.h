@@ -42,8 +42,8 @@ int llk_quantize_act(int wtype, const float *x, void *dst, int64_t n);
 /* dot(weights row, quantized activations) with the selected ISA or the scalar reference. */
 float llk_vec_dot(int wtype, const void *w, const void *act, int64_t n);
 float llk_vec_dot_ref(int wtype, const void *w, const void *act, int64_t n);
-/* Two weight rows w_row bytes apart against one activation row, through the path decode takes. */
-int llk_vec_dot_rows2(int wtype, const void *w, size_t w_row, const void *act, int64_t n, float *out);
+/* count (2 or 8) weight rows w_row bytes apart against one activation row, through the path decode takes. */
+int llk_vec_dot_rows(int wtype, int count, const void *w, size_t w_row, const void *act, int64_t n, float *out);
 /* One weight row against n_cols activation rows act_row bytes apart, through the same path matmul
  * takes for batches (the multi-row kernel where the level has one); 0, or -1 for bad arguments. */
 int llk_vec_dot_cols(int wtype, const void *w, const void *act, size_t act_row, int n_cols, int64_t n, float *out);

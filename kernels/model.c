@@ -166,7 +166,7 @@ typedef struct {
     int64_t out_stride;
     dot_fn dot;
     dot_cols_fn dot_cols;
-    dot_rows2_fn dot_rows2;
+    dot_rows2_fn dot_rows2, dot_rows8;
     _Atomic int next;
 } matmul_job;
 
@@ -193,6 +193,8 @@ static void matmul_task(void *arg, int ith, int nth) {
                 n = 1;
                 float *out = j->out + t * j->out_stride;
                 int64_t r = r0;
+                if (j->dot_rows8)
+                    for (; r + 7 < r1; r += 8) j->dot_rows8(w + (size_t)r * j->w_row, j->w_row, a, j->w->ne0, out + r);
                 if (j->dot_rows2)
                     for (; r + 1 < r1; r += 2) j->dot_rows2(w + (size_t)r * j->w_row, j->w_row, a, j->w->ne0, out + r);
                 for (; r < r1; r++) out[r] = j->dot(w + (size_t)r * j->w_row, a, j->w->ne0);
@@ -228,6 +230,7 @@ static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, f
         .dot = llk_kernels()->dot[w->type],
         .dot_cols = llk_kernels()->dot_cols[w->type],
         .dot_rows2 = llk_kernels()->dot_rows2[w->type],
+        .dot_rows8 = llk_kernels()->dot_rows8[w->type],
     };
     int nth = llk_pool_size(c->pool);
     int64_t chunk = w->ne1 / (nth * 8);

@@ -101,15 +101,16 @@ def test_batched_dot_equals_one_row_at_a_time_bit_for_bit(t: Q, isa: str) -> Non
 
 @pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("isa", ISAS)
-def test_two_row_dot_equals_each_row_alone_bit_for_bit(t: Q, isa: str) -> None:
-    """Decode takes weight rows two at a time: each result must be exactly that row's single-row dot."""
-    rng = np.random.default_rng(400 + int(t))
-    first, n = random_row(t, 9, rng)
-    second, _ = random_row(t, 9, rng)
+@pytest.mark.parametrize("count", [2, 8])
+def test_multi_row_dot_equals_each_row_alone_bit_for_bit(t: Q, isa: str, count: int) -> None:
+    """Decode takes weight rows two or eight at a time: each result must be exactly that row's single-row dot."""
+    rng = np.random.default_rng(400 + int(t) + count)
+    rows = [random_row(t, 9, rng)[0] for _ in range(count)]
+    n = random_row(t, 9, rng)[1]
     assert kernels.set_isa(isa) == isa
     act = kernels.quantize_activations(int(t), rng.standard_normal(n).astype(np.float32))
-    alone = [np.float32(kernels.vec_dot(int(t), row, act, n)) for row in (first, second)]
-    assert kernels.vec_dot_rows2(int(t), np.concatenate([first, second]), act, n) == alone
+    alone = [np.float32(kernels.vec_dot(int(t), row, act, n)) for row in rows]
+    assert kernels.vec_dot_rows(int(t), rows, act, n) == alone
 
 
 def test_quantized_activations_are_identical_across_isas() -> None:

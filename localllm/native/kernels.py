@@ -84,13 +84,14 @@ def vec_dot_cols(ggml_type: int, weights: np.ndarray, acts: list[np.ndarray], n:
     return [float(v) for v in out]
 
 
-def vec_dot_rows2(ggml_type: int, rows: np.ndarray, act: np.ndarray, n: int) -> list[float]:
-    """Two weight rows (``rows``: both, one after the other) against one activation row, as decode does."""
-    rows = np.ascontiguousarray(rows)
-    _check(ggml_type, rows, 2 * n)
-    out = np.zeros(2, dtype=np.float32)
-    if library().llk_vec_dot_rows2(ggml_type, _ptr(rows), rows.nbytes // 2, _ptr(act), n, _fptr(out)) != 0:
-        raise NativeError(f"vec_dot_rows2 refused rows of {n} values")
+def vec_dot_rows(ggml_type: int, rows: list[np.ndarray], act: np.ndarray, n: int) -> list[float]:
+    """Two or eight weight rows against one activation row, as decode takes them."""
+    packed = np.concatenate([np.ascontiguousarray(r) for r in rows])
+    _check(ggml_type, packed, len(rows) * n)
+    out = np.zeros(len(rows), dtype=np.float32)
+    row_bytes = packed.nbytes // len(rows)
+    if library().llk_vec_dot_rows(ggml_type, len(rows), _ptr(packed), row_bytes, _ptr(act), n, _fptr(out)) != 0:
+        raise NativeError(f"vec_dot_rows refused {len(rows)} rows of {n} values")
     return [float(v) for v in out]
 
 

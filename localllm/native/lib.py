@@ -125,7 +125,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_vec_dot": (ctypes.c_float, [c_int, vp, vp, c_i64]),
         "llk_vec_dot_ref": (ctypes.c_float, [c_int, vp, vp, c_i64]),
         "llk_vec_dot_cols": (c_int, [c_int, vp, vp, ctypes.c_size_t, c_int, c_i64, fp]),
-        "llk_vec_dot_rows2": (c_int, [c_int, vp, ctypes.c_size_t, vp, c_i64, fp]),
+        "llk_vec_dot_rows": (c_int, [c_int, c_int, vp, ctypes.c_size_t, vp, c_i64, fp]),
         "llk_map_file": (vp, [ctypes.c_char_p, ctypes.POINTER(c_i64)]),
         "llk_unmap_file": (None, [vp, c_i64]),
         "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int]),
