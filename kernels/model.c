@@ -235,7 +235,7 @@ static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, f
     int nth = llk_pool_size(c->pool);
     int64_t chunk = w->ne1 / (nth * 8);
     if (n_tok > 1) chunk = w->ne1 / (nth * 4);
-    j.chunk = (int)(chunk < 16 ? 16 : chunk);
+    j.chunk = (int)(chunk < 16 ? 16 : (chunk + 7) / 8 * 8); /* whole groups of eight rows for dot_rows8 */
     atomic_init(&j.next, 0);
     llk_pool_run(c->pool, matmul_task, &j);
 }
