@@ -157,50 +157,63 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_bat
 
 /* ---- matrix products over the pool --------------------------------------- */
 
+/* One weight matrix of a pool job: its rows are cut into chunks that the threads take in turn. */
 typedef struct {
     const llk_tensor *w;
     const uint8_t *act;
     size_t act_row, w_row;
-    int n_tok, chunk;
+    int chunk, n_chunks;
     float *out;
     int64_t out_stride;
     dot_fn dot;
     dot_cols_fn dot_cols;
     dot_rows2_fn dot_rows2, dot_rows8;
+} matmul_part;
+
+#define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
+
+typedef struct {
+    matmul_part parts[MAX_PARTS];
+    int n_parts, n_tok;
     _Atomic int next;
 } matmul_job;
+
+static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
+    const int64_t rows = p->w->ne1;
+    const uint8_t *w = p->w->data;
+    int64_t r1 = r0 + p->chunk < rows ? r0 + p->chunk : rows;
+    for (int t = 0; t < n_tok;) {
+        const void *a = p->act + (size_t)t * p->act_row;
+        int n = n_tok - t < DOT_MAX_COLS ? n_tok - t : DOT_MAX_COLS;
+        if (n > 1 && p->dot_cols) {  /* each weight row unpacked once for n tokens */
+            float res[DOT_MAX_COLS];
+            for (int64_t r = r0; r < r1; r++) {
+                p->dot_cols(w + (size_t)r * p->w_row, a, p->act_row, n, p->w->ne0, res);
+                for (int i = 0; i < n; i++) p->out[(t + i) * p->out_stride + r] = res[i];
+            }
+        } else {
+            n = 1;
+            float *out = p->out + t * p->out_stride;
+            int64_t r = r0;
+            if (p->dot_rows8)
+                for (; r + 7 < r1; r += 8) p->dot_rows8(w + (size_t)r * p->w_row, p->w_row, a, p->w->ne0, out + r);
+            if (p->dot_rows2)
+                for (; r + 1 < r1; r += 2) p->dot_rows2(w + (size_t)r * p->w_row, p->w_row, a, p->w->ne0, out + r);
+            for (; r < r1; r++) out[r] = p->dot(w + (size_t)r * p->w_row, a, p->w->ne0);
+        }
+        t += n;
+    }
+}
 
 static void matmul_task(void *arg, int ith, int nth) {
     (void)ith;
     (void)nth;
     matmul_job *j = arg;
-    const int64_t rows = j->w->ne1;
-    const uint8_t *w = j->w->data;
     for (;;) {
-        int64_t r0 = (int64_t)atomic_fetch_add(&j->next, 1) * j->chunk;
-        if (r0 >= rows) return;
-        int64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
-        for (int t = 0; t < j->n_tok;) {
-            const void *a = j->act + (size_t)t * j->act_row;
-            int n = j->n_tok - t < DOT_MAX_COLS ? j->n_tok - t : DOT_MAX_COLS;
-            if (n > 1 && j->dot_cols) {  /* each weight row unpacked once for n tokens */
-                float res[DOT_MAX_COLS];
-                for (int64_t r = r0; r < r1; r++) {
-                    j->dot_cols(w + (size_t)r * j->w_row, a, j->act_row, n, j->w->ne0, res);
-                    for (int i = 0; i < n; i++) j->out[(t + i) * j->out_stride + r] = res[i];
-                }
-            } else {
-                n = 1;
-                float *out = j->out + t * j->out_stride;
-                int64_t r = r0;
-                if (j->dot_rows8)
-                    for (; r + 7 < r1; r += 8) j->dot_rows8(w + (size_t)r * j->w_row, j->w_row, a, j->w->ne0, out + r);
-                if (j->dot_rows2)
-                    for (; r + 1 < r1; r += 2) j->dot_rows2(w + (size_t)r * j->w_row, j->w_row, a, j->w->ne0, out + r);
-                for (; r < r1; r++) out[r] = j->dot(w + (size_t)r * j->w_row, a, j->w->ne0);
-            }
-            t += n;
-        }
+        int k = atomic_fetch_add(&j->next, 1), part = 0;
+        while (part < j->n_parts && k >= j->parts[part].n_chunks) k -= j->parts[part++].n_chunks;
+        if (part == j->n_parts) return;
+        matmul_chunk(&j->parts[part], j->n_tok, (int64_t)k * j->parts[part].chunk);
     }
 }
 
@@ -217,27 +230,37 @@ static const void *activations(llk_ctx *c, const float *x, int n_tok, int64_t ne
 
 static void new_input(llk_ctx *c) { c->act_valid[0] = c->act_valid[1] = c->act_valid[2] = 0; }
 
-/* out[t][r] = W[r] . x[t] for the n_tok rows of x (x quantized once per kind; call new_input on change). */
-static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride) {
-    matmul_job j = {
-        .w = w,
-        .act = activations(c, x, n_tok, w->ne0, w->type),
-        .act_row = llk_act_size(w->type, w->ne0),
-        .w_row = llk_row_size(w->type, w->ne0),
-        .n_tok = n_tok,
-        .out = out,
-        .out_stride = out_stride,
-        .dot = llk_kernels()->dot[w->type],
-        .dot_cols = llk_kernels()->dot_cols[w->type],
-        .dot_rows2 = llk_kernels()->dot_rows2[w->type],
-        .dot_rows8 = llk_kernels()->dot_rows8[w->type],
-    };
+/* out_i[t][r] = W_i[r] . x[t] for the n_tok rows of x and each of the n weight matrices, in one pool
+ * run (x quantized once per kind; call new_input when it changes). */
+static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float *x, int n_tok, float *const *out,
+                     const int64_t *out_stride) {
+    matmul_job j = {.n_parts = n, .n_tok = n_tok};
+    const kernel_table *k = llk_kernels();
     int nth = llk_pool_size(c->pool);
-    int64_t chunk = w->ne1 / (nth * 8);
-    if (n_tok > 1) chunk = w->ne1 / (nth * 4);
-    j.chunk = (int)(chunk < 16 ? 16 : (chunk + 7) / 8 * 8); /* whole groups of eight rows for dot_rows8 */
+    for (int i = 0; i < n; i++) {
+        int64_t chunk = w[i]->ne1 / (nth * (n_tok > 1 ? 4 : 8));
+        chunk = chunk < 16 ? 16 : (chunk + 7) / 8 * 8; /* whole groups of eight rows for dot_rows8 */
+        j.parts[i] = (matmul_part){
+            .w = w[i],
+            .act = activations(c, x, n_tok, w[i]->ne0, w[i]->type),
+            .act_row = llk_act_size(w[i]->type, w[i]->ne0),
+            .w_row = llk_row_size(w[i]->type, w[i]->ne0),
+            .chunk = (int)chunk,
+            .n_chunks = (int)((w[i]->ne1 + chunk - 1) / chunk),
+            .out = out[i],
+            .out_stride = out_stride[i],
+            .dot = k->dot[w[i]->type],
+            .dot_cols = k->dot_cols[w[i]->type],
+            .dot_rows2 = k->dot_rows2[w[i]->type],
+            .dot_rows8 = k->dot_rows8[w[i]->type],
+        };
+    }
     atomic_init(&j.next, 0);
     llk_pool_run(c->pool, matmul_task, &j);
+}
+
+static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride) {
+    matmul_n(c, 1, &w, x, n_tok, &out, &out_stride);
 }
 
 /* ---- attention ------------------------------------------------------------ */
@@ -321,9 +344,10 @@ static void layer_forward(llk_ctx *c, int il, int T) {
 
     norm_rows(c->x, &L->attn_norm, c->xn, T, E, m->eps);
     new_input(c);
-    matmul(c, &L->wq, c->xn, T, c->q, c->q_dim);
-    matmul(c, &L->wk, c->xn, T, c->k, c->kv_dim);
-    matmul(c, &L->wv, c->xn, T, c->v, c->kv_dim);
+    const llk_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[] = {c->q, c->k, c->v};
+    const int64_t qkv_stride[] = {c->q_dim, c->kv_dim, c->kv_dim};
+    matmul_n(c, 3, qkv, c->xn, T, qkv_out, qkv_stride);
     add_bias(c->q, &L->bq, T, c->q_dim);
     add_bias(c->k, &L->bk, T, c->kv_dim);
     add_bias(c->v, &L->bv, T, c->kv_dim);
@@ -355,8 +379,10 @@ static void layer_forward(llk_ctx *c, int il, int T) {
 
     norm_rows(c->x, &L->ffn_norm, c->xn, T, E, m->eps);
     new_input(c);
-    matmul(c, &L->w_gate, c->xn, T, c->g, m->n_ff);
-    matmul(c, &L->w_up, c->xn, T, c->u, m->n_ff);
+    const llk_tensor *gate_up[] = {&L->w_gate, &L->w_up};
+    float *gate_up_out[] = {c->g, c->u};
+    const int64_t ff_stride[] = {m->n_ff, m->n_ff};
+    matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride);
     for (int t = 0; t < T; t++) {
         float *g = c->g + (size_t)t * m->n_ff, *u = c->u + (size_t)t * m->n_ff;
         if (m->act_gelu) llk_gelu_mul(g, u, m->n_ff);
