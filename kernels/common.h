@@ -91,17 +91,18 @@ typedef float (*dot_fn)(const void *w, const void *act, int64_t n);
  * dot_fn gives for that row alone (a sequence's output must not depend on what it is batched with). */
 #define DOT_MAX_COLS 4
 typedef void (*dot_cols_fn)(const void *w, const void *act, size_t act_row, int n_cols, int64_t n, float *out);
-/* Two weight rows w_row bytes apart against one activation row, each result bit for bit dot_fn's:
- * ggml's order is one FMA chain per row, so decode interleaves two rows to keep the FMA units busy. */
-typedef void (*dot_rows2_fn)(const void *w, size_t w_row, const void *act, int64_t n, float *out);
+/* Several weight rows (two, or eight) w_row bytes apart against one activation row, each result bit
+ * for bit dot_fn's: ggml's order is one FMA chain per row, so decode interleaves rows to keep the FMA
+ * units busy (and, with eight, reads their scales together). */
+typedef void (*dot_rows_fn)(const void *w, size_t w_row, const void *act, int64_t n, float *out);
 typedef void (*dot_f16_fn)(const float *q, const f16_t *k, int64_t n, int64_t rows, int64_t stride, float *out);
 
 /* One ISA level's kernels; NULL entries fall back to the scalar reference. */
 typedef struct {
     dot_fn dot[31];
     dot_cols_fn dot_cols[31]; /* NULL: matmul calls dot once per activation row */
-    dot_rows2_fn dot_rows2[31]; /* NULL: a decode matmul calls dot once per weight row */
-    dot_rows2_fn dot_rows8[31]; /* the same for eight rows (out[0..7]), where a level has it */
+    dot_rows_fn dot_rows2[31]; /* NULL: a decode matmul calls dot once per weight row */
+    dot_rows_fn dot_rows8[31]; /* the same for eight rows (out[0..7]), where a level has it */
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8k)(const float *x, block_q8k *y, int64_t n);
     float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);

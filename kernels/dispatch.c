@@ -70,7 +70,7 @@ int llk_vec_dot_rows(int wtype, int count, const void *w, size_t w_row, const vo
     int bs = llk_block_size(wtype);
     if (!bs || n % bs || (count != 2 && count != 8)) return -1;
     const kernel_table *k = llk_kernels();
-    dot_rows2_fn rows = count == 8 ? k->dot_rows8[wtype] : k->dot_rows2[wtype];
+    dot_rows_fn rows = count == 8 ? k->dot_rows8[wtype] : k->dot_rows2[wtype];
     if (rows) {
         rows(w, w_row, act, n, out);
     } else {

@@ -167,7 +167,7 @@ typedef struct {
     int64_t out_stride;
     dot_fn dot;
     dot_cols_fn dot_cols;
-    dot_rows2_fn dot_rows2, dot_rows8;
+    dot_rows_fn dot_rows2, dot_rows8;
 } matmul_part;
 
 #define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
