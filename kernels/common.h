@@ -24,9 +24,8 @@ typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; f16_t d; } 
 
 /* Activations for the 32-formats (as ggml's Q8_0/Q8_1).
  * d: the scale, s: d * (sum of qs), both rounded to half precision as ggml's Q8_1
- * (the min term of Q4_1/Q5_1 uses s); ds: d * (sum of qs) unrounded, for the
- * offset of Q4_0/Q5_0, which ggml folds into its integer sum. */
-typedef struct { float d, s, ds; int8_t qs[32]; } block_q8a;
+ * (the min term of Q4_1/Q5_1 uses s). */
+typedef struct { float d, s; int8_t qs[32]; } block_q8a;
 /* Activations for the K-formats (as ggml's Q8_K): bsums are sums of 16 qs each. */
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8k;
 

@@ -298,7 +298,6 @@ static void quantize_q8a_ref(const float *x, block_q8a *y, int64_t n) {
         }
         y[ib].d = round_f16(d);
         y[ib].s = round_f16(d * (float)sum);
-        y[ib].ds = y[ib].d * (float)sum;
     }
 }
 
