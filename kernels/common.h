@@ -94,7 +94,6 @@ typedef void (*dot_cols_fn)(const void *w, const void *act, size_t act_row, int 
  * for bit dot_fn's: ggml's order is one FMA chain per row, so decode interleaves rows to keep the FMA
  * units busy (and, with eight, reads their scales together). */
 typedef void (*dot_rows_fn)(const void *w, size_t w_row, const void *act, int64_t n, float *out);
-typedef void (*dot_f16_fn)(const float *q, const f16_t *k, int64_t n, int64_t rows, int64_t stride, float *out);
 
 /* One ISA level's kernels; NULL entries fall back to the scalar reference. */
 typedef struct {

@@ -307,14 +307,7 @@ static void attn_task(void *arg, int ith, int nth) {
         memset(vsum, 0, (size_t)lanes * hd * sizeof(float));
         for (int i = 0; i < n; i++)
             if (scores[i] != 0.0f) k->axpy_f16(round_f16(scores[i] * inv), vc + (size_t)i * c->kv_dim, vsum + (size_t)(i % lanes) * hd, hd);
-        for (int d = 0; d < hd; d++) {
-            float r[16];
-            for (int l = 0; l < 16; l++) {
-                const float *v = vsum + d + (size_t)l * hd;
-                r[l] = lanes == 64 ? (v[0] + v[32 * hd]) + (v[16 * hd] + v[48 * hd]) : v[0];
-            }
-            out[d] = llk_reduce16(r);
-        }
+        for (int d = 0; d < hd; d++) out[d] = llk_reduce_lanes(vsum + d, (size_t)hd, lanes);
     }
 }
 

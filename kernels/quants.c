@@ -411,12 +411,11 @@ static float dot_f32_f16_ref(const float *x, const f16_t *y, int64_t n) {
 }
 
 static float dot_f16_lanes_ref(const float *q, const f16_t *k, int64_t n, int lanes) {
-    float acc[64] = {0}, r[16];
+    float acc[64] = {0};
     int64_t i = 0;
     for (; i + lanes <= n; i += lanes)
         for (int l = 0; l < lanes; l++) acc[l] += f16_to_f32(k[i + l]) * q[i + l];
-    for (int l = 0; l < 16; l++) r[l] = lanes == 64 ? (acc[l] + acc[32 + l]) + (acc[16 + l] + acc[48 + l]) : acc[l];
-    double d = llk_reduce16(r);
+    double d = llk_reduce_lanes(acc, 1, lanes);
     for (; i < n; i++) d += (double)(f16_to_f32(k[i]) * q[i]);
     return (float)d;
 }
