@@ -101,8 +101,7 @@ def isa() -> str:
 
 
 def set_isa(name: str) -> str:
-    """Use an instruction-set level (``scalar``, ``avx2``, ``avxvnni``, ``avx512``) if the CPU has it;
-    returns the level in use."""
+    """Use an instruction-set level (a name of ``ISA_NAMES``) if the CPU has it; returns the level in use."""
     levels = {v: k for k, v in ISA_NAMES.items()}
     if name not in levels:
         raise ValueError(f"unknown instruction set {name!r}; choose from {', '.join(levels)}")

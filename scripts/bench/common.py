@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # fixtures (cached model files), daemon_helpers (a real daemon)
@@ -15,6 +16,17 @@ import fixtures  # noqa: E402
 from daemon_helpers import Daemon  # noqa: E402
 
 MODEL = "smollm2:135m"
+
+T = TypeVar("T")
+
+
+def alternating(rounds: int, sides: dict[str, Callable[[], T]]) -> dict[str, list[T]]:
+    """``rounds`` measurements of each side, taken in turn: the machine's noise of the moment hits all sides."""
+    samples: dict[str, list[T]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, measure in sides.items():
+            samples[name].append(measure())
+    return samples
 
 
 def start_daemon(**env: str) -> Daemon:

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import jsonschema
 
-from common import MODEL, report, start_daemon
+from common import MODEL, alternating, report, start_daemon
 
 SCHEMAS = Path(__file__).with_name("schemas.json")
 RATE_SCHEMA = {
@@ -75,10 +75,9 @@ def main() -> None:
     daemon = start_daemon(LOCALLLM_NUM_THREADS="2")
     try:
         decode_rate(daemon.url, None, 8)  # load the model
-        free, constrained = [], []
-        for _ in range(args.rounds):
-            free.append(decode_rate(daemon.url, None, args.tokens))
-            constrained.append(decode_rate(daemon.url, RATE_SCHEMA, args.tokens))
+        rates = alternating(args.rounds, {"free": lambda: decode_rate(daemon.url, None, args.tokens),
+                                          "constrained": lambda: decode_rate(daemon.url, RATE_SCHEMA, args.tokens)})
+        free, constrained = rates["free"], rates["constrained"]
         total, accepted, satisfied, failures = coverage(daemon.url)
     finally:
         daemon.stop()

@@ -135,12 +135,11 @@ def llama_cpp_side(cfg: BenchConfig) -> Callable[[], Measurement]:
 def run(cfg: BenchConfig, ours: Side, rounds: int) -> dict:
     """Alternate the two sides for ``rounds`` rounds; medians and their ratio."""
     sides = {"ours": ours(cfg), "llama_cpp_python": llama_cpp_side(cfg)}
-    results: dict[str, list[Measurement]] = {name: [] for name in sides}
-    for name, measure in sides.items():
+    from common import alternating
+
+    for measure in sides.values():
         measure()  # warm-up: page in the weights, fill caches
-    for _ in range(rounds):
-        for name, measure in sides.items():
-            results[name].append(measure())
+    results = alternating(rounds, sides)
     medians = {name: statistics.median(m.tokens_per_second for m in ms) for name, ms in results.items()}
     return {
         "model": str(cfg.model),

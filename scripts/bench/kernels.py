@@ -33,6 +33,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 import fixtures  # noqa: E402
 from native_helpers import Side  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import alternating  # noqa: E402
+
 from localllm.native import kernels  # noqa: E402
 from localllm.native.lib import Tensor, library  # noqa: E402
 
@@ -116,13 +119,10 @@ def dot_gbps(ctx_side: Side, rows: int = 4096, cols: int = 4096) -> dict[str, di
     return out
 
 
-def alternating(rounds: int, theirs: Callable[[], float], ours: Callable[[], float]) -> tuple[float, float]:
+def medians(rounds: int, theirs: Callable[[], float], ours: Callable[[], float]) -> tuple[float, float]:
     """Medians of ``rounds`` alternating measurements of both sides (the machine's noise hits both)."""
-    samples: tuple[list[float], list[float]] = ([], [])
-    for _ in range(rounds):
-        samples[0].append(theirs())
-        samples[1].append(ours())
-    return statistics.median(samples[0]), statistics.median(samples[1])
+    samples = alternating(rounds, {"theirs": theirs, "ours": ours})
+    return statistics.median(samples["theirs"]), statistics.median(samples["ours"])
 
 
 def run(threads: int, tokens: int, rounds: int) -> dict:
@@ -130,14 +130,14 @@ def run(threads: int, tokens: int, rounds: int) -> dict:
     for label, path in (("smollm2", fixtures.smollm2_gguf()), ("gemma3", fixtures.gemma3_gguf())):
         native, reference = Side("native", path, threads=threads), Side("llama.cpp", path, threads=threads)
         prompt = reference.model.tokenize_prompt(PROMPT)
-        theirs, ours = alternating(rounds, lambda: llama_decode_rate(reference, prompt, tokens),
+        theirs, ours = medians(rounds, lambda: llama_decode_rate(reference, prompt, tokens),
                                    lambda: native_decode_rate(native, prompt, tokens))
         result[f"llama_decode_tps_{label}"] = theirs
         result[f"native_decode_tps_{label}"] = ours
         result[f"native_decode_ratio_{label}"] = ours / theirs
         if label == "smollm2":
             long_prompt = (prompt * (512 // len(prompt) + 1))[:512]
-            result["llama_prefill_tps_smollm2"], result["native_prefill_tps_smollm2"] = alternating(
+            result["llama_prefill_tps_smollm2"], result["native_prefill_tps_smollm2"] = medians(
                 rounds, lambda: prefill_rate(reference, long_prompt), lambda: prefill_rate(native, long_prompt))
             result["native_prefill_ratio_smollm2"] = result["native_prefill_tps_smollm2"] / result["llama_prefill_tps_smollm2"]
             bandwidth = read_bandwidth(threads)

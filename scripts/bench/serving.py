@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode  # noqa: E402
-from common import MODEL, fixtures, report, start_daemon  # noqa: E402
+from common import MODEL, alternating, fixtures, report, start_daemon  # noqa: E402
 
 SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single")
 TOPICS = ["dragons", "the ocean", "a lighthouse", "robots", "a small village", "the moon", "trains", "a forest"]
@@ -156,10 +157,11 @@ def bench_concurrency(s: Settings) -> dict[str, Any]:
         sides = {"ours": (daemon.url, MODEL), "llama_cpp_server": (server.url, "smollm2")}
         for url, model in sides.values():  # warm-up: load, page in the weights
             asyncio.run(eight_clients(url, model, 8))
-        rounds: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
-        for _ in range(s.rounds):
-            for name, (url, model) in sides.items():
-                rounds[name].append(asyncio.run(eight_clients(url, model, s.tokens)))
+
+        def clients(url: str, model: str) -> Callable[[], dict[str, float]]:
+            return lambda: asyncio.run(eight_clients(url, model, s.tokens))
+
+        rounds = alternating(s.rounds, {name: clients(*side) for name, side in sides.items()})
     finally:
         server.stop()
         daemon.stop()
