@@ -4,7 +4,8 @@ Parity (issue 6): first-step logits cosine >= 0.999 with llama.cpp, and
 greedy continuations that agree for 64 tokens, a divergence allowed only
 where llama.cpp's top two logits are within 0.1 of each other. SmolLM2's
 logits are llama.cpp's bit for bit where both run the AVX-512 forms; Gemma 3's
-K-quant dot products do not follow ggml's order yet (cosine 0.9990-0.9998).
+are not (cosine 0.9994-0.9999): llama.cpp repacks its Q4_K weights and sums them
+in that layout's order.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 /* Every SIMD level of the kernels library against its scalar reference, from C: built for a CPU the
- * Python suite cannot run on (tests/test_kernels_arm.py runs it for AArch64 under qemu-user).
+ * Python suite cannot run on (tests/test_kernels_c.py runs it for AArch64 under qemu-user).
  * Prints one line per level and format; exits non-zero on any disagreement. */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,9 +10,6 @@
 
 #include "../../kernels/common.h"
 #include "../../kernels/llk.h"
-
-enum { F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
-       Q5_K = 13, Q6_K = 14, BF16 = 30 };
 
 static uint64_t rng = 88172645463325252ull;
 static uint32_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)rng; }
@@ -25,25 +23,32 @@ static uint16_t to_half(float f) { /* normal values only, as the scales here are
 
 /* Random blocks with sane scale fields: offsets of the half-precision scales in each block. */
 static void fill(int type, uint8_t *row, int64_t n) {
-    static const struct { int type, size, n_scales, at[2]; } blocks[] = {
-        {Q4_0, 18, 1, {0}}, {Q4_1, 20, 2, {0, 2}}, {Q5_0, 22, 1, {0}}, {Q5_1, 24, 2, {0, 2}}, {Q8_0, 34, 1, {0}},
-        {Q2_K, 84, 2, {80, 82}}, {Q3_K, 110, 1, {108}}, {Q4_K, 144, 2, {0, 2}}, {Q5_K, 176, 2, {0, 2}},
-        {Q6_K, 210, 1, {208}},
+    static const struct { int type; size_t size; int n_scales; size_t at[2]; } blocks[] = {
+        {LLK_Q4_0, sizeof(block_q4_0), 1, {offsetof(block_q4_0, d)}},
+        {LLK_Q4_1, sizeof(block_q4_1), 2, {offsetof(block_q4_1, d), offsetof(block_q4_1, m)}},
+        {LLK_Q5_0, sizeof(block_q5_0), 1, {offsetof(block_q5_0, d)}},
+        {LLK_Q5_1, sizeof(block_q5_1), 2, {offsetof(block_q5_1, d), offsetof(block_q5_1, m)}},
+        {LLK_Q8_0, sizeof(block_q8_0), 1, {offsetof(block_q8_0, d)}},
+        {LLK_Q2_K, sizeof(block_q2_k), 2, {offsetof(block_q2_k, d), offsetof(block_q2_k, dmin)}},
+        {LLK_Q3_K, sizeof(block_q3_k), 1, {offsetof(block_q3_k, d)}},
+        {LLK_Q4_K, sizeof(block_q4_k), 2, {offsetof(block_q4_k, d), offsetof(block_q4_k, dmin)}},
+        {LLK_Q5_K, sizeof(block_q5_k), 2, {offsetof(block_q5_k, d), offsetof(block_q5_k, dmin)}},
+        {LLK_Q6_K, sizeof(block_q6_k), 1, {offsetof(block_q6_k, d)}},
     };
     size_t bytes = llk_row_size(type, n);
     for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)next();
-    if (type == F32 || type == F16 || type == BF16) {
+    if (type == LLK_F32 || type == LLK_F16 || type == LLK_BF16) {
         for (int64_t i = 0; i < n; i++) {
             float v = uniform();
-            if (type == F32) memcpy(row + 4 * i, &v, 4);
-            else if (type == F16) { uint16_t h = to_half(v == 0 ? 0.5f : v); memcpy(row + 2 * i, &h, 2); }
+            if (type == LLK_F32) memcpy(row + 4 * i, &v, 4);
+            else if (type == LLK_F16) { uint16_t h = to_half(v == 0 ? 0.5f : v); memcpy(row + 2 * i, &h, 2); }
             else { uint32_t u; memcpy(&u, &v, 4); uint16_t b = (uint16_t)(u >> 16); memcpy(row + 2 * i, &b, 2); }
         }
         return;
     }
     for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
         if (blocks[k].type != type) continue;
-        for (size_t off = 0; off < bytes; off += (size_t)blocks[k].size)
+        for (size_t off = 0; off < bytes; off += blocks[k].size)
             for (int s = 0; s < blocks[k].n_scales; s++) {
                 uint16_t h = to_half((0.001f + 0.05f * fabsf(uniform())) * (next() & 1 ? 1.0f : -1.0f));
                 memcpy(row + off + blocks[k].at[s], &h, 2);
@@ -53,11 +58,12 @@ static void fill(int type, uint8_t *row, int64_t n) {
 
 /* not vectorised: GCC 12 for AArch64 crashes vectorising its error reductions */
 __attribute__((optimize("no-tree-vectorize"))) int main(void) {
-    static const int types[] = {Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F16, BF16, F32};
+    static const int types[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q2_K, LLK_Q3_K,
+                                LLK_Q4_K, LLK_Q5_K, LLK_Q6_K, LLK_F16, LLK_BF16, LLK_F32};
     static const char *names[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                                   "F16", "BF16", "F32"};
     const int64_t n = 9 * 256; /* odd block counts for every format; a multiple of 8 and 4 for the floats */
-    uint8_t *row = malloc(llk_row_size(F32, n)), *act = malloc(llk_act_size(F32, n) + llk_act_size(Q4_K, n));
+    uint8_t *row = malloc(llk_row_size(LLK_F32, n)), *act = malloc(llk_act_size(LLK_F32, n) + llk_act_size(LLK_Q4_K, n));
     float *x = malloc(sizeof(float) * (size_t)n);
     int failures = 0, best = llk_isa_best();
     for (int isa = 1; isa <= best; isa++) {
