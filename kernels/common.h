@@ -84,6 +84,23 @@ static inline float round_f16(float x) { return f16_to_f32(llk_f32_to_f16(x)); }
 enum act_kind { ACT_F32 = 0, ACT_Q8A = 1, ACT_Q8K = 2 };
 int llk_act_kind(int type);
 
+/* While `rows` rows are taken block by block, fetch the next `rows` rows into the cache, an equal
+ * share each block: decode streams the weights from memory, and rows of a few hundred bytes are too
+ * short for the hardware prefetcher to run ahead. `block` is block ib of the first of the rows. */
+#define PREFETCH_NEXT_ROWS(rows, block, w_row, ib, block_size)                                \
+    do {                                                                                      \
+        const char *next_ = (const char *)(block) + (rows) * (w_row) + (ib) * ((rows) - 1) * (block_size); \
+        for (int l_ = 0; l_ < (rows) * (block_size); l_ += 64) __builtin_prefetch(next_ + l_); \
+    } while (0)
+
+/* The same for kernels that take one row at a time (the K-formats, NEON's): block ib of the next
+ * row, which follows this one, while block ib of this row is worked on. */
+#define PREFETCH_NEXT_ROW(block, n_blocks)                                                    \
+    do {                                                                                      \
+        const char *next_ = (const char *)((block) + (n_blocks));                             \
+        for (int l_ = 0; l_ < (int)sizeof(*(block)); l_ += 64) __builtin_prefetch(next_ + l_); \
+    } while (0)
+
 typedef float (*dot_fn)(const void *w, const void *act, int64_t n);
 /* One weight row against n_cols (<= DOT_MAX_COLS) activation rows act_row bytes apart, for prefill
  * and batches: the weights are unpacked once for all of them, and each result is bit for bit what
