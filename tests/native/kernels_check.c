@@ -78,9 +78,12 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
                 double err = fabs((double)simd - ref) / (fabs(ref) + 1.0);
                 if (err > worst) worst = err;
             }
-            int ok = worst < 1e-4;
+            /* every level has its own kernel for every format: a gap would compare the reference with itself */
+            int own = llk_kernels()->dot[types[t]] != llk_ref_kernels.dot[types[t]];
+            int ok = worst < 1e-4 && own;
             failures += !ok;
-            printf("isa %d %-5s worst relative difference %.2e %s\n", isa, names[t], worst, ok ? "ok" : "FAILED");
+            printf("isa %d %-5s worst relative difference %.2e %s%s\n", isa, names[t], worst, ok ? "ok" : "FAILED",
+                   own ? "" : " (no kernel of its own: the scalar reference)");
         }
     }
     /* attention's helpers: scores in ggml's lanes, V accumulation, the cache's half precision */
