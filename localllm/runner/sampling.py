@@ -64,6 +64,7 @@ class Sampler:
         self.chain = ll.llama_sampler_chain_init(params)
         self._grammar = None
         self._n_vocab = model.n_vocab
+        self._logits_type = ctypes.c_float * model.n_vocab  # made once: np.ctypeslib.as_array makes one a call
         try:
             self._penalties = _Penalties.from_options(options, n_ctx)
             self._add_selection(model, options)
@@ -148,7 +149,8 @@ class Sampler:
         """The logits of batch row ``row``, in place (no copy); the native engine has no llama_context."""
         if ctx.ptr is None:
             return ctx.logits(row)
-        return np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx.ptr, row), shape=(self._n_vocab,))
+        row_logits = ll.llama_get_logits_ith(ctx.ptr, row)
+        return np.frombuffer(self._logits_type.from_address(ctypes.addressof(row_logits.contents)), dtype=np.float32)
 
     def _grammar_allows(self, token: int) -> bool:
         probe = self._probe

@@ -7,10 +7,12 @@ side is compared. Tokens/s counts the decode phase only: from the first
 generated token to the last, so prompt processing and model loading do not
 blur the figure.
 
-    python scripts/bench/decode.py [--model GGUF] [--threads 2] [--tokens 128] [--json]
+    python scripts/bench/decode.py [--model GGUF] [--threads 2] [--tokens 128] [--engine native] [--json]
 
 "ours" is the daemon's streamed ``/api/generate`` (``--side daemon``, the
-default) or the bare runner process's ``/completion`` (``--side runner``).
+default) or the bare runner process's ``/completion`` (``--side runner``), on
+the llama.cpp engine (the default) or, with ``--engine native``, on localllm's
+own kernels (``PARAMETER engine native``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class BenchConfig:
     model: Path
     threads: int
     tokens: int
+    engine: str = "llama.cpp"
     prompt: str = PROMPT
 
 
@@ -59,7 +62,8 @@ def runner_side(cfg: BenchConfig) -> Callable[[], Measurement]:
 
     from runner_helpers import RunnerProcess
 
-    runner = RunnerProcess(cfg.model, "--threads", str(cfg.threads), "--parallel", "1", "--ctx", "2048")
+    runner = RunnerProcess(cfg.model, "--threads", str(cfg.threads), "--parallel", "1", "--ctx", "2048",
+                           env={"LOCALLLM_ENGINE": cfg.engine})
     atexit.register(runner.cleanup)
     runner.wait_ready()
     client = runner.client()
@@ -83,7 +87,7 @@ def daemon_side(cfg: BenchConfig) -> Callable[[], Measurement]:
 
     daemon = start_daemon(LOCALLLM_NUM_THREADS=str(cfg.threads))
     atexit.register(daemon.stop)
-    daemon.create("bench", f"FROM {cfg.model}")
+    daemon.create("bench", f"FROM {cfg.model}\nPARAMETER engine {cfg.engine}")
     body = {"model": "bench", "prompt": cfg.prompt, "raw": True, "keep_alive": -1,
             "options": {"temperature": 0, "repeat_penalty": 1.0, "num_predict": cfg.tokens, "num_ctx": 2048}}
 
@@ -159,6 +163,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--engine", choices=["llama.cpp", "native"], default="llama.cpp", help="our side's inference engine")
     p.add_argument("--side", choices=["daemon", "runner"], default="daemon",
                    help="ours: the daemon's /api/generate (default) or the bare runner process")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -169,12 +174,15 @@ def main() -> None:
 
         args.model = fixtures.smollm2_gguf()
     ours = daemon_side if args.side == "daemon" else runner_side
-    report = run(BenchConfig(model=args.model, threads=args.threads, tokens=args.tokens), ours, args.rounds)
+    cfg = BenchConfig(model=args.model, threads=args.threads, tokens=args.tokens, engine=args.engine)
+    report = run(cfg, ours, args.rounds)
     report["side"] = args.side
+    report["engine"] = args.engine
     if args.json:
         print(json.dumps(report))
         return
-    print(f"model {report['model']}, {report['threads']} threads, {report['tokens']} tokens, {report['rounds']} rounds")
+    print(f"model {report['model']}, {report['threads']} threads, {report['tokens']} tokens, {report['rounds']} rounds,"
+          f" engine {report['engine']}")
     print(f"{'side':<20} {'tokens/s':>10}")
     print(f"{'ours (' + args.side + ')':<20} {report['ours_tokens_per_s']:>10.1f}")
     print(f"{'Llama.generate':<20} {report['llama_cpp_python_tokens_per_s']:>10.1f}")
