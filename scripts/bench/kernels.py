@@ -169,13 +169,14 @@ def main() -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
+    width = max(map(len, result))
     for key, value in result.items():
         if key == "dot_gbps":
             print(f"{'format':<8} {'simd GB/s':>10} {'scalar GB/s':>12}")
             for name, f in value.items():
                 print(f"{name:<8} {f['simd']:>10.2f} {f['scalar']:>12.2f}")
         else:
-            print(f"{key:<32} {value:.3f}" if isinstance(value, float) else f"{key:<32} {value}")
+            print(f"{key:<{width}} {value:.3f}" if isinstance(value, float) else f"{key:<{width}} {value}")
     return 0
 
 
