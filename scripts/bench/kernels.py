@@ -10,9 +10,9 @@ decodes the same prompt with the same thread count.  Figures:
 - ``native_prefill_ratio_smollm2``: tokens/s of a 512-token prompt, native over llama.cpp
 - ``bandwidth_fraction_smollm2``: weight bytes streamed per second by native decode over the
   single-pass memory read bandwidth measured here with the same number of threads (512 MiB, far
-  beyond the caches). Where the last-level cache holds the whole model (a 96 MB model, a 260 MB L3
-  on the machine these figures were taken on) decode can exceed 1; ``..._model_footprint`` divides
-  by the read bandwidth over a buffer of the model's size instead, read again and again as decode does
+  beyond the caches). Where the last-level cache can hold the whole model (a 96 MB model, a 260 MB
+  L3 on the machine these figures were taken on) ``..._model_footprint`` is the fairer figure: it
+  divides by the read bandwidth over a buffer of the model's size, read again and again as decode does
 - ``dot_gbps``: per format, GB/s of weights through one thread's matvec, SIMD and scalar
 """
 
