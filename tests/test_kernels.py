@@ -145,6 +145,26 @@ def test_odd_shapes_and_magnitudes(t: Q, n_blocks: int, seed: int, magnitude: fl
     assert abs(simd - ref) <= 1e-4 * scale + 1e-30
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    t=st.sampled_from(ALL_TYPES),
+    n_blocks=st.integers(1, 40),
+    count=st.sampled_from([2, 8]),
+    seed=st.integers(0, 2**32 - 1),
+    magnitude=st.sampled_from([1e-3, 1.0, 300.0]),
+)
+def test_multi_row_dots_on_odd_shapes(t: Q, n_blocks: int, count: int, seed: int, magnitude: float) -> None:
+    """Decode's multi-row kernels (at every level) on any block count and scale: each row exactly its own dot."""
+    rng = np.random.default_rng(seed)
+    rows = [random_row(t, n_blocks, rng)[0] for _ in range(count)]
+    n = random_row(t, n_blocks, rng)[1]
+    act = kernels.quantize_activations(int(t), (rng.standard_normal(n) * magnitude).astype(np.float32))
+    for isa in ISAS:
+        kernels.set_isa(isa)
+        alone = [np.float32(kernels.vec_dot(int(t), row, act, n)) for row in rows]
+        assert kernels.vec_dot_rows(int(t), rows, act, n) == alone, isa
+
+
 def test_rows_that_are_not_whole_blocks_are_refused() -> None:
     row, _ = random_row(Q.Q4_K, 1, np.random.default_rng(0))
     with pytest.raises(NativeError, match="not a whole number of blocks"):
