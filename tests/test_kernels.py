@@ -104,13 +104,20 @@ def test_batched_dot_equals_one_row_at_a_time_bit_for_bit(t: Q, isa: str) -> Non
 @pytest.mark.parametrize("count", [2, 8])
 def test_multi_row_dot_equals_each_row_alone_bit_for_bit(t: Q, isa: str, count: int) -> None:
     """Decode takes weight rows two or eight at a time: each result must be exactly that row's single-row dot."""
-    rng = np.random.default_rng(400 + int(t) + count)
-    rows = [random_row(t, 9, rng)[0] for _ in range(count)]
-    n = random_row(t, 9, rng)[1]
-    assert kernels.set_isa(isa) == isa
-    act = kernels.quantize_activations(int(t), rng.standard_normal(n).astype(np.float32))
-    alone = [np.float32(kernels.vec_dot(int(t), row, act, n)) for row in rows]
-    assert kernels.vec_dot_rows(int(t), rows, act, n) == alone
+    assert_rows_match_alone(t, count, 9, np.random.default_rng(400 + int(t) + count), [isa])
+
+
+def assert_rows_match_alone(t: Q, count: int, n_blocks: int, rng: np.random.Generator, isas: list[str],
+                            magnitude: float = 1.0) -> None:
+    """``count`` random rows of ``n_blocks`` blocks through the multi-row kernel of each of ``isas``:
+    every result exactly that row's single-row dot at the same level."""
+    rows = [random_row(t, n_blocks, rng)[0] for _ in range(count)]
+    n = random_row(t, n_blocks, rng)[1]
+    act = kernels.quantize_activations(int(t), (rng.standard_normal(n) * magnitude).astype(np.float32))
+    for isa in isas:
+        assert kernels.set_isa(isa) == isa
+        alone = [np.float32(kernels.vec_dot(int(t), row, act, n)) for row in rows]
+        assert kernels.vec_dot_rows(int(t), rows, act, n) == alone, isa
 
 
 def test_quantized_activations_are_identical_across_isas() -> None:
@@ -155,14 +162,7 @@ def test_odd_shapes_and_magnitudes(t: Q, n_blocks: int, seed: int, magnitude: fl
 )
 def test_multi_row_dots_on_odd_shapes(t: Q, n_blocks: int, count: int, seed: int, magnitude: float) -> None:
     """Decode's multi-row kernels (at every level) on any block count and scale: each row exactly its own dot."""
-    rng = np.random.default_rng(seed)
-    rows = [random_row(t, n_blocks, rng)[0] for _ in range(count)]
-    n = random_row(t, n_blocks, rng)[1]
-    act = kernels.quantize_activations(int(t), (rng.standard_normal(n) * magnitude).astype(np.float32))
-    for isa in ISAS:
-        kernels.set_isa(isa)
-        alone = [np.float32(kernels.vec_dot(int(t), row, act, n)) for row in rows]
-        assert kernels.vec_dot_rows(int(t), rows, act, n) == alone, isa
+    assert_rows_match_alone(t, count, n_blocks, np.random.default_rng(seed), ISAS, magnitude)
 
 
 def test_rows_that_are_not_whole_blocks_are_refused() -> None:
