@@ -79,20 +79,26 @@ typedef struct llk_ctx llk_ctx;
 const void *llk_map_file(const char *path, int64_t *size);
 void llk_unmap_file(const void *base, int64_t size);
 
-llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_batch, int n_threads);
+/* A context over a pool of n_blocks KV blocks of block_size cells (a power of two) for sequences of at
+ * most max_seq_len positions; NULL on bad arguments or no memory. */
+llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
+                     int n_threads);
 void llk_ctx_free(llk_ctx *ctx);
 const char *llk_ctx_error(const llk_ctx *ctx);
 
-/* One forward step over n tokens (any mix of sequences).  seq_ids is llama_batch's
- * int32** (first id used); want[i] != 0 asks for token i's logits, written to
- * logits_out in the order of the asked rows.  0 ok, 1 a sequence is full, <0 bad input. */
+/* One forward step over n tokens (any mix of sequences).  seq_ids is llama_batch's int32** (first id
+ * used): row seq_ids[i][0] of `tables` ([n_tables][table_len] block ids) is token i's sequence, and
+ * pos[i] is its position there, the cell it writes; it attends to positions 0..pos[i] of that
+ * sequence, which must already be written (or be in this batch).  want[i] != 0 asks for token i's
+ * logits, written to logits_out in the order of the asked rows.  0 ok, <0 bad input. */
 int llk_decode(llk_ctx *ctx, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
-               const int8_t *want, float *logits_out);
+               const int8_t *want, float *logits_out, const int32_t *tables, int n_tables, int table_len);
 
-int llk_seq_rm(llk_ctx *ctx, int seq, int p0, int p1);
-int llk_seq_add(llk_ctx *ctx, int seq, int p0, int p1, int delta);
-int llk_seq_cp(llk_ctx *ctx, int src, int dst, int p0, int p1);
-int llk_seq_pos_max(const llk_ctx *ctx, int seq);
+/* Whole KV blocks: their size, copy on write, and spilling to (and restoring from) host memory. */
+size_t llk_kv_block_bytes(const llk_ctx *ctx);
+int llk_kv_block_copy(llk_ctx *ctx, int dst, int src);
+int llk_kv_block_read(const llk_ctx *ctx, int block, void *dst);
+int llk_kv_block_write(llk_ctx *ctx, int block, const void *src);
 
 /* Thread pool on its own, for benchmarks: parallel matvec y[rows] = W x. */
 int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);

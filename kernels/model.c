@@ -1,12 +1,24 @@
-/* The native forward pass: llama-family and gemma3 decoder layers over a per-sequence KV cache.
+/* The native forward pass: llama-family and gemma3 decoder layers over a paged KV cache.
  *
  * One llk_decode call evaluates a whole batch (tokens of several sequences at
  * their positions) through every layer; Python is not involved per layer.
- * Weights are read in place from the mapped GGUF.  The KV cache holds half
- * floats, one stream of n_ctx_seq cells per sequence; a cell remembers its
- * position, and attention masks by position (causal, and the sliding window
- * on the layers that have one), so tokens of one batch can be written to the
- * cache before any of them attends.
+ * Weights are read in place from the mapped GGUF.
+ *
+ * The KV cache is a pool of fixed-size blocks of half floats.  A sequence is a
+ * block table: the token at position p lives in cell p % block_size of block
+ * table[p / block_size].  Blocks are owned by the caller (reference counts,
+ * prefix sharing, eviction live in Python); this file only reads and writes
+ * the cells the tables name, through kv_row().  A token attends to positions
+ * 0..p of its own table (causal, and the sliding window on the layers that
+ * have one), so the tokens of one batch are written to the cache before any
+ * of them attends.
+ *
+ * Batch invariance: every step reduces in an order fixed by the token's own
+ * position, never by the batch.  Matrix rows are dotted one at a time (the
+ * multi-row and multi-column kernels give each row its single-row result),
+ * and attention sums a token's cells in 64 lanes chosen by position (ggml's
+ * one-token decode layout), whatever block each cell sits in, however the
+ * prompt was chunked and whatever else is in the batch.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,20 +39,18 @@
 struct llk_ctx {
     llk_model m;
     llk_layer *layers;
-    int n_seq, n_ctx_seq, n_batch, kv_dim, q_dim;
+    int n_blocks, block_size, block_shift, max_seq_len, n_batch, kv_dim, q_dim;
     llk_pool *pool;
-    f16_t *k_cache, *v_cache;  /* [layer][seq][cell][kv_dim] */
-    int32_t *cell_pos;          /* [seq][cell] */
-    int32_t *n_cells;           /* [seq] */
+    f16_t *kv;                  /* [block][layer][K, V][cell][kv_dim]: one block's K and V are contiguous */
     float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
     /* scratch for n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
-    int32_t *cell_of, *seq_of, *pos_of;
+    int32_t *pos_of;            /* [token]: its position, the index of its cell in its sequence */
+    const int32_t **table_of;   /* [token]: its sequence's block table */
     void *act[3];               /* quantized activations per act_kind */
     int act_valid[3];
-    float *scores;              /* [thread][n_ctx_seq] */
+    float *scores;              /* [thread][max_seq_len] */
     float *vsum;                /* [thread][64][head_dim]: attention's V sums, one row per lane */
-    int32_t *seq_tokens;        /* [seq]: tokens of each sequence in the batch being decoded */
     char error[256];
 };
 
@@ -78,26 +88,29 @@ static void zfree(void *p, size_t n) {
     if (p) munmap(p, n ? n : 1);
 }
 
-static size_t kv_bytes(const llk_ctx *c) {
-    return (size_t)c->m.n_layer * c->n_seq * c->n_ctx_seq * c->kv_dim * sizeof(f16_t);
+static size_t block_elems(const llk_ctx *c) { return (size_t)c->m.n_layer * 2 * c->block_size * c->kv_dim; }
+
+static size_t kv_bytes(const llk_ctx *c) { return (size_t)c->n_blocks * block_elems(c) * sizeof(f16_t); }
+
+/* The K (kv = 0) or V (kv = 1) row of the cell holding position `pos` of the sequence `table` in `layer`:
+ * the one place that knows the cache's layout. */
+static inline f16_t *kv_row(const llk_ctx *c, const int32_t *table, int layer, int kv, int pos) {
+    size_t block = (size_t)table[pos >> c->block_shift];
+    size_t cell = (size_t)(pos & (c->block_size - 1));
+    return c->kv + (((block * c->m.n_layer + layer) * 2 + kv) * c->block_size + cell) * c->kv_dim;
 }
 
 void llk_ctx_free(llk_ctx *c) {
     if (!c) return;
     llk_pool_free(c->pool);
-    zfree(c->k_cache, kv_bytes(c));
-    zfree(c->v_cache, kv_bytes(c));
+    zfree(c->kv, kv_bytes(c));
     free(c->layers);
-    free(c->cell_pos);
-    free(c->n_cells);
     free(c->rope_scale);
     free(c->vsum);
-    free(c->seq_tokens);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->scores};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
-    free(c->cell_of);
-    free(c->seq_of);
     free(c->pos_of);
+    free(c->table_of);
     for (int i = 0; i < 3; i++) free(c->act[i]);
     free(c);
 }
@@ -106,13 +119,18 @@ const char *llk_ctx_error(const llk_ctx *c) { return c ? c->error : "out of memo
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 
-llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_batch, int n_threads) {
+llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
+                     int n_threads) {
+    if (n_blocks < 1 || block_size < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1)
+        return NULL;
     llk_ctx *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->m = *model;
     const llk_model *m = &c->m;
-    c->n_seq = n_seq;
-    c->n_ctx_seq = n_ctx_seq;
+    c->n_blocks = n_blocks;
+    c->block_size = block_size;
+    while ((1 << c->block_shift) < block_size) c->block_shift++;
+    c->max_seq_len = max_seq_len;
     c->n_batch = n_batch;
     c->kv_dim = m->n_head_kv * m->head_dim;
     c->q_dim = m->n_head * m->head_dim;
@@ -120,10 +138,7 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_bat
     if (c->layers) memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
     c->m.layers = c->layers;
     c->pool = llk_pool_new(n_threads);
-    c->k_cache = zalloc(kv_bytes(c));
-    c->v_cache = zalloc(kv_bytes(c));
-    c->cell_pos = calloc((size_t)n_seq * n_ctx_seq, sizeof(int32_t));
-    c->n_cells = calloc((size_t)n_seq, sizeof(int32_t));
+    c->kv = zalloc(kv_bytes(c));
     c->rope_scale = calloc((size_t)m->n_layer, sizeof(float));
     size_t B = (size_t)n_batch;
     int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
@@ -137,16 +152,14 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_seq, int n_ctx_seq, int n_bat
     c->g = malloc(B * m->n_ff * sizeof(float));
     c->u = malloc(B * m->n_ff * sizeof(float));
     c->cs = malloc(B * (size_t)m->rope_dim * sizeof(float));
-    c->cell_of = malloc(B * sizeof(int32_t));
-    c->seq_of = malloc(B * sizeof(int32_t));
     c->pos_of = malloc(B * sizeof(int32_t));
-    c->scores = malloc((size_t)(c->pool ? llk_pool_size(c->pool) : 1) * n_ctx_seq * sizeof(float));
+    c->table_of = malloc(B * sizeof(int32_t *));
+    c->scores = malloc((size_t)(c->pool ? llk_pool_size(c->pool) : 1) * max_seq_len * sizeof(float));
     c->vsum = malloc((size_t)(c->pool ? llk_pool_size(c->pool) : 1) * 64 * m->head_dim * sizeof(float));
-    c->seq_tokens = calloc((size_t)n_seq, sizeof(int32_t));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->layers && c->pool && c->k_cache && c->v_cache && c->cell_pos && c->n_cells && c->rope_scale &&
-             c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->cell_of &&
-             c->seq_of && c->pos_of && c->scores && c->vsum && c->seq_tokens && c->act[0] && c->act[1] && c->act[2];
+    int ok = c->layers && c->pool && c->kv && c->rope_scale && c->x && c->xn && c->q && c->k && c->v && c->att &&
+             c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->scores && c->vsum && c->act[0] &&
+             c->act[1] && c->act[2];
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
@@ -272,9 +285,11 @@ typedef struct {
     _Atomic int next;
 } attn_job;
 
-/* One (token, head) of attention in ggml's order (non-flash path): scores by dot_f16_lanes, the
- * softmax as ggml_vec_soft_max_f32, and each output dimension summed over the cells in the same
- * lanes as the scores (V is a transposed F16 matrix to ggml, the weights rounded to half). */
+/* One (token, head) of attention in ggml's order for one decoding token (non-flash path): scores by
+ * dot_f16_lanes in 64 lanes, the softmax as ggml_vec_soft_max_f32, and each output dimension summed
+ * over the positions in the same lanes (V is a transposed F16 matrix to ggml, the weights rounded to
+ * half).  The lanes are fixed whatever the batch: a prompt token gets the result it would get decoded
+ * alone (llama.cpp's prefill tiles sum in 16 lanes instead; batch invariance outranks that parity). */
 static void attn_task(void *arg, int ith, int nth) {
     (void)nth;
     attn_job *j = arg;
@@ -282,31 +297,30 @@ static void attn_task(void *arg, int ith, int nth) {
     const llk_model *m = &c->m;
     const kernel_table *k = llk_kernels();
     const int hd = m->head_dim, group = m->n_head / m->n_head_kv;
-    float *scores = c->scores + (size_t)ith * c->n_ctx_seq;
+    float *scores = c->scores + (size_t)ith * c->max_seq_len;
     float *vsum = c->vsum + (size_t)ith * 64 * hd;
     for (;;) {
         int item = atomic_fetch_add(&j->next, 1);
         if (item >= j->n_tok * m->n_head) return;
         int t = item / m->n_head, h = item % m->n_head, kvh = h / group;
-        int seq = c->seq_of[t], pos = c->pos_of[t], n = c->n_cells[seq];
-        /* llama.cpp multiplies several tokens of a sequence with llamafile's tiles, one with ggml_vec_dot_f16 */
-        const int lanes = c->seq_tokens[seq] > 1 && hd % 16 == 0 ? 16 : 64;
-        const int32_t *cpos = c->cell_pos + (size_t)seq * c->n_ctx_seq;
-        size_t base = ((size_t)j->layer * c->n_seq + seq) * c->n_ctx_seq * c->kv_dim + (size_t)kvh * hd;
-        const f16_t *kc = c->k_cache + base, *vc = c->v_cache + base;
+        const int pos = c->pos_of[t], n = pos + 1, lanes = 64;
+        const int first = j->window && pos >= j->window ? pos - j->window + 1 : 0;
+        const int32_t *table = c->table_of[t];
         const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
         float *out = c->att + (size_t)t * c->q_dim + (size_t)h * hd;
         float max = -INFINITY;
         for (int i = 0; i < n; i++) {
-            int visible = cpos[i] <= pos && (!j->window || pos - cpos[i] < j->window);
-            scores[i] = visible ? k->dot_f16_lanes(q, kc + (size_t)i * c->kv_dim, hd, lanes) * j->scale : -INFINITY;
+            scores[i] = i < first ? -INFINITY
+                                  : k->dot_f16_lanes(q, kv_row(c, table, j->layer, 0, i) + (size_t)kvh * hd, hd, lanes) * j->scale;
             max = scores[i] > max ? scores[i] : max;
         }
         double sum = llk_softmax_exp(scores, n, max);
         float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
         memset(vsum, 0, (size_t)lanes * hd * sizeof(float));
         for (int i = 0; i < n; i++)
-            if (scores[i] != 0.0f) k->axpy_f16(round_f16(scores[i] * inv), vc + (size_t)i * c->kv_dim, vsum + (size_t)(i % lanes) * hd, hd);
+            if (scores[i] != 0.0f)
+                k->axpy_f16(round_f16(scores[i] * inv), kv_row(c, table, j->layer, 1, i) + (size_t)kvh * hd,
+                            vsum + (size_t)(i % lanes) * hd, hd);
         for (int d = 0; d < hd; d++) out[d] = llk_reduce_lanes(vsum + d, (size_t)hd, lanes);
     }
 }
@@ -351,9 +365,8 @@ static void layer_forward(llk_ctx *c, int il, int T) {
         llk_rope_angles(cs, c->rope_scale[il], m->rope_dim, (float)c->pos_of[t]);
         llk_rope(c->q + (size_t)t * c->q_dim, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
         llk_rope(c->k + (size_t)t * c->kv_dim, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
-        size_t at = (((size_t)il * c->n_seq + c->seq_of[t]) * c->n_ctx_seq + c->cell_of[t]) * c->kv_dim;
-        k->f32_to_f16(c->k + (size_t)t * c->kv_dim, c->k_cache + at, c->kv_dim);
-        k->f32_to_f16(c->v + (size_t)t * c->kv_dim, c->v_cache + at, c->kv_dim);
+        k->f32_to_f16(c->k + (size_t)t * c->kv_dim, kv_row(c, c->table_of[t], il, 0, c->pos_of[t]), c->kv_dim);
+        k->f32_to_f16(c->v + (size_t)t * c->kv_dim, kv_row(c, c->table_of[t], il, 1, c->pos_of[t]), c->kv_dim);
     }
     /* As llama.cpp: Q meets the half-precision K cache as half-precision values; Gemma 3 scales Q
      * before that, llama scales the scores after the dot product. */
@@ -393,32 +406,28 @@ static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
 }
 
 int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
-               const int8_t *want, float *logits_out) {
+               const int8_t *want, float *logits_out, const int32_t *tables, int n_tables, int table_len) {
     const llk_model *m = &c->m;
     if (n <= 0 || n > c->n_batch) return fail(c, -1, "batch of %ld tokens, capacity is %ld", n, c->n_batch);
-    int32_t counts[4096];
-    if (c->n_seq > 4096) return fail(c, -1, "too many sequences (%ld > %ld)", c->n_seq, 4096);
-    memset(counts, 0, sizeof(int32_t) * (size_t)c->n_seq);
+    if (table_len < 1 || (int64_t)table_len * c->block_size < c->max_seq_len)
+        return fail(c, -1, "block tables of %ld entries cannot hold %ld positions", table_len, c->max_seq_len);
     for (int i = 0; i < n; i++) {
         int s = seq_ids[i][0];
-        if (s < 0 || s >= c->n_seq) return fail(c, -2, "sequence id %ld out of range [0, %ld)", s, c->n_seq);
+        if (s < 0 || s >= n_tables) return fail(c, -2, "sequence id %ld out of range [0, %ld)", s, n_tables);
         if (tokens[i] < 0 || tokens[i] >= m->n_vocab)
             return fail(c, -3, "token id %ld out of range [0, %ld)", tokens[i], m->n_vocab);
-        if (pos[i] < 0) return fail(c, -4, "negative position %ld of token %ld", pos[i], i);
-        counts[s]++;
+        if (pos[i] < 0 || pos[i] >= c->max_seq_len)
+            return fail(c, -4, "position %ld outside [0, %ld)", pos[i], c->max_seq_len);
+        const int32_t *table = tables + (size_t)s * table_len;
+        for (int b = 0; b <= pos[i] >> c->block_shift; b++) /* every block the token writes or reads */
+            if (table[b] < 0 || table[b] >= c->n_blocks)
+                return fail(c, -5, "block table entry %ld names no block (pool of %ld)", table[b], c->n_blocks);
     }
-    for (int s = 0; s < c->n_seq; s++)
-        if (c->n_cells[s] + counts[s] > c->n_ctx_seq)
-            return fail(c, 1, "sequence %ld has no room for %ld more tokens", s, counts[s]);
-    memcpy(c->seq_tokens, counts, sizeof(int32_t) * (size_t)c->n_seq);
     const int E = m->n_embd;
     const size_t emb_row = llk_row_size(m->tok_embd.type, E);
     for (int i = 0; i < n; i++) {
-        int s = seq_ids[i][0];
-        c->seq_of[i] = s;
         c->pos_of[i] = pos[i];
-        c->cell_of[i] = c->n_cells[s]++;
-        c->cell_pos[(size_t)s * c->n_ctx_seq + c->cell_of[i]] = pos[i];
+        c->table_of[i] = tables + (size_t)seq_ids[i][0] * table_len;
         float *x = c->x + (size_t)i * E;
         llk_dequantize(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * emb_row, x, E);
         if (m->embd_scale != 1.0f)
@@ -436,86 +445,28 @@ int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int
     return 0;
 }
 
-/* ---- KV sequence operations ---------------------------------------------- */
+/* ---- blocks ------------------------------------------------------------------ */
 
-static int seq_ok(const llk_ctx *c, int seq) { return seq >= 0 && seq < c->n_seq; }
+size_t llk_kv_block_bytes(const llk_ctx *c) { return block_elems(c) * sizeof(f16_t); }
 
-static int in_range(int p, int p0, int p1) { return (p0 < 0 || p >= p0) && (p1 < 0 || p < p1); }
+static f16_t *block_at(const llk_ctx *c, int block) { return c->kv + (size_t)block * block_elems(c); }
 
-int llk_seq_rm(llk_ctx *c, int seq, int p0, int p1) {
-    if (!seq_ok(c, seq)) return 0;
-    int32_t *cpos = c->cell_pos + (size_t)seq * c->n_ctx_seq;
-    int n = c->n_cells[seq], kept = 0;
-    for (int i = 0; i < n; i++) {
-        if (in_range(cpos[i], p0, p1)) continue;
-        if (kept != i) {
-            cpos[kept] = cpos[i];
-            for (int l = 0; l < c->m.n_layer; l++) {
-                size_t base = ((size_t)l * c->n_seq + seq) * c->n_ctx_seq * c->kv_dim;
-                memcpy(c->k_cache + base + (size_t)kept * c->kv_dim, c->k_cache + base + (size_t)i * c->kv_dim,
-                       c->kv_dim * sizeof(f16_t));
-                memcpy(c->v_cache + base + (size_t)kept * c->kv_dim, c->v_cache + base + (size_t)i * c->kv_dim,
-                       c->kv_dim * sizeof(f16_t));
-            }
-        }
-        kept++;
-    }
-    c->n_cells[seq] = kept;
-    return 1;
+int llk_kv_block_copy(llk_ctx *c, int dst, int src) {
+    if (dst < 0 || dst >= c->n_blocks || src < 0 || src >= c->n_blocks) return -1;
+    if (dst != src) memcpy(block_at(c, dst), block_at(c, src), llk_kv_block_bytes(c));
+    return 0;
 }
 
-int llk_seq_add(llk_ctx *c, int seq, int p0, int p1, int delta) {
-    if (!seq_ok(c, seq) || delta == 0) return 0;
-    const llk_model *m = &c->m;
-    int32_t *cpos = c->cell_pos + (size_t)seq * c->n_ctx_seq;
-    float *buf = c->k, *cs = c->cs;
-    for (int l = 0; l < m->n_layer; l++) {
-        /* rotating by delta moves a key to its new position: rotations add */
-        llk_rope_angles(cs, c->rope_scale[l], m->rope_dim, (float)delta);
-        size_t base = ((size_t)l * c->n_seq + seq) * c->n_ctx_seq * c->kv_dim;
-        for (int i = 0; i < c->n_cells[seq]; i++) {
-            if (!in_range(cpos[i], p0, p1)) continue;
-            f16_t *kc = c->k_cache + base + (size_t)i * c->kv_dim;
-            for (int e = 0; e < c->kv_dim; e++) buf[e] = f16_to_f32(kc[e]);
-            llk_rope(buf, m->n_head_kv, m->head_dim, m->rope_dim, cs, m->rope_neox);
-            llk_kernels()->f32_to_f16(buf, kc, c->kv_dim);
-        }
-    }
-    for (int i = 0; i < c->n_cells[seq]; i++)
-        if (in_range(cpos[i], p0, p1)) cpos[i] += delta;
-    return 1;
+int llk_kv_block_read(const llk_ctx *c, int block, void *dst) {
+    if (block < 0 || block >= c->n_blocks) return -1;
+    memcpy(dst, block_at(c, block), llk_kv_block_bytes(c));
+    return 0;
 }
 
-int llk_seq_cp(llk_ctx *c, int src, int dst, int p0, int p1) {
-    if (!seq_ok(c, src) || !seq_ok(c, dst) || src == dst) return 0;
-    const int32_t *spos = c->cell_pos + (size_t)src * c->n_ctx_seq;
-    int32_t *dpos = c->cell_pos + (size_t)dst * c->n_ctx_seq;
-    int copied = 0;
-    for (int i = 0; i < c->n_cells[src]; i++) {
-        if (!in_range(spos[i], p0, p1)) continue;
-        int at = c->n_cells[dst];
-        if (at >= c->n_ctx_seq) return 0;
-        dpos[at] = spos[i];
-        for (int l = 0; l < c->m.n_layer; l++) {
-            size_t sb = ((size_t)l * c->n_seq + src) * c->n_ctx_seq * c->kv_dim;
-            size_t db = ((size_t)l * c->n_seq + dst) * c->n_ctx_seq * c->kv_dim;
-            memcpy(c->k_cache + db + (size_t)at * c->kv_dim, c->k_cache + sb + (size_t)i * c->kv_dim,
-                   c->kv_dim * sizeof(f16_t));
-            memcpy(c->v_cache + db + (size_t)at * c->kv_dim, c->v_cache + sb + (size_t)i * c->kv_dim,
-                   c->kv_dim * sizeof(f16_t));
-        }
-        c->n_cells[dst]++;
-        copied++;
-    }
-    return 1;
-}
-
-int llk_seq_pos_max(const llk_ctx *c, int seq) {
-    if (!seq_ok(c, seq)) return -1;
-    const int32_t *cpos = c->cell_pos + (size_t)seq * c->n_ctx_seq;
-    int max = -1;
-    for (int i = 0; i < c->n_cells[seq]; i++) max = cpos[i] > max ? cpos[i] : max;
-    return max;
+int llk_kv_block_write(llk_ctx *c, int block, const void *src) {
+    if (block < 0 || block >= c->n_blocks) return -1;
+    memcpy(block_at(c, block), src, llk_kv_block_bytes(c));
+    return 0;
 }
 
 /* ---- benchmarking helpers -------------------------------------------------- */

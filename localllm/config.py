@@ -109,7 +109,7 @@ class Settings:
     max_queue: int = 512
     origins: tuple[str, ...] = ()
     api_key: str | None = None
-    engine: str = "llama.cpp"
+    engine: str | None = None  # None: chosen per model load (the native engine where it runs the model)
     num_threads: int = 0  # 0: physical cores
     stream_interval: float = 0.1  # seconds: streamed pieces are handed on in bursts (runner/relay.py)
     max_body_bytes: int = 32 << 20
@@ -136,8 +136,8 @@ def load_settings() -> Settings:
     host, port = parse_host(os.environ.get("LOCALLLM_HOST"))
     models = os.environ.get("LOCALLLM_MODELS", "").strip()
     state = os.environ.get("LOCALLLM_STATE_DIR", "").strip()
-    engine = os.environ.get("LOCALLLM_ENGINE", "llama.cpp").strip() or "llama.cpp"
-    if engine not in ENGINES:
+    engine = os.environ.get("LOCALLLM_ENGINE", "").strip() or None
+    if engine is not None and engine not in ENGINES:
         raise SettingsError(f"LOCALLLM_ENGINE must be 'llama.cpp' or 'native', got {engine!r}")
     origins = tuple(o.strip() for o in os.environ.get("LOCALLLM_ORIGINS", "").split(",") if o.strip())
     defaults = Settings()

@@ -12,16 +12,32 @@ from localllm.native import backend as native
 from localllm.runner import backend as llama
 
 
+BLOCK = 16
+
+
 class Side:
-    """One engine with one sequence: prefill a prompt, then greedy steps; logits as NumPy rows."""
+    """One engine with ``n_seq`` sequences: prefill a prompt, then greedy steps; logits as NumPy rows.
+
+    The native side's sequences own fixed runs of KV blocks (sequence s: blocks s*k ... s*k + k-1).
+    """
 
     def __init__(self, kind: str, model_path: Path, n_ctx: int = 1024, n_seq: int = 1, threads: int = 2) -> None:
         llama.init_backend()
-        mod = native if kind == "native" else llama
         self.kind = kind
-        self.model = mod.Model(model_path)
-        self.ctx = mod.Context(self.model, n_ctx * n_seq, n_seq, 512, threads)
+        if kind == "native":
+            self.model = native.Model(model_path)
+            per_seq = -(-n_ctx // BLOCK)
+            self.ctx = native.Context(self.model, per_seq * n_seq, BLOCK, n_ctx, n_seq, 512, threads)
+            self.ctx.tables[:] = np.arange(per_seq * n_seq, dtype=np.int32).reshape(n_seq, per_seq)
+        else:
+            self.model = llama.Model(model_path)
+            self.ctx = llama.Context(self.model, n_ctx * n_seq, n_seq, 512, threads)
         self.batch = llama.Batch(512)
+
+    def reset(self, seq: int = 0) -> None:
+        """Forget what ``seq`` holds (the native side simply overwrites its cells)."""
+        if self.kind != "native":
+            self.ctx.seq_rm(seq)
 
     def logits(self, row: int) -> np.ndarray:
         if self.kind == "native":
@@ -40,7 +56,7 @@ class Side:
 
     def greedy(self, prompt: Sequence[int], n: int) -> tuple[list[int], list[np.ndarray]]:
         """``n`` greedy tokens after ``prompt`` (a fresh sequence 0), and the logits each was picked from."""
-        self.ctx.seq_rm(0)
+        self.reset()
         logits = self.eval(prompt, 0)
         tokens, steps = [], []
         for i in range(n):

@@ -4,9 +4,10 @@
 tokenize, pieces, end-of-generation tokens), and maps the weights for our own
 forward pass.  :class:`Context` owns the C context (KV cache, thread pool)
 and takes the runner's own :class:`~localllm.runner.backend.Batch`
-(a ``llama_batch``) unchanged, so the engine loop, batching and prefix
-sharing work as with llama.cpp.  Logits come back as NumPy rows
-(:meth:`Context.logits`) for the sampler chain to run on.
+(a ``llama_batch``) unchanged; its KV is a pool of blocks that
+:class:`~localllm.runner.paged_engine.PagedEngine` shares between
+sequences.  Logits come back as NumPy rows (:meth:`Context.logits`) for the
+sampler chain to run on.
 """
 
 from __future__ import annotations
@@ -67,39 +68,45 @@ class Model(llama_backend.Model):
 
 
 class Context:
-    """KV cache of ``n_seq_max`` sequences of ``n_ctx / n_seq_max`` cells each, and the thread pool."""
+    """The paged KV pool of ``n_blocks`` blocks of ``block_size`` positions, and the thread pool.
+
+    Sequences are rows of :attr:`tables` (block ids, see ``kernels/model.c``):
+    the batch's sequence id of a token is its row. Whoever fills the tables
+    owns the blocks (:class:`localllm.runner.kv_blocks.BlockPool`); this
+    class only evaluates batches and moves whole blocks.
+    """
 
     def __init__(
-        self, model: Model, n_ctx: int, n_seq_max: int, n_batch: int, n_threads: int, embeddings: bool = False
+        self, model: Model, n_blocks: int, block_size: int, max_seq_len: int, n_seq: int, n_batch: int, n_threads: int
     ) -> None:
-        if embeddings:
-            raise BackendError(f"embeddings are not supported by the native engine; {HINT}")
         self.model = model
         self.ptr = None  # no llama_context: samplers take logits from :meth:`logits`
-        self.n_seq_max = n_seq_max
-        self.n_ctx_seq = max(1, n_ctx // n_seq_max)
-        self.n_ctx: int = self.n_ctx_seq * n_seq_max
+        self.n_blocks = n_blocks
+        self.block_size = block_size
+        self.max_seq_len = max_seq_len
         self.n_batch: int = n_batch
-        self.can_shift = True
-        self.pooling = ll.LLAMA_POOLING_TYPE_NONE
+        self.tables = np.zeros((n_seq, -(-max_seq_len // block_size)), dtype=np.int32)
         self._lib = library()
         self._ctx = self._lib.llk_ctx_new(
-            ctypes.byref(model.weights.params), n_seq_max, self.n_ctx_seq, n_batch, n_threads
+            ctypes.byref(model.weights.params), n_blocks, block_size, max_seq_len, n_batch, n_threads
         )
         if not self._ctx:
-            raise BackendError(f"cannot create a native context of {self.n_ctx} tokens: out of memory")
+            raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: out of memory")
+        self.block_bytes: int = self._lib.llk_kv_block_bytes(self._ctx)
         self._logits = np.empty((0, model.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
 
     def decode(self, batch: Batch) -> int:
-        """Evaluate the batch: 0 on success, 1 when a sequence has no free cells, <0 on bad input."""
+        """Evaluate the batch: 0 on success, <0 on bad input (:attr:`last_error` says what)."""
         n = batch.n_tokens
         raw = batch.raw
         want = [i for i in range(n) if raw.logits[i]]
         if len(want) > len(self._logits):
-            self._logits = np.empty((max(len(want), self.n_seq_max), self.model.n_vocab), dtype=np.float32)
+            self._logits = np.empty((max(len(want), len(self.tables)), self.model.n_vocab), dtype=np.float32)
         out = self._logits.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-        rc = self._lib.llk_decode(self._ctx, n, raw.token, raw.pos, raw.seq_id, raw.logits, out)
+        tables = self.tables.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        n_seq, table_len = self.tables.shape
+        rc = self._lib.llk_decode(self._ctx, n, raw.token, raw.pos, raw.seq_id, raw.logits, out, tables, n_seq, table_len)
         self._rows = {row: i for i, row in enumerate(want)} if rc == 0 else {}
         return rc
 
@@ -113,21 +120,19 @@ class Context:
             raise BackendError(f"no logits were computed for batch row {row}")
         return self._logits[self._rows[row]]
 
-    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
-        return bool(self._lib.llk_seq_rm(self._ctx, seq_id, p0, p1))
+    def copy_block(self, dst: int, src: int) -> None:
+        if self._lib.llk_kv_block_copy(self._ctx, dst, src) != 0:
+            raise BackendError(f"cannot copy KV block {src} to {dst}: no such block")
 
-    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
-        self._lib.llk_seq_add(self._ctx, seq_id, p0, p1, delta)
+    def read_block(self, block: int) -> bytes:
+        buf = ctypes.create_string_buffer(self.block_bytes)
+        if self._lib.llk_kv_block_read(self._ctx, block, buf) != 0:
+            raise BackendError(f"cannot read KV block {block}: no such block")
+        return buf.raw
 
-    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        if not self._lib.llk_seq_cp(self._ctx, src, dst, p0, p1):
-            raise BackendError(f"cannot copy sequence {src} to {dst}: no room or bad sequence id")
-
-    def seq_pos_max(self, seq_id: int) -> int:
-        return self._lib.llk_seq_pos_max(self._ctx, seq_id)
-
-    def embedding(self, seq_id: int, row: int) -> list[float]:
-        raise BackendError(f"embeddings are not supported by the native engine; {HINT}")
+    def write_block(self, block: int, data: bytes) -> None:
+        if len(data) != self.block_bytes or self._lib.llk_kv_block_write(self._ctx, block, data) != 0:
+            raise BackendError(f"cannot write KV block {block}: no such block or {len(data)} bytes")
 
     def close(self) -> None:
         if self._ctx:

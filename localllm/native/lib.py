@@ -128,14 +128,16 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_vec_dot_rows": (c_int, [c_int, c_int, vp, ctypes.c_size_t, vp, c_i64, fp]),
         "llk_map_file": (vp, [ctypes.c_char_p, ctypes.POINTER(c_i64)]),
         "llk_unmap_file": (None, [vp, c_i64]),
-        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int]),
+        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int]),
         "llk_ctx_free": (None, [vp]),
         "llk_ctx_error": (ctypes.c_char_p, [vp]),
-        "llk_decode": (c_int, [vp, c_int, i32p, i32p, ctypes.POINTER(i32p), ctypes.POINTER(ctypes.c_int8), fp]),
-        "llk_seq_rm": (c_int, [vp, c_int, c_int, c_int]),
-        "llk_seq_add": (c_int, [vp, c_int, c_int, c_int, c_int]),
-        "llk_seq_cp": (c_int, [vp, c_int, c_int, c_int, c_int]),
-        "llk_seq_pos_max": (c_int, [vp, c_int]),
+        "llk_decode": (
+            c_int, [vp, c_int, i32p, i32p, ctypes.POINTER(i32p), ctypes.POINTER(ctypes.c_int8), fp, i32p, c_int, c_int]
+        ),
+        "llk_kv_block_bytes": (ctypes.c_size_t, [vp]),
+        "llk_kv_block_copy": (c_int, [vp, c_int, c_int]),
+        "llk_kv_block_read": (c_int, [vp, c_int, vp]),
+        "llk_kv_block_write": (c_int, [vp, c_int, ctypes.c_char_p]),
         "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
         "llk_read_bandwidth": (ctypes.c_double, [vp, c_i64, c_int]),
     }

@@ -1,7 +1,8 @@
 """``python -m localllm.runner``: serve one model on a unix socket.
 
-    python -m localllm.runner --model PATH --socket PATH [--ctx N] [--parallel N]
-        [--threads N] [--batch N] [--gpu-layers N] [--cache-ram-mb MB] [--adapter PATH ...] [--embedding] [--verbose]
+    python -m localllm.runner --model PATH --socket PATH [--engine llama.cpp|native] [--ctx N] [--parallel N]
+        [--kv-tokens N] [--threads N] [--batch N] [--gpu-layers N] [--cache-ram-mb MB] [--adapter PATH ...]
+        [--embedding] [--verbose]
 
 The daemon starts one runner per loaded model and talks to it over the
 socket (see :mod:`localllm.runner.server` for the endpoints). Logs go to
@@ -18,16 +19,23 @@ import signal
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
-from localllm.config import load_settings
+from localllm.config import ENGINES, Settings, load_settings
+from localllm.runner.engines import POOL_CONTEXTS
 from localllm.runner.backend import BackendError, Context, Model, init_backend, physical_cores
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
-from localllm.runner.engine import Engine
+from localllm.runner.stream_engine import StreamEngine
 from localllm.runner.server import Runtime, create_app
 
 log = logging.getLogger("localllm.runner")
+
+# The native engine's KV block: 16 positions (SmolLM2: 368 KiB, Gemma 3 270M: 288 KiB). Small enough that
+# a sequence wastes little in its last block and a copy on write is cheap; large enough that the index
+# and the tables stay short. Attention's summation order does not depend on it.
+BLOCK_SIZE = 16
 
 
 def _positive(text: str) -> int:
@@ -48,8 +56,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m localllm.runner", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, type=Path, help="GGUF model file")
     p.add_argument("--socket", required=True, type=Path, help="unix socket to serve HTTP on")
+    p.add_argument("--engine", choices=ENGINES, default="llama.cpp", help="which forward pass runs the model")
     p.add_argument("--ctx", type=_positive, default=4096, help="context length of each sequence")
     p.add_argument("--parallel", type=_positive, default=4, help="sequences decoded together")
+    p.add_argument(
+        "--kv-tokens", type=_positive, default=None, metavar="N",
+        help=f"native engine: positions in the shared KV block pool (default: {POOL_CONTEXTS} contexts)",
+    )
     p.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--batch", type=_positive, default=512, help="most tokens per decode step")
     p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload to a GPU (GPU builds only)")
@@ -71,32 +84,54 @@ def _clear_stale_socket(path: Path) -> None:
         pass
 
 
-def _engine_classes(engine: str, embedding: bool) -> tuple[type, type]:
-    """The backend LOCALLLM_ENGINE asks for; embeddings always use llama.cpp."""
-    if engine == "native" and not embedding:
-        from localllm.native.backend import Context as NativeContext, Model as NativeModel
+def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings: Settings) -> tuple[Runtime, Any]:
+    """The native engine: a paged KV pool shared by ``--parallel`` sequences."""
+    from localllm.native.backend import Context as NativeContext, Model as NativeModel
+    from localllm.runner.kv_blocks import BlockPool
+    from localllm.runner.paged_engine import PagedEngine
 
-        return NativeModel, NativeContext
-    return Model, Context
+    model = NativeModel(args.model, args.adapter, args.gpu_layers)
+    n_ctx = _fit_ctx(n_ctx, model.n_ctx_train)
+    pool_tokens = max(args.kv_tokens or POOL_CONTEXTS * n_ctx, n_ctx + BLOCK_SIZE)
+    n_blocks = -(-pool_tokens // BLOCK_SIZE)
+    try:
+        ctx = NativeContext(model, n_blocks, BLOCK_SIZE, n_ctx, args.parallel, args.batch, threads)
+    except BaseException:
+        model.close()
+        raise
+    pool = BlockPool(ctx, n_blocks, BLOCK_SIZE, host_budget=args.cache_ram_mb << 20)
+    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=args.parallel, stream_interval=settings.stream_interval)
+    rt.engine = PagedEngine(model, ctx, args.parallel, n_ctx, pool)
+    log.info(
+        "loaded %s on the native engine: ctx=%d, up to %d sequences over %d KV blocks of %d (%d MiB), "
+        "batch=%d, threads=%d",
+        args.model, n_ctx, args.parallel, n_blocks, BLOCK_SIZE, (n_blocks * ctx.block_bytes) >> 20, args.batch, threads,
+    )  # fmt: skip
+    return rt, ctx
 
 
-def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
+def _fit_ctx(n_ctx: int, n_ctx_train: int) -> int:
+    if 0 < n_ctx_train < n_ctx:
+        log.warning("context %d exceeds the model's training context %d; using %d", n_ctx, n_ctx_train, n_ctx_train)
+        return n_ctx_train
+    return n_ctx
+
+
+def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     """Load the model and create the context the arguments describe."""
     init_backend(verbose=args.verbose)
     settings = load_settings()
-    model_class, context_class = _engine_classes(settings.engine, args.embedding)
-    model = model_class(args.model, args.adapter, args.gpu_layers)
-    n_ctx = args.ctx
-    if 0 < model.n_ctx_train < n_ctx:
-        log.warning("context %d exceeds the model's training context %d; using %d", n_ctx, model.n_ctx_train, model.n_ctx_train)
-        n_ctx = model.n_ctx_train
     threads = args.threads or physical_cores()
+    if args.engine == "native" and not args.embedding:
+        return _native_runtime(args, args.ctx, threads, settings)
+    model = Model(args.model, args.adapter, args.gpu_layers)
+    n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
     parallel = 1 if args.embedding else args.parallel
     try:
         if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
-            ctx = context_class(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True)
+            ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True)
         else:
-            ctx = context_class(model, n_ctx * parallel, parallel, args.batch, threads)
+            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads)
     except BaseException:
         model.close()
         raise
@@ -104,7 +139,7 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
     if args.embedding:
         rt.embedder = Embedder(model, ctx, n_ctx)
     else:
-        rt.engine = Engine(model, ctx, parallel, n_ctx, cache_ram_bytes=args.cache_ram_mb << 20)
+        rt.engine = StreamEngine(model, ctx, parallel, n_ctx, cache_ram_bytes=args.cache_ram_mb << 20)
     log.info(
         "loaded %s: ctx=%d x %d sequences, batch=%d, threads=%d%s",
         args.model, n_ctx, parallel, ctx.n_batch, threads, ", embedding" if args.embedding else "",

@@ -1,23 +1,22 @@
-"""The engine loop: continuous batching of many sequences over one llama_context.
+"""The engine loop: continuous batching of many sequences over one context.
 
 One thread owns the context. Each step it
 
 1. admits waiting requests into free sequence slots,
-2. drops cancelled requests (their KV cells are freed at once),
+2. drops cancelled requests (their KV is released at once),
 3. builds ONE batch: the next token of every decoding sequence, then prompt
    chunks of prefilling sequences up to the batch budget (chunked prefill, so
    a long prompt never stalls the others for its whole length),
-4. calls ``llama_decode`` once,
+4. evaluates it in one decode call,
 5. samples every sequence whose logits were requested and hands the text to
    the request's ``emit`` callback (which the HTTP side makes thread-safe).
 
-Requests beyond the slots wait in arrival order. A slot knows exactly which
-tokens its sequence holds in the KV cache (:attr:`Slot.tokens`), and keeps
-them after its request ends: the prefix cache (:mod:`.prefix_cache`) finds
-the slot, running sequence or spilled copy sharing the longest prefix with a
-new prompt, the engine copies those cells (or takes the idle slot as it is)
-and prefills only the rest. A request whose prompt starts like one still
-being prefilled waits for it instead of computing the same prefix twice.
+Requests beyond the slots wait in arrival order. Where a sequence's KV lives
+and how a new prompt reuses cached KV is the subclass's business:
+:class:`~localllm.runner.stream_engine.StreamEngine` keeps one llama.cpp KV
+stream per slot and copies shared prefixes between them;
+:class:`~localllm.runner.paged_engine.PagedEngine` gives every sequence a
+table of shared, reference-counted blocks of the native engine's pool.
 """
 
 from __future__ import annotations
@@ -29,11 +28,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from localllm.runner.backend import Batch, Context, Model
+from localllm.runner.backend import Batch
 from localllm.runner.options import CompletionOptions
-from localllm.runner.prefix_cache import CacheStats, HostSpill, RadixTree, Spilled
 from localllm.runner.sampling import Sampler
 from localllm.runner.textstream import TextStream
 
@@ -41,8 +39,6 @@ log = logging.getLogger("localllm.runner")
 
 Emit = Callable[[dict[str, Any]], None]
 
-MIN_REUSE = 16  # fewer shared tokens are not worth a stream copy or a restore
-MIN_SPILL = 64  # shorter idle sequences are dropped, not spilled to RAM, when their slot is needed
 WAIT_FOR_PREFIX = 64  # a request waits for a running prefill that will share this many more tokens
 
 
@@ -64,13 +60,14 @@ class CompletionRequest:
 
 @dataclass(eq=False)
 class Slot:
-    """One sequence id of the KV cache and the request it is serving."""
+    """One sequence of the KV cache and the request it is serving."""
 
     seq_id: int
     request: CompletionRequest | None = None
     tokens: list[int] = field(default_factory=list)  # exactly the tokens held in KV, by position
     prompt: list[int] = field(default_factory=list)
-    prefilled: int = 0  # prompt tokens evaluated so far
+    feed: list[int] = field(default_factory=list)  # what KV must hold before the next sample (the prompt, ...)
+    prefilled: int = 0  # tokens of ``feed`` in KV so far
     pending: int = -1  # sampled token not yet in KV, or -1
     generated: list[int] = field(default_factory=list)
     text: TextStream = field(default_factory=TextStream)
@@ -80,13 +77,33 @@ class Slot:
     t_first: float = 0.0
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # of tokens whose text is not sent yet
     cached: int = 0  # prompt tokens taken from the prefix cache
-    exact: int = 0  # leading tokens whose KV equals a fresh computation (a context shift breaks that)
-    last_used: float = 0.0  # when its request ended: the least recently used idle slot is evicted first
-    copy_pending: bool = False  # target of a stream copy that llama.cpp runs at the next decode
+    parked: bool = False  # holds no KV and waits for room to resume (preempted)
 
     @property
     def idle(self) -> bool:
         return self.request is None
+
+
+@dataclass
+class Step:
+    """What one slot puts in a batch: its pending token (``decode``) or a chunk of its feed."""
+
+    slot: Slot
+    tokens: list[int]
+    sample: bool  # sample after the last token
+    decode: bool
+
+
+class Refused(Exception):
+    """A request the engine can never serve (e.g. a prompt larger than all of KV); the message says why."""
+
+
+class DecodeContext(Protocol):
+    """What the loop needs of a backend context (the KV itself is the subclass's)."""
+
+    n_batch: int
+
+    def decode(self, batch: Batch) -> int: ...
 
 
 def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
@@ -99,21 +116,16 @@ def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
 
 
 class Engine:
-    """Continuous-batching generation over one context; see the module docstring."""
+    """Continuous-batching generation over one context; subclasses own the KV (see the module docstring)."""
 
-    def __init__(
-        self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int, cache_ram_bytes: int = 0
-    ) -> None:
+    def __init__(self, model: Any, ctx: DecodeContext, slots: list[Slot], n_ctx_seq: int, stats: Any) -> None:
         self.model = model
+        self.stats = stats  # prompt_tokens, cached_tokens and hit_rate, for /health
         self.ctx = ctx
         self.n_ctx_seq = n_ctx_seq
         self.batch = Batch(ctx.n_batch)
-        self._slots = [Slot(seq_id=i) for i in range(n_parallel)]
+        self._slots = slots
         self._active: list[Slot] = []  # in admission order
-        self._tree: RadixTree[Slot | Spilled] = RadixTree()
-        # the native engine cannot save a sequence's state: it only keeps what is resident
-        self._spill = HostSpill(cache_ram_bytes if hasattr(ctx, "seq_state") else 0)
-        self.stats = CacheStats()
         self._incoming: queue.SimpleQueue[CompletionRequest | None] = queue.SimpleQueue()
         self._waiting: deque[CompletionRequest] = deque()
         self._stopping = False
@@ -128,13 +140,17 @@ class Engine:
 
     @property
     def cache_tokens(self) -> int:
-        """Tokens whose KV idle slots keep for later requests."""
-        return sum(len(s.tokens) for s in self._slots if s.idle)
+        """Tokens whose KV is kept for later requests."""
+        raise NotImplementedError
 
     @property
     def cache_ram_bytes(self) -> int:
-        """Host RAM held by spilled sequences."""
-        return self._spill.used
+        """Host RAM holding KV moved out of the context."""
+        raise NotImplementedError
+
+    def kv_blocks(self) -> dict[str, int]:
+        """Block counts of a paged cache (empty for one without blocks)."""
+        return {}
 
     @property
     def alive(self) -> bool:
@@ -161,6 +177,30 @@ class Engine:
             return False
         self.batch.close()
         return True
+
+    # -- what subclasses provide ----------------------------------------------
+
+    def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> Slot | None:
+        """A slot for ``request`` holding as much of ``prompt`` as the cache has (``slot.cached`` set).
+
+        None (and nothing changed) when the request should wait; :class:`Refused` when it never can run.
+        """
+        raise NotImplementedError
+
+    def _reserve(self, plan: list[Step]) -> list[Step]:
+        """Make room in KV for the planned tokens; the plan that can run."""
+        return plan
+
+    def _committed(self, plan: list[Step]) -> None:
+        """The planned tokens are now in KV."""
+
+    def _room_to_decode(self, slot: Slot) -> bool:
+        """Whether ``slot`` can take its pending token (shifting its context if needed)."""
+        raise NotImplementedError
+
+    def _free_kv(self, slot: Slot, keep: bool) -> None:
+        """Let go of ``slot``'s KV; with ``keep`` it stays as a cache entry where it can."""
+        raise NotImplementedError
 
     # -- engine thread ------------------------------------------------------
 
@@ -196,46 +236,25 @@ class Engine:
             pass
 
     def _admit(self) -> None:
-        for slot in self._slots:  # a decode ran since the last admission: the copies are done
-            slot.copy_pending = False
         deferred: list[CompletionRequest] = []
         while self._waiting and len(self._active) < len(self._slots):
             request = self._waiting.popleft()
             if request.cancelled:
                 request.sampler.close()
-            elif not self._place(request):
+                continue
+            num_keep, prompt = self._fit(request)
+            try:
+                slot = self._place(request, num_keep, prompt)
+            except Refused as exc:
+                request.emit({"error": str(exc)})
+                request.sampler.close()
+                continue
+            if slot is None:
                 deferred.append(request)
+            else:
+                slot.num_keep = num_keep
+                self._start(slot, request, prompt)
         self._waiting.extendleft(reversed(deferred))
-
-    def _place(self, request: CompletionRequest) -> bool:
-        """Start ``request`` in a slot holding as much of its prompt as the cache has.
-
-        False (and nothing done) when a running prefill will soon hold much
-        more of the prompt than anything cached now: the request waits for it.
-        """
-        num_keep, prompt = self._fit(request)
-        shared, holders = self._tree.match(prompt)
-        shared = min(shared, len(prompt) - 1)  # evaluate at least one token: its logits start the answer
-        source, usable = self._best_source(holders, shared)
-        if usable + WAIT_FOR_PREFIX <= shared and any(
-            isinstance(h, Slot) and not h.idle and (h.prefilled < shared or h.copy_pending) for h in holders
-        ):
-            return False
-        if isinstance(source, Slot) and source.idle and usable >= MIN_REUSE:
-            target = source
-            if len(target.tokens) > usable:
-                self._spill_out(target)  # keep the conversation this request branches off
-            self._truncate(target, usable)
-        else:
-            target = self._victim()
-            usable = self._load(target, source, usable) if usable >= MIN_REUSE else 0
-        target.num_keep = num_keep
-        target.cached = usable
-        self.stats.prompt_tokens += len(prompt)
-        self.stats.cached_tokens += usable
-        self._tree.insert(prompt, target)  # what it will hold: later requests may wait for it
-        self._start(target, request, prompt)
-        return True
 
     def _fit(self, request: CompletionRequest) -> tuple[int, list[int]]:
         """``num_keep`` and the prompt cut to the context as Ollama does."""
@@ -251,81 +270,6 @@ class Engine:
             )
         return num_keep, prompt
 
-    def _best_source(self, holders: set[Slot | Spilled], shared: int) -> tuple[Slot | Spilled | None, int]:
-        """The holder to take the most of the ``shared`` prefix from now, and how many tokens.
-
-        Ties go to an idle slot (no copy), then a running one (a stream
-        copy), then a spilled copy (a restore from RAM).
-        """
-        best, best_key = None, (0, 0)
-        for holder in holders:
-            if isinstance(holder, Spilled):
-                usable, rank = shared, 0
-            elif holder.copy_pending or len(holder.tokens) >= self.n_ctx_seq - 1:  # no data yet / about to shift
-                continue
-            else:
-                usable, rank = min(shared, len(holder.tokens), holder.exact), 2 if holder.idle else 1
-            if (usable, rank) > best_key:
-                best, best_key = holder, (usable, rank)
-        return best, best_key[0]
-
-    def _victim(self) -> Slot:
-        """A slot to start a request in: an empty one, else the least recently used idle one."""
-        idle = [s for s in self._slots if s.idle]
-        victim = min(idle, key=lambda s: (len(s.tokens) > 0, s.last_used))
-        if victim.tokens:
-            self._spill_out(victim)
-            self._truncate(victim, 0)
-        return victim
-
-    def _load(self, target: Slot, source: Slot | Spilled | None, usable: int) -> int:
-        """Give the empty ``target`` the first ``usable`` tokens of ``source``; how many it got."""
-        if isinstance(source, Slot):
-            self.ctx.seq_cp(source.seq_id, target.seq_id)
-            target.copy_pending = True
-            tokens = source.tokens[:usable]
-        elif isinstance(source, Spilled):
-            if not self.ctx.set_seq_state(source.state, target.seq_id):
-                log.warning("could not restore a spilled prefix of %d tokens; recomputing", len(source.tokens))
-                self.ctx.seq_rm(target.seq_id)
-                return 0
-            self._spill.touch(source)
-            self.stats.restores += 1
-            tokens = list(source.tokens[:usable])
-        else:
-            return 0
-        self.ctx.seq_rm(target.seq_id, usable, -1)
-        target.tokens = tokens
-        target.exact = usable
-        return usable
-
-    def _truncate(self, slot: Slot, n: int) -> None:
-        """Keep only the first ``n`` tokens of ``slot``'s KV (none: the slot leaves the cache)."""
-        self.ctx.seq_rm(slot.seq_id, n, -1)
-        del slot.tokens[n:]
-        slot.exact = min(slot.exact, n)
-        if n == 0:
-            self._tree.remove(slot)
-
-    def _spill_out(self, slot: Slot) -> None:
-        """Copy an idle slot's KV to host RAM if it is long, new and fits the budget."""
-        tokens = tuple(slot.tokens[: slot.exact])
-        if len(tokens) < MIN_SPILL or not self._spill.budget or self._tree.covers(tokens, besides=slot):
-            return
-        entry = Spilled(tokens, self.ctx.seq_state(slot.seq_id))
-        for old in self._spill:  # older turns of the same conversation are now redundant
-            if tokens[: len(old.tokens)] == old.tokens:
-                self._drop_spilled(old)
-        for old in self._spill.add(entry):
-            self._drop_spilled(old)
-        if entry in self._spill:
-            self._tree.insert(tokens, entry)
-            self.stats.spills += 1
-
-    def _drop_spilled(self, entry: Spilled) -> None:
-        self._spill.discard(entry)
-        self._tree.remove(entry)
-
     def _start(self, slot: Slot, request: CompletionRequest, prompt: list[int]) -> None:
         o = request.options
         n_ctx = self.n_ctx_seq
@@ -337,14 +281,16 @@ class Engine:
             slot.limit = o.num_predict
         slot.request = request
         slot.prompt = prompt
+        slot.feed = prompt
         slot.prefilled = slot.cached
-        slot.exact = self.n_ctx_seq  # all it holds matches a fresh computation until a context shift
         slot.pending = -1
         slot.generated = []
         slot.logprobs = []
         slot.text = TextStream(o.stop)
         slot.t_admit = time.perf_counter()
         slot.t_first = 0.0
+        self.stats.prompt_tokens += len(prompt)
+        self.stats.cached_tokens += slot.cached
         request.sampler.accept_prompt(prompt)
         self._active.append(slot)
 
@@ -357,52 +303,53 @@ class Engine:
             self._waiting = deque(r for r in self._waiting if not r.cancelled)
 
     def _step(self) -> None:
-        plan = self._plan()
+        plan = self._reserve(self._plan())
         if not plan:
             return
         batch = self.batch
         batch.clear()
         rows: list[tuple[Slot, int]] = []  # slots to sample, with their logits row
-        for slot, tokens, sample in sorted(plan, key=lambda p: p[0].seq_id):
-            seq, pos = slot.seq_id, len(slot.tokens)
-            for j, token in enumerate(tokens):
+        for step in sorted(plan, key=lambda p: p.slot.seq_id):
+            slot, seq, pos = step.slot, step.slot.seq_id, len(step.slot.tokens)
+            for j, token in enumerate(step.tokens):
                 row = batch.add(token, pos + j, seq, False)
-            if sample:
+            if step.sample:
                 batch.request_logits(row)
                 rows.append((slot, row))
-            slot.tokens.extend(tokens)
+            slot.tokens.extend(step.tokens)
         rc = self.ctx.decode(batch)
         if rc != 0:
-            reason = "no free KV cells for the batch" if rc == 1 else f"llama_decode returned {rc}"
-            for slot, _, _ in plan:
-                self._fail(slot, f"generation failed: {reason}")
+            reason = "no free KV cells for the batch" if rc == 1 else f"decode returned {rc}"
+            for step in plan:
+                self._fail(step.slot, f"generation failed: {reason}")
             return
+        self._committed(plan)
         now = time.perf_counter()
         for slot, row in rows:
             if not slot.t_first:
                 slot.t_first = now
             self._on_token(slot, slot.request.sampler.sample(self.ctx, row))
 
-    def _plan(self) -> list[tuple[Slot, list[int], bool]]:
-        """What each slot puts in this step's batch: (slot, tokens, sample after it?).
+    def _plan(self) -> list[Step]:
+        """What each slot puts in this step's batch.
 
         Every decoding sequence gets its one token; the remaining budget goes
-        to prompt chunks in admission order. The batch itself is laid out by
+        to prefill chunks in admission order. The batch itself is laid out by
         sequence id: llama.cpp splits a multi-stream batch into one ubatch per
         run of consecutive sequence ids.
         """
         plan = []
         for slot in list(self._active):
-            if slot.pending >= 0 and (len(slot.tokens) < self.n_ctx_seq or self._shift(slot)):
-                plan.append((slot, [slot.pending], True))
+            if slot.pending >= 0 and not slot.parked and self._room_to_decode(slot):
+                plan.append(Step(slot, [slot.pending], sample=True, decode=True))
                 slot.pending = -1
         budget = self.batch.capacity - len(plan)
         for slot in self._active:
-            todo = len(slot.prompt) - slot.prefilled
-            n = min(todo, budget)
+            n = 0 if slot.parked else min(len(slot.feed) - slot.prefilled, budget)
             if n > 0:
                 slot.prefilled += n
-                plan.append((slot, slot.prompt[slot.prefilled - n : slot.prefilled], slot.prefilled == len(slot.prompt)))
+                chunk = slot.feed[slot.prefilled - n : slot.prefilled]
+                plan.append(Step(slot, chunk, sample=slot.prefilled == len(slot.feed), decode=False))
                 budget -= n
         return plan
 
@@ -443,20 +390,6 @@ class Engine:
             event["logprobs"], slot.logprobs = slot.logprobs, []
         return event
 
-    def _shift(self, slot: Slot) -> bool:
-        """Make room at the context end: drop half of the tokens after ``num_keep``."""
-        if not self.ctx.can_shift:
-            self._finish(slot, "length")
-            return False
-        keep, n = slot.num_keep, len(slot.tokens)
-        discard = (n - keep) // 2
-        self.ctx.seq_rm(slot.seq_id, keep, keep + discard)
-        self.ctx.seq_add(slot.seq_id, keep + discard, n, -discard)
-        del slot.tokens[keep : keep + discard]
-        slot.exact = min(slot.exact, keep)
-        log.info("context shift: seq=%d kept=%d discarded=%d", slot.seq_id, keep, discard)
-        return True
-
     def _finish(self, slot: Slot, reason: str) -> None:
         request = slot.request
         tail = slot.text.flush()
@@ -468,7 +401,7 @@ class Engine:
             {
                 "done": True,
                 "done_reason": reason,
-                "prompt_eval_count": slot.prefilled - slot.cached,
+                "prompt_eval_count": len(slot.prompt) - slot.cached,
                 "prompt_eval_duration": int((first - slot.t_admit) * 1e9),
                 "eval_count": len(slot.generated),
                 "eval_duration": int((now - first) * 1e9),
@@ -484,21 +417,11 @@ class Engine:
         self._release(slot)
 
     def _release(self, slot: Slot, keep: bool = False) -> None:
-        """Return the slot to the pool; with ``keep`` its KV stays as a cache entry.
-
-        A failed request's cells are not trusted (the decode that failed may
-        have written some), nor are those of a copy llama.cpp has not run yet.
-        """
+        """Return the slot to the pool; with ``keep`` its KV stays as a cache entry."""
         slot.request.sampler.close()
         slot.request = None
         slot.prompt = []
+        slot.feed = []
         slot.pending = -1
-        slot.last_used = time.perf_counter()
         self._active.remove(slot)
-        if keep and not slot.copy_pending:
-            self._truncate(slot, slot.exact)
-            if slot.tokens:
-                self._tree.insert(slot.tokens, slot)
-        else:
-            slot.exact = 0
-            self._truncate(slot, 0)
+        self._free_kv(slot, keep)

@@ -6,12 +6,14 @@ bad input):
 ``GET /health``
     ``{"status": "ok", "n_ctx", "n_ctx_train", "n_parallel", "n_vocab",
     "bos", "eos", "model_size", "kv_used_cells", "queue_depth", "embedding",
-    "cache_tokens", "cache_hit_rate", "cache_ram_bytes"}``. ``n_ctx`` is the
+    "cache_tokens", "cache_hit_rate", "cache_ram_bytes", "kv_blocks"}``. ``n_ctx`` is the
     context of ONE sequence. ``kv_used_cells`` counts every token held in KV,
     ``cache_tokens`` those of idle sequences kept for reuse (so with nothing
     running the two are equal); ``cache_hit_rate`` is the share of all prompt
     tokens served from the cache; ``cache_ram_bytes`` the host RAM holding
-    spilled prefixes.
+    spilled prefixes; ``kv_blocks`` the native engine's block counts
+    (``total``, ``in_use``, ``shared``, ``cached``, ``spilled``, ``block_size``),
+    empty on llama.cpp.
 ``POST /tokenize``
     ``{"content": str, "add_special": true, "parse_special": true}`` →
     ``{"tokens": [int]}``.
@@ -147,6 +149,7 @@ def create_app(rt: Runtime) -> Starlette:
                 "cache_hit_rate": round(rt.engine.stats.hit_rate, 4) if rt.engine else 0.0,
                 "cache_ram_bytes": rt.engine.cache_ram_bytes if rt.engine else 0,
                 "queue_depth": rt.engine.queue_depth if rt.engine else 0,
+                "kv_blocks": rt.engine.kv_blocks() if rt.engine else {},
                 "embedding": rt.embedder is not None,
             }
         )

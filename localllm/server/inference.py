@@ -26,6 +26,7 @@ from .errors import ApiError, bad_request, not_found
 from .formats import NO_CONSTRAINT, Constraint
 from .metrics import Metrics
 from .options import keep_alive_seconds, merge_options
+from .engine_choice import EngineRefused
 from .runner_client import RunnerBadRequest, RunnerError
 from .scheduler import LoadedModel, LoadRequest, Scheduler
 from .tools import ToolUse
@@ -144,6 +145,8 @@ class Inference:
         started = time.perf_counter_ns()
         try:
             loaded = await self.scheduler.ensure_loaded(self.load_request(job), job.keep_alive)
+        except EngineRefused as exc:
+            raise ApiError(400, str(exc)) from None
         except RunnerError as exc:
             raise ApiError(500, str(exc)) from None
         return loaded, time.perf_counter_ns() - started
@@ -208,7 +211,7 @@ class Inference:
 
     def check_capacity(self, name: str) -> None:
         """503 with Retry-After when the model's queue is full (LOCALLLM_MAX_QUEUE)."""
-        waiting = self.scheduler.active_requests(name) - self.scheduler.num_parallel
+        waiting = self.scheduler.active_requests(name) - self.scheduler.capacity(name)
         if waiting >= self.settings.max_queue:
             raise ApiError(503, f"server busy: {waiting} requests are waiting for {name} "
                                 f"(LOCALLLM_MAX_QUEUE={self.settings.max_queue}); retry shortly",
@@ -219,6 +222,8 @@ class Inference:
         lease = self.scheduler.lease(self.load_request(job), job.keep_alive)
         try:
             loaded = await lease.__aenter__()
+        except EngineRefused as exc:
+            raise ApiError(400, str(exc)) from None
         except RunnerError as exc:
             raise ApiError(500, str(exc)) from None
         try:

@@ -100,7 +100,8 @@ async def root() -> Response:
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
     state = state_of(request)
-    text = state.metrics.render(state.scheduler.queue_depths())
+    runners = {loaded.name: await loaded.runner.refresh_health() for loaded in list(state.scheduler.loaded.values())}
+    text = state.metrics.render(state.scheduler.queue_depths(), runners)
     return Response(text, media_type="text/plain; version=0.0.4")
 
 
@@ -276,8 +277,11 @@ async def running(request: Request) -> dict[str, Any]:
             "size_vram": loaded.size_vram,
             "processor": loaded.processor,
             "context_length": loaded.runner.config.n_ctx,
+            "engine": loaded.engine,
+            "engine_reason": loaded.engine_reason,
             "cache_tokens": health.get("cache_tokens", 0),
             "cache_hit_rate": health.get("cache_hit_rate", 0.0),
+            "kv_blocks": health.get("kv_blocks", {}),
         })
     return {"models": models}
 

@@ -11,7 +11,6 @@ import asyncio
 import collections
 import json
 import logging
-import os
 import signal
 import sys
 import tempfile
@@ -48,6 +47,7 @@ class RunnerConfig:
     embedding: bool = False
     adapters: tuple[Path, ...] = ()
     engine: str = "llama.cpp"
+    kv_tokens: int | None = None  # native engine: positions in its KV block pool (None: the runner's default)
 
 
 @dataclass
@@ -159,17 +159,18 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         "--parallel", str(config.n_parallel),
         "--batch", str(config.n_batch),
         "--gpu-layers", str(config.n_gpu_layers),
+        "--engine", config.engine,
     ]
+    if config.kv_tokens:
+        args += ["--kv-tokens", str(config.kv_tokens)]
     if config.n_threads:
         args += ["--threads", str(config.n_threads)]
     if config.embedding:
         args.append("--embedding")
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
-    env = dict(os.environ, LOCALLLM_ENGINE=config.engine)
     process = await asyncio.create_subprocess_exec(
-        *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE, env=env,
+        *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
     client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(socket_path)), base_url="http://runner")
     runner = RunnerProcess(config=config, process=process, socket_path=socket_path, client=client)

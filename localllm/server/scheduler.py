@@ -22,12 +22,16 @@ from ..registry.models import read_model_summary
 from .memory import (
     Device,
     DoesNotFit,
+    GpuPlan,
+    ModelFootprint,
     available_ram,
     check_fits_in_ram,
     footprint,
     gpu_devices,
     plan_gpu_layers,
 )
+from ..runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE, NATIVE_PARALLEL, POOL_CONTEXTS
+from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
 
 log = logging.getLogger("localllm.scheduler")
@@ -47,6 +51,8 @@ class LoadedModel:
     size: int  # estimated bytes: weights, KV cache, compute buffer
     processor: str  # "100% CPU", "100% GPU" or the split
     size_vram: int
+    engine: str = "llama.cpp"
+    engine_reason: str = ""
     keep_alive: float | None = None  # seconds; None keeps it forever
     active: int = 0
     expires_at: float | None = None  # time.monotonic(); None while in use or forever
@@ -72,7 +78,7 @@ class LoadRequest:
     num_batch: int | None = None
     num_gpu: int | None = None
     embedding: bool = False  # embedding runners are separate from generating ones
-    engine: str = "llama.cpp"
+    engine: str | None = None  # forced by a setting or PARAMETER; None: chosen per load
 
 
 class Scheduler:
@@ -95,16 +101,20 @@ class Scheduler:
     def max_loaded(self) -> int:
         return self.settings.max_loaded_models or 3
 
-    @property
-    def num_parallel(self) -> int:
-        return self.settings.num_parallel or DEFAULT_NUM_PARALLEL
+    def num_parallel(self, engine: str = LLAMA_CPP) -> int:
+        """Sequences a runner serves at once: the native engine's pool serves more than llama.cpp's streams."""
+        return self.settings.num_parallel or (NATIVE_PARALLEL if engine == NATIVE else DEFAULT_NUM_PARALLEL)
+
+    def capacity(self, name: str) -> int:
+        """Requests the runners of model ``name`` serve at once (before it is loaded: llama.cpp's default)."""
+        return sum(m.runner.config.n_parallel for m in self.loaded.values() if m.name == name) or self.num_parallel()
 
     def active_requests(self, name: str) -> int:
         """Requests holding or waiting for a runner of the model ``name``."""
         return sum(m.active for m in self.loaded.values() if m.name == name)
 
     def queue_depths(self) -> dict[str, int]:
-        return {m.name: max(0, m.active - self.num_parallel) for m in self.loaded.values()}
+        return {m.name: max(0, m.active - m.runner.config.n_parallel) for m in self.loaded.values()}
 
     def start(self) -> None:
         self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
@@ -156,6 +166,17 @@ class Scheduler:
         """Models that share weights and adapters share a runner; templates and options are per request."""
         return (str(request.model_path), tuple(str(a) for a in request.adapters), request.engine, request.embedding)
 
+    def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan]:
+        """The engine for this load and the GPU plan it gets (none for an engine without GPU layers)."""
+        llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
+        choice = choose_engine(
+            Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
+            llama_plan.n_gpu_layers,
+        )  # fmt: skip
+        if CAPABILITIES[choice.engine].gpu_layers:
+            return choice, llama_plan
+        return choice, plan_gpu_layers(need, [], 0)
+
     async def _acquire(self, request: LoadRequest) -> LoadedModel:
         key = self._key(request)
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -191,9 +212,12 @@ class Scheduler:
                 await self._changed.wait()
 
     async def _load(self, key: tuple, request: LoadRequest, n_ctx: int) -> LoadedModel:
-        need = footprint(read_model_summary(Path(request.model_path)), n_ctx, self.num_parallel,
-                         request.num_batch or 512)
-        plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
+        summary = read_model_summary(Path(request.model_path))
+        n_batch = request.num_batch or 512
+        need = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch)  # a stream of n_ctx per sequence
+        choice, plan = self._choose_engine(request, need)
+        if choice.engine == NATIVE:  # one pool of POOL_CONTEXTS contexts, however many sequences share it
+            need = footprint(summary, n_ctx, POOL_CONTEXTS, n_batch)
         try:
             check_fits_in_ram(need, request.name, available_ram(), plan.gpu_bytes)
         except DoesNotFit as exc:
@@ -201,19 +225,21 @@ class Scheduler:
         config = RunnerConfig(
             model_path=request.model_path,
             n_ctx=n_ctx,
-            n_parallel=self.num_parallel,
+            n_parallel=self.num_parallel(choice.engine),
             n_threads=request.num_thread or self.settings.num_threads or None,  # None: the runner's physical cores
-            n_batch=request.num_batch or 512,
+            n_batch=n_batch,
             n_gpu_layers=plan.n_gpu_layers,
             embedding=request.embedding,
             adapters=tuple(request.adapters),
-            engine=request.engine,
+            engine=choice.engine,
+            kv_tokens=POOL_CONTEXTS * n_ctx if choice.engine == NATIVE else None,
         )
-        log.info("loading %s (ctx %d x %d)", request.name, n_ctx, config.n_parallel)
+        log.info("loading %s on %s (%s), ctx %d, %d sequences", request.name, choice.engine, choice.reason, n_ctx,
+                 config.n_parallel)
         runner = await start_runner(config, request.name)
         model = LoadedModel(
             key=key, name=request.name, digest=request.digest, runner=runner, size=need.total,
-            processor=plan.processor, size_vram=plan.gpu_bytes,
+            processor=plan.processor, size_vram=plan.gpu_bytes, engine=choice.engine, engine_reason=choice.reason,
         )
         self.loaded[key] = model
         return model

@@ -1,0 +1,346 @@
+"""The native engine's KV blocks: reference counts, the prefix index over blocks, and the host-RAM tier.
+
+The C pool holds ``n_blocks`` blocks of ``block_size`` positions; a sequence
+is a list of block ids (its block table). This module decides which block
+holds what; the C side only reads and writes the cells the tables name.
+
+A *full* block's KV is a function of every token from position 0 to its
+end, so full blocks are indexed by that token path: a tree whose edges are
+block-sized token runs (SGLang's radix cache, with vLLM's fixed-size blocks).
+A new prompt walks the tree one run at a time and takes every block it
+finds, without copying; where it diverges inside a block, the block sharing
+the longest run with it is copied once (copy on write) and the prompt
+continues from there. A finished sequence's partly filled last block is
+indexed too (a *partial* run, shorter than a block), so the next turn of a
+chat starts from the last token of the previous one.
+
+Invariants (:meth:`BlockPool.check` asserts them):
+
+1. ``ref[b]`` is the number of sequences whose table holds block ``b``.
+2. Every block is in exactly one state: *free* (ref 0, not indexed),
+   *cached* (ref 0, indexed, evictable) or *in use* (ref > 0).
+3. A sequence holds its whole path from the root, so a cached node's
+   descendants are cached or gone: eviction takes the least recently
+   released block, and a release queues a sequence's blocks last-first, so
+   children always leave before their parents.
+4. A node is in the tree only while it has a resident block, spilled bytes
+   or children.
+
+Evicted full blocks are copied to host RAM within a byte budget (least
+recently used dropped first) and copied back when a prompt walks into them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class BlockStore(Protocol):
+    """What the pool needs from the KV memory (the native context implements it)."""
+
+    @property
+    def block_bytes(self) -> int: ...
+
+    def copy_block(self, dst: int, src: int) -> None: ...
+
+    def read_block(self, block: int) -> bytes: ...
+
+    def write_block(self, block: int, data: bytes) -> None: ...
+
+
+@dataclass(eq=False)
+class Node:
+    """One indexed run of tokens: the KV of ``run`` after the path from the root to ``parent``."""
+
+    run: tuple[int, ...]
+    parent: Node | None
+    block: int | None = None  # resident block, or None
+    spilled: bytes | None = None  # the block's bytes in host RAM, or None
+    children: dict[tuple[int, ...], Node] = field(default_factory=dict)
+
+
+@dataclass
+class Placement:
+    """What :meth:`BlockPool.match` found for a prompt: blocks now held for it, covering ``tokens`` positions."""
+
+    blocks: list[int]
+    nodes: list[Node | None]  # the indexed node of each block; None for a private (copied) block
+    tokens: int
+    restored: int = 0  # blocks copied back from host RAM
+
+
+@dataclass
+class PoolStats:
+    """Prompt tokens seen and served from cached blocks, for the hit rate."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    spills: int = 0
+    restores: int = 0
+    copies: int = 0  # partial blocks copied on write
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+class BlockPool:
+    """Reference-counted KV blocks, their prefix index and the host-RAM tier; see the module docstring."""
+
+    def __init__(self, store: BlockStore, n_blocks: int, block_size: int, host_budget: int = 0) -> None:
+        self.store = store
+        self.n_blocks = n_blocks
+        self.block_size = block_size
+        self.host_budget = host_budget
+        self.host_used = 0
+        self.ref = [0] * n_blocks
+        self.stats = PoolStats()
+        self._free = list(range(n_blocks - 1, -1, -1))  # a stack: low ids first
+        self._node_of: dict[int, Node] = {}  # indexed block -> its node
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks, least recently released first
+        self._host: OrderedDict[Node, None] = OrderedDict()  # spilled nodes, least recently used first
+        self.root = Node(run=(), parent=None)
+
+    # -- sizes ----------------------------------------------------------------
+
+    @property
+    def available(self) -> int:
+        """Blocks a sequence could take now: free ones and cached ones that can be evicted."""
+        return len(self._free) + len(self._evictable)
+
+    def blocks_for(self, n_tokens: int) -> int:
+        return -(-n_tokens // self.block_size)
+
+    def counts(self) -> dict[str, int]:
+        """Blocks in use, shared by several sequences, cached for reuse, and spilled to host RAM."""
+        return {
+            "total": self.n_blocks,
+            "in_use": sum(1 for r in self.ref if r > 0),
+            "shared": sum(1 for r in self.ref if r > 1),
+            "cached": len(self._evictable),
+            "spilled": len(self._host),
+        }
+
+    # -- taking and growing ---------------------------------------------------
+
+    def match(self, tokens: Sequence[int]) -> Placement:
+        """Hold the blocks of the longest indexed prefix of ``tokens`` (restoring spilled ones).
+
+        Full runs are shared as they are; where ``tokens`` continue into a
+        block only in part, that block is copied into a private one. The
+        caller owns the returned blocks (release them with :meth:`release`).
+        """
+        bs = self.block_size
+        found = Placement(blocks=[], nodes=[], tokens=0)
+        node = self.root
+        while found.tokens + bs <= len(tokens):
+            child = node.children.get(tuple(tokens[found.tokens : found.tokens + bs]))
+            if child is None or not self._make_resident(child, found):
+                break
+            self._take(child.block)
+            found.blocks.append(child.block)
+            found.nodes.append(child)
+            found.tokens += bs
+            node = child
+        self._copy_partial(node, tokens, found)
+        return found
+
+    def allocate(self) -> int | None:
+        """A block for a sequence to write (ref 1, private), evicting the oldest cached one if needed."""
+        if not self._free and not self._evict_one():
+            return None
+        block = self._free.pop()
+        self.ref[block] = 1
+        return block
+
+    def commit(self, blocks: list[int], nodes: list[Node | None], tokens: Sequence[int]) -> None:
+        """Index the sequence's blocks that ``tokens`` (all it holds now) fill completely.
+
+        A run someone else indexed first keeps their block: this sequence's
+        equal copy stays private and is freed with it.
+        """
+        bs = self.block_size
+        parent = self.root
+        for i in range(len(tokens) // bs):
+            if nodes[i] is not None:
+                parent = nodes[i]
+                continue
+            run = tuple(tokens[i * bs : (i + 1) * bs])
+            node = parent.children.get(run)
+            if node is None:
+                node = parent.children[run] = Node(run=run, parent=parent)
+            if node.block is None:
+                self._drop_spilled(node)
+                node.block = blocks[i]
+                self._node_of[blocks[i]] = node
+                nodes[i] = node
+            elif node.block != blocks[i]:
+                return  # an equal path already indexed: later blocks of ours stay private
+            parent = node
+
+    def release(self, blocks: list[int], nodes: list[Node | None], tokens: Sequence[int], keep: bool) -> None:
+        """Drop a sequence's hold on its blocks; with ``keep`` its partial last block is indexed too.
+
+        Blocks are queued for eviction last-first, so a conversation's tail
+        leaves before its shared head.
+        """
+        if keep:
+            self._index_partial(blocks, nodes, tokens)
+        for block in reversed(blocks):
+            self.ref[block] -= 1
+            if self.ref[block] > 0:
+                continue
+            if block in self._node_of:
+                self._evictable[block] = None
+            else:
+                self._free.append(block)
+
+    # -- invariants -------------------------------------------------------------
+
+    def check(self) -> None:
+        """Assert the numbered invariants of the module docstring (tests call this)."""
+        free = set(self._free)
+        assert len(free) == len(self._free), "a block is free twice"
+        for block in range(self.n_blocks):
+            states = (block in free) + (block in self._evictable) + (self.ref[block] > 0)
+            assert states == 1, f"block {block} is in {states} states"
+            assert (block in self._evictable) <= (block in self._node_of), f"cached block {block} is not indexed"
+        assert self.host_used == sum(len(n.spilled or b"") for n in self._host), "host bytes miscounted"
+
+        def walk(node: Node) -> None:
+            for child in node.children.values():
+                assert child.parent is node
+                assert child.block is not None or child.spilled is not None or child.children, "a dead node"
+                if child.block is not None:
+                    assert self._node_of.get(child.block) is child
+                walk(child)
+
+        walk(self.root)
+
+    # -- helpers ----------------------------------------------------------------
+
+    def _take(self, block: int) -> None:
+        if self.ref[block] == 0:
+            self._evictable.pop(block, None)
+        self.ref[block] += 1
+
+    def _make_resident(self, node: Node, found: Placement) -> bool:
+        """Whether ``node`` has a block now, copying its spilled bytes back if needed."""
+        if node.block is not None:
+            return True
+        if node.spilled is None:
+            return False
+        block = self.allocate()
+        if block is None:
+            return False
+        self.store.write_block(block, node.spilled)
+        self._drop_spilled(node)
+        self.ref[block] = 0  # allocate() took it for a sequence; the caller takes it as an indexed block
+        node.block = block
+        self._node_of[block] = node
+        self._evictable[block] = None
+        found.restored += 1
+        self.stats.restores += 1
+        return True
+
+    def _copy_partial(self, node: Node, tokens: Sequence[int], found: Placement) -> None:
+        """Continue into the child of ``node`` sharing the most tokens with what follows, by copying it."""
+        rest = tokens[found.tokens : found.tokens + self.block_size]
+        best, best_n = None, 0
+        for child in node.children.values():
+            if child.block is None:
+                continue
+            n = _common(child.run, rest)
+            if n > best_n:
+                best, best_n = child, n
+        if best is None:
+            return
+        source = best.block
+        self._take(source)  # pinned: allocating may evict cached blocks
+        target = self.allocate()
+        self.release([source], [best], (), keep=False)
+        if target is None:
+            return
+        self.store.copy_block(target, source)
+        self.stats.copies += 1
+        found.blocks.append(target)
+        found.nodes.append(None)
+        found.tokens += best_n
+
+    def _index_partial(self, blocks: list[int], nodes: list[Node | None], tokens: Sequence[int]) -> None:
+        """Index the partly filled last block of a finished sequence under its parent run."""
+        bs = self.block_size
+        full, tail = divmod(len(tokens), bs)
+        if not tail or len(blocks) <= full or nodes[full] is not None:
+            return
+        parent = self.root if full == 0 else nodes[full - 1]
+        if parent is None:  # its path is not indexed (an equal one was): nothing can find it
+            return
+        run = tuple(tokens[full * bs :])
+        if run in parent.children:
+            return
+        block = blocks[full]
+        node = parent.children[run] = Node(run=run, parent=parent, block=block)
+        self._node_of[block] = node
+        nodes[full] = node
+
+    def _evict_one(self) -> bool:
+        """Free the least recently released cached block, spilling a full one to host RAM if it fits."""
+        if not self._evictable:
+            return False
+        block, _ = self._evictable.popitem(last=False)
+        node = self._node_of.pop(block)
+        node.block = None
+        if len(node.run) == self.block_size and self.host_budget:
+            self._spill(node, self.store.read_block(block))
+        self._prune(node)
+        self._free.append(block)
+        return True
+
+    def _spill(self, node: Node, data: bytes) -> None:
+        if len(data) > self.host_budget:
+            return
+        while self.host_used + len(data) > self.host_budget:
+            oldest, _ = self._host.popitem(last=False)
+            self.host_used -= len(oldest.spilled)
+            oldest.spilled = None
+            self._prune(oldest)
+        node.spilled = data
+        self._host[node] = None
+        self.host_used += len(data)
+        self.stats.spills += 1
+
+    def _drop_spilled(self, node: Node) -> None:
+        if node.spilled is not None:
+            del self._host[node]
+            self.host_used -= len(node.spilled)
+            node.spilled = None
+
+    def _prune(self, node: Node) -> None:
+        """Remove ``node`` (and ancestors) that hold nothing any more; a dropped node's subtree goes with it."""
+        while node.parent is not None and node.block is None and node.spilled is None:
+            if node.children:  # only spilled descendants can remain: nothing can reach them now
+                if any(c.block is not None for c in node.children.values()):
+                    return
+                for child in list(node.children.values()):
+                    self._forget(child)
+            del node.parent.children[node.run]
+            node = node.parent
+
+    def _forget(self, node: Node) -> None:
+        for child in list(node.children.values()):
+            self._forget(child)
+        self._drop_spilled(node)
+        node.children.clear()
+
+
+def _common(run: Sequence[int], tokens: Sequence[int]) -> int:
+    """How many leading tokens of ``run`` equal those of ``tokens``."""
+    n = min(len(run), len(tokens))
+    for j in range(n):
+        if run[j] != tokens[j]:
+            return j
+    return n

@@ -1,0 +1,185 @@
+"""The llama.cpp engine's KV: one stream of cells per slot, shared prefixes copied between streams.
+
+A slot knows exactly which tokens its sequence holds in the KV cache
+(:attr:`StreamSlot.tokens`), and keeps them after its request ends: the prefix
+cache (:mod:`.prefix_cache`) finds the slot, running sequence or spilled copy
+sharing the longest prefix with a new prompt, the engine copies those cells
+(or takes the idle slot as it is) and prefills only the rest. A request whose
+prompt starts like one still being prefilled waits for it instead of
+computing the same prefix twice.
+
+Why copies and not shared cells: llama.cpp decides where a token's KV lands,
+and in a unified cache a sequence's logits change with what else is batched
+(see :class:`localllm.runner.backend.Context`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from localllm.runner.backend import Context, Model
+from localllm.runner.engine import WAIT_FOR_PREFIX, CompletionRequest, Engine, Slot
+from localllm.runner.prefix_cache import CacheStats, HostSpill, RadixTree, Spilled
+
+log = logging.getLogger("localllm.runner")
+
+MIN_REUSE = 16  # fewer shared tokens are not worth a stream copy or a restore
+MIN_SPILL = 64  # shorter idle sequences are dropped, not spilled to RAM, when their slot is needed
+
+
+@dataclass(eq=False)
+class StreamSlot(Slot):
+    """A slot that owns one KV stream of the llama.cpp context."""
+
+    exact: int = 0  # leading tokens whose KV equals a fresh computation (a context shift breaks that)
+    last_used: float = 0.0  # when its request ended: the least recently used idle slot is evicted first
+    copy_pending: bool = False  # target of a stream copy that llama.cpp runs at the next decode
+
+
+class StreamEngine(Engine):
+    """Continuous batching over a llama.cpp context of ``n_parallel`` KV streams."""
+
+    def __init__(self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int, cache_ram_bytes: int = 0) -> None:
+        super().__init__(model, ctx, [StreamSlot(seq_id=i) for i in range(n_parallel)], n_ctx_seq, CacheStats())
+        self._tree: RadixTree[StreamSlot | Spilled] = RadixTree()
+        self._spill = HostSpill(cache_ram_bytes)
+
+    @property
+    def cache_tokens(self) -> int:
+        return sum(len(s.tokens) for s in self._slots if s.idle)
+
+    @property
+    def cache_ram_bytes(self) -> int:
+        return self._spill.used
+
+    def _admit(self) -> None:
+        for slot in self._slots:  # a decode ran since the last admission: the copies are done
+            slot.copy_pending = False
+        super()._admit()
+
+    def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> StreamSlot | None:
+        shared, holders = self._tree.match(prompt)
+        shared = min(shared, len(prompt) - 1)  # evaluate at least one token: its logits start the answer
+        source, usable = self._best_source(holders, shared)
+        if usable + WAIT_FOR_PREFIX <= shared and any(
+            isinstance(h, StreamSlot) and not h.idle and (h.prefilled < shared or h.copy_pending) for h in holders
+        ):
+            return None
+        if isinstance(source, StreamSlot) and source.idle and usable >= MIN_REUSE:
+            target = source
+            if len(target.tokens) > usable:
+                self._spill_out(target)  # keep the conversation this request branches off
+            self._truncate(target, usable)
+        else:
+            target = self._victim()
+            usable = self._load(target, source, usable) if usable >= MIN_REUSE else 0
+        target.cached = usable
+        target.exact = self.n_ctx_seq  # all it holds matches a fresh computation until a context shift
+        self._tree.insert(prompt, target)  # what it will hold: later requests may wait for it
+        return target
+
+    def _best_source(self, holders: set[StreamSlot | Spilled], shared: int) -> tuple[StreamSlot | Spilled | None, int]:
+        """The holder to take the most of the ``shared`` prefix from now, and how many tokens.
+
+        Ties go to an idle slot (no copy), then a running one (a stream
+        copy), then a spilled copy (a restore from RAM).
+        """
+        best, best_key = None, (0, 0)
+        for holder in holders:
+            if isinstance(holder, Spilled):
+                usable, rank = shared, 0
+            elif holder.copy_pending or len(holder.tokens) >= self.n_ctx_seq - 1:  # no data yet / about to shift
+                continue
+            else:
+                usable, rank = min(shared, len(holder.tokens), holder.exact), 2 if holder.idle else 1
+            if (usable, rank) > best_key:
+                best, best_key = holder, (usable, rank)
+        return best, best_key[0]
+
+    def _victim(self) -> StreamSlot:
+        """A slot to start a request in: an empty one, else the least recently used idle one."""
+        idle = [s for s in self._slots if s.idle]
+        victim = min(idle, key=lambda s: (len(s.tokens) > 0, s.last_used))
+        if victim.tokens:
+            self._spill_out(victim)
+            self._truncate(victim, 0)
+        return victim
+
+    def _load(self, target: StreamSlot, source: StreamSlot | Spilled | None, usable: int) -> int:
+        """Give the empty ``target`` the first ``usable`` tokens of ``source``; how many it got."""
+        if isinstance(source, StreamSlot):
+            self.ctx.seq_cp(source.seq_id, target.seq_id)
+            target.copy_pending = True
+            tokens = source.tokens[:usable]
+        elif isinstance(source, Spilled):
+            if not self.ctx.set_seq_state(source.state, target.seq_id):
+                log.warning("could not restore a spilled prefix of %d tokens; recomputing", len(source.tokens))
+                self.ctx.seq_rm(target.seq_id)
+                return 0
+            self._spill.touch(source)
+            self.stats.restores += 1
+            tokens = list(source.tokens[:usable])
+        else:
+            return 0
+        self.ctx.seq_rm(target.seq_id, usable, -1)
+        target.tokens = tokens
+        target.exact = usable
+        return usable
+
+    def _truncate(self, slot: StreamSlot, n: int) -> None:
+        """Keep only the first ``n`` tokens of ``slot``'s KV (none: the slot leaves the cache)."""
+        self.ctx.seq_rm(slot.seq_id, n, -1)
+        del slot.tokens[n:]
+        slot.exact = min(slot.exact, n)
+        if n == 0:
+            self._tree.remove(slot)
+
+    def _spill_out(self, slot: StreamSlot) -> None:
+        """Copy an idle slot's KV to host RAM if it is long, new and fits the budget."""
+        tokens = tuple(slot.tokens[: slot.exact])
+        if len(tokens) < MIN_SPILL or not self._spill.budget or self._tree.covers(tokens, besides=slot):
+            return
+        entry = Spilled(tokens, self.ctx.seq_state(slot.seq_id))
+        for old in self._spill:  # older turns of the same conversation are now redundant
+            if tokens[: len(old.tokens)] == old.tokens:
+                self._drop_spilled(old)
+        for old in self._spill.add(entry):
+            self._drop_spilled(old)
+        if entry in self._spill:
+            self._tree.insert(tokens, entry)
+            self.stats.spills += 1
+
+    def _drop_spilled(self, entry: Spilled) -> None:
+        self._spill.discard(entry)
+        self._tree.remove(entry)
+
+    def _room_to_decode(self, slot: StreamSlot) -> bool:
+        return len(slot.tokens) < self.n_ctx_seq or self._shift(slot)
+
+    def _shift(self, slot: StreamSlot) -> bool:
+        """Make room at the context end: drop half of the tokens after ``num_keep``."""
+        if not self.ctx.can_shift:
+            self._finish(slot, "length")
+            return False
+        keep, n = slot.num_keep, len(slot.tokens)
+        discard = (n - keep) // 2
+        self.ctx.seq_rm(slot.seq_id, keep, keep + discard)
+        self.ctx.seq_add(slot.seq_id, keep + discard, n, -discard)
+        del slot.tokens[keep : keep + discard]
+        slot.exact = min(slot.exact, keep)
+        log.info("context shift: seq=%d kept=%d discarded=%d", slot.seq_id, keep, discard)
+        return True
+
+    def _free_kv(self, slot: StreamSlot, keep: bool) -> None:
+        """A failed request's cells are not trusted (the decode that failed may have written some), nor
+        are those of a copy llama.cpp has not run yet."""
+        slot.last_used = time.perf_counter()
+        if keep and not slot.copy_pending:
+            self._truncate(slot, slot.exact)
+            if slot.tokens:
+                self._tree.insert(slot.tokens, slot)
+        else:
+            slot.exact = 0
+            self._truncate(slot, 0)

@@ -1,0 +1,72 @@
+"""Which engine runs a model load, and why.
+
+The native engine is the default CPU engine wherever it runs the model
+exactly: every architecture key, hyperparameter and tensor type the model
+uses is one its forward pass implements, no LoRA adapter is set, no layer
+goes to a GPU, and the CPU has a SIMD level we measured faster than
+llama.cpp (x86 AVX2 and up; NEON stays opt-in until it is timed on ARM).
+Everything else runs on llama.cpp. ``LOCALLLM_ENGINE`` or ``PARAMETER
+engine`` force either; forcing the native engine on a model it cannot run
+is refused, never run as a different model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from localllm.runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE
+
+MEASURED_ISAS = ("avx2", "avxvnni", "avx512")  # SIMD levels where the native engine was timed faster
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    engine: str
+    reason: str  # for the log and /api/ps: why this engine
+
+
+class EngineRefused(ValueError):
+    """The engine that was asked for cannot run this model (a 400: the request can change it)."""
+
+
+def choose_engine(
+    model_path: Path, forced: str | None, adapters: bool, embedding: bool, gpu_layers: int
+) -> EngineChoice:
+    """The engine for one load; ``gpu_layers`` is what the memory plan would offload on llama.cpp."""
+    if embedding:  # a forced engine is for generation: embeddings have one engine
+        return EngineChoice(LLAMA_CPP, "embeddings run on llama.cpp")
+    if forced == LLAMA_CPP:
+        return EngineChoice(LLAMA_CPP, "forced by the engine setting")
+    if forced == NATIVE:
+        blocker = _native_blocker(model_path, adapters)
+        if blocker:
+            raise EngineRefused(f"the native engine cannot run this model: {blocker}; use the llama.cpp engine")
+        return EngineChoice(NATIVE, "forced by the engine setting")
+    if gpu_layers:
+        return EngineChoice(LLAMA_CPP, f"{gpu_layers} layers offloaded to a GPU")
+    isa = _cpu_isa()
+    if isa not in MEASURED_ISAS:
+        return EngineChoice(LLAMA_CPP, f"the native engine is not measured faster on this CPU's SIMD level ({isa})")
+    blocker = _native_blocker(model_path, adapters)
+    if blocker:
+        return EngineChoice(LLAMA_CPP, blocker)
+    return EngineChoice(NATIVE, f"the native forward runs this model exactly ({isa})")
+
+
+def _native_blocker(model_path: Path, adapters: bool) -> str | None:
+    if adapters and not CAPABILITIES[NATIVE].lora:
+        return "LoRA adapters are not supported by the native engine"
+    from localllm.native.model import native_support
+
+    return native_support(model_path)
+
+
+def _cpu_isa() -> str:
+    from localllm.native import kernels
+    from localllm.native.lib import NativeError
+
+    try:
+        return kernels.isa()
+    except NativeError as exc:  # no compiler and no built library: the native engine cannot run at all
+        return f"unavailable: {exc}"
