@@ -94,10 +94,6 @@ class Step:
     decode: bool
 
 
-class Refused(Exception):
-    """A request the engine can never serve (e.g. a prompt larger than all of KV); the message says why."""
-
-
 class DecodeContext(Protocol):
     """What the loop needs of a backend context (the KV itself is the subclass's)."""
 
@@ -183,7 +179,7 @@ class Engine:
     def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> Slot | None:
         """A slot for ``request`` holding as much of ``prompt`` as the cache has (``slot.cached`` set).
 
-        None (and nothing changed) when the request should wait; :class:`Refused` when it never can run.
+        None (and nothing changed) when the request should wait.
         """
         raise NotImplementedError
 
@@ -243,12 +239,7 @@ class Engine:
                 request.sampler.close()
                 continue
             num_keep, prompt = self._fit(request)
-            try:
-                slot = self._place(request, num_keep, prompt)
-            except Refused as exc:
-                request.emit({"error": str(exc)})
-                request.sampler.close()
-                continue
+            slot = self._place(request, num_keep, prompt)
             if slot is None:
                 deferred.append(request)
             else:

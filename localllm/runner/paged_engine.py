@@ -7,7 +7,8 @@ blocks stay cached (indexed by their tokens) until the pool needs them; the
 least recently released go first, full ones to host RAM within a budget.
 
 The pool, not ``n_ctx x n_parallel``, is the memory budget: a request is
-admitted when the pool could hold its whole prompt, and waits otherwise. If
+admitted when the pool could hold its whole prompt, and waits otherwise (the
+pool always holds at least one whole context, so every prompt fits alone). If
 running sequences outgrow the pool, the most recently admitted one is
 preempted: its blocks go back (full ones stay cached) and it is later
 resumed by evaluating what it held again, which the native engine's batch
@@ -23,7 +24,7 @@ import logging
 from dataclasses import dataclass, field
 
 from localllm.native.backend import Context, Model
-from localllm.runner.engine import WAIT_FOR_PREFIX, CompletionRequest, Engine, Refused, Slot, Step
+from localllm.runner.engine import WAIT_FOR_PREFIX, CompletionRequest, Engine, Slot, Step
 from localllm.runner.kv_blocks import BlockPool, Node
 
 log = logging.getLogger("localllm.runner")
@@ -71,12 +72,6 @@ class PagedEngine(Engine):
         super()._admit()
 
     def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> PagedSlot | None:
-        capacity = self.pool.n_blocks * self.pool.block_size
-        if len(prompt) + 1 > capacity:
-            raise Refused(
-                f"the prompt is {len(prompt)} tokens but the KV pool holds {capacity}; "
-                "shorten it or give the model more memory"
-            )
         slot = next(s for s in self._slots if s.idle)
         if not self._hold_prefix(slot, prompt):
             return None
