@@ -203,3 +203,12 @@ class NativeWeights:
         if self._base:
             library().llk_unmap_file(self._base, self._size)
             self._base = None
+
+
+def native_support(path: str | Path) -> str | None:
+    """None when the native forward runs the model at ``path`` exactly, else why not (one line)."""
+    try:
+        NativeWeights(path).close()
+    except NativeError as exc:
+        return str(exc).split("; use the llama.cpp engine")[0]
+    return None

@@ -1,0 +1,64 @@
+"""Which engine runs a model: native by default where it runs the model exactly, llama.cpp otherwise.
+
+Through the real daemon: ``/api/ps`` and its log say which engine a model got
+and why; ``PARAMETER engine`` forces either; forcing the native engine where
+it cannot run the model is a 400; ``/metrics`` reports the native engine's
+KV blocks and cache hit rate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gguf_builders import lora_adapter
+from localllm.native import kernels
+from localllm.server.engine_choice import MEASURED_ISAS
+
+SMOLLM2_EMBD, SMOLLM2_LAYERS = 576, 30
+BODY = {"prompt": "Name a planet.", "stream": False, "options": {"temperature": 0, "num_predict": 8}}
+
+pytestmark = pytest.mark.skipif(kernels.isa() not in MEASURED_ISAS, reason="the native engine is opt-in on this CPU")
+
+
+def generate(daemon, model: str, **extra) -> httpx.Response:
+    return httpx.post(f"{daemon.url}/api/generate", json={**BODY, "model": model, **extra}, timeout=300)
+
+
+def loaded(daemon, model: str) -> dict:
+    models = httpx.get(f"{daemon.url}/api/ps").json()["models"]
+    return next(m for m in models if m["name"] in (model, f"{model}:latest"))
+
+
+def test_the_default_model_runs_on_the_native_engine(daemon) -> None:
+    assert generate(daemon, "smollm2:135m").status_code == 200
+    entry = loaded(daemon, "smollm2:135m")
+    assert entry["engine"] == "native"
+    assert "runs this model exactly" in entry["engine_reason"]
+    assert entry["kv_blocks"]["total"] > 0 and entry["kv_blocks"]["block_size"] == 16
+    assert "loading smollm2:135m on native (the native forward runs this model exactly" in daemon.log()
+    metrics = httpx.get(f"{daemon.url}/metrics").text
+    assert 'localllm_kv_blocks{model="smollm2:135m",state="cached"}' in metrics
+    assert 'localllm_prefix_cache_hit_ratio{model="smollm2:135m"}' in metrics
+
+
+def test_parameter_engine_forces_llama_cpp(daemon, smollm2_path: Path) -> None:
+    daemon.create("smollm2-on-llama", f"FROM {smollm2_path}\nPARAMETER engine llama.cpp\n")
+    assert generate(daemon, "smollm2-on-llama").status_code == 200
+    entry = loaded(daemon, "smollm2-on-llama")
+    assert entry["engine"] == "llama.cpp" and entry["engine_reason"] == "forced by the engine setting"
+    assert entry["kv_blocks"] == {}
+
+
+def test_a_lora_adapter_means_llama_cpp_and_forcing_native_is_refused(daemon, smollm2_path: Path, tmp_path: Path) -> None:
+    adapter = lora_adapter(tmp_path / "lora.gguf", SMOLLM2_EMBD, SMOLLM2_LAYERS)
+    daemon.create("smollm2-adapted", f"FROM {smollm2_path}\nADAPTER {adapter}\n")
+    assert generate(daemon, "smollm2-adapted").status_code == 200
+    entry = loaded(daemon, "smollm2-adapted")
+    assert entry["engine"] == "llama.cpp" and "LoRA" in entry["engine_reason"]
+    refused = generate(daemon, "smollm2-adapted", options={"engine": "native"})
+    assert refused.status_code == 400
+    assert "native engine cannot run this model" in refused.json()["error"]
+    assert "LoRA" in refused.json()["error"]
