@@ -79,8 +79,10 @@ void llk_unmap_file(const void *base, int64_t size) {
 /* ---- context ------------------------------------------------------------ */
 
 static void *zalloc(size_t n) {
-    /* anonymous mappings: untouched KV cells cost no memory */
-    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* populated at once: the pool is the memory the planner counted, held from the start (a runner that
+     * cannot have it fails at load, not mid-request), and its resident size does not creep as blocks
+     * are first used */
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 

@@ -14,7 +14,8 @@ MODEL = "smollm2:135m"
 SCHEMAS = [
     {"type": "object", "properties": {"answer": {"type": "boolean"}}, "required": ["answer"]},
     {"type": "object", "properties": {"colours": {"type": "array", "items": {"type": "string"}, "minItems": 1,
-                                                  "maxItems": 3}}, "required": ["colours"]},
+                                                  "maxItems": 3}}, "required": ["colours"],
+     "additionalProperties": False},  # else a sampled answer may go on with keys of its own past max_tokens
     {"type": "object", "properties": {"size": {"enum": ["small", "medium", "large"]},
                                       "count": {"type": "integer", "minimum": 0}},
      "required": ["size", "count"], "additionalProperties": False},
