@@ -304,3 +304,14 @@ def test_hundred_requests_with_random_cancellations_return_every_block(runner: R
         assert blocks["in_use"] == 0 and blocks["shared"] == 0
         assert blocks["cached"] <= blocks["total"] and health["queue_depth"] == 0
         assert complete(c, chat("Request 1: count to 3."), num_predict=12, **GREEDY)[1]["done"]
+
+
+def test_a_prompt_longer_than_the_context_without_truncation_is_refused(smollm2_path: Path) -> None:
+    args = ("--engine", "native", "--ctx", "128", "--parallel", "2", "--threads", runner_threads())
+    with running_runner(smollm2_path, *args) as r, r.client() as c:
+        long_prompt = chat("Summarise: " + "stars and planets " * 100)
+        refused = c.post("/completion", json={"prompt": long_prompt, "truncate": False, "options": GREEDY})
+        assert refused.status_code == 400 and "context length of 128" in refused.json()["error"]
+        pieces, done = complete(c, long_prompt, num_predict=4, **GREEDY)  # truncated as Ollama does
+        assert done["done"] and len(done["context"]) <= 128 + 4
+        assert idle_health(c)["kv_blocks"]["in_use"] == 0

@@ -52,7 +52,7 @@ def llama_decode_rate(side: Side, prompt: list[int], n: int) -> float:
     params = ll.llama_sampler_chain_default_params()
     chain = ll.llama_sampler_chain_init(params)
     ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
-    side.ctx.seq_rm(0)
+    side.reset()
     side.eval(prompt, 0)
     batch = ll.llama_batch_init(1, 0, 1)
     token = ll.llama_sampler_sample(chain, side.ctx.ptr, -1)
@@ -71,7 +71,7 @@ def llama_decode_rate(side: Side, prompt: list[int], n: int) -> float:
 
 
 def native_decode_rate(side: Side, prompt: list[int], n: int) -> float:
-    side.ctx.seq_rm(0)
+    side.reset()
     logits = side.eval(prompt, 0)
     start = time.perf_counter()
     for i in range(n):
@@ -80,7 +80,7 @@ def native_decode_rate(side: Side, prompt: list[int], n: int) -> float:
 
 
 def prefill_rate(side: Side, tokens: list[int]) -> float:
-    side.ctx.seq_rm(0)
+    side.reset()
     start = time.perf_counter()
     side.eval(tokens, 0)
     return len(tokens) / (time.perf_counter() - start)
