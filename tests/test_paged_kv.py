@@ -315,3 +315,19 @@ def test_a_prompt_longer_than_the_context_without_truncation_is_refused(smollm2_
         pieces, done = complete(c, long_prompt, num_predict=4, **GREEDY)  # truncated as Ollama does
         assert done["done"] and len(done["context"]) <= 128 + 4
         assert idle_health(c)["kv_blocks"]["in_use"] == 0
+
+
+def test_gemma3_sampled_text_is_the_same_alone_cached_and_batched(gemma3_path: Path) -> None:
+    """Gemma 3's sliding-window layers too: a 600-token prompt is past their 512-position window."""
+    text = "The lighthouse keeper wrote in his log every night. " * 60
+    options = {**SAMPLED, "num_predict": 24}
+    args = ("--engine", "native", "--ctx", "1024", "--parallel", "4", "--threads", runner_threads())
+    with running_runner(gemma3_path, *args) as r, r.client() as c:
+        assert len(tokens_of(c, text)) > 560
+        cold = complete(c, text, **options)
+        warm = complete(c, text, **options)
+        assert warm[1]["cached_tokens"] > 512
+        body = {"prompt": text, "options": options}
+        noise = [{"prompt": f"Story {i}: once upon a time", "options": {**SAMPLED, "num_predict": 20}} for i in range(3)]
+        batched = stream_all(r, [noise[0], body, noise[1], noise[2]])[1]
+    assert "".join(cold[0]) == "".join(warm[0]) == batched[0]
