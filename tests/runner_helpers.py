@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -126,3 +128,32 @@ def complete(
 def chat_prompt(user: str) -> str:
     """SmolLM2's chat format (ChatML) around one user message."""
     return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def cancellation_storm(runner: RunnerProcess, prompt_of: Callable[[int], str], seed: int, n: int = 100) -> list[Any]:
+    """``n`` concurrent greedy streams, many dropped by their client (before any event, or after a few),
+    and 15% cancelled while still queued; each outcome: "done", "cancelled", "ended" or the exception."""
+    rng = random.Random(seed)
+
+    async def one(ac: httpx.AsyncClient, i: int) -> str:
+        body = {"prompt": prompt_of(i), "options": {"temperature": 0, "num_predict": 12}}
+        hang_up_after = rng.choice([0, 0, 1, 3, None, None])
+        async with ac.stream("POST", "/completion", json=body) as resp:
+            seen = 0
+            async for line in resp.aiter_lines():
+                if hang_up_after is not None and seen >= hang_up_after:
+                    return "cancelled"
+                seen += 1
+                if '"done"' in line:
+                    return "done"
+        return "ended"
+
+    async def run() -> list[Any]:
+        async with runner.async_client(timeout=300) as ac:
+            tasks = [asyncio.create_task(one(ac, i)) for i in range(n)]
+            await asyncio.sleep(0.5)
+            for task in rng.sample(tasks, n * 15 // 100):  # some clients vanish while queued
+                task.cancel()
+            return await asyncio.gather(*tasks, return_exceptions=True)
+
+    return asyncio.run(run())

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from gguf_builders import tiny_model
 from localllm.native import backend as native
 from localllm.runner.backend import init_backend
 from localllm.runner.kv_blocks import BlockPool
-from runner_helpers import RunnerProcess, complete, parse_stream, running_runner, runner_threads
+from runner_helpers import RunnerProcess, cancellation_storm, complete, parse_stream, running_runner, runner_threads
 from test_prefix_cache import SYSTEM, chat, tokens_of
 
 BS = 16
@@ -273,30 +272,7 @@ def test_evicted_conversations_come_back_from_host_ram(smollm2_path: Path, runne
 
 
 def test_hundred_requests_with_random_cancellations_return_every_block(runner: RunnerProcess) -> None:
-    rng = random.Random(7)
-
-    async def one(ac: httpx.AsyncClient, i: int) -> str:
-        body = {"prompt": chat(f"Request {i % 7}: count to {i}."), "options": {**GREEDY, "num_predict": 12}}
-        hang_up_after = rng.choice([0, 0, 1, 3, None, None])
-        async with ac.stream("POST", "/completion", json=body) as resp:
-            seen = 0
-            async for line in resp.aiter_lines():
-                if hang_up_after is not None and seen >= hang_up_after:
-                    return "cancelled"
-                seen += 1
-                if '"done"' in line:
-                    return "done"
-        return "ended"
-
-    async def storm() -> list:
-        async with runner.async_client(timeout=300) as ac:
-            tasks = [asyncio.create_task(one(ac, i)) for i in range(100)]
-            await asyncio.sleep(0.5)
-            for task in rng.sample(tasks, 15):
-                task.cancel()
-            return await asyncio.gather(*tasks, return_exceptions=True)
-
-    outcomes = asyncio.run(storm())
+    outcomes = cancellation_storm(runner, lambda i: chat(f"Request {i % 7}: count to {i}."), seed=7)
     assert outcomes.count("done") > 20 and outcomes.count("cancelled") > 10
     with runner.client() as c:
         health = idle_health(c)

@@ -9,7 +9,6 @@ work that was saved.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import httpx
 import pytest
 
 from localllm.runner.prefix_cache import HostSpill, RadixTree, Spilled
-from runner_helpers import RunnerProcess, complete, parse_stream, running_runner, runner_threads
+from runner_helpers import RunnerProcess, cancellation_storm, complete, parse_stream, running_runner, runner_threads
 
 GREEDY = {"temperature": 0}
 SYSTEM = (
@@ -246,32 +245,9 @@ def test_spill_budget_drops_the_oldest(smollm2_path: Path) -> None:
 
 
 def test_hundred_requests_with_random_cancellations_leave_nothing_behind(smollm2_path: Path) -> None:
-    rng = random.Random(5)
     args = ("--ctx", "512", "--parallel", "4", "--threads", runner_threads())
     with running_runner(smollm2_path, *args) as r, r.client() as c:
-
-        async def one(ac: httpx.AsyncClient, i: int) -> str:
-            body = {"prompt": chat(f"Request {i % 7}: count to {i}."), "options": {**GREEDY, "num_predict": 12}}
-            hang_up_after = rng.choice([0, 0, 1, 3, None, None])
-            async with ac.stream("POST", "/completion", json=body) as resp:
-                seen = 0
-                async for line in resp.aiter_lines():
-                    if hang_up_after is not None and seen >= hang_up_after:
-                        return "cancelled"
-                    seen += 1
-                    if '"done"' in line:
-                        return "done"
-            return "ended"
-
-        async def run() -> list[str]:
-            async with r.async_client(timeout=300) as ac:
-                tasks = [asyncio.create_task(one(ac, i)) for i in range(100)]
-                await asyncio.sleep(0.5)
-                for task in rng.sample(tasks, 15):  # some clients vanish while queued
-                    task.cancel()
-                return await asyncio.gather(*tasks, return_exceptions=True)
-
-        outcomes = asyncio.run(run())
+        outcomes = cancellation_storm(r, lambda i: chat(f"Request {i % 7}: count to {i}."), seed=5)
         assert outcomes.count("done") > 20 and outcomes.count("cancelled") > 10
         health = wait_idle(c)
         assert health["kv_used_cells"] == health["cache_tokens"] <= 4 * 512

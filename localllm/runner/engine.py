@@ -85,6 +85,21 @@ class Slot:
 
 
 @dataclass
+class CacheStats:
+    """Prompt tokens seen and served from the cache (the hit rate in /health), and the cache's moves."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    spills: int = 0  # KV moved to host RAM
+    restores: int = 0  # KV moved back from host RAM
+    copies: int = 0  # partly shared blocks copied on write (native engine)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+@dataclass
 class Step:
     """What one slot puts in a batch: its pending token (``decode``) or a chunk of its feed."""
 
@@ -114,9 +129,9 @@ def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
 class Engine:
     """Continuous-batching generation over one context; subclasses own the KV (see the module docstring)."""
 
-    def __init__(self, model: Any, ctx: DecodeContext, slots: list[Slot], n_ctx_seq: int, stats: Any) -> None:
+    def __init__(self, model: Any, ctx: DecodeContext, slots: list[Slot], n_ctx_seq: int, stats: CacheStats) -> None:
         self.model = model
-        self.stats = stats  # prompt_tokens, cached_tokens and hit_rate, for /health
+        self.stats = stats
         self.ctx = ctx
         self.n_ctx_seq = n_ctx_seq
         self.batch = Batch(ctx.n_batch)

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from localllm.runner.engine import CacheStats
+
 
 class BlockStore(Protocol):
     """What the pool needs from the KV memory (the native context implements it)."""
@@ -72,21 +74,6 @@ class Placement:
     restored: int = 0  # blocks copied back from host RAM
 
 
-@dataclass
-class PoolStats:
-    """Prompt tokens seen and served from cached blocks, for the hit rate."""
-
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    spills: int = 0
-    restores: int = 0
-    copies: int = 0  # partial blocks copied on write
-
-    @property
-    def hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-
 class BlockPool:
     """Reference-counted KV blocks, their prefix index and the host-RAM tier; see the module docstring."""
 
@@ -97,7 +84,7 @@ class BlockPool:
         self.host_budget = host_budget
         self.host_used = 0
         self.ref = [0] * n_blocks
-        self.stats = PoolStats()
+        self.stats = CacheStats()
         self._free = list(range(n_blocks - 1, -1, -1))  # a stack: low ids first
         self._node_of: dict[int, Node] = {}  # indexed block -> its node
         self._evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks, least recently released first

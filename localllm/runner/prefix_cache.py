@@ -174,17 +174,3 @@ class HostSpill:
         if entry in self._entries:
             del self._entries[entry]
             self.used -= len(entry.state)
-
-
-@dataclass
-class CacheStats:
-    """Prompt tokens seen and served from the cache, for the hit rate in /health."""
-
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    spills: int = 0
-    restores: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0

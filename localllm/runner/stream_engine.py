@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 
 from localllm.runner.backend import Context, Model
-from localllm.runner.engine import WAIT_FOR_PREFIX, CompletionRequest, Engine, Slot
-from localllm.runner.prefix_cache import CacheStats, HostSpill, RadixTree, Spilled
+from localllm.runner.engine import WAIT_FOR_PREFIX, CacheStats, CompletionRequest, Engine, Slot
+from localllm.runner.prefix_cache import HostSpill, RadixTree, Spilled
 
 log = logging.getLogger("localllm.runner")
 
