@@ -256,9 +256,11 @@ class Context:
     For generation each sequence gets its own stream of ``n_ctx / n_seq_max``
     cells (``kv_unified = false``). That keeps a sequence's cells in position
     order whatever its neighbours do, so attention adds the same numbers in
-    the same order and greedy output does not depend on what else is batched
-    (in a unified cache a sequence's tokens land in holes other sequences
-    left behind). It also bounds every sequence to its own context.
+    the same order (in a unified cache a sequence's tokens land in holes
+    other sequences left behind). That made greedy output independent of the
+    batch on the AVX-512 machines it was measured on, not on AVX2 ones, where
+    llama.cpp's matrix kernels round differently per batch shape: exact
+    output is the native engine's promise, not this one's. It also bounds every sequence to its own context.
 
     Flash attention is off: llama.cpp's CPU flash attention takes a tiled
     path for ubatches of many prompt rows, which rounds a token's KV
