@@ -307,3 +307,19 @@ def test_gemma3_sampled_text_is_the_same_alone_cached_and_batched(gemma3_path: P
         noise = [{"prompt": f"Story {i}: once upon a time", "options": {**SAMPLED, "num_predict": 20}} for i in range(3)]
         batched = stream_all(r, [noise[0], body, noise[1], noise[2]])[1]
     assert "".join(cold[0]) == "".join(warm[0]) == batched[0]
+
+
+def test_restoring_a_block_when_the_host_tier_is_full_keeps_its_bytes(store: native.Context) -> None:
+    """Making room to restore a spilled block spills another, which must not drop the one being restored."""
+    pool = BlockPool(store, 1, BS, host_budget=store.block_bytes)
+    block, nodes = pool.allocate(), [None]
+    store.write_block(block, bytes([3]) * store.block_bytes)
+    pool.commit([block], nodes, run(16))
+    pool.release([block], nodes, run(16), keep=True)
+    other, other_nodes = pool.allocate(), [None]  # the first block spills: the host tier is full
+    pool.commit([other], other_nodes, run(16, 500))
+    pool.release([other], other_nodes, run(16, 500), keep=True)
+    back = pool.match(run(16) + [1])  # restoring it evicts and spills the other one
+    assert back.tokens == 16 and store.read_block(back.blocks[0]) == bytes([3]) * store.block_bytes
+    assert pool.counts()["spilled"] == 1
+    pool.check()

@@ -218,13 +218,17 @@ class BlockPool:
         """Whether ``node`` has a block now, copying its spilled bytes back if needed."""
         if node.block is not None:
             return True
-        if node.spilled is None:
+        data = node.spilled
+        if data is None:
             return False
+        self._drop_spilled(node)  # out of the host tier first: making room there must not drop it
         block = self.allocate()
         if block is None:
+            node.spilled = data
+            self._host[node] = None
+            self.host_used += len(data)
             return False
-        self.store.write_block(block, node.spilled)
-        self._drop_spilled(node)
+        self.store.write_block(block, data)
         self.ref[block] = 0  # allocate() took it for a sequence; the caller takes it as an indexed block
         node.block = block
         self._node_of[block] = node
