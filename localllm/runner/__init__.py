@@ -5,8 +5,14 @@ for the arguments and :mod:`localllm.runner.server` for the HTTP API).
 
 Modules, one concern each:
 
+- :mod:`~localllm.runner.engines`: the engine contract (what each engine declares it can do);
 - :mod:`~localllm.runner.backend`: llama.cpp's low-level API (model, context, batch);
+  the native engine's is :mod:`localllm.native.backend`;
 - :mod:`~localllm.runner.engine`: the continuous-batching loop over sequence slots;
+- :mod:`~localllm.runner.stream_engine`: its KV on llama.cpp (a stream per slot, prefixes copied);
+- :mod:`~localllm.runner.prefix_cache`: the stream engine's radix tree and host-RAM spill;
+- :mod:`~localllm.runner.paged_engine`: its KV on the native engine (shared block tables);
+- :mod:`~localllm.runner.kv_blocks`: the native engine's blocks, prefix index and host-RAM tier;
 - :mod:`~localllm.runner.sampling`: per-sequence sampler chains (and GBNF grammars);
 - :mod:`~localllm.runner.options`: the Ollama options the runner honours;
 - :mod:`~localllm.runner.textstream`: UTF-8-safe, stop-string-safe streaming text;
