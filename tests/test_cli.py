@@ -14,6 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from localllm.native import kernels
+from localllm.server.engine_choice import MEASURED_ISAS
+
 from cli_helpers import SMOLLM2_SHA256, CliEnv, write_ollama_model
 
 from localllm import __version__
@@ -256,9 +259,10 @@ def test_ps_shows_loaded_model_then_stop_unloads(env: CliEnv, terse: str) -> Non
     result = env.run("ps")
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "UNTIL"]
+    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "ENGINE", "UNTIL"]
     row = next(r for r in rows if r.startswith("terse:latest"))
     assert "100% CPU" in row and "from now" in row
+    assert ("native" in row) == (kernels.isa() in MEASURED_ISAS)
     stopped = env.run("stop", terse)
     assert stopped.returncode == 0, stopped.stderr
     assert not any(r.startswith("terse:latest") for r in env.run("ps").stdout.splitlines()[1:])

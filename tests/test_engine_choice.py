@@ -38,7 +38,7 @@ def test_the_default_model_runs_on_the_native_engine(daemon) -> None:
     assert entry["engine"] == "native"
     assert "runs this model exactly" in entry["engine_reason"]
     assert entry["kv_blocks"]["total"] > 0 and entry["kv_blocks"]["block_size"] == 16
-    assert "loading smollm2:135m on native (the native forward runs this model exactly" in daemon.log()
+    assert "loading smollm2:135m on native (the native forward runs this model exactly" in daemon.log_path.read_text()
     metrics = httpx.get(f"{daemon.url}/metrics").text
     assert 'localllm_kv_blocks{model="smollm2:135m",state="cached"}' in metrics
     assert 'localllm_prefix_cache_hit_ratio{model="smollm2:135m"}' in metrics

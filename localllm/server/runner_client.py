@@ -63,12 +63,22 @@ class RunnerProcess:
 
     @property
     def alive(self) -> bool:
-        return self.process.returncode is None
+        """Whether the process runs: a killed child is gone at once, before asyncio reaps it."""
+        if self.process.returncode is not None:
+            return False
+        try:
+            with open(f"/proc/{self.process.pid}/stat", "rb") as stat:
+                state = stat.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True  # no procfs: asyncio's return code is all there is
+        return state not in (b"Z", b"X")
 
     def exit_description(self) -> str:
         """Why the runner is gone, with its last log lines, for error messages."""
         code = self.process.returncode
-        if code is not None and code < 0:
+        if code is None:
+            how = "has exited"
+        elif code < 0:
             how = f"was killed by signal {signal.Signals(-code).name}"
         else:
             how = f"exited with status {code}"
