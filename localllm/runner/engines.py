@@ -40,4 +40,9 @@ CAPABILITIES: dict[str, Capabilities] = {
 # The native engine's KV pool holds as many positions as this many full contexts: the memory llama.cpp's
 # four streams took, now shared by every sequence (the number served at once follows from the pool).
 POOL_CONTEXTS = 4
-NATIVE_PARALLEL = 16  # sequences the native engine serves at once unless LOCALLLM_NUM_PARALLEL says otherwise
+
+
+def native_parallel(pool_tokens: int) -> int:
+    """Sequences the native engine serves at once (unless LOCALLLM_NUM_PARALLEL says): one per 1,024
+    positions of its pool, at least 16, since sequences take blocks only as they grow."""
+    return max(16, pool_tokens // 1024)

@@ -30,7 +30,7 @@ from .memory import (
     gpu_devices,
     plan_gpu_layers,
 )
-from ..runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE, NATIVE_PARALLEL, POOL_CONTEXTS
+from ..runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
 from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
 
@@ -101,9 +101,11 @@ class Scheduler:
     def max_loaded(self) -> int:
         return self.settings.max_loaded_models or 3
 
-    def num_parallel(self, engine: str = LLAMA_CPP) -> int:
-        """Sequences a runner serves at once: the native engine's pool serves more than llama.cpp's streams."""
-        return self.settings.num_parallel or (NATIVE_PARALLEL if engine == NATIVE else DEFAULT_NUM_PARALLEL)
+    def num_parallel(self, engine: str = LLAMA_CPP, n_ctx: int = DEFAULT_NUM_CTX) -> int:
+        """Sequences a runner serves at once: llama.cpp's fixed streams, or as many as the native pool serves."""
+        if self.settings.num_parallel:
+            return self.settings.num_parallel
+        return native_parallel(POOL_CONTEXTS * n_ctx) if engine == NATIVE else DEFAULT_NUM_PARALLEL
 
     def capacity(self, name: str) -> int:
         """Requests the runners of model ``name`` serve at once (before it is loaded: llama.cpp's default)."""
@@ -225,7 +227,7 @@ class Scheduler:
         config = RunnerConfig(
             model_path=request.model_path,
             n_ctx=n_ctx,
-            n_parallel=self.num_parallel(choice.engine),
+            n_parallel=self.num_parallel(choice.engine, n_ctx),
             n_threads=request.num_thread or self.settings.num_threads or None,  # None: the runner's physical cores
             n_batch=n_batch,
             n_gpu_layers=plan.n_gpu_layers,
