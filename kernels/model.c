@@ -364,7 +364,7 @@ static void layer_forward(llk_ctx *c, int il, int T) {
     head_norm(c->k, &L->k_norm, T, m->n_head_kv, hd, m->eps);
     for (int t = 0; t < T; t++) {
         float *cs = c->cs + (size_t)t * m->rope_dim;
-        llk_rope_angles(cs, c->rope_scale[il], m->rope_dim, (float)c->pos_of[t]);
+        llk_rope_angles(cs, c->rope_scale[il], m->rope_dim, (float)c->pos_of[t], m->rope_freqs.data);
         llk_rope(c->q + (size_t)t * c->q_dim, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
         llk_rope(c->k + (size_t)t * c->kv_dim, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
         k->f32_to_f16(c->k + (size_t)t * c->kv_dim, kv_row(c, c->table_of[t], il, 0, c->pos_of[t]), c->kv_dim);

@@ -6,15 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import gguf
 from gguf import GGUFWriter
 
 F32, F16 = 0, 1  # general.file_type values
 
 
-def tiny_model(path: Path, arch: str = "llama", q_rows: int = 64, file_type: int = F32) -> Path:
+def tiny_model(
+    path: Path, arch: str = "llama", q_rows: int = 64, file_type: int = F32, rope_freqs: list[float] | None = None,
+    rope_scaling: str | None = None,
+) -> Path:
     """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms) with random
     weights and a 32-token SentencePiece vocabulary, so llama.cpp loads it too;
-    ``q_rows`` != 64 breaks attn_q's shape."""
+    ``q_rows`` != 64 breaks attn_q's shape; ``rope_freqs`` (8 factors) adds Llama 3's rope_freqs.weight;
+    ``rope_scaling`` ("linear", "yarn") sets rope.scaling.type with a factor of 4."""
     w = GGUFWriter(str(path), arch)
     e, ff, vocab, head_dim = 64, 128, 32, 16
     w.add_block_count(1)
@@ -26,6 +31,9 @@ def tiny_model(path: Path, arch: str = "llama", q_rows: int = 64, file_type: int
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
     w.add_file_type(file_type)
+    if rope_scaling is not None:
+        w.add_rope_scaling_type(gguf.RopeScalingType(rope_scaling))
+        w.add_rope_scaling_factor(4.0)
     w.add_tokenizer_model("llama")
     w.add_token_list(["<unk>", "<s>", "</s>"] + [f"\u2581w{i}" for i in range(vocab - 3)])
     w.add_token_scores([0.0] * 3 + [-float(i) for i in range(vocab - 3)])
@@ -39,6 +47,8 @@ def tiny_model(path: Path, arch: str = "llama", q_rows: int = 64, file_type: int
         w.add_tensor(name, data.astype(np.float16) if file_type == F16 and len(shape) > 1 else data)
 
     t("token_embd.weight", e, vocab)
+    if rope_freqs is not None:
+        w.add_tensor("rope_freqs.weight", np.array(rope_freqs, dtype=np.float32))
     t("output_norm.weight", e)
     t("blk.0.attn_norm.weight", e)
     t("blk.0.attn_q.weight", e, q_rows)

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gguf_builders import lora_adapter
+from gguf_builders import lora_adapter, tiny_model
 from localllm.native import kernels
-from localllm.server.engine_choice import MEASURED_ISAS
+from localllm.server.engine_choice import MEASURED_ISAS, EngineRefused, choose_engine
 
 SMOLLM2_EMBD, SMOLLM2_LAYERS = 576, 30
 BODY = {"prompt": "Name a planet.", "stream": False, "options": {"temperature": 0, "num_predict": 8}}
@@ -62,3 +62,25 @@ def test_a_lora_adapter_means_llama_cpp_and_forcing_native_is_refused(daemon, sm
     assert refused.status_code == 400
     assert "native engine cannot run this model" in refused.json()["error"]
     assert "LoRA" in refused.json()["error"]
+
+
+@pytest.mark.parametrize("scaling", ["linear", "yarn"])
+def test_rope_scaling_the_native_forward_lacks_means_llama_cpp(daemon, tmp_path: Path, scaling: str) -> None:
+    """A key that changes the maths and that the native forward does not implement means llama.cpp,
+    never a silently different model; forcing the native engine on it is refused, naming the key."""
+    path = tiny_model(tmp_path / f"{scaling}.gguf", rope_scaling=scaling)
+    choice = choose_engine(path, forced=None, adapters=False, embedding=False, gpu_layers=0)
+    assert choice.engine == "llama.cpp" and f"rope scaling '{scaling}'" in choice.reason
+    daemon.create(f"tiny-{scaling}", f"FROM {path}\n")
+    refused = generate(daemon, f"tiny-{scaling}", raw=True, options={"engine": "native"})
+    assert refused.status_code == 400 and f"rope scaling '{scaling}'" in refused.json()["error"]
+
+
+def test_llama3_rope_factors_and_plain_models_get_the_native_engine(tmp_path: Path, gemma3_path: Path) -> None:
+    llama3 = tiny_model(tmp_path / "llama3.gguf", rope_freqs=[1.0, 1.0, 1.5, 2.0, 4.0, 8.0, 8.0, 32.0])
+    for path in (llama3, tiny_model(tmp_path / "qwen3.gguf", "qwen3"), gemma3_path):
+        assert choose_engine(path, forced=None, adapters=False, embedding=False, gpu_layers=0).engine == "native"
+    assert choose_engine(llama3, None, adapters=False, embedding=True, gpu_layers=0).engine == "llama.cpp"
+    assert choose_engine(llama3, None, adapters=False, embedding=False, gpu_layers=4).engine == "llama.cpp"
+    with pytest.raises(EngineRefused, match="LoRA"):
+        choose_engine(llama3, "native", adapters=True, embedding=False, gpu_layers=0)

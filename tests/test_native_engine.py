@@ -101,6 +101,25 @@ def test_tiny_architectures_match_llama_cpp(tmp_path: Path, arch: str) -> None:
         reference.close()
 
 
+def test_llama3_rope_frequency_factors_match_llama_cpp(tmp_path: Path) -> None:
+    """Llama 3.x scales rotary frequencies with rope_freqs.weight: each angle divided by its factor."""
+    factors = [1.0, 1.0, 1.5, 2.0, 4.0, 8.0, 8.0, 32.0]
+    path = tiny_model(tmp_path / "llama3.gguf", rope_freqs=factors)
+    plain = tiny_model(tmp_path / "plain.gguf")
+    native, reference = Side("native", path, n_ctx=128), Side("llama.cpp", path, n_ctx=128)
+    unscaled = Side("native", plain, n_ctx=128)
+    try:
+        tokens = [1, 7, 19, 4, 28, 11, 3, 22] * 6  # positions up to 47: the factors change the angles
+        ours, theirs = native.eval(tokens, 0), reference.eval(tokens, 0)
+        assert cosine(ours, theirs) > 0.99999
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-3 * np.abs(theirs).max())
+        assert not np.allclose(ours, unscaled.eval(tokens, 0), atol=1e-3)  # the factors were applied
+        assert native.greedy(tokens, 16)[0] == reference.greedy(tokens, 16)[0]
+    finally:
+        for side in (native, reference, unscaled):
+            side.close()
+
+
 def test_batched_sequences_match_each_alone_bit_for_bit(smollm2_path: Path) -> None:
     """Two sequences prefilled in one batch get exactly the logits each gets alone."""
     side = Side("native", smollm2_path, n_seq=2)

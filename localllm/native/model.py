@@ -71,8 +71,10 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     arch = g.architecture
     if arch not in ARCHITECTURES:
         raise _unsupported(f"architecture {arch!r}")
-    if g.arch_value("rope.scaling.type") not in (None, "none") or g.tensor("rope_freqs.weight"):
-        raise _unsupported("rope scaling")
+    if g.arch_value("rope.scaling.type") not in (None, "none"):
+        raise _unsupported(f"rope scaling {g.arch_value('rope.scaling.type')!r}")
+    if g.tensor("rope_freqs.weight") is not None and arch != "llama":
+        raise _unsupported(f"rope_freqs.weight in a {arch} model")
     embd = g.tensor("token_embd.weight")
     if embd is None or len(embd.shape) != 2:
         raise NativeError("the model has no 2-D token_embd.weight tensor")
@@ -195,6 +197,8 @@ class NativeWeights:
         p.output_norm = self._tensor("output_norm.weight", (h.n_embd,), float_only=True)
         p.output = self._tensor("output.weight", (h.n_embd, h.n_vocab), required=False)
         p.layers = ctypes.cast(self._layers, ctypes.POINTER(Layer))
+        # Llama 3's rope scaling: per-pair frequency factors, one tensor for every layer
+        p.rope_freqs = self._tensor("rope_freqs.weight", (h.rope_dim // 2,), required=False, float_only=True)
         if p.output.data:  # an untied output head: the embedding is looked up, not streamed
             self._weight_bytes -= p.tok_embd.ne1 * library().llk_row_size(p.tok_embd.type, p.tok_embd.ne0)
         return p
