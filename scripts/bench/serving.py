@@ -3,19 +3,27 @@
     python scripts/bench/serving.py [--json] [--quick] [--threads 2] [--rounds 3] [--only concurrency,multiturn,...]
 
 - ``concurrency``: 8 clients stream chat completions at once (fixed prompts, 128
-  tokens each) from our daemon, then from llama-cpp-python's bundled OpenAI
-  server (``python -m llama_cpp.server``, same model and threads), in
-  ``--rounds`` alternating rounds: ratio of the median aggregate tokens/s →
-  ``throughput_ratio_c8`` (target >= 2.5).
+  tokens each) from our daemon (its default engine), from llama-cpp-python's
+  bundled OpenAI server (``python -m llama_cpp.server``) and from llama.cpp's
+  own ``llama-server -np 8`` (built once from the llama.cpp in
+  llama-cpp-python's sdist, see llama_server.py), same model, threads and
+  context per sequence, in ``--rounds`` alternating rounds: ratios of the
+  median aggregate tokens/s → ``throughput_ratio_c8`` (over llama_cpp.server,
+  target >= 4.0) and ``throughput_ratio_c8_llama_server`` (target >= 1.5), and
+  of the median time to first token → ``ttft_p50_c8_llama_server_ratio`` (ours
+  over llama-server's, target <= 1.0).
 - ``multiturn``: a 10-turn chat growing to ~1,500 tokens; our time to first
-  token at turn 10 over turn 1 → ``ttft_growth_turn10`` (target <= 1.5).
+  token at turn 10 over turn 1 → ``ttft_growth_turn10`` (target <= 1.2).
 - ``shared_prefix``: 8 concurrent requests with one ~1,000-token system prompt;
   prompt tokens we evaluate over what a cache-less server evaluates (all of
-  them) → ``prefill_work_ratio`` (target <= 0.25).
+  them) → ``prefill_work_ratio`` (target <= 0.15); and the KV held while they
+  run (the peak of ``/api/ps``'s ``kv_blocks.in_use``) over the blocks of 8
+  unshared copies of their prompts → ``shared_prefix_kv_ratio`` (target <= 0.25).
 - ``single``: one stream's decode tokens/s over ``Llama.generate``
-  (scripts/bench/decode.py) → ``single_stream_ratio`` (target >= 1.0).
+  (scripts/bench/decode.py) → ``single_stream_ratio`` (target >= 1.8).
 
 The sides run one after the other, never at once (they would share the CPU).
+``--json`` puts each of those keys at the top level, beside each section's detail.
 ``--quick`` shortens everything for a smoke run; its figures are not the targets'.
 """
 
@@ -41,8 +49,11 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode  # noqa: E402
 from common import MODEL, alternating, fixtures, report, start_daemon  # noqa: E402
+from llama_server import LlamaServer  # noqa: E402
 
 SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single")
+HEADLINE = ("throughput_ratio_c8", "throughput_ratio_c8_llama_server", "ttft_p50_c8_llama_server_ratio",
+            "ttft_growth_turn10", "prefill_work_ratio", "shared_prefix_kv_ratio", "single_stream_ratio")
 TOPICS = ["dragons", "the ocean", "a lighthouse", "robots", "a small village", "the moon", "trains", "a forest"]
 
 
@@ -152,9 +163,12 @@ def bench_concurrency(s: Settings) -> dict[str, Any]:
     """
     daemon = start_daemon(LOCALLLM_NUM_PARALLEL="8", LOCALLLM_NUM_THREADS=str(s.threads))
     server = LlamaCppServer(fixtures.smollm2_gguf(), s.threads)
+    native_server = LlamaServer(fixtures.smollm2_gguf(), s.threads, parallel=8, ctx_per_seq=4096, port=free_port())
     try:
         server.wait_ready()
-        sides = {"ours": (daemon.url, MODEL), "llama_cpp_server": (server.url, "smollm2")}
+        native_server.wait_ready()
+        sides = {"ours": (daemon.url, MODEL), "llama_cpp_server": (server.url, "smollm2"),
+                 "llama_server": (native_server.url, "smollm2")}
         for url, model in sides.values():  # warm-up: load, page in the weights
             asyncio.run(eight_clients(url, model, 8))
 
@@ -163,6 +177,7 @@ def bench_concurrency(s: Settings) -> dict[str, Any]:
 
         rounds = alternating(s.rounds, {name: clients(*side) for name, side in sides.items()})
     finally:
+        native_server.stop()
         server.stop()
         daemon.stop()
     result: dict[str, Any] = {}
@@ -170,6 +185,8 @@ def bench_concurrency(s: Settings) -> dict[str, Any]:
         median = sorted(runs, key=lambda r: r["tokens_per_s"])[len(runs) // 2]  # a whole round: its TTFT too
         result[name] = dict(median, rounds_tokens_per_s=[round(r["tokens_per_s"], 1) for r in runs])
     result["throughput_ratio_c8"] = result["ours"]["tokens_per_s"] / result["llama_cpp_server"]["tokens_per_s"]
+    result["throughput_ratio_c8_llama_server"] = result["ours"]["tokens_per_s"] / result["llama_server"]["tokens_per_s"]
+    result["ttft_p50_c8_llama_server_ratio"] = result["ours"]["ttft_median_s"] / result["llama_server"]["ttft_median_s"]
     return result
 
 
@@ -210,16 +227,31 @@ def bench_shared_prefix(s: Settings) -> dict[str, Any]:
                 bodies = [{"model": MODEL, "max_tokens": 16, "temperature": 0, "messages": [
                     {"role": "system", "content": system},
                     {"role": "user", "content": f"Question {i}: is item {i * 7} in stock?"}]} for i in range(8)]
+                watcher = asyncio.create_task(peak_blocks(client, daemon.url, peak))
                 answers = await asyncio.gather(*(client.post(f"{daemon.url}/v1/chat/completions", json=b) for b in bodies))
+                watcher.cancel()
                 return [a.json()["usage"] for a in answers]
 
+        peak: dict[str, int] = {"in_use": 0, "block_size": 16}
         usages = asyncio.run(run())
     finally:
         daemon.stop()
     total = sum(u["prompt_tokens"] for u in usages)
     cached = sum(u.get("prompt_tokens_details", {}).get("cached_tokens", 0) for u in usages)
+    unshared_blocks = sum(-(-u["prompt_tokens"] // peak["block_size"]) for u in usages)
     return {"prompt_tokens": total, "cached_tokens": cached, "evaluated_tokens": total - cached,
-            "prefill_work_ratio": (total - cached) / total}
+            "prefill_work_ratio": (total - cached) / total, "peak_kv_blocks_in_use": peak["in_use"],
+            "unshared_kv_blocks": unshared_blocks, "shared_prefix_kv_ratio": peak["in_use"] / unshared_blocks}
+
+
+async def peak_blocks(client: httpx.AsyncClient, url: str, peak: dict[str, int]) -> None:
+    """Record the most KV blocks the model held at once (``/api/ps``), until cancelled."""
+    while True:
+        for model in (await client.get(f"{url}/api/ps")).json()["models"]:
+            blocks = model.get("kv_blocks") or {}
+            if blocks.get("in_use", 0) > peak["in_use"]:
+                peak.update(in_use=blocks["in_use"], block_size=blocks["block_size"])
+        await asyncio.sleep(0.05)
 
 
 def bench_single(s: Settings) -> dict[str, Any]:
@@ -227,7 +259,7 @@ def bench_single(s: Settings) -> dict[str, Any]:
     result = decode.run(cfg, decode.daemon_side, rounds=1 if s.quick else 3)
     return {"ours_tokens_per_s": result["ours_tokens_per_s"],
             "llama_cpp_python_tokens_per_s": result["llama_cpp_python_tokens_per_s"],
-            "single_stream_ratio": result["ratio"]}
+            "single_stream_ratio": result["decode_ratio"], "engine": result["engine"]}
 
 
 def main() -> None:
@@ -252,8 +284,9 @@ def main() -> None:
     for name in chosen:
         section = runs[name](settings)
         results[name] = section
+        results.update({key: value for key, value in section.items() if key in HEADLINE})
         for key, value in section.items():
-            if isinstance(value, (int, float)):
+            if isinstance(value, (int, float, str)):
                 rows.append((f"{name}.{key}", value))
             elif isinstance(value, dict):
                 rows += [(f"{name}.{key}.{k}", v) for k, v in value.items()]

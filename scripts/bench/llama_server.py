@@ -1,0 +1,91 @@
+"""llama.cpp's own server, the serving benchmark's strongest peer: built once, run on loopback.
+
+The binary is built from the llama.cpp sources inside llama-cpp-python's sdist
+(the same llama.cpp our llama.cpp engine runs), CPU only, with llama.cpp's
+default (native) CPU flags, and cached outside the repository:
+
+    python scripts/bench/llama_server.py        # build it now (several minutes on 2 cores), print its path
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import httpx
+
+CACHE = Path(os.environ.get("LOCALLLM_BENCH_CACHE", Path.home() / ".cache" / "localllm-bench"))
+
+
+def binary() -> Path:
+    """The cached llama-server of the installed llama-cpp-python's version, built first if missing."""
+    release = version("llama-cpp-python")
+    target = CACHE / f"llama-server-{release}" / "llama-server"
+    if target.is_file():
+        return target
+    with tempfile.TemporaryDirectory(dir=CACHE.mkdir(parents=True, exist_ok=True) or CACHE) as tmp:
+        work = Path(tmp)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps",
+                        f"llama-cpp-python=={release}", "-d", str(work)], check=True)
+        with tarfile.open(next(work.glob("llama_cpp_python-*.tar.gz"))) as sdist:
+            sdist.extractall(work, filter="data")
+        sources = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+        build = work / "build"
+        subprocess.run(["cmake", "-S", str(sources), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+                        "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                        "-DBUILD_SHARED_LIBS=OFF"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(os.cpu_count() or 2)],
+                       check=True, stdout=subprocess.DEVNULL)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".partial")
+        shutil.copy2(build / "bin" / "llama-server", partial)
+        partial.replace(target)  # never a half-copied binary under the final name
+    return target
+
+
+class LlamaServer:
+    """``llama-server -np N`` on a free loopback port, its log in a temporary file."""
+
+    def __init__(self, model: Path, threads: int, parallel: int, ctx_per_seq: int, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        cmd = [str(binary()), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-np", str(parallel),
+               "-c", str(ctx_per_seq * parallel), "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(f"llama-server exited ({self.proc.returncode}):\n"
+                                   f"{self.log.read().decode(errors='replace')[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError("llama-server did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+
+
+if __name__ == "__main__":
+    print(binary())
