@@ -199,3 +199,49 @@ def test_real_tensors_of_the_fixture_models(which: str, request: pytest.FixtureR
             scale = float(np.abs(theirs.astype(np.float64)) @ np.abs(x))
             assert abs(got - float(theirs.astype(np.float64) @ x)) <= 0.01 * scale
     assert seen >= ({Q.Q4_1, Q.Q8_0} if which == "smollm2_path" else {Q.Q4_K, Q.Q6_K, Q.Q5_0, Q.Q8_0})
+
+
+# ---- against ggml itself ----------------------------------------------------------------------------
+
+GGML_DOTS = {  # weight type -> (ggml's vec_dot, ggml's activation quantizer, its activation block bytes)
+    Q.Q4_0: ("ggml_vec_dot_q4_0_q8_0", "quantize_row_q8_0", 34), Q.Q4_1: ("ggml_vec_dot_q4_1_q8_1", "quantize_row_q8_1", 36),
+    Q.Q5_0: ("ggml_vec_dot_q5_0_q8_0", "quantize_row_q8_0", 34), Q.Q5_1: ("ggml_vec_dot_q5_1_q8_1", "quantize_row_q8_1", 36),
+    Q.Q8_0: ("ggml_vec_dot_q8_0_q8_0", "quantize_row_q8_0", 34),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ggml_cpu():
+    """llama-cpp-python's own libggml-cpu, initialised: the vec_dot kernels llama.cpp runs on this CPU."""
+    import ctypes
+    from pathlib import Path
+
+    import llama_cpp
+
+    lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"))
+    lib.ggml_cpu_init()
+    for dot, quantize, _ in GGML_DOTS.values():
+        getattr(lib, dot).argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_void_p,
+                                      ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        getattr(lib, dot).restype = None
+        getattr(lib, quantize).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        getattr(lib, quantize).restype = None
+    return lib
+
+
+@pytest.mark.parametrize("t", tuple(GGML_DOTS), ids=lambda t: t.name)
+def test_dot_equals_ggmls_vec_dot_bit_for_bit(ggml_cpu, t: Q) -> None:
+    """At this CPU's best level, the 32-formats' dot of a row is ggml's vec_dot of it, bit for bit: where the
+    two engines' logits differ, it is in which kernel llama.cpp's matrix multiplication chose, not in these."""
+    import ctypes
+
+    dot_name, quantize_name, act_block = GGML_DOTS[t]
+    rng = np.random.default_rng(11)
+    for n_blocks in (1, 18, 48):
+        row, n = random_row(t, n_blocks, rng)
+        x = (rng.standard_normal(n) * 3).astype(np.float32)
+        theirs_act = np.empty(n // 32 * act_block, dtype=np.uint8)
+        getattr(ggml_cpu, quantize_name)(x.ctypes.data, theirs_act.ctypes.data, n)
+        theirs = ctypes.c_float()
+        getattr(ggml_cpu, dot_name)(n, ctypes.byref(theirs), 0, row.ctypes.data, 0, theirs_act.ctypes.data, 0, 1)
+        assert kernels.vec_dot(int(t), row, kernels.quantize_activations(int(t), x), n) == theirs.value, n_blocks
