@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # fixtures (cached model files), daemon_helpers (a real daemon)
 
 import fixtures  # noqa: E402
+import httpx  # noqa: E402
 from daemon_helpers import Daemon  # noqa: E402
 
 MODEL = "smollm2:135m"
@@ -27,6 +31,41 @@ def alternating(rounds: int, sides: dict[str, Callable[[], T]]) -> dict[str, lis
         for name, measure in sides.items():
             samples[name].append(measure())
     return samples
+
+
+class PeerServer:
+    """A peer's server in a child process on a loopback port, its log in a temporary file (not a pipe: a
+    chatty log would fill one and block it)."""
+
+    def __init__(self, name: str, cmd: list[str], url: str, health_path: str) -> None:
+        self.name, self.url, self.health_path = name, url, health_path
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}):\n"
+                                   f"{self.log.read().decode(errors='replace')[-2000:]}")
+            try:
+                if httpx.get(self.url + self.health_path, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"{self.name} did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
 
 
 def start_daemon(**env: str) -> Daemon:

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from importlib.metadata import version
 from pathlib import Path
 
-import httpx
+from common import PeerServer
 
 CACHE = Path(os.environ.get("LOCALLLM_BENCH_CACHE", Path.home() / ".cache" / "localllm-bench"))
 
@@ -51,40 +49,13 @@ def binary() -> Path:
     return target
 
 
-class LlamaServer:
-    """``llama-server -np N`` on a free loopback port, its log in a temporary file."""
+class LlamaServer(PeerServer):
+    """``llama-server -np N`` on a loopback port."""
 
     def __init__(self, model: Path, threads: int, parallel: int, ctx_per_seq: int, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}"
         cmd = [str(binary()), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-np", str(parallel),
                "-c", str(ctx_per_seq * parallel), "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError(f"llama-server exited ({self.proc.returncode}):\n"
-                                   f"{self.log.read().decode(errors='replace')[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise TimeoutError("llama-server did not start")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
+        super().__init__("llama-server", cmd, f"http://127.0.0.1:{port}", "/health")
 
 
 if __name__ == "__main__":

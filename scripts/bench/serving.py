@@ -35,9 +35,7 @@ import json
 import signal
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,7 +46,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode  # noqa: E402
-from common import MODEL, alternating, fixtures, report, start_daemon  # noqa: E402
+from common import MODEL, PeerServer, alternating, fixtures, report, start_daemon  # noqa: E402
 from llama_server import LlamaServer  # noqa: E402
 
 SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single")
@@ -98,44 +96,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LlamaCppServer:
-    """llama-cpp-python's bundled OpenAI server in a child process."""
+class LlamaCppServer(PeerServer):
+    """llama-cpp-python's bundled OpenAI server (``pip install 'llama-cpp-python[server]'``)."""
 
     def __init__(self, model: Path, threads: int, n_ctx: int = 4096) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        port = free_port()
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--n_threads", str(threads),
-               "--n_threads_batch", str(threads), "--n_ctx", str(n_ctx), "--host", "127.0.0.1", "--port", str(self.port),
+               "--n_threads_batch", str(threads), "--n_ctx", str(n_ctx), "--host", "127.0.0.1", "--port", str(port),
                # by default a new request aborts the running one; queue them instead, as a user would want
                "--interrupt_requests", "False"]
-        self.log = tempfile.TemporaryFile()  # not a pipe: its chatty log would fill one and block it
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.seek(0)
-                err = self.log.read().decode(errors="replace")[-2000:]
-                raise RuntimeError(f"llama_cpp.server exited ({self.proc.returncode}); "
-                                   f"pip install 'llama-cpp-python[server]'?\n{err}")
-            try:
-                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise TimeoutError("llama_cpp.server did not start")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
+        super().__init__("llama_cpp.server", cmd, f"http://127.0.0.1:{port}", "/v1/models")
 
 
 def story_body(model: str, topic: str, tokens: int) -> dict[str, Any]:
