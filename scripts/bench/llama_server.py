@@ -29,7 +29,8 @@ def binary() -> Path:
     target = CACHE / f"llama-server-{release}" / "llama-server"
     if target.is_file():
         return target
-    with tempfile.TemporaryDirectory(dir=CACHE.mkdir(parents=True, exist_ok=True) or CACHE) as tmp:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         work = Path(tmp)
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps",
                         f"llama-cpp-python=={release}", "-d", str(work)], check=True)
