@@ -40,8 +40,8 @@ def test_the_default_model_runs_on_the_native_engine(daemon) -> None:
     assert entry["kv_blocks"]["total"] > 0 and entry["kv_blocks"]["block_size"] == 16
     assert "loading smollm2:135m on native (the native forward runs this model exactly" in daemon.log_path.read_text()
     metrics = httpx.get(f"{daemon.url}/metrics").text
-    assert 'localllm_kv_blocks{model="smollm2:135m",state="cached"}' in metrics
-    assert 'localllm_prefix_cache_hit_ratio{model="smollm2:135m"}' in metrics
+    assert 'localllm_kv_blocks{model="smollm2:135m",engine="native",state="cached"}' in metrics
+    assert 'localllm_prefix_cache_hit_ratio{model="smollm2:135m",engine="native"}' in metrics
 
 
 def test_parameter_engine_forces_llama_cpp(daemon, smollm2_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_parameter_engine_forces_llama_cpp(daemon, smollm2_path: Path) -> None:
 
 
 def test_a_lora_adapter_means_llama_cpp_and_forcing_native_is_refused(daemon, smollm2_path: Path, tmp_path: Path) -> None:
-    adapter = lora_adapter(tmp_path / "lora.gguf", SMOLLM2_EMBD, SMOLLM2_LAYERS)
+    adapter = lora_adapter(tmp_path / "lora.gguf", SMOLLM2_EMBD, SMOLLM2_LAYERS, scale=0.07)  # not test_adapters' bytes
     daemon.create("smollm2-adapted", f"FROM {smollm2_path}\nADAPTER {adapter}\n")
     assert generate(daemon, "smollm2-adapted").status_code == 200
     entry = loaded(daemon, "smollm2-adapted")

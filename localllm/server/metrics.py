@@ -78,8 +78,8 @@ class Metrics:
             if generated:
                 entry.token_latency.observe(done.get("eval_duration", 0) / 1e9 / generated)
 
-    def render(self, queue_depths: dict[str, int], runners: dict[str, dict] | None = None) -> str:
-        """The text exposition; ``runners`` maps a loaded model to its runner's ``/health``."""
+    def render(self, queue_depths: dict[str, int], runners: list[tuple[str, str, dict]] | None = None) -> str:
+        """The text exposition; ``runners``: (model, engine, its runner's ``/health``) of each generating runner."""
         lines: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> None:
@@ -106,13 +106,14 @@ class Metrics:
                 lines.append(f'{name}{{model="{model}"}} {getattr(m, attr)}')
         runners = runners or {}
         family("localllm_kv_blocks", "gauge", "Native engine KV blocks: in use, shared, cached for reuse, spilled to RAM.")
-        for model, health in runners.items():
+        for model, engine, health in runners:
             for state, count in sorted((health.get("kv_blocks") or {}).items()):
                 if state != "block_size":
-                    lines.append(f'localllm_kv_blocks{{model="{model}",state="{state}"}} {count}')
+                    lines.append(f'localllm_kv_blocks{{model="{model}",engine="{engine}",state="{state}"}} {count}')
         family("localllm_prefix_cache_hit_ratio", "gauge", "Share of prompt tokens served from cached KV.")
-        for model, health in runners.items():
-            lines.append(f'localllm_prefix_cache_hit_ratio{{model="{model}"}} {health.get("cache_hit_rate", 0.0)}')
+        for model, engine, health in runners:
+            lines.append(f'localllm_prefix_cache_hit_ratio{{model="{model}",engine="{engine}"}} '
+                         f'{health.get("cache_hit_rate", 0.0)}')
         family("localllm_time_to_first_token_seconds", "histogram", "Time from request to first token.")
         for model, m in self.models.items():
             lines.extend(m.ttft.lines("localllm_time_to_first_token_seconds", f'model="{model}"'))

@@ -100,7 +100,8 @@ async def root() -> Response:
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
     state = state_of(request)
-    runners = {loaded.name: await loaded.runner.refresh_health() for loaded in list(state.scheduler.loaded.values())}
+    generating = [m for m in list(state.scheduler.loaded.values()) if not m.runner.config.embedding]
+    runners = [(m.name, m.engine, await m.runner.refresh_health()) for m in generating]
     text = state.metrics.render(state.scheduler.queue_depths(), runners)
     return Response(text, media_type="text/plain; version=0.0.4")
 
