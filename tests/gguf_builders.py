@@ -16,7 +16,7 @@ def tiny_model(
     path: Path, arch: str = "llama", q_rows: int = 64, file_type: int = F32, rope_freqs: list[float] | None = None,
     rope_scaling: str | None = None,
 ) -> Path:
-    """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms) with random
+    """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused) with random
     weights and a 32-token SentencePiece vocabulary, so llama.cpp loads it too;
     ``q_rows`` != 64 breaks attn_q's shape; ``rope_freqs`` (8 factors) adds Llama 3's rope_freqs.weight;
     ``rope_scaling`` ("linear", "yarn") sets rope.scaling.type with a factor of 4."""
@@ -51,9 +51,13 @@ def tiny_model(
         w.add_tensor("rope_freqs.weight", np.array(rope_freqs, dtype=np.float32))
     t("output_norm.weight", e)
     t("blk.0.attn_norm.weight", e)
-    t("blk.0.attn_q.weight", e, q_rows)
-    t("blk.0.attn_k.weight", e, 32)
-    t("blk.0.attn_v.weight", e, 32)
+    if arch == "phi3":  # fused q/k/v and gate/up matrices, an untied output head
+        t("output.weight", e, vocab)
+        t("blk.0.attn_qkv.weight", e, q_rows + 64)
+    else:
+        t("blk.0.attn_q.weight", e, q_rows)
+        t("blk.0.attn_k.weight", e, 32)
+        t("blk.0.attn_v.weight", e, 32)
     if arch == "qwen2":
         t("blk.0.attn_q.bias", 64)
         t("blk.0.attn_k.bias", 32)
@@ -63,8 +67,11 @@ def tiny_model(
         t("blk.0.attn_k_norm.weight", head_dim)
     t("blk.0.attn_output.weight", 64, e)
     t("blk.0.ffn_norm.weight", e)
-    t("blk.0.ffn_gate.weight", e, ff)
-    t("blk.0.ffn_up.weight", e, ff)
+    if arch == "phi3":
+        t("blk.0.ffn_up.weight", e, 2 * ff)
+    else:
+        t("blk.0.ffn_gate.weight", e, ff)
+        t("blk.0.ffn_up.weight", e, ff)
     t("blk.0.ffn_down.weight", ff, e)
     w.write_header_to_file()
     w.write_kv_data_to_file()

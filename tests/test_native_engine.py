@@ -95,10 +95,11 @@ def test_smollm2_logits_are_llama_cpps_bit_for_bit(smollm2_path: Path) -> None:
         reference.close()
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3"])
 def test_tiny_architectures_match_llama_cpp(tmp_path: Path, arch: str) -> None:
-    """llama, qwen2 (q/k/v biases, NeoX rotation) and qwen3 (q/k norms): F32 weights, so the two
-    engines differ only by the order of float sums and the half-precision KV cache."""
+    """llama, qwen2 (q/k/v biases, NeoX rotation), qwen3 (q/k norms) and phi3 (fused q/k/v and gate/up
+    matrices, Q scaled before attention): F32 weights, so the two engines differ only by the order of
+    float sums and the half-precision KV cache."""
     path = tiny_model(tmp_path / f"{arch}.gguf", arch)
     native, reference = Side("native", path, n_ctx=64), Side("llama.cpp", path, n_ctx=64)
     try:

@@ -18,7 +18,7 @@ from localllm.native.lib import LAYER_TENSORS, Layer, ModelParams, NativeError, 
 from localllm.registry.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gguf
 
 HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
-ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3}
+ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4}
 _F32 = 0
 
 # our layer field -> GGUF tensor name suffix
@@ -37,7 +37,13 @@ _ARCH_TENSORS = {
     "qwen2": ("bq", "bk", "bv"),
     "qwen3": ("q_norm", "k_norm"),
     "gemma3": ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"),
+    "phi3": (),
 }
+# Phi-3 keeps q, k and v in one matrix (attn_qkv) and the gate and up projections in one (ffn_up, gate
+# first): the layer's fields are views of their rows
+_FUSED = {"phi3": ("wq", "wk", "wv", "w_gate", "w_up")}
+# keys and tensors that change a model's maths and that the native forward does not implement
+_PHI3_REFUSED = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,12 @@ def hyperparameters(g: GGUFFile) -> Hyper:
         raise _unsupported(f"rope scaling {g.arch_value('rope.scaling.type')!r}")
     if g.tensor("rope_freqs.weight") is not None and arch != "llama":
         raise _unsupported(f"rope_freqs.weight in a {arch} model")
+    if arch == "phi3":
+        for name in _PHI3_REFUSED:
+            if g.tensor(name) is not None:
+                raise _unsupported(f"Phi-3's long-context rope factors ({name})")
+        if g.arch_value("rope.scaling.attn_factor") is not None:
+            raise _unsupported("rope.scaling.attn_factor")
     embd = g.tensor("token_embd.weight")
     if embd is None or len(embd.shape) != 2:
         raise NativeError("the model has no 2-D token_embd.weight tensor")
@@ -95,6 +107,11 @@ def hyperparameters(g: GGUFFile) -> Hyper:
         head_dim=head_dim, n_ff=_int(g, "feed_forward_length"), n_vocab=embd.shape[1],
         n_ctx_train=_int(g, "context_length", 4096), eps=float(eps), rope_base=float(base), rope_dim=rope_dim,
     )  # fmt: skip
+
+
+def _rows(t: Tensor, first: int, count: int) -> Tensor:
+    """Rows ``first`` .. ``first + count`` of a matrix: quantized rows are independent, so a view."""
+    return Tensor(t.data + first * library().llk_row_size(t.type, t.ne0), t.type, t.ne0, count)
 
 
 class NativeWeights:
@@ -163,16 +180,22 @@ class NativeWeights:
             "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
             "post_ffn_norm": (h.n_embd,),
         }  # fmt: skip
-        required = set(_REQUIRED) | set(_ARCH_TENSORS[h.arch])
+        fused = _FUSED.get(h.arch, ())
+        required = (set(_REQUIRED) | set(_ARCH_TENSORS[h.arch])) - set(fused)
         allowed = required  # tensors of other architectures would change the maths: refuse, never ignore
+        # only Gemma 3's window: llama.cpp ignores the one Phi-3 files declare ("Phi SWA is currently disabled")
         window = g.arch_value("attention.sliding_window", 0) if gemma else 0
         pattern = g.arch_value("attention.sliding_window_pattern", 6) if gemma else 0
         swa_base = float(g.arch_value("rope.freq_base_swa", 10000.0))
         self._layers = (Layer * h.n_layer)()
         for il in range(h.n_layer):
             layer = self._layers[il]
+            if fused:
+                self._fused_views(layer, il, q_dim, kv_dim)
             for field in LAYER_TENSORS:
                 name = f"blk.{il}.{_GGUF_NAMES[field]}"
+                if fused and field == "w_up":  # Phi-3's ffn_up is the fused gate-and-up matrix, read above
+                    continue
                 if field not in allowed:
                     if g.tensor(name) is not None:
                         raise _unsupported(f"tensor {name!r} in a {h.arch} model")
@@ -202,6 +225,14 @@ class NativeWeights:
         if p.output.data:  # an untied output head: the embedding is looked up, not streamed
             self._weight_bytes -= p.tok_embd.ne1 * library().llk_row_size(p.tok_embd.type, p.tok_embd.ne0)
         return p
+
+    def _fused_views(self, layer: Layer, il: int, q_dim: int, kv_dim: int) -> None:
+        """Phi-3's fused matrices, seen as the q, k, v, gate and up rows the forward pass takes."""
+        h = self.hyper
+        qkv = self._tensor(f"blk.{il}.attn_qkv.weight", (h.n_embd, q_dim + 2 * kv_dim))
+        layer.wq, layer.wk, layer.wv = _rows(qkv, 0, q_dim), _rows(qkv, q_dim, kv_dim), _rows(qkv, q_dim + kv_dim, kv_dim)
+        up = self._tensor(f"blk.{il}.ffn_up.weight", (h.n_embd, 2 * h.n_ff))
+        layer.w_gate, layer.w_up = _rows(up, 0, h.n_ff), _rows(up, h.n_ff, h.n_ff)
 
     def close(self) -> None:
         if self._base:
