@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -322,4 +323,81 @@ def test_restoring_a_block_when_the_host_tier_is_full_keeps_its_bytes(store: nat
     back = pool.match(run(16) + [1])  # restoring it evicts and spills the other one
     assert back.tokens == 16 and store.read_block(back.blocks[0]) == bytes([3]) * store.block_bytes
     assert pool.counts()["spilled"] == 1
+    pool.check()
+
+
+@pytest.mark.slow
+def test_random_traffic_through_a_small_pool_gives_every_request_its_solo_output(
+    smollm2_path: Path, runner: RunnerProcess
+) -> None:
+    """Shared prefixes, partial blocks, eviction, spills, restores and preemption all at once: each
+    request that completes has exactly the text it has alone on an idle runner."""
+    rng = random.Random(13)
+    heads = [chat(f"Topic {t}: " + "tell me about the night sky. " * rng.randint(1, 6)) for t in range(4)]
+    bodies = []
+    for i in range(24):
+        prompt = rng.choice(heads)[: -rng.randint(0, 40) or None] + f" ({i})"
+        bodies.append({"prompt": prompt, "options": {**GREEDY, "num_predict": rng.randint(4, 60)}})
+    expected = [text for text, _ in (stream_all(runner, [b]) [0] for b in bodies)]  # one at a time, big pool
+    args = ("--engine", "native", "--ctx", "256", "--parallel", "8", "--kv-tokens", "400", "--threads",
+            runner_threads(), "--cache-ram-mb", "2")  # fmt: skip
+    with running_runner(smollm2_path, *args) as small, small.client() as c:
+        got = stream_all(small, bodies)
+        assert [text for text, _ in got] == expected
+        health = idle_health(c)
+        assert health["kv_blocks"]["in_use"] == 0 and health["cache_ram_bytes"] <= 2 << 20
+        assert "preempting" in small.stderr and sum(done["cached_tokens"] for _, done in got) > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_pool_traffic_keeps_the_invariants(store: native.Context, seed: int) -> None:
+    """Random sequences over a few shared prefixes: taken, grown, committed, released (kept or not),
+    with a host tier of 0-3 blocks; the invariants hold after every step, and a prefix found again
+    has the bytes it was written with."""
+    rng = random.Random(seed)
+    pool = BlockPool(store, 6, BS, host_budget=rng.randint(0, 3) * store.block_bytes)
+    heads = [[rng.randrange(50) for _ in range(40)] for _ in range(3)]
+    written: dict[tuple[int, ...], bytes] = {}  # the tokens of a full block's path -> its bytes
+    for step in range(150):
+        tokens = rng.choice(heads)[: rng.randint(1, 40)] + [rng.randrange(50) for _ in range(rng.randint(0, 20))]
+        found = pool.match(tokens[:-1])
+        blocks, nodes = found.blocks, found.nodes
+        for i in range(len(tokens[: found.tokens]) // BS):
+            path = tuple(tokens[: (i + 1) * BS])
+            if path in written:
+                assert store.read_block(blocks[i]) == written[path], (step, i)
+        while len(blocks) * BS < len(tokens):
+            block = pool.allocate()
+            if block is None:
+                break
+            blocks.append(block)
+            nodes.append(None)
+        held = tokens[: len(blocks) * BS]
+        for i in range(found.tokens // BS, len(held) // BS):  # "compute" the new full blocks
+            data = bytes([(sum(held[: (i + 1) * BS]) + i) % 256]) * store.block_bytes
+            store.write_block(blocks[i], data)
+            written[tuple(held[: (i + 1) * BS])] = data
+        pool.commit(blocks, nodes, held)
+        pool.check()
+        pool.release(blocks, nodes, held, keep=rng.random() < 0.8)
+        pool.check()
+    assert pool.counts()["in_use"] == 0
+
+
+def test_restoring_a_parent_whose_spilled_child_is_dropped_keeps_it_in_the_tree(store: native.Context) -> None:
+    """Making room to restore a spilled block can drop its spilled child from a full host tier; the
+    restored block must stay findable (and evictable) all the same."""
+    pool = BlockPool(store, 2, BS, host_budget=2 * store.block_bytes)
+    blocks, nodes = [pool.allocate(), pool.allocate()], [None, None]
+    pool.commit(blocks, nodes, run(32))
+    pool.release(blocks, nodes, run(32), keep=True)
+    other, other_nodes = [pool.allocate(), pool.allocate()], [None, None]  # both spill: the host tier is full
+    pool.commit(other, other_nodes, run(32, 1000))
+    pool.release(other, other_nodes, run(32, 1000), keep=True)
+    back = pool.match(run(16) + [7])  # restoring the head spills one of the others, dropping the head's child
+    assert back.tokens == 16
+    pool.check()
+    pool.release(back.blocks, back.nodes, run(16), keep=True)
+    for _ in range(2):  # evict everything again: the restored head leaves the tree cleanly
+        pool.allocate()
     pool.check()

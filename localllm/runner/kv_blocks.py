@@ -197,15 +197,20 @@ class BlockPool:
             assert (block in self._evictable) <= (block in self._node_of), f"cached block {block} is not indexed"
         assert self.host_used == sum(len(n.spilled or b"") for n in self._host), "host bytes miscounted"
 
+        reachable: set[int] = set()
+
         def walk(node: Node) -> None:
             for child in node.children.values():
                 assert child.parent is node
                 assert child.block is not None or child.spilled is not None or child.children, "a dead node"
                 if child.block is not None:
                     assert self._node_of.get(child.block) is child
+                reachable.add(id(child))
                 walk(child)
 
         walk(self.root)
+        assert all(id(n) in reachable for n in self._node_of.values()), "an indexed block outside the tree"
+        assert all(id(n) in reachable for n in self._host), "a spilled block outside the tree"
 
     # -- helpers ----------------------------------------------------------------
 
@@ -221,13 +226,16 @@ class BlockPool:
         data = node.spilled
         if data is None:
             return False
-        self._drop_spilled(node)  # out of the host tier first: making room there must not drop it
+        # out of the host tier's LRU while room is made (a spill then must not drop it), its bytes still
+        # on it so that pruning a spilled child it loses meanwhile cannot take it out of the tree
+        del self._host[node]
+        self.host_used -= len(data)
         block = self.allocate()
         if block is None:
-            node.spilled = data
             self._host[node] = None
             self.host_used += len(data)
             return False
+        node.spilled = None
         self.store.write_block(block, data)
         self.ref[block] = 0  # allocate() took it for a sequence; the caller takes it as an indexed block
         node.block = block
@@ -284,9 +292,9 @@ class BlockPool:
             return False
         block, _ = self._evictable.popitem(last=False)
         node = self._node_of.pop(block)
+        if len(node.run) == self.block_size and self.host_budget:  # spilled while it still holds its block,
+            self._spill(node, self.store.read_block(block))  # so room made in the host tier cannot prune it
         node.block = None
-        if len(node.run) == self.block_size and self.host_budget:
-            self._spill(node, self.store.read_block(block))
         self._prune(node)
         self._free.append(block)
         return True
