@@ -382,22 +382,3 @@ def test_random_pool_traffic_keeps_the_invariants(store: native.Context, seed: i
         pool.release(blocks, nodes, held, keep=rng.random() < 0.8)
         pool.check()
     assert pool.counts()["in_use"] == 0
-
-
-def test_restoring_a_parent_whose_spilled_child_is_dropped_keeps_it_in_the_tree(store: native.Context) -> None:
-    """Making room to restore a spilled block can drop its spilled child from a full host tier; the
-    restored block must stay findable (and evictable) all the same."""
-    pool = BlockPool(store, 2, BS, host_budget=2 * store.block_bytes)
-    blocks, nodes = [pool.allocate(), pool.allocate()], [None, None]
-    pool.commit(blocks, nodes, run(32))
-    pool.release(blocks, nodes, run(32), keep=True)
-    other, other_nodes = [pool.allocate(), pool.allocate()], [None, None]  # both spill: the host tier is full
-    pool.commit(other, other_nodes, run(32, 1000))
-    pool.release(other, other_nodes, run(32, 1000), keep=True)
-    back = pool.match(run(16) + [7])  # restoring the head spills one of the others, dropping the head's child
-    assert back.tokens == 16
-    pool.check()
-    pool.release(back.blocks, back.nodes, run(16), keep=True)
-    for _ in range(2):  # evict everything again: the restored head leaves the tree cleanly
-        pool.allocate()
-    pool.check()
