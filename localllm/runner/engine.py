@@ -22,6 +22,7 @@ table of shared, reference-counted blocks of the native engine's pool.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -227,8 +228,7 @@ class Engine:
                     self._step()
             except Exception as exc:  # a bug or a native failure: fail what runs, keep serving
                 log.exception("engine step failed")
-                for slot in list(self._active):
-                    self._fail(slot, f"generation failed: {exc}")
+                self._fail_all(f"generation failed: {exc}")
         for slot in list(self._active):
             self._fail(slot, "the runner is shutting down")
         self._receive(block=False)
@@ -416,6 +416,16 @@ class Engine:
             }
         )
         self._release(slot, keep=True)
+
+    def _fail_all(self, message: str) -> None:
+        """Fail every running request; if even that fails the KV books are beyond repair: end the process
+        (its requests get an error from the daemon, which loads the model again) rather than hang them."""
+        try:
+            for slot in list(self._active):
+                self._fail(slot, message)
+        except Exception:
+            log.critical("the engine cannot recover from a failed step; exiting", exc_info=True)
+            os._exit(70)
 
     def _fail(self, slot: Slot, message: str) -> None:
         log.error("request failed: %s", message)
