@@ -56,8 +56,49 @@ class Hyper:
     rope_dim: int
 
 
+class UnsupportedModel(NativeError):
+    """A model the native forward would not run exactly; ``reason`` names the key, tensor or type."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason} is not supported by the native engine; {HINT}")
+        self.reason = f"{reason} is not supported by the native engine"
+
+
 def _unsupported(what: str) -> NativeError:
-    return NativeError(f"{what} is not supported by the native engine; {HINT}")
+    return UnsupportedModel(what)
+
+
+# Every <arch>.* metadata key the native forward may meet.  Keys it reads (checked in
+# hyperparameters) and keys that only describe the model may hold any value; keys that
+# change the maths are accepted only at the value that leaves llama's maths unchanged.
+# A key in neither table (soft-capping, ALiBi, pooling, experts, ...) refuses the model.
+_READ_KEYS = frozenset({
+    "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+    "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
+    "rope.scaling.original_context_length", "rope.scaling.finetuned",
+})  # fmt: skip
+_ARCH_READ_KEYS = {"gemma3": frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"})}
+_NEUTRAL_VALUES = {
+    "rope.scaling.type": ("none",),
+    "rope.scaling.factor": (0.0, 1.0),  # llama.cpp reads 0 as 1
+    "expert_count": (0,),
+    "expert_used_count": (0,),
+    "attention.causal": (True,),
+}
+
+
+def _check_metadata_keys(g: GGUFFile) -> None:
+    prefix = f"{g.architecture}."
+    known = _READ_KEYS | _ARCH_READ_KEYS.get(g.architecture or "", frozenset())
+    for full_key, value in g.metadata.items():
+        key = full_key[len(prefix):] if full_key.startswith(prefix) else None
+        if key is None or key in known:
+            continue
+        if key not in _NEUTRAL_VALUES:
+            raise _unsupported(f"model metadata key {full_key!r}")
+        if value not in _NEUTRAL_VALUES[key] or isinstance(value, bool) != isinstance(_NEUTRAL_VALUES[key][0], bool):
+            raise _unsupported(f"model metadata {full_key} = {value!r}")
 
 
 def _int(g: GGUFFile, key: str, default: int | None = None) -> int:
@@ -71,8 +112,7 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     arch = g.architecture
     if arch not in ARCHITECTURES:
         raise _unsupported(f"architecture {arch!r}")
-    if g.arch_value("rope.scaling.type") not in (None, "none") or g.tensor("rope_freqs.weight"):
-        raise _unsupported("rope scaling")
+    _check_metadata_keys(g)
     embd = g.tensor("token_embd.weight")
     if embd is None or len(embd.shape) != 2:
         raise NativeError("the model has no 2-D token_embd.weight tensor")
@@ -86,6 +126,9 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     rope_dim = _int(g, "rope.dimension_count", head_dim)
     if rope_dim > head_dim or rope_dim % 2:
         raise NativeError(f"rope.dimension_count {rope_dim} does not fit heads of {head_dim}")
+    if arch == "gemma3":
+        _int(g, "attention.sliding_window")
+        _int(g, "attention.sliding_window_pattern", 6)  # a per-layer array would place windows we do not
     eps = g.arch_value("attention.layer_norm_rms_epsilon", 1e-6)
     base = g.arch_value("rope.freq_base", 1e6 if arch == "gemma3" else 10000.0)
     return Hyper(
@@ -93,6 +136,80 @@ def hyperparameters(g: GGUFFile) -> Hyper:
         head_dim=head_dim, n_ff=_int(g, "feed_forward_length"), n_vocab=embd.shape[1],
         n_ctx_train=_int(g, "context_length", 4096), eps=float(eps), rope_base=float(base), rope_dim=rope_dim,
     )  # fmt: skip
+
+
+def expected_tensors(h: Hyper) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """Every tensor the forward pass reads for ``h``: name -> (shape, required).  A file's
+    tensor outside this table would change the model (e.g. a fused attn_qkv), so it is refused."""
+    q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
+    shapes = {
+        "attn_norm": (h.n_embd,), "wq": (h.n_embd, q_dim), "wk": (h.n_embd, kv_dim), "wv": (h.n_embd, kv_dim),
+        "wo": (q_dim, h.n_embd), "bq": (q_dim,), "bk": (kv_dim,), "bv": (kv_dim,), "q_norm": (h.head_dim,),
+        "k_norm": (h.head_dim,), "post_attn_norm": (h.n_embd,), "ffn_norm": (h.n_embd,),
+        "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
+        "post_ffn_norm": (h.n_embd,),
+    }  # fmt: skip
+    fields = _REQUIRED + _ARCH_TENSORS[h.arch]
+    expected = {
+        "token_embd.weight": ((h.n_embd, h.n_vocab), True),
+        "output_norm.weight": ((h.n_embd,), True),
+        "output.weight": ((h.n_embd, h.n_vocab), False),
+    }
+    for il in range(h.n_layer):
+        expected.update({f"blk.{il}.{_GGUF_NAMES[field]}": (shapes[field], True) for field in fields})
+    return expected
+
+
+def check_tensor(info: TensorInfo, shape: tuple[int, ...], file_size: int) -> int:
+    """The bytes of ``info`` once its type, shape and extent are ones the kernels can read safely."""
+    lib = library()
+    type_name = GGML_TYPES[info.ggml_type][0]
+    if len(shape) == 1 and info.ggml_type != _F32:
+        raise _unsupported(f"tensor {info.name!r} of type {type_name} (norms and biases must be F32)")
+    if not lib.llk_type_supported(info.ggml_type):
+        raise _unsupported(f"tensor {info.name!r} of type {type_name}")
+    if tuple(info.shape) != shape:
+        raise NativeError(
+            f"tensor {info.name!r} has shape {tuple(info.shape)}, but the model's metadata implies {shape}; "
+            "the file is corrupt or not a model the native engine understands"
+        )
+    rows = shape[1] if len(shape) > 1 else 1
+    expected = lib.llk_row_size(info.ggml_type, shape[0]) * rows
+    if info.nbytes != expected or info.offset < 0 or info.offset + expected > file_size:
+        raise NativeError(f"tensor {info.name!r} does not lie inside the file ({file_size} bytes)")
+    return expected
+
+
+def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bool]]]:
+    """The hyperparameters and tensor table of a model the native forward runs exactly;
+    otherwise a :class:`NativeError` (an :class:`UnsupportedModel` when the file is sound)."""
+    h = hyperparameters(g)
+    expected = expected_tensors(h)
+    for info in g.tensors:
+        if info.name not in expected:
+            raise _unsupported(f"tensor {info.name!r} in a {h.arch} model")
+    for name, (shape, required) in expected.items():
+        info = g.tensor(name)
+        if info is None and required:
+            raise NativeError(f"the model has no tensor {name!r}, which a {h.arch} model needs")
+        if info is not None:
+            check_tensor(info, shape, g.file_size)
+    return h, expected
+
+
+def native_support(path: str | Path) -> str | None:
+    """None when the native engine runs the model at ``path`` exactly, else a one-line reason
+    naming the key, tensor or type it lacks.  Reads only the GGUF header, so the scheduler
+    can ask on every load."""
+    try:
+        check_model(read_gguf(Path(path), skip_arrays_over=256))
+    except (InvalidGGUF, OSError) as exc:
+        return f"cannot read {path}: {exc}"
+    except UnsupportedModel as exc:
+        return exc.reason
+    except NativeError as exc:
+        return str(exc)
+    return None
 
 
 class NativeWeights:
@@ -104,7 +221,7 @@ class NativeWeights:
             self.gguf = read_gguf(self.path, skip_arrays_over=256)
         except InvalidGGUF as exc:
             raise NativeError(f"cannot load {self.path} with the native engine: {exc}") from None
-        self.hyper = hyperparameters(self.gguf)
+        self.hyper, self._expected = check_model(self.gguf)
         lib = library()
         size = ctypes.c_int64(0)
         base = lib.llk_map_file(str(self.path).encode(), ctypes.byref(size))
@@ -122,48 +239,20 @@ class NativeWeights:
         """Bytes of weights a decode step streams (all tensors the forward pass reads)."""
         return self._weight_bytes
 
-    def _tensor(self, name: str, shape: tuple[int, ...], required: bool = True, float_only: bool = False) -> Tensor:
+    def _tensor(self, name: str) -> Tensor:
+        """A checked tensor of the model (a null Tensor for an absent optional one)."""
         info = self.gguf.tensor(name)
         if info is None:
-            if required:
-                raise NativeError(f"the model has no tensor {name!r}, which a {self.hyper.arch} model needs")
             return Tensor()
-        return self._checked(info, shape, float_only)
-
-    def _checked(self, info: TensorInfo, shape: tuple[int, ...], float_only: bool) -> Tensor:
-        lib = library()
-        type_name = GGML_TYPES[info.ggml_type][0]
-        if float_only and info.ggml_type != _F32:
-            raise _unsupported(f"tensor {info.name!r} of type {type_name} (norms and biases must be F32)")
-        if not lib.llk_type_supported(info.ggml_type):
-            raise _unsupported(f"tensor {info.name!r} of type {type_name}")
-        if tuple(info.shape) != shape:
-            raise NativeError(
-                f"tensor {info.name!r} has shape {tuple(info.shape)}, but the model's metadata implies {shape}; "
-                "the file is corrupt or not a model the native engine understands"
-            )
-        rows = shape[1] if len(shape) > 1 else 1
-        expected = lib.llk_row_size(info.ggml_type, shape[0]) * rows
-        if info.nbytes != expected or info.offset < 0 or info.offset + expected > self._size:
-            raise NativeError(f"tensor {info.name!r} does not lie inside the mapped file ({self._size} bytes)")
-        self._weight_bytes += expected
-        return Tensor(self._base + info.offset, info.ggml_type, shape[0], rows)
+        shape = self._expected[name][0]
+        self._weight_bytes += check_tensor(info, shape, self._size)  # the mapping, not the header's size
+        return Tensor(self._base + info.offset, info.ggml_type, shape[0], shape[1] if len(shape) > 1 else 1)
 
     def _describe(self) -> ModelParams:
         h, g = self.hyper, self.gguf
         self._weight_bytes = 0
         gemma = h.arch == "gemma3"
-        q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
-        shapes = {
-            "attn_norm": (h.n_embd,), "wq": (h.n_embd, q_dim), "wk": (h.n_embd, kv_dim), "wv": (h.n_embd, kv_dim),
-            "wo": (q_dim, h.n_embd), "bq": (q_dim,), "bk": (kv_dim,), "bv": (kv_dim,), "q_norm": (h.head_dim,),
-            "k_norm": (h.head_dim,), "post_attn_norm": (h.n_embd,), "ffn_norm": (h.n_embd,),
-            "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
-            "post_ffn_norm": (h.n_embd,),
-        }  # fmt: skip
-        required = set(_REQUIRED) | set(_ARCH_TENSORS[h.arch])
-        allowed = required  # tensors of other architectures would change the maths: refuse, never ignore
-        window = g.arch_value("attention.sliding_window", 0) if gemma else 0
+        window = g.arch_value("attention.sliding_window") if gemma else 0
         pattern = g.arch_value("attention.sliding_window_pattern", 6) if gemma else 0
         swa_base = float(g.arch_value("rope.freq_base_swa", 10000.0))
         self._layers = (Layer * h.n_layer)()
@@ -171,13 +260,9 @@ class NativeWeights:
             layer = self._layers[il]
             for field in LAYER_TENSORS:
                 name = f"blk.{il}.{_GGUF_NAMES[field]}"
-                if field not in allowed:
-                    if g.tensor(name) is not None:
-                        raise _unsupported(f"tensor {name!r} in a {h.arch} model")
-                    continue
-                float_only = len(shapes[field]) == 1
-                setattr(layer, field, self._tensor(name, shapes[field], field in required, float_only))
-            sliding = bool(gemma and window and isinstance(pattern, int) and pattern > 0 and il % pattern < pattern - 1)
+                if name in self._expected:
+                    setattr(layer, field, self._tensor(name))
+            sliding = bool(gemma and il % pattern < pattern - 1)
             layer.sliding = int(sliding)
             layer.rope_base = swa_base if sliding else h.rope_base
         p = ModelParams()
@@ -191,9 +276,9 @@ class NativeWeights:
         p.eps = h.eps
         p.attn_scale = 1.0 / math.sqrt(h.head_dim)
         p.embd_scale = math.sqrt(h.n_embd) if gemma else 1.0
-        p.tok_embd = self._tensor("token_embd.weight", (h.n_embd, h.n_vocab))
-        p.output_norm = self._tensor("output_norm.weight", (h.n_embd,), float_only=True)
-        p.output = self._tensor("output.weight", (h.n_embd, h.n_vocab), required=False)
+        p.tok_embd = self._tensor("token_embd.weight")
+        p.output_norm = self._tensor("output_norm.weight")
+        p.output = self._tensor("output.weight")
         p.layers = ctypes.cast(self._layers, ctypes.POINTER(Layer))
         if p.output.data:  # an untied output head: the embedding is looked up, not streamed
             self._weight_bytes -= p.tok_embd.ne1 * library().llk_row_size(p.tok_embd.type, p.tok_embd.ne0)
