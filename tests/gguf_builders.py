@@ -3,6 +3,7 @@ that need a model of a particular shape or type rather than the real fixtures.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +12,13 @@ from gguf import GGUFWriter
 F32, F16 = 0, 1  # general.file_type values
 
 
-def tiny_model(path: Path, arch: str = "llama", q_rows: int = 64, file_type: int = F32) -> Path:
+def tiny_model(
+    path: Path, arch: str = "llama", q_rows: int = 64, file_type: int = F32,
+    extra: Callable[[GGUFWriter], None] | None = None,
+) -> Path:  # fmt: skip
     """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms) with random
     weights and a 32-token SentencePiece vocabulary, so llama.cpp loads it too;
-    ``q_rows`` != 64 breaks attn_q's shape."""
+    ``q_rows`` != 64 breaks attn_q's shape; ``extra`` adds keys or tensors to the writer."""
     w = GGUFWriter(str(path), arch)
     e, ff, vocab, head_dim = 64, 128, 32, 16
     w.add_block_count(1)
@@ -56,6 +60,8 @@ def tiny_model(path: Path, arch: str = "llama", q_rows: int = 64, file_type: int
     t("blk.0.ffn_gate.weight", e, ff)
     t("blk.0.ffn_up.weight", e, ff)
     t("blk.0.ffn_down.weight", ff, e)
+    if extra is not None:
+        extra(w)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
