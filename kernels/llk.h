@@ -71,6 +71,7 @@ typedef struct llk_model {
     float eps, attn_scale, embd_scale;
     llk_tensor tok_embd, output_norm, output;
     llk_layer *layers; /* n_layer entries; copied by llk_ctx_new */
+    llk_tensor rope_freqs; /* F32 [rope_dim/2] divisors of the rotary angles (Llama 3.x), or absent */
 } llk_model;
 
 typedef struct llk_ctx llk_ctx;

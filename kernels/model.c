@@ -348,7 +348,7 @@ static void layer_forward(llk_ctx *c, int il, int T) {
     head_norm(c->k, &L->k_norm, T, m->n_head_kv, hd, m->eps);
     for (int t = 0; t < T; t++) {
         float *cs = c->cs + (size_t)t * m->rope_dim;
-        llk_rope_angles(cs, c->rope_scale[il], m->rope_dim, (float)c->pos_of[t]);
+        llk_rope_angles(cs, c->rope_scale[il], m->rope_dim, (float)c->pos_of[t], m->rope_freqs.data);
         llk_rope(c->q + (size_t)t * c->q_dim, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
         llk_rope(c->k + (size_t)t * c->kv_dim, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
         size_t at = (((size_t)il * c->n_seq + c->seq_of[t]) * c->n_ctx_seq + c->cell_of[t]) * c->kv_dim;
@@ -471,7 +471,7 @@ int llk_seq_add(llk_ctx *c, int seq, int p0, int p1, int delta) {
     float *buf = c->k, *cs = c->cs;
     for (int l = 0; l < m->n_layer; l++) {
         /* rotating by delta moves a key to its new position: rotations add */
-        llk_rope_angles(cs, c->rope_scale[l], m->rope_dim, (float)delta);
+        llk_rope_angles(cs, c->rope_scale[l], m->rope_dim, (float)delta, m->rope_freqs.data);
         size_t base = ((size_t)l * c->n_seq + seq) * c->n_ctx_seq * c->kv_dim;
         for (int i = 0; i < c->n_cells[seq]; i++) {
             if (!in_range(cpos[i], p0, p1)) continue;

@@ -20,11 +20,12 @@ void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps) {
     else for (int i = 0; i < n; i++) out[i] = x[i] * scale;
 }
 
-void llk_rope_angles(float *cs, float theta_scale, int rope_dim, float pos) {
+void llk_rope_angles(float *cs, float theta_scale, int rope_dim, float pos, const float *freq_factors) {
     float theta = pos; /* as ggml's rope cache: each angle is the previous one times theta_scale */
     for (int i = 0; i < rope_dim / 2; i++, theta *= theta_scale) {
-        cs[2 * i] = cosf(theta);
-        cs[2 * i + 1] = sinf(theta);
+        float angle = freq_factors ? theta / freq_factors[i] : theta; /* ggml: theta / ff, then the rest */
+        cs[2 * i] = cosf(angle);
+        cs[2 * i + 1] = sinf(angle);
     }
 }
 

@@ -85,21 +85,35 @@ def test_smollm2_logits_are_llama_cpps_bit_for_bit(smollm2_path: Path) -> None:
         reference.close()
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
-def test_tiny_architectures_match_llama_cpp(tmp_path: Path, arch: str) -> None:
-    """llama, qwen2 (q/k/v biases, NeoX rotation) and qwen3 (q/k norms): F32 weights, so the two
-    engines differ only by the order of float sums and the half-precision KV cache."""
-    path = tiny_model(tmp_path / f"{arch}.gguf", arch)
+def assert_tiny_model_matches_llama_cpp(path: Path) -> np.ndarray:
+    """A tiny F32 model's prompt logits and greedy continuation in both engines, which differ only
+    by the order of float sums and the half-precision KV cache; returns the native prompt logits."""
     native, reference = Side("native", path, n_ctx=64), Side("llama.cpp", path, n_ctx=64)
     try:
-        tokens = [1, 7, 19, 4, 28, 11, 3, 22]
+        tokens = [1, 7, 19, 4, 28, 11, 3, 22, 9, 30, 5, 17, 2, 25, 14, 8]
         ours, theirs = native.eval(tokens, 0), reference.eval(tokens, 0)
-        assert cosine(ours, theirs) > 0.99999, arch
+        assert cosine(ours, theirs) > 0.99999
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-3 * np.abs(theirs).max())
-        assert native.greedy(tokens, 16)[0] == reference.greedy(tokens, 16)[0]
+        assert native.greedy(tokens, 24)[0] == reference.greedy(tokens, 24)[0]
+        return ours
     finally:
         native.close()
         reference.close()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_tiny_architectures_match_llama_cpp(tmp_path: Path, arch: str) -> None:
+    """llama, qwen2 (q/k/v biases, NeoX rotation) and qwen3 (q/k norms)."""
+    assert_tiny_model_matches_llama_cpp(tiny_model(tmp_path / f"{arch}.gguf", arch))
+
+
+def test_llama3_rope_freqs_match_llama_cpp(tmp_path: Path) -> None:
+    """Llama 3.x's rope scaling: each rotary pair's angle divided by its rope_freqs entry."""
+    factors = np.array([1.0, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0], dtype=np.float32)  # the low frequencies stretched
+    scaled = tiny_model(tmp_path / "llama3.gguf", extra=lambda w: w.add_tensor("rope_freqs.weight", factors))
+    with_factors = assert_tiny_model_matches_llama_cpp(scaled)
+    without = assert_tiny_model_matches_llama_cpp(tiny_model(tmp_path / "plain.gguf"))
+    assert cosine(with_factors, without) < 0.9999  # the factors are applied, not skipped
 
 
 def test_batched_sequences_match_each_alone(smollm2_path: Path) -> None:

@@ -50,7 +50,7 @@ UNSUPPORTED = {
     "pooling": (_key("add_uint32", "pooling_type", 1), "'llama.pooling_type'"),
     "not_causal": (_key("add_bool", "attention.causal", False), "llama.attention.causal = False"),
     "experts": (_key("add_uint32", "expert_count", 8), "llama.expert_count = 8"),
-    "rope_freqs": (_tensor("rope_freqs.weight", 8), "tensor 'rope_freqs.weight'"),
+    "expert_router": (_tensor("blk.0.ffn_gate_inp.weight", 64, 4), "tensor 'blk.0.ffn_gate_inp.weight'"),
     "fused_qkv": (_tensor("blk.0.attn_qkv.weight", 64, 128), "tensor 'blk.0.attn_qkv.weight'"),
 }
 

@@ -63,6 +63,7 @@ class ModelParams(ctypes.Structure):
         ("output_norm", Tensor),
         ("output", Tensor),
         ("layers", ctypes.POINTER(Layer)),
+        ("rope_freqs", Tensor),
     ]
 
 

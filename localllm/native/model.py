@@ -155,6 +155,8 @@ def expected_tensors(h: Hyper) -> dict[str, tuple[tuple[int, ...], bool]]:
         "output_norm.weight": ((h.n_embd,), True),
         "output.weight": ((h.n_embd, h.n_vocab), False),
     }
+    if h.arch == "llama":  # Llama 3.x's rope scaling: one divisor per rotary pair, as llama.cpp reads it
+        expected["rope_freqs.weight"] = ((h.rope_dim // 2,), False)
     for il in range(h.n_layer):
         expected.update({f"blk.{il}.{_GGUF_NAMES[field]}": (shapes[field], True) for field in fields})
     return expected
@@ -280,6 +282,7 @@ class NativeWeights:
         p.output_norm = self._tensor("output_norm.weight")
         p.output = self._tensor("output.weight")
         p.layers = ctypes.cast(self._layers, ctypes.POINTER(Layer))
+        p.rope_freqs = self._tensor("rope_freqs.weight")
         if p.output.data:  # an untied output head: the embedding is looked up, not streamed
             self._weight_bytes -= p.tok_embd.ne1 * library().llk_row_size(p.tok_embd.type, p.tok_embd.ne0)
         return p
