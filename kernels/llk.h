@@ -63,7 +63,7 @@ typedef struct llk_layer {
     float rope_base;
 } llk_layer;
 
-enum llk_arch { LLK_ARCH_LLAMA = 0, LLK_ARCH_QWEN2 = 1, LLK_ARCH_QWEN3 = 2, LLK_ARCH_GEMMA3 = 3 };
+enum llk_arch { LLK_ARCH_LLAMA = 0, LLK_ARCH_QWEN2 = 1, LLK_ARCH_QWEN3 = 2, LLK_ARCH_GEMMA3 = 3, LLK_ARCH_PHI3 = 4 };
 
 typedef struct llk_model {
     int32_t arch, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;

@@ -355,9 +355,9 @@ static void layer_forward(llk_ctx *c, int il, int T) {
         k->f32_to_f16(c->k + (size_t)t * c->kv_dim, c->k_cache + at, c->kv_dim);
         k->f32_to_f16(c->v + (size_t)t * c->kv_dim, c->v_cache + at, c->kv_dim);
     }
-    /* As llama.cpp: Q meets the half-precision K cache as half-precision values; Gemma 3 scales Q
-     * before that, llama scales the scores after the dot product. */
-    int scale_q = m->arch == LLK_ARCH_GEMMA3;
+    /* As llama.cpp: Q meets the half-precision K cache as half-precision values; Gemma 3 and Phi-3
+     * scale Q before that, llama scales the scores after the dot product. */
+    int scale_q = m->arch == LLK_ARCH_GEMMA3 || m->arch == LLK_ARCH_PHI3;
     float q_scale = scale_q ? m->attn_scale : 1.0f;
     for (size_t i = 0; i < (size_t)T * c->q_dim; i++) c->q[i] = round_f16(c->q[i] * q_scale);
     attn_job aj = {.c = c, .layer = il, .n_tok = T, .window = L->sliding ? m->sliding_window : 0,

@@ -16,7 +16,8 @@ def tiny_model(
     path: Path, arch: str = "llama", q_rows: int = 64, file_type: int = F32,
     extra: Callable[[GGUFWriter], None] | None = None,
 ) -> Path:  # fmt: skip
-    """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms) with random
+    """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused
+    attn_qkv and gate+up in ffn_up) with random
     weights and a 32-token SentencePiece vocabulary, so llama.cpp loads it too;
     ``q_rows`` != 64 breaks attn_q's shape; ``extra`` adds keys or tensors to the writer."""
     w = GGUFWriter(str(path), arch)
@@ -45,9 +46,12 @@ def tiny_model(
     t("token_embd.weight", e, vocab)
     t("output_norm.weight", e)
     t("blk.0.attn_norm.weight", e)
-    t("blk.0.attn_q.weight", e, q_rows)
-    t("blk.0.attn_k.weight", e, 32)
-    t("blk.0.attn_v.weight", e, 32)
+    if arch == "phi3":
+        t("blk.0.attn_qkv.weight", e, q_rows + 64)
+    else:
+        t("blk.0.attn_q.weight", e, q_rows)
+        t("blk.0.attn_k.weight", e, 32)
+        t("blk.0.attn_v.weight", e, 32)
     if arch == "qwen2":
         t("blk.0.attn_q.bias", 64)
         t("blk.0.attn_k.bias", 32)
@@ -57,8 +61,11 @@ def tiny_model(
         t("blk.0.attn_k_norm.weight", head_dim)
     t("blk.0.attn_output.weight", 64, e)
     t("blk.0.ffn_norm.weight", e)
-    t("blk.0.ffn_gate.weight", e, ff)
-    t("blk.0.ffn_up.weight", e, ff)
+    if arch == "phi3":
+        t("blk.0.ffn_up.weight", e, 2 * ff)
+    else:
+        t("blk.0.ffn_gate.weight", e, ff)
+        t("blk.0.ffn_up.weight", e, ff)
     t("blk.0.ffn_down.weight", ff, e)
     if extra is not None:
         extra(w)

@@ -101,9 +101,10 @@ def assert_tiny_model_matches_llama_cpp(path: Path) -> np.ndarray:
         reference.close()
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3"])
 def test_tiny_architectures_match_llama_cpp(tmp_path: Path, arch: str) -> None:
-    """llama, qwen2 (q/k/v biases, NeoX rotation) and qwen3 (q/k norms)."""
+    """llama, qwen2 (q/k/v biases, NeoX rotation), qwen3 (q/k norms) and phi3 (fused attn_qkv and
+    gate+up, Q scaled before the dot product)."""
     assert_tiny_model_matches_llama_cpp(tiny_model(tmp_path / f"{arch}.gguf", arch))
 
 

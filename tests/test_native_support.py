@@ -25,7 +25,7 @@ def test_fixture_models_are_supported(smollm2_path: Path, gemma3_path: Path) -> 
     assert native_support(str(gemma3_path)) is None
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3"])
 def test_tiny_models_of_each_architecture_are_supported(tmp_path: Path, arch: str) -> None:
     assert native_support(tiny_model(tmp_path / f"{arch}.gguf", arch=arch)) is None
 

@@ -18,7 +18,7 @@ from localllm.native.lib import LAYER_TENSORS, Layer, ModelParams, NativeError, 
 from localllm.registry.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gguf
 
 HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
-ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3}
+ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4}
 _F32 = 0
 
 # our layer field -> GGUF tensor name suffix
@@ -37,6 +37,7 @@ _ARCH_TENSORS = {
     "qwen2": ("bq", "bk", "bv"),
     "qwen3": ("q_norm", "k_norm"),
     "gemma3": ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"),
+    "phi3": (),  # but its ffn_up holds the gate's rows and then the up rows, and q/k/v may be one attn_qkv
 }
 
 
@@ -78,7 +79,10 @@ _READ_KEYS = frozenset({
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
     "rope.scaling.original_context_length", "rope.scaling.finetuned",
 })  # fmt: skip
-_ARCH_READ_KEYS = {"gemma3": frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"})}
+_ARCH_READ_KEYS = {
+    "gemma3": frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
+    "phi3": frozenset({"attention.sliding_window"}),  # llama.cpp disables Phi's sliding window (its PR 13676)
+}
 _NEUTRAL_VALUES = {
     "rope.scaling.type": ("none",),
     "rope.scaling.factor": (0.0, 1.0),  # llama.cpp reads 0 as 1
@@ -138,9 +142,10 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     )  # fmt: skip
 
 
-def expected_tensors(h: Hyper) -> dict[str, tuple[tuple[int, ...], bool]]:
-    """Every tensor the forward pass reads for ``h``: name -> (shape, required).  A file's
-    tensor outside this table would change the model (e.g. a fused attn_qkv), so it is refused."""
+def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """Every tensor the forward pass reads for ``h``: name -> (shape, required).  A file's tensor
+    outside this table would change the model (e.g. a MoE router), so it is refused.  ``fused_qkv``:
+    a phi3 model's q, k and v rows are one attn_qkv tensor."""
     q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
     shapes = {
         "attn_norm": (h.n_embd,), "wq": (h.n_embd, q_dim), "wk": (h.n_embd, kv_dim), "wv": (h.n_embd, kv_dim),
@@ -150,6 +155,9 @@ def expected_tensors(h: Hyper) -> dict[str, tuple[tuple[int, ...], bool]]:
         "post_ffn_norm": (h.n_embd,),
     }  # fmt: skip
     fields = _REQUIRED + _ARCH_TENSORS[h.arch]
+    if h.arch == "phi3":
+        shapes["w_up"] = (h.n_embd, 2 * h.n_ff)
+        fields = tuple(f for f in fields if f != "w_gate" and not (fused_qkv and f in ("wq", "wk", "wv")))
     expected = {
         "token_embd.weight": ((h.n_embd, h.n_vocab), True),
         "output_norm.weight": ((h.n_embd,), True),
@@ -159,6 +167,8 @@ def expected_tensors(h: Hyper) -> dict[str, tuple[tuple[int, ...], bool]]:
         expected["rope_freqs.weight"] = ((h.rope_dim // 2,), False)
     for il in range(h.n_layer):
         expected.update({f"blk.{il}.{_GGUF_NAMES[field]}": (shapes[field], True) for field in fields})
+        if fused_qkv:
+            expected[f"blk.{il}.attn_qkv.weight"] = ((h.n_embd, q_dim + 2 * kv_dim), True)
     return expected
 
 
@@ -186,7 +196,7 @@ def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bo
     """The hyperparameters and tensor table of a model the native forward runs exactly;
     otherwise a :class:`NativeError` (an :class:`UnsupportedModel` when the file is sound)."""
     h = hyperparameters(g)
-    expected = expected_tensors(h)
+    expected = expected_tensors(h, fused_qkv=h.arch == "phi3" and g.tensor("blk.0.attn_qkv.weight") is not None)
     for info in g.tensors:
         if info.name not in expected:
             raise _unsupported(f"tensor {info.name!r} in a {h.arch} model")
@@ -212,6 +222,11 @@ def native_support(path: str | Path) -> str | None:
     except NativeError as exc:
         return str(exc)
     return None
+
+
+def _rows(t: Tensor, first: int, count: int) -> Tensor:
+    """``count`` rows of ``t`` from row ``first``: a view into the same mapping."""
+    return Tensor(t.data + first * library().llk_row_size(t.type, t.ne0), t.type, t.ne0, count)
 
 
 class NativeWeights:
@@ -250,6 +265,18 @@ class NativeWeights:
         self._weight_bytes += check_tensor(info, shape, self._size)  # the mapping, not the header's size
         return Tensor(self._base + info.offset, info.ggml_type, shape[0], shape[1] if len(shape) > 1 else 1)
 
+    def _split_fused(self, layer: Layer, il: int) -> None:
+        """phi3's fused tensors as the separate ones the forward reads: row ranges of one matrix
+        (ffn_up's first n_ff rows are the gate, as llama.cpp's swiglu takes them)."""
+        h = self.hyper
+        q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
+        fused_up = layer.w_up
+        layer.w_gate, layer.w_up = _rows(fused_up, 0, h.n_ff), _rows(fused_up, h.n_ff, h.n_ff)
+        name = f"blk.{il}.attn_qkv.weight"
+        if name in self._expected:
+            qkv = self._tensor(name)
+            layer.wq, layer.wk, layer.wv = _rows(qkv, 0, q_dim), _rows(qkv, q_dim, kv_dim), _rows(qkv, q_dim + kv_dim, kv_dim)
+
     def _describe(self) -> ModelParams:
         h, g = self.hyper, self.gguf
         self._weight_bytes = 0
@@ -264,6 +291,8 @@ class NativeWeights:
                 name = f"blk.{il}.{_GGUF_NAMES[field]}"
                 if name in self._expected:
                     setattr(layer, field, self._tensor(name))
+            if h.arch == "phi3":
+                self._split_fused(layer, il)
             sliding = bool(gemma and il % pattern < pattern - 1)
             layer.sliding = int(sliding)
             layer.rope_base = swa_base if sliding else h.rope_base
@@ -271,7 +300,7 @@ class NativeWeights:
         p.arch = ARCHITECTURES[h.arch]
         p.n_embd, p.n_layer, p.n_head, p.n_head_kv = h.n_embd, h.n_layer, h.n_head, h.n_head_kv
         p.head_dim, p.n_ff, p.n_vocab = h.head_dim, h.n_ff, h.n_vocab
-        p.rope_neox = int(h.arch != "llama")  # qwen2/qwen3/gemma3 rotate the two halves of a head (NeoX)
+        p.rope_neox = int(h.arch != "llama")  # qwen2/qwen3/gemma3/phi3 rotate the two halves of a head (NeoX)
         p.rope_dim = h.rope_dim
         p.act_gelu = int(gemma)
         p.sliding_window = int(window or 0)
