@@ -86,3 +86,14 @@ def test_bad_files_give_a_reason_not_an_exception(tmp_path: Path) -> None:
     assert "truncated" in native_support(cut)
     wrong_shape = tiny_model(tmp_path / "shape.gguf", q_rows=96)
     assert "'blk.0.attn_q.weight' has shape (64, 96)" in native_support(wrong_shape)
+
+
+def test_phi3_longrope_is_refused(tmp_path: Path) -> None:
+    """Phi-3 128k / Phi-4-mini scale rope by context length (rope_factors_long/short): llama.cpp only."""
+    path = tiny_model(tmp_path / "longrope.gguf", arch="phi3", extra=_tensor("rope_factors_long.weight", 8))
+    assert "tensor 'rope_factors_long.weight'" in native_support(path)
+    path = tiny_model(tmp_path / "attn_factor.gguf", arch="phi3",
+                      extra=lambda w: w.add_float32("phi3.rope.scaling.attn_factor", 1.19))
+    assert "'phi3.rope.scaling.attn_factor'" in native_support(path)
+    sliding = tiny_model(tmp_path / "swa.gguf", arch="phi3", extra=lambda w: w.add_uint32("phi3.attention.sliding_window", 2047))
+    assert native_support(sliding) is None  # as llama.cpp, which disables Phi's sliding window
