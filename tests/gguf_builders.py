@@ -13,21 +13,27 @@ F32, F16 = 0, 1  # general.file_type values
 
 
 def tiny_model(
-    path: Path, arch: str = "llama", q_rows: int = 64, file_type: int = F32,
-    extra: Callable[[GGUFWriter], None] | None = None,
+    path: Path, arch: str = "llama", q_rows: int | None = None, file_type: int = F32,
+    extra: Callable[[GGUFWriter], None] | None = None, head_dim: int = 16,
 ) -> Path:  # fmt: skip
     """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused
-    attn_qkv and gate+up in ffn_up) with random
-    weights and a 32-token SentencePiece vocabulary, so llama.cpp loads it too;
-    ``q_rows`` != 64 breaks attn_q's shape; ``extra`` adds keys or tensors to the writer."""
+    attn_qkv and gate+up in ffn_up) with random weights and a 32-token SentencePiece vocabulary,
+    so llama.cpp loads it too.  Four query heads and two KV heads of ``head_dim`` (other than 16:
+    wider than embedding/heads, as Mistral Nemo's, stated by attention.key_length); ``q_rows``
+    other than 4 * head_dim breaks attn_q's shape; ``extra`` adds keys or tensors to the writer."""
     w = GGUFWriter(str(path), arch)
-    e, ff, vocab, head_dim = 64, 128, 32, 16
+    e, ff, vocab = 64, 128, 32
+    q_dim, kv_dim = 4 * head_dim, 2 * head_dim
+    q_rows = q_dim if q_rows is None else q_rows
     w.add_block_count(1)
     w.add_context_length(128)
     w.add_embedding_length(e)
     w.add_feed_forward_length(ff)
     w.add_head_count(4)
     w.add_head_count_kv(2)
+    if head_dim != e // 4:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
     w.add_file_type(file_type)
@@ -47,19 +53,19 @@ def tiny_model(
     t("output_norm.weight", e)
     t("blk.0.attn_norm.weight", e)
     if arch == "phi3":
-        t("blk.0.attn_qkv.weight", e, q_rows + 64)
+        t("blk.0.attn_qkv.weight", e, q_rows + 2 * kv_dim)
     else:
         t("blk.0.attn_q.weight", e, q_rows)
-        t("blk.0.attn_k.weight", e, 32)
-        t("blk.0.attn_v.weight", e, 32)
+        t("blk.0.attn_k.weight", e, kv_dim)
+        t("blk.0.attn_v.weight", e, kv_dim)
     if arch == "qwen2":
-        t("blk.0.attn_q.bias", 64)
-        t("blk.0.attn_k.bias", 32)
-        t("blk.0.attn_v.bias", 32)
+        t("blk.0.attn_q.bias", q_dim)
+        t("blk.0.attn_k.bias", kv_dim)
+        t("blk.0.attn_v.bias", kv_dim)
     if arch == "qwen3":
         t("blk.0.attn_q_norm.weight", head_dim)
         t("blk.0.attn_k_norm.weight", head_dim)
-    t("blk.0.attn_output.weight", 64, e)
+    t("blk.0.attn_output.weight", q_dim, e)
     t("blk.0.ffn_norm.weight", e)
     if arch == "phi3":
         t("blk.0.ffn_up.weight", e, 2 * ff)

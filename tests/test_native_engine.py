@@ -108,6 +108,11 @@ def test_tiny_architectures_match_llama_cpp(tmp_path: Path, arch: str) -> None:
     assert_tiny_model_matches_llama_cpp(tiny_model(tmp_path / f"{arch}.gguf", arch))
 
 
+def test_heads_wider_than_embedding_over_heads_match_llama_cpp(tmp_path: Path) -> None:
+    """Mistral Nemo / Small's llama shape: attention.key_length 32 with a 64-wide embedding and 4 heads."""
+    assert_tiny_model_matches_llama_cpp(tiny_model(tmp_path / "wide_heads.gguf", head_dim=32))
+
+
 def test_llama3_rope_freqs_match_llama_cpp(tmp_path: Path) -> None:
     """Llama 3.x's rope scaling: each rotary pair's angle divided by its rope_freqs entry."""
     factors = np.array([1.0, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0], dtype=np.float32)  # the low frequencies stretched
