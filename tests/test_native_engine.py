@@ -213,14 +213,29 @@ def test_truncated_file(tmp_path: Path) -> None:
         NativeWeights(path)
 
 
-def _retype(path: Path, tensor: str, ggml_type: int) -> None:
-    """Overwrite a tensor's type id in the header (name, n_dims, dims..., type)."""
-    data = bytearray(path.read_bytes())
+def _type_at(data: bytes, tensor: str) -> int:
+    """Where a tensor's type id lies in the header (name, n_dims, dims..., type, offset)."""
     name = tensor.encode()
     at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
-    n_dims = struct.unpack_from("<I", data, at)[0]
-    struct.pack_into("<I", data, at + 4 + 8 * n_dims, ggml_type)
+    return at + 4 + 8 * struct.unpack_from("<I", data, at)[0]
+
+
+def _retype(path: Path, tensor: str, ggml_type: int) -> None:
+    """Overwrite a tensor's type id in the header."""
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<I", data, _type_at(data, tensor), ggml_type)
     path.write_bytes(bytes(data))
+
+
+def test_tensor_offset_past_the_end_is_refused_at_load(tmp_path: Path) -> None:
+    """A corrupted header (one tensor's data moved past the file's end) fails the load, not a decode."""
+    path = tiny_model(tmp_path / "moved.gguf")
+    data = bytearray(path.read_bytes())
+    offset_at = _type_at(data, "blk.0.ffn_down.weight") + 4
+    struct.pack_into("<Q", data, offset_at, struct.unpack_from("<Q", data, offset_at)[0] + 32)
+    path.write_bytes(bytes(data))
+    with pytest.raises(BackendError, match=r"'blk.0.ffn_down.weight' .* extends beyond the end of the file"):
+        Model(path)
 
 
 def test_unknown_tensor_type(tmp_path: Path) -> None:

@@ -95,5 +95,6 @@ def test_phi3_longrope_is_refused(tmp_path: Path) -> None:
     path = tiny_model(tmp_path / "attn_factor.gguf", arch="phi3",
                       extra=lambda w: w.add_float32("phi3.rope.scaling.attn_factor", 1.19))
     assert "'phi3.rope.scaling.attn_factor'" in native_support(path)
-    sliding = tiny_model(tmp_path / "swa.gguf", arch="phi3", extra=lambda w: w.add_uint32("phi3.attention.sliding_window", 2047))
+    sliding = tiny_model(tmp_path / "swa.gguf", arch="phi3",
+                         extra=lambda w: w.add_uint32("phi3.attention.sliding_window", 2047))
     assert native_support(sliding) is None  # as llama.cpp, which disables Phi's sliding window

@@ -275,7 +275,8 @@ class NativeWeights:
         name = f"blk.{il}.attn_qkv.weight"
         if name in self._expected:
             qkv = self._tensor(name)
-            layer.wq, layer.wk, layer.wv = _rows(qkv, 0, q_dim), _rows(qkv, q_dim, kv_dim), _rows(qkv, q_dim + kv_dim, kv_dim)
+            layer.wq, layer.wk = _rows(qkv, 0, q_dim), _rows(qkv, q_dim, kv_dim)
+            layer.wv = _rows(qkv, q_dim + kv_dim, kv_dim)
 
     def _describe(self) -> ModelParams:
         h, g = self.hyper, self.gguf
