@@ -3,37 +3,40 @@ that need a model of a particular shape or type rather than the real fixtures.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import gguf
 from gguf import GGUFWriter
 
 F32, F16 = 0, 1  # general.file_type values
 
 
 def tiny_model(
-    path: Path, arch: str = "llama", q_rows: int = 64, file_type: int = F32, rope_freqs: list[float] | None = None,
-    rope_scaling: str | None = None,
-) -> Path:
-    """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused) with random
-    weights and a 32-token SentencePiece vocabulary, so llama.cpp loads it too;
-    ``q_rows`` != 64 breaks attn_q's shape; ``rope_freqs`` (8 factors) adds Llama 3's rope_freqs.weight;
-    ``rope_scaling`` ("linear", "yarn") sets rope.scaling.type with a factor of 4."""
+    path: Path, arch: str = "llama", q_rows: int | None = None, file_type: int = F32,
+    extra: Callable[[GGUFWriter], None] | None = None, head_dim: int = 16,
+) -> Path:  # fmt: skip
+    """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused
+    attn_qkv and gate+up in ffn_up) with random weights and a 32-token SentencePiece vocabulary,
+    so llama.cpp loads it too.  Four query heads and two KV heads of ``head_dim`` (other than 16:
+    wider than embedding/heads, as Mistral Nemo's, stated by attention.key_length); ``q_rows``
+    other than 4 * head_dim breaks attn_q's shape; ``extra`` adds keys or tensors to the writer."""
     w = GGUFWriter(str(path), arch)
-    e, ff, vocab, head_dim = 64, 128, 32, 16
+    e, ff, vocab = 64, 128, 32
+    q_dim, kv_dim = 4 * head_dim, 2 * head_dim
+    q_rows = q_dim if q_rows is None else q_rows
     w.add_block_count(1)
     w.add_context_length(128)
     w.add_embedding_length(e)
     w.add_feed_forward_length(ff)
     w.add_head_count(4)
     w.add_head_count_kv(2)
+    if head_dim != e // 4:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
     w.add_file_type(file_type)
-    if rope_scaling is not None:
-        w.add_rope_scaling_type(gguf.RopeScalingType(rope_scaling))
-        w.add_rope_scaling_factor(4.0)
     w.add_tokenizer_model("llama")
     w.add_token_list(["<unk>", "<s>", "</s>"] + [f"\u2581w{i}" for i in range(vocab - 3)])
     w.add_token_scores([0.0] * 3 + [-float(i) for i in range(vocab - 3)])
@@ -47,25 +50,22 @@ def tiny_model(
         w.add_tensor(name, data.astype(np.float16) if file_type == F16 and len(shape) > 1 else data)
 
     t("token_embd.weight", e, vocab)
-    if rope_freqs is not None:
-        w.add_tensor("rope_freqs.weight", np.array(rope_freqs, dtype=np.float32))
     t("output_norm.weight", e)
     t("blk.0.attn_norm.weight", e)
-    if arch == "phi3":  # fused q/k/v and gate/up matrices, an untied output head
-        t("output.weight", e, vocab)
-        t("blk.0.attn_qkv.weight", e, q_rows + 64)
+    if arch == "phi3":
+        t("blk.0.attn_qkv.weight", e, q_rows + 2 * kv_dim)
     else:
         t("blk.0.attn_q.weight", e, q_rows)
-        t("blk.0.attn_k.weight", e, 32)
-        t("blk.0.attn_v.weight", e, 32)
+        t("blk.0.attn_k.weight", e, kv_dim)
+        t("blk.0.attn_v.weight", e, kv_dim)
     if arch == "qwen2":
-        t("blk.0.attn_q.bias", 64)
-        t("blk.0.attn_k.bias", 32)
-        t("blk.0.attn_v.bias", 32)
+        t("blk.0.attn_q.bias", q_dim)
+        t("blk.0.attn_k.bias", kv_dim)
+        t("blk.0.attn_v.bias", kv_dim)
     if arch == "qwen3":
         t("blk.0.attn_q_norm.weight", head_dim)
         t("blk.0.attn_k_norm.weight", head_dim)
-    t("blk.0.attn_output.weight", 64, e)
+    t("blk.0.attn_output.weight", q_dim, e)
     t("blk.0.ffn_norm.weight", e)
     if arch == "phi3":
         t("blk.0.ffn_up.weight", e, 2 * ff)
@@ -73,6 +73,8 @@ def tiny_model(
         t("blk.0.ffn_gate.weight", e, ff)
         t("blk.0.ffn_up.weight", e, ff)
     t("blk.0.ffn_down.weight", ff, e)
+    if extra is not None:
+        extra(w)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gguf
 import httpx
+import numpy as np
 import pytest
 
 from gguf_builders import lora_adapter, tiny_model
@@ -68,16 +70,21 @@ def test_a_lora_adapter_means_llama_cpp_and_forcing_native_is_refused(daemon, sm
 def test_rope_scaling_the_native_forward_lacks_means_llama_cpp(daemon, tmp_path: Path, scaling: str) -> None:
     """A key that changes the maths and that the native forward does not implement means llama.cpp,
     never a silently different model; forcing the native engine on it is refused, naming the key."""
-    path = tiny_model(tmp_path / f"{scaling}.gguf", rope_scaling=scaling)
+    def scaled(w: gguf.GGUFWriter) -> None:
+        w.add_rope_scaling_type(gguf.RopeScalingType(scaling))
+        w.add_rope_scaling_factor(4.0)
+
+    path = tiny_model(tmp_path / f"{scaling}.gguf", extra=scaled)
     choice = choose_engine(path, forced=None, adapters=False, embedding=False, gpu_layers=0)
-    assert choice.engine == "llama.cpp" and f"rope scaling '{scaling}'" in choice.reason
+    assert choice.engine == "llama.cpp" and "llama.rope.scaling" in choice.reason
     daemon.create(f"tiny-{scaling}", f"FROM {path}\n")
     refused = generate(daemon, f"tiny-{scaling}", raw=True, options={"engine": "native"})
-    assert refused.status_code == 400 and f"rope scaling '{scaling}'" in refused.json()["error"]
+    assert refused.status_code == 400 and "llama.rope.scaling" in refused.json()["error"]
 
 
 def test_llama3_rope_factors_and_plain_models_get_the_native_engine(tmp_path: Path, gemma3_path: Path) -> None:
-    llama3 = tiny_model(tmp_path / "llama3.gguf", rope_freqs=[1.0, 1.0, 1.5, 2.0, 4.0, 8.0, 8.0, 32.0])
+    factors = np.array([1.0, 1.0, 1.5, 2.0, 4.0, 8.0, 8.0, 32.0], dtype=np.float32)
+    llama3 = tiny_model(tmp_path / "llama3.gguf", extra=lambda w: w.add_tensor("rope_freqs.weight", factors))
     for path in (llama3, tiny_model(tmp_path / "qwen3.gguf", "qwen3"), gemma3_path):
         assert choose_engine(path, forced=None, adapters=False, embedding=False, gpu_layers=0).engine == "native"
     assert choose_engine(llama3, None, adapters=False, embedding=True, gpu_layers=0).engine == "llama.cpp"

@@ -37,13 +37,8 @@ _ARCH_TENSORS = {
     "qwen2": ("bq", "bk", "bv"),
     "qwen3": ("q_norm", "k_norm"),
     "gemma3": ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"),
-    "phi3": (),
+    "phi3": (),  # but its ffn_up holds the gate's rows and then the up rows, and q/k/v may be one attn_qkv
 }
-# Phi-3 keeps q, k and v in one matrix (attn_qkv) and the gate and up projections in one (ffn_up, gate
-# first): the layer's fields are views of their rows
-_FUSED = {"phi3": ("wq", "wk", "wv", "w_gate", "w_up")}
-# keys and tensors that change a model's maths and that the native forward does not implement
-_PHI3_REFUSED = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 
 @dataclass(frozen=True)
@@ -62,8 +57,52 @@ class Hyper:
     rope_dim: int
 
 
+class UnsupportedModel(NativeError):
+    """A model the native forward would not run exactly; ``reason`` names the key, tensor or type."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason} is not supported by the native engine; {HINT}")
+        self.reason = f"{reason} is not supported by the native engine"
+
+
 def _unsupported(what: str) -> NativeError:
-    return NativeError(f"{what} is not supported by the native engine; {HINT}")
+    return UnsupportedModel(what)
+
+
+# Every <arch>.* metadata key the native forward may meet.  Keys it reads (checked in
+# hyperparameters) and keys that only describe the model may hold any value; keys that
+# change the maths are accepted only at the value that leaves llama's maths unchanged.
+# A key in neither table (soft-capping, ALiBi, pooling, experts, ...) refuses the model.
+_READ_KEYS = frozenset({
+    "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+    "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
+    "rope.scaling.original_context_length", "rope.scaling.finetuned",
+})  # fmt: skip
+_ARCH_READ_KEYS = {
+    "gemma3": frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
+    "phi3": frozenset({"attention.sliding_window"}),  # llama.cpp disables Phi's sliding window (its PR 13676)
+}
+_NEUTRAL_VALUES = {
+    "rope.scaling.type": ("none",),
+    "rope.scaling.factor": (0.0, 1.0),  # llama.cpp reads 0 as 1
+    "expert_count": (0,),
+    "expert_used_count": (0,),
+    "attention.causal": (True,),
+}
+
+
+def _check_metadata_keys(g: GGUFFile) -> None:
+    prefix = f"{g.architecture}."
+    known = _READ_KEYS | _ARCH_READ_KEYS.get(g.architecture or "", frozenset())
+    for full_key, value in g.metadata.items():
+        key = full_key[len(prefix):] if full_key.startswith(prefix) else None
+        if key is None or key in known:
+            continue
+        if key not in _NEUTRAL_VALUES:
+            raise _unsupported(f"model metadata key {full_key!r}")
+        if value not in _NEUTRAL_VALUES[key] or isinstance(value, bool) != isinstance(_NEUTRAL_VALUES[key][0], bool):
+            raise _unsupported(f"model metadata {full_key} = {value!r}")
 
 
 def _int(g: GGUFFile, key: str, default: int | None = None) -> int:
@@ -77,16 +116,7 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     arch = g.architecture
     if arch not in ARCHITECTURES:
         raise _unsupported(f"architecture {arch!r}")
-    if g.arch_value("rope.scaling.type") not in (None, "none"):
-        raise _unsupported(f"rope scaling {g.arch_value('rope.scaling.type')!r}")
-    if g.tensor("rope_freqs.weight") is not None and arch != "llama":
-        raise _unsupported(f"rope_freqs.weight in a {arch} model")
-    if arch == "phi3":
-        for name in _PHI3_REFUSED:
-            if g.tensor(name) is not None:
-                raise _unsupported(f"Phi-3's long-context rope factors ({name})")
-        if g.arch_value("rope.scaling.attn_factor") is not None:
-            raise _unsupported("rope.scaling.attn_factor")
+    _check_metadata_keys(g)
     embd = g.tensor("token_embd.weight")
     if embd is None or len(embd.shape) != 2:
         raise NativeError("the model has no 2-D token_embd.weight tensor")
@@ -100,6 +130,9 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     rope_dim = _int(g, "rope.dimension_count", head_dim)
     if rope_dim > head_dim or rope_dim % 2:
         raise NativeError(f"rope.dimension_count {rope_dim} does not fit heads of {head_dim}")
+    if arch == "gemma3":
+        _int(g, "attention.sliding_window")
+        _int(g, "attention.sliding_window_pattern", 6)  # a per-layer array would place windows we do not
     eps = g.arch_value("attention.layer_norm_rms_epsilon", 1e-6)
     base = g.arch_value("rope.freq_base", 1e6 if arch == "gemma3" else 10000.0)
     return Hyper(
@@ -109,8 +142,90 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     )  # fmt: skip
 
 
+def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """Every tensor the forward pass reads for ``h``: name -> (shape, required).  A file's tensor
+    outside this table would change the model (e.g. a MoE router), so it is refused.  ``fused_qkv``:
+    a phi3 model's q, k and v rows are one attn_qkv tensor."""
+    q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
+    shapes = {
+        "attn_norm": (h.n_embd,), "wq": (h.n_embd, q_dim), "wk": (h.n_embd, kv_dim), "wv": (h.n_embd, kv_dim),
+        "wo": (q_dim, h.n_embd), "bq": (q_dim,), "bk": (kv_dim,), "bv": (kv_dim,), "q_norm": (h.head_dim,),
+        "k_norm": (h.head_dim,), "post_attn_norm": (h.n_embd,), "ffn_norm": (h.n_embd,),
+        "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
+        "post_ffn_norm": (h.n_embd,),
+    }  # fmt: skip
+    fields = _REQUIRED + _ARCH_TENSORS[h.arch]
+    if h.arch == "phi3":
+        shapes["w_up"] = (h.n_embd, 2 * h.n_ff)
+        fields = tuple(f for f in fields if f != "w_gate" and not (fused_qkv and f in ("wq", "wk", "wv")))
+    expected = {
+        "token_embd.weight": ((h.n_embd, h.n_vocab), True),
+        "output_norm.weight": ((h.n_embd,), True),
+        "output.weight": ((h.n_embd, h.n_vocab), False),
+    }
+    if h.arch == "llama":  # Llama 3.x's rope scaling: one divisor per rotary pair, as llama.cpp reads it
+        expected["rope_freqs.weight"] = ((h.rope_dim // 2,), False)
+    for il in range(h.n_layer):
+        expected.update({f"blk.{il}.{_GGUF_NAMES[field]}": (shapes[field], True) for field in fields})
+        if fused_qkv:
+            expected[f"blk.{il}.attn_qkv.weight"] = ((h.n_embd, q_dim + 2 * kv_dim), True)
+    return expected
+
+
+def check_tensor(info: TensorInfo, shape: tuple[int, ...], file_size: int) -> int:
+    """The bytes of ``info`` once its type, shape and extent are ones the kernels can read safely."""
+    lib = library()
+    type_name = GGML_TYPES[info.ggml_type][0]
+    if len(shape) == 1 and info.ggml_type != _F32:
+        raise _unsupported(f"tensor {info.name!r} of type {type_name} (norms and biases must be F32)")
+    if not lib.llk_type_supported(info.ggml_type):
+        raise _unsupported(f"tensor {info.name!r} of type {type_name}")
+    if tuple(info.shape) != shape:
+        raise NativeError(
+            f"tensor {info.name!r} has shape {tuple(info.shape)}, but the model's metadata implies {shape}; "
+            "the file is corrupt or not a model the native engine understands"
+        )
+    rows = shape[1] if len(shape) > 1 else 1
+    expected = lib.llk_row_size(info.ggml_type, shape[0]) * rows
+    if info.nbytes != expected or info.offset < 0 or info.offset + expected > file_size:
+        raise NativeError(f"tensor {info.name!r} does not lie inside the file ({file_size} bytes)")
+    return expected
+
+
+def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bool]]]:
+    """The hyperparameters and tensor table of a model the native forward runs exactly;
+    otherwise a :class:`NativeError` (an :class:`UnsupportedModel` when the file is sound)."""
+    h = hyperparameters(g)
+    expected = expected_tensors(h, fused_qkv=h.arch == "phi3" and g.tensor("blk.0.attn_qkv.weight") is not None)
+    for info in g.tensors:
+        if info.name not in expected:
+            raise _unsupported(f"tensor {info.name!r} in a {h.arch} model")
+    for name, (shape, required) in expected.items():
+        info = g.tensor(name)
+        if info is None and required:
+            raise NativeError(f"the model has no tensor {name!r}, which a {h.arch} model needs")
+        if info is not None:
+            check_tensor(info, shape, g.file_size)
+    return h, expected
+
+
+def native_support(path: str | Path) -> str | None:
+    """None when the native engine runs the model at ``path`` exactly, else a one-line reason
+    naming the key, tensor or type it lacks.  Reads only the GGUF header, so the scheduler
+    can ask on every load."""
+    try:
+        check_model(read_gguf(Path(path), skip_arrays_over=256))
+    except (InvalidGGUF, OSError) as exc:
+        return f"cannot read {path}: {exc}"
+    except UnsupportedModel as exc:
+        return exc.reason
+    except NativeError as exc:
+        return str(exc)
+    return None
+
+
 def _rows(t: Tensor, first: int, count: int) -> Tensor:
-    """Rows ``first`` .. ``first + count`` of a matrix: quantized rows are independent, so a view."""
+    """``count`` rows of ``t`` from row ``first``: a view into the same mapping."""
     return Tensor(t.data + first * library().llk_row_size(t.type, t.ne0), t.type, t.ne0, count)
 
 
@@ -123,7 +238,7 @@ class NativeWeights:
             self.gguf = read_gguf(self.path, skip_arrays_over=256)
         except InvalidGGUF as exc:
             raise NativeError(f"cannot load {self.path} with the native engine: {exc}") from None
-        self.hyper = hyperparameters(self.gguf)
+        self.hyper, self._expected = check_model(self.gguf)
         lib = library()
         size = ctypes.c_int64(0)
         base = lib.llk_map_file(str(self.path).encode(), ctypes.byref(size))
@@ -141,109 +256,68 @@ class NativeWeights:
         """Bytes of weights a decode step streams (all tensors the forward pass reads)."""
         return self._weight_bytes
 
-    def _tensor(self, name: str, shape: tuple[int, ...], required: bool = True, float_only: bool = False) -> Tensor:
+    def _tensor(self, name: str) -> Tensor:
+        """A checked tensor of the model (a null Tensor for an absent optional one)."""
         info = self.gguf.tensor(name)
         if info is None:
-            if required:
-                raise NativeError(f"the model has no tensor {name!r}, which a {self.hyper.arch} model needs")
             return Tensor()
-        return self._checked(info, shape, float_only)
+        shape = self._expected[name][0]
+        self._weight_bytes += check_tensor(info, shape, self._size)  # the mapping, not the header's size
+        return Tensor(self._base + info.offset, info.ggml_type, shape[0], shape[1] if len(shape) > 1 else 1)
 
-    def _checked(self, info: TensorInfo, shape: tuple[int, ...], float_only: bool) -> Tensor:
-        lib = library()
-        type_name = GGML_TYPES[info.ggml_type][0]
-        if float_only and info.ggml_type != _F32:
-            raise _unsupported(f"tensor {info.name!r} of type {type_name} (norms and biases must be F32)")
-        if not lib.llk_type_supported(info.ggml_type):
-            raise _unsupported(f"tensor {info.name!r} of type {type_name}")
-        if tuple(info.shape) != shape:
-            raise NativeError(
-                f"tensor {info.name!r} has shape {tuple(info.shape)}, but the model's metadata implies {shape}; "
-                "the file is corrupt or not a model the native engine understands"
-            )
-        rows = shape[1] if len(shape) > 1 else 1
-        expected = lib.llk_row_size(info.ggml_type, shape[0]) * rows
-        if info.nbytes != expected or info.offset < 0 or info.offset + expected > self._size:
-            raise NativeError(f"tensor {info.name!r} does not lie inside the mapped file ({self._size} bytes)")
-        self._weight_bytes += expected
-        return Tensor(self._base + info.offset, info.ggml_type, shape[0], rows)
+    def _split_fused(self, layer: Layer, il: int) -> None:
+        """phi3's fused tensors as the separate ones the forward reads: row ranges of one matrix
+        (ffn_up's first n_ff rows are the gate, as llama.cpp's swiglu takes them)."""
+        h = self.hyper
+        q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
+        fused_up = layer.w_up
+        layer.w_gate, layer.w_up = _rows(fused_up, 0, h.n_ff), _rows(fused_up, h.n_ff, h.n_ff)
+        name = f"blk.{il}.attn_qkv.weight"
+        if name in self._expected:
+            qkv = self._tensor(name)
+            layer.wq, layer.wk = _rows(qkv, 0, q_dim), _rows(qkv, q_dim, kv_dim)
+            layer.wv = _rows(qkv, q_dim + kv_dim, kv_dim)
 
     def _describe(self) -> ModelParams:
         h, g = self.hyper, self.gguf
         self._weight_bytes = 0
         gemma = h.arch == "gemma3"
-        q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
-        shapes = {
-            "attn_norm": (h.n_embd,), "wq": (h.n_embd, q_dim), "wk": (h.n_embd, kv_dim), "wv": (h.n_embd, kv_dim),
-            "wo": (q_dim, h.n_embd), "bq": (q_dim,), "bk": (kv_dim,), "bv": (kv_dim,), "q_norm": (h.head_dim,),
-            "k_norm": (h.head_dim,), "post_attn_norm": (h.n_embd,), "ffn_norm": (h.n_embd,),
-            "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
-            "post_ffn_norm": (h.n_embd,),
-        }  # fmt: skip
-        fused = _FUSED.get(h.arch, ())
-        required = (set(_REQUIRED) | set(_ARCH_TENSORS[h.arch])) - set(fused)
-        allowed = required  # tensors of other architectures would change the maths: refuse, never ignore
-        # only Gemma 3's window: llama.cpp ignores the one Phi-3 files declare ("Phi SWA is currently disabled")
-        window = g.arch_value("attention.sliding_window", 0) if gemma else 0
+        window = g.arch_value("attention.sliding_window") if gemma else 0
         pattern = g.arch_value("attention.sliding_window_pattern", 6) if gemma else 0
         swa_base = float(g.arch_value("rope.freq_base_swa", 10000.0))
         self._layers = (Layer * h.n_layer)()
         for il in range(h.n_layer):
             layer = self._layers[il]
-            if fused:
-                self._fused_views(layer, il, q_dim, kv_dim)
             for field in LAYER_TENSORS:
                 name = f"blk.{il}.{_GGUF_NAMES[field]}"
-                if fused and field == "w_up":  # Phi-3's ffn_up is the fused gate-and-up matrix, read above
-                    continue
-                if field not in allowed:
-                    if g.tensor(name) is not None:
-                        raise _unsupported(f"tensor {name!r} in a {h.arch} model")
-                    continue
-                float_only = len(shapes[field]) == 1
-                setattr(layer, field, self._tensor(name, shapes[field], field in required, float_only))
-            sliding = bool(gemma and window and isinstance(pattern, int) and pattern > 0 and il % pattern < pattern - 1)
+                if name in self._expected:
+                    setattr(layer, field, self._tensor(name))
+            if h.arch == "phi3":
+                self._split_fused(layer, il)
+            sliding = bool(gemma and il % pattern < pattern - 1)
             layer.sliding = int(sliding)
             layer.rope_base = swa_base if sliding else h.rope_base
         p = ModelParams()
         p.arch = ARCHITECTURES[h.arch]
         p.n_embd, p.n_layer, p.n_head, p.n_head_kv = h.n_embd, h.n_layer, h.n_head, h.n_head_kv
         p.head_dim, p.n_ff, p.n_vocab = h.head_dim, h.n_ff, h.n_vocab
-        p.rope_neox = int(h.arch != "llama")  # qwen2/qwen3/gemma3 rotate the two halves of a head (NeoX)
+        p.rope_neox = int(h.arch != "llama")  # qwen2/qwen3/gemma3/phi3 rotate the two halves of a head (NeoX)
         p.rope_dim = h.rope_dim
         p.act_gelu = int(gemma)
         p.sliding_window = int(window or 0)
         p.eps = h.eps
         p.attn_scale = 1.0 / math.sqrt(h.head_dim)
         p.embd_scale = math.sqrt(h.n_embd) if gemma else 1.0
-        p.tok_embd = self._tensor("token_embd.weight", (h.n_embd, h.n_vocab))
-        p.output_norm = self._tensor("output_norm.weight", (h.n_embd,), float_only=True)
-        p.output = self._tensor("output.weight", (h.n_embd, h.n_vocab), required=False)
+        p.tok_embd = self._tensor("token_embd.weight")
+        p.output_norm = self._tensor("output_norm.weight")
+        p.output = self._tensor("output.weight")
         p.layers = ctypes.cast(self._layers, ctypes.POINTER(Layer))
-        # Llama 3's rope scaling: per-pair frequency factors, one tensor for every layer
-        p.rope_freqs = self._tensor("rope_freqs.weight", (h.rope_dim // 2,), required=False, float_only=True)
+        p.rope_freqs = self._tensor("rope_freqs.weight")
         if p.output.data:  # an untied output head: the embedding is looked up, not streamed
             self._weight_bytes -= p.tok_embd.ne1 * library().llk_row_size(p.tok_embd.type, p.tok_embd.ne0)
         return p
-
-    def _fused_views(self, layer: Layer, il: int, q_dim: int, kv_dim: int) -> None:
-        """Phi-3's fused matrices, seen as the q, k, v, gate and up rows the forward pass takes."""
-        h = self.hyper
-        qkv = self._tensor(f"blk.{il}.attn_qkv.weight", (h.n_embd, q_dim + 2 * kv_dim))
-        layer.wq, layer.wk, layer.wv = _rows(qkv, 0, q_dim), _rows(qkv, q_dim, kv_dim), _rows(qkv, q_dim + kv_dim, kv_dim)
-        up = self._tensor(f"blk.{il}.ffn_up.weight", (h.n_embd, 2 * h.n_ff))
-        layer.w_gate, layer.w_up = _rows(up, 0, h.n_ff), _rows(up, h.n_ff, h.n_ff)
 
     def close(self) -> None:
         if self._base:
             library().llk_unmap_file(self._base, self._size)
             self._base = None
-
-
-def native_support(path: str | Path) -> str | None:
-    """None when the native forward runs the model at ``path`` exactly, else why not (one line)."""
-    try:
-        NativeWeights(path).close()
-    except NativeError as exc:
-        return str(exc).split("; use the llama.cpp engine")[0]
-    return None
