@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import httpx
@@ -106,6 +108,28 @@ def test_keep_alive_zero_unloads(client, daemon):
         time.sleep(0.2)
     assert not loaded()
     assert len(daemon.runner_pids()) < runners  # its processes are gone (other models may stay loaded)
+
+
+def test_a_copy_shares_the_runner_and_stops_by_either_name(client, daemon):
+    """One identity for a loaded model: its weights, whatever name asked for them."""
+    client.copy(MODEL, "mine:latest")
+    try:
+        client.generate(MODEL, "Hi", options={"num_predict": 1})
+        runners = len(daemon.runner_pids())
+        client.generate("mine", "Hi", options={"num_predict": 1})
+        assert len(daemon.runner_pids()) == runners  # the copy used the loaded runner
+        env = {**os.environ, "LOCALLLM_HOST": daemon.url}
+        stopped = subprocess.run([sys.executable, "-m", "localllm", "stop", "mine"], env=env,
+                                 capture_output=True, text=True, timeout=60)
+        assert stopped.returncode == 0, stopped.stderr
+        deadline = time.monotonic() + 10
+        while any(m.model == MODEL for m in client.ps().models) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(m.model == MODEL for m in client.ps().models)
+        assert len(daemon.runner_pids()) < runners
+    finally:
+        client.delete("mine:latest")
+    assert MODEL in [m.model for m in client.list().models]
 
 
 def test_copy_and_delete(client):

@@ -156,7 +156,7 @@ class Inference:
         """
         started = time.perf_counter_ns()
         name = job.model.name.display
-        self.check_capacity(name)
+        self.check_capacity(self.load_request(job))
         self.metrics.started(name)
         outcome, done, first_token_at = "cancelled", None, None
         try:
@@ -188,9 +188,10 @@ class Inference:
     async def embed(self, job: CompletionJob, inputs: list[str | list[int]], truncate: bool) -> dict[str, Any]:
         """Embeddings of ``inputs`` (texts or token lists) from the model's embedding runner."""
         started = time.perf_counter_ns()
-        self.check_capacity(job.model.name.display)
+        request = self.load_request(job, embedding=True)
+        self.check_capacity(request)
         try:
-            async with self.scheduler.lease(self.load_request(job, embedding=True), job.keep_alive) as loaded:
+            async with self.scheduler.lease(request, job.keep_alive) as loaded:
                 load_duration = time.perf_counter_ns() - started
                 texts = []
                 for item in inputs:
@@ -206,11 +207,14 @@ class Inference:
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer
 
-    def check_capacity(self, name: str) -> None:
-        """503 with Retry-After when the model's queue is full (LOCALLLM_MAX_QUEUE)."""
-        waiting = self.scheduler.active_requests(name) - self.scheduler.num_parallel
+    def check_capacity(self, request: LoadRequest) -> None:
+        """503 with Retry-After when the model's queue is full (LOCALLLM_MAX_QUEUE).
+
+        Counted on the runner, so requests under every copy of a model share one queue.
+        """
+        waiting = self.scheduler.active_requests(request) - self.scheduler.num_parallel
         if waiting >= self.settings.max_queue:
-            raise ApiError(503, f"server busy: {waiting} requests are waiting for {name} "
+            raise ApiError(503, f"server busy: {waiting} requests are waiting for {request.name} "
                                 f"(LOCALLLM_MAX_QUEUE={self.settings.max_queue}); retry shortly",
                            headers={"Retry-After": "1"})
 

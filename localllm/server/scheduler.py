@@ -99,9 +99,10 @@ class Scheduler:
     def num_parallel(self) -> int:
         return self.settings.num_parallel or DEFAULT_NUM_PARALLEL
 
-    def active_requests(self, name: str) -> int:
-        """Requests holding or waiting for a runner of the model ``name``."""
-        return sum(m.active for m in self.loaded.values() if m.name == name)
+    def active_requests(self, request: LoadRequest) -> int:
+        """Requests holding or waiting for the runner ``request`` would use, under whatever name."""
+        model = self.loaded.get(self._key(request))
+        return model.active if model is not None else 0
 
     def queue_depths(self) -> dict[str, int]:
         return {m.name: max(0, m.active - self.num_parallel) for m in self.loaded.values()}
@@ -134,10 +135,15 @@ class Scheduler:
         async with self.lease(request, keep_alive) as model:
             return model
 
-    async def unload(self, name: str) -> bool:
-        """Unload every runner of the model ``name`` as soon as it is idle."""
+    async def unload(self, model_path: os.PathLike, adapters: tuple = ()) -> bool:
+        """Unload every runner of these weights as soon as it is idle.
+
+        By weights, not by name: a copy of a model shares its runners, so
+        stopping either name stops them (generating and embedding, any engine).
+        """
         found = False
-        for model in [m for m in self.loaded.values() if m.name == name]:
+        weights = self._weights(model_path, adapters)
+        for model in [m for m in self.loaded.values() if m.key[:2] == weights]:
             found = True
             model.keep_alive = 0
             if model.active == 0:
@@ -152,9 +158,14 @@ class Scheduler:
         if model.keep_alive == 0:
             asyncio.get_running_loop().create_task(self._unload(model))
 
+    @staticmethod
+    def _weights(model_path: os.PathLike, adapters: tuple) -> tuple:
+        """What identifies a loaded model: its weights file and adapters, never the name it was asked by."""
+        return (str(model_path), tuple(str(a) for a in adapters))
+
     def _key(self, request: LoadRequest) -> tuple:
         """Models that share weights and adapters share a runner; templates and options are per request."""
-        return (str(request.model_path), tuple(str(a) for a in request.adapters), request.engine, request.embedding)
+        return (*self._weights(request.model_path, request.adapters), request.engine, request.embedding)
 
     async def _acquire(self, request: LoadRequest) -> LoadedModel:
         key = self._key(request)
