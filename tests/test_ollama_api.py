@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -130,6 +131,31 @@ def test_a_copy_shares_the_runner_and_stops_by_either_name(client, daemon):
     finally:
         client.delete("mine:latest")
     assert MODEL in [m.model for m in client.list().models]
+
+
+SLOW_TEMPLATE = (  # 55 messages: 170k loop steps (under the 200k cap) that write nothing, then ChatML
+    '{{range .Messages}}{{range $.Messages}}{{range $.Messages}}'
+    '{{if eq (printf "%s%s" .Content .Role) "never"}}x{{end}}{{end}}{{end}}{{end}}'
+    '{{range .Messages}}<|im_start|>{{.Role}}\n{{.Content}}<|im_end|>\n{{end}}<|im_start|>assistant\n'
+)
+
+
+def test_a_slow_template_does_not_stall_other_requests(client, daemon):
+    daemon.create("slow-template", f"FROM {MODEL}\nTEMPLATE \"\"\"{SLOW_TEMPLATE}\"\"\"\n")
+    client.generate("slow-template", "", keep_alive="5m")  # loaded before the clock starts
+    body = {"model": "slow-template", "stream": False, "options": {"num_predict": 1},
+            "messages": [{"role": role, "content": "hi"} for _ in range(27) for role in ("user", "assistant")]
+            + [{"role": "user", "content": "hi"}]}  # alternating: consecutive turns of one role are merged
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        slow = pool.submit(httpx.post, f"{daemon.url}/api/chat", json=body, timeout=120)
+        time.sleep(0.3)
+        asked = time.monotonic()
+        assert httpx.get(f"{daemon.url}/api/version", timeout=30).status_code == 200
+        answered = time.monotonic()
+        assert not slow.done(), "the template rendered too fast to show anything"
+        assert slow.result().status_code == 200, slow.result().text
+    assert answered - asked < 0.5 < time.monotonic() - started - 0.3
 
 
 def test_copy_and_delete(client):

@@ -8,6 +8,7 @@ the runner's BOS/EOS tokens) and relays the runner's NDJSON events, adding
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -162,7 +163,8 @@ class Inference:
         try:
             async with self._leased(job) as loaded:
                 load_duration = time.perf_counter_ns() - started
-                prompt = build_prompt(loaded.runner.health)
+                # A template (a stranger's code) may render for seconds: in a thread, the loop keeps answering.
+                prompt = await asyncio.to_thread(build_prompt, loaded.runner.health)
                 body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
                 if job.grammar_triggers:
                     body["grammar_triggers"] = list(job.grammar_triggers)
