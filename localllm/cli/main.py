@@ -174,8 +174,8 @@ def ps() -> None:
         if until.endswith(" ago"):
             until = "Stopping..."
         rows.append([m.get("name", ""), str(m.get("digest", ""))[:12], human_bytes(int(m.get("size") or 0)),
-                     _processor(m), until])
-    sys.stdout.write(render_table(rows, header=["NAME", "ID", "SIZE", "PROCESSOR", "UNTIL"]))
+                     _processor(m), str(m.get("context_length") or ""), until])
+    sys.stdout.write(render_table(rows, header=["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]))
 
 
 @app.command()
