@@ -6,6 +6,7 @@ daemon's child processes see the environment they were started with.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -73,6 +74,24 @@ def parse_host(value: str | None) -> tuple[str, int]:
     return host or DEFAULT_HOST, port_number
 
 
+_SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size_env(name: str) -> int:
+    """A byte count such as ``1500M`` or ``8G`` (binary units; a bare number is bytes); 0 when unset."""
+    raw = os.environ.get(name, "").strip().upper().removesuffix("IB").removesuffix("B")
+    number, scale = (raw[:-1], _SIZE_UNITS[raw[-1]]) if raw[-1:] in _SIZE_UNITS else (raw, 1)
+    try:
+        value = float(number) if raw else 0.0
+        if not math.isfinite(value):
+            raise ValueError(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be a size such as 8G or 1500M, got {os.environ[name]!r}") from None
+    if value < 0:
+        raise SettingsError(f"{name} must not be negative, got {os.environ[name]!r}")
+    return int(value * scale)
+
+
 def _int_env(name: str, default: int) -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -107,6 +126,8 @@ class Settings:
     num_parallel: int = 0  # 0: chosen from memory
     max_loaded_models: int = 0  # 0: chosen from memory
     max_queue: int = 512
+    memory_limit: int = 0  # bytes all loaded models may take together; 0: only free RAM limits them
+    load_timeout: float = 300.0  # seconds a load waits for busy models to free memory or a slot
     origins: tuple[str, ...] = ()
     api_key: str | None = None
     engine: str = "llama.cpp"
@@ -150,6 +171,8 @@ def load_settings() -> Settings:
         num_parallel=_int_env("LOCALLLM_NUM_PARALLEL", 0),
         max_loaded_models=_int_env("LOCALLLM_MAX_LOADED_MODELS", 0),
         max_queue=_int_env("LOCALLLM_MAX_QUEUE", 512),
+        memory_limit=_size_env("LOCALLLM_MEMORY_LIMIT"),
+        load_timeout=parse_duration(os.environ.get("LOCALLLM_LOAD_TIMEOUT"), defaults.load_timeout) or 0.0,
         origins=origins,
         api_key=os.environ.get("LOCALLLM_API_KEY") or None,
         engine=engine,

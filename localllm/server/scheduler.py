@@ -22,6 +22,7 @@ from ..registry.models import read_model_summary
 from .memory import (
     Device,
     DoesNotFit,
+    ModelFootprint,
     available_ram,
     check_fits_in_ram,
     footprint,
@@ -73,6 +74,10 @@ class LoadRequest:
     num_gpu: int | None = None
     embedding: bool = False  # embedding runners are separate from generating ones
     engine: str = "llama.cpp"
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
 
 
 class Scheduler:
@@ -182,28 +187,52 @@ class Scheduler:
                 await self._unload(model)
                 model = None
             if model is None:
-                await self._make_room()
-                model = await self._load(key, request, wanted_ctx)
+                need = footprint(read_model_summary(Path(request.model_path)), wanted_ctx, self.num_parallel,
+                                 request.num_batch or 512)
+                await self._make_room(request.name, need.total)
+                model = await self._load(key, request, wanted_ctx, need)
             return model
 
     async def _wait_idle(self, model: LoadedModel) -> None:
         async with self._changed:
             await self._changed.wait_for(lambda: model.active == 0)
 
-    async def _make_room(self) -> None:
-        """Evict idle models (soonest to expire first) until one more fits."""
-        while len(self.loaded) >= self.max_loaded:
+    def _fits(self, need: int) -> bool:
+        """Whether one more model of ``need`` bytes fits the model count and LOCALLLM_MEMORY_LIMIT."""
+        if len(self.loaded) >= self.max_loaded:
+            return False
+        limit = self.settings.memory_limit
+        return not limit or sum(m.size for m in self.loaded.values()) + need <= limit
+
+    async def _make_room(self, name: str, need: int) -> None:
+        """Evict idle models (soonest to expire first) until one more fits, then wait for busy
+        ones up to LOCALLLM_LOAD_TIMEOUT; refuse, saying what was needed and what was free."""
+        deadline = time.monotonic() + self.settings.load_timeout
+        while not self._fits(need):
             idle = [m for m in self.loaded.values() if m.active == 0]
             if idle:
                 victim = min(idle, key=lambda m: m.expires_at if m.expires_at is not None else float("inf"))
                 await self._unload(victim)
                 continue
+            remaining = deadline - time.monotonic()
+            if not self.loaded or remaining <= 0:
+                raise RunnerError(self._no_room_message(name, need))
             async with self._changed:
-                await self._changed.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), remaining)
 
-    async def _load(self, key: tuple, request: LoadRequest, n_ctx: int) -> LoadedModel:
-        need = footprint(read_model_summary(Path(request.model_path)), n_ctx, self.num_parallel,
-                         request.num_batch or 512)
+    def _no_room_message(self, name: str, need: int) -> str:
+        held = sum(m.size for m in self.loaded.values())
+        limit = self.settings.memory_limit
+        if limit and held + need > limit:
+            room = f"{_mib(max(0, limit - held))} of LOCALLLM_MEMORY_LIMIT={_mib(limit)} is free"
+        else:
+            room = f"all {self.max_loaded} model slots (LOCALLLM_MAX_LOADED_MODELS) are taken"
+        busy = f"; {len(self.loaded)} loaded models stayed busy for LOCALLLM_LOAD_TIMEOUT" if self.loaded else ""
+        return (f"model {name} needs about {_mib(need)} of memory but only {room}{busy}; "
+                "retry later, unload models (localllm stop), or lower num_ctx / LOCALLLM_NUM_PARALLEL")
+
+    async def _load(self, key: tuple, request: LoadRequest, n_ctx: int, need: ModelFootprint) -> LoadedModel:
         plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
         try:
             check_fits_in_ram(need, request.name, available_ram(), plan.gpu_bytes)
