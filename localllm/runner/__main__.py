@@ -92,11 +92,19 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Context]:
         n_ctx = model.n_ctx_train
     threads = args.threads or physical_cores()
     parallel = 1 if args.embedding else args.parallel
+    cache = {}
+    if context_class is Context:
+        cache = {"kv_cache_type": settings.kv_cache_type, "flash_attention": settings.flash_attention}
+    elif settings.kv_cache_type != "f16" or settings.flash_attention:
+        model.close()
+        raise BackendError("LOCALLLM_KV_CACHE_TYPE and LOCALLLM_FLASH_ATTENTION apply to the llama.cpp engine only; "
+                           "unset them or use LOCALLLM_ENGINE=llama.cpp")
     try:
         if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
-            ctx = context_class(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True)
+            ctx = context_class(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True,
+                                **cache)
         else:
-            ctx = context_class(model, n_ctx * parallel, parallel, args.batch, threads)
+            ctx = context_class(model, n_ctx * parallel, parallel, args.batch, threads, **cache)
     except BaseException:
         model.close()
         raise

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..registry.gguf import GGUFFile
 
 #: KV cache element size: llama.cpp's default cache type is F16.
-KV_BYTES_PER_ELEMENT = 2
+KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # ggml blocks of 32: scale + codes
 #: Kept free on every device, as llama.cpp's own fitting does, for fragmentation and the OS.
 SAFETY_MARGIN_BYTES = 256 << 20
 MIB_BYTES = 1 << 20
@@ -38,7 +38,8 @@ class ModelFootprint:
         return sum(self.layer_weights) + self.other_weights + self.kv_per_layer * self.n_layers + self.compute_buffer
 
 
-def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512) -> ModelFootprint:
+def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
+              kv_cache_type: str = "f16") -> ModelFootprint:
     """Estimate weights per layer, KV = ctx x parallel x (K+V dims) x type size, compute buffer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
@@ -57,7 +58,7 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512) -
     head_dim = n_embd // n_head if n_head else 0
     k_dim = int(gguf.arch_value("attention.key_length", head_dim) or head_dim) * int(n_head_kv)
     v_dim = int(gguf.arch_value("attention.value_length", head_dim) or head_dim) * int(n_head_kv)
-    kv_per_layer = n_ctx * n_parallel * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT
+    kv_per_layer = int(n_ctx * n_parallel * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT[kv_cache_type])
     n_vocab = _vocab_size(gguf)
     # Logits for a full batch plus activations of the widest layer, in F32.
     n_ff = int(gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd)

@@ -188,7 +188,7 @@ class Scheduler:
                 model = None
             if model is None:
                 need = footprint(read_model_summary(Path(request.model_path)), wanted_ctx, self.num_parallel,
-                                 request.num_batch or 512)
+                                 request.num_batch or 512, self._kv_cache_type(request))
                 await self._make_room(request.name, need.total)
                 model = await self._load(key, request, wanted_ctx, need)
             return model
@@ -196,6 +196,10 @@ class Scheduler:
     async def _wait_idle(self, model: LoadedModel) -> None:
         async with self._changed:
             await self._changed.wait_for(lambda: model.active == 0)
+
+    def _kv_cache_type(self, request: LoadRequest) -> str:
+        """The KV cache type the runner will use: LOCALLLM_KV_CACHE_TYPE on llama.cpp (embeddings always are)."""
+        return self.settings.kv_cache_type if request.engine == "llama.cpp" or request.embedding else "f16"
 
     def _fits(self, need: int) -> bool:
         """Whether one more model of ``need`` bytes fits the model count and LOCALLLM_MEMORY_LIMIT."""
