@@ -11,12 +11,12 @@ import re
 from dataclasses import dataclass
 
 from ..registry.gguf import GGUFFile
+from .ggml_devices import BackendDevice, backend_devices
 
-#: KV cache element size: llama.cpp's default cache type is F16.
+#: KV cache bytes an element, by LOCALLLM_KV_CACHE_TYPE (llama.cpp's default is F16).
 KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # ggml blocks of 32: scale + codes
 #: Kept free on every device, as llama.cpp's own fitting does, for fragmentation and the OS.
 SAFETY_MARGIN_BYTES = 256 << 20
-MIB_BYTES = 1 << 20
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -103,7 +103,7 @@ def check_fits_in_ram(need: ModelFootprint, name: str, free: int, gpu_bytes: int
 
 @dataclass(frozen=True)
 class Device:
-    """A GPU as llama.cpp reports it."""
+    """A GPU as llama.cpp reports it: what the layer planner needs of it."""
 
     name: str
     free_bytes: int
@@ -166,32 +166,14 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-def gpu_devices() -> list[Device]:
-    """GPUs llama.cpp could offload to, with their free memory; empty on a CPU build.
+def gpu_devices(devices: list[BackendDevice] | None = None) -> list[Device]:
+    """GPUs llama.cpp could offload layers to, with their free memory; empty on a CPU build.
 
-    llama-cpp-python exposes whether the build can offload but not the devices'
-    free memory, so that comes from the vendor tool (nvidia-smi) when present.
+    From ggml's device list (``devices``, or the live one), so CUDA, ROCm,
+    Vulkan and Metal builds all plan layers; integrated GPUs count (their
+    memory is host memory, as ggml reports it), CPUs and accelerators
+    (BLAS, AMX) hold no offloaded layers.
     """
-    import shutil
-    import subprocess
-    import sys
-
-    import llama_cpp
-
-    if not llama_cpp.llama_supports_gpu_offload():
-        return []
-    if sys.platform == "darwin":  # Metal: the GPU shares the RAM
-        return [Device("Metal", available_ram())]
-    if shutil.which("nvidia-smi") is None:
-        return []
-    result = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,memory.free", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, timeout=10,
-    )
-    devices = []
-    for line in result.stdout.splitlines():
-        name, _, free_mib = line.rpartition(",")
-        if free_mib.strip().isdigit():
-            devices.append(Device(name.strip(), int(free_mib) * MIB_BYTES))
-    return devices
-
+    if devices is None:
+        devices = backend_devices()
+    return [Device(d.name, d.free_bytes) for d in devices if d.kind in ("gpu", "igpu")]
