@@ -229,12 +229,13 @@ class Scheduler:
         held = sum(m.size for m in self.loaded.values())
         limit = self.settings.memory_limit
         if limit and held + need > limit:
-            room = f"{_mib(max(0, limit - held))} of LOCALLLM_MEMORY_LIMIT={_mib(limit)} is free"
+            why = (f"model {name} needs about {_mib(need)} of memory but only {_mib(max(0, limit - held))} "
+                   f"of LOCALLLM_MEMORY_LIMIT={_mib(limit)} is free")
         else:
-            room = f"all {self.max_loaded} model slots (LOCALLLM_MAX_LOADED_MODELS) are taken"
-        busy = f"; {len(self.loaded)} loaded models stayed busy for LOCALLLM_LOAD_TIMEOUT" if self.loaded else ""
-        return (f"model {name} needs about {_mib(need)} of memory but only {room}{busy}; "
-                "retry later, unload models (localllm stop), or lower num_ctx / LOCALLLM_NUM_PARALLEL")
+            why = f"model {name} needs one of the {self.max_loaded} model slots (LOCALLLM_MAX_LOADED_MODELS)"
+        if self.loaded:
+            why += f"; the {len(self.loaded)} loaded models stayed busy for LOCALLLM_LOAD_TIMEOUT"
+        return why + "; retry later, unload models (localllm stop), or lower num_ctx / LOCALLLM_NUM_PARALLEL"
 
     async def _load(self, key: tuple, request: LoadRequest, n_ctx: int, need: ModelFootprint) -> LoadedModel:
         plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
