@@ -6,6 +6,7 @@ daemon's child processes see the environment they were started with.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -73,6 +74,36 @@ def parse_host(value: str | None) -> tuple[str, int]:
     return host or DEFAULT_HOST, port_number
 
 
+KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
+
+
+def _bool_env(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{name} must be 1 or 0 (true or false), got {os.environ[name]!r}")
+
+
+_SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size_env(name: str) -> int:
+    """A byte count such as ``1500M`` or ``8G`` (binary units; a bare number is bytes); 0 when unset."""
+    raw = os.environ.get(name, "").strip().upper().removesuffix("IB").removesuffix("B")
+    number, scale = (raw[:-1], _SIZE_UNITS[raw[-1]]) if raw[-1:] in _SIZE_UNITS else (raw, 1)
+    try:
+        value = float(number) if raw else 0.0
+        if not math.isfinite(value):
+            raise ValueError(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be a size such as 8G or 1500M, got {os.environ[name]!r}") from None
+    if value < 0:
+        raise SettingsError(f"{name} must not be negative, got {os.environ[name]!r}")
+    return int(value * scale)
+
+
 def _int_env(name: str, default: int) -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -107,6 +138,10 @@ class Settings:
     num_parallel: int = 0  # 0: chosen from memory
     max_loaded_models: int = 0  # 0: chosen from memory
     max_queue: int = 512
+    memory_limit: int = 0  # bytes all loaded models may take together; 0: only free RAM limits them
+    load_timeout: float = 300.0  # seconds a load waits for busy models to free memory or a slot
+    kv_cache_type: str = "f16"  # llama.cpp engine: f16, q8_0 or q4_0 (the quantized ones need flash attention)
+    flash_attention: bool = False
     origins: tuple[str, ...] = ()
     api_key: str | None = None
     engine: str | None = None  # None: chosen per model load (the native engine where it runs the model)
@@ -139,6 +174,13 @@ def load_settings() -> Settings:
     engine = os.environ.get("LOCALLLM_ENGINE", "").strip() or None
     if engine is not None and engine not in ENGINES:
         raise SettingsError(f"LOCALLLM_ENGINE must be 'llama.cpp' or 'native', got {engine!r}")
+    kv_cache_type = os.environ.get("LOCALLLM_KV_CACHE_TYPE", "").strip().lower() or "f16"
+    if kv_cache_type not in KV_CACHE_TYPES:
+        raise SettingsError(f"LOCALLLM_KV_CACHE_TYPE must be one of {', '.join(KV_CACHE_TYPES)}, got {kv_cache_type!r}")
+    flash_attention = _bool_env("LOCALLLM_FLASH_ATTENTION")
+    if kv_cache_type != "f16" and not flash_attention:
+        raise SettingsError(f"LOCALLLM_KV_CACHE_TYPE={kv_cache_type} needs LOCALLLM_FLASH_ATTENTION=1 "
+                            "(llama.cpp quantizes the V cache only with flash attention)")
     origins = tuple(o.strip() for o in os.environ.get("LOCALLLM_ORIGINS", "").split(",") if o.strip())
     defaults = Settings()
     return Settings(
@@ -150,6 +192,10 @@ def load_settings() -> Settings:
         num_parallel=_int_env("LOCALLLM_NUM_PARALLEL", 0),
         max_loaded_models=_int_env("LOCALLLM_MAX_LOADED_MODELS", 0),
         max_queue=_int_env("LOCALLLM_MAX_QUEUE", 512),
+        memory_limit=_size_env("LOCALLLM_MEMORY_LIMIT"),
+        kv_cache_type=kv_cache_type,
+        flash_attention=flash_attention,
+        load_timeout=parse_duration(os.environ.get("LOCALLLM_LOAD_TIMEOUT"), defaults.load_timeout) or 0.0,
         origins=origins,
         api_key=os.environ.get("LOCALLLM_API_KEY") or None,
         engine=engine,

@@ -259,10 +259,13 @@ def test_ps_shows_loaded_model_then_stop_unloads(env: CliEnv, terse: str) -> Non
     result = env.run("ps")
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "ENGINE", "UNTIL"]
+    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "UNTIL"]
     row = next(r for r in rows if r.startswith("terse:latest"))
     assert "100% CPU" in row and "from now" in row
     assert ("native" in row) == (kernels.isa() in MEASURED_ISAS)
+    shown = httpx.get(env.base_url + "/api/ps").json()["models"]
+    context = next(m for m in shown if m["name"] == "terse:latest")["context_length"]
+    assert re.search(rf"CPU\s+{context}\s", row), row
     stopped = env.run("stop", terse)
     assert stopped.returncode == 0, stopped.stderr
     assert not any(r.startswith("terse:latest") for r in env.run("ps").stdout.splitlines()[1:])

@@ -61,6 +61,20 @@ def test_queue_overflow_is_503_with_retry_after(limited):
     assert refused.headers["retry-after"] and "LOCALLLM_MAX_QUEUE" in refused.json()["error"]
 
 
+def test_queue_limit_counts_requests_under_every_name_of_a_model(limited):
+    """Requests under a copy wait for the same runner, so they count against the same queue."""
+    httpx.post(f"{limited.url}/api/copy", json={"source": MODEL, "destination": "mine"}, timeout=30).raise_for_status()
+    body = {"model": "mine", "prompt": "Write a long story.", "stream": False, "options": {"num_predict": 60}}
+
+    async def burst():
+        async with httpx.AsyncClient(base_url=limited.url, timeout=300) as client:
+            await client.post("/api/generate", json={**body, "model": MODEL, "options": {"num_predict": 1}})
+            return await asyncio.gather(*(client.post("/api/generate", json=body) for _ in range(5)))
+
+    codes = sorted(r.status_code for r in asyncio.run(burst()))
+    assert 200 in codes and 503 in codes, codes
+
+
 def test_metrics_in_prometheus_format(daemon):
     httpx.post(f"{daemon.url}/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
                                                    "options": {"num_predict": 3}}, timeout=120)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from localllm.registry.gguf import read_gguf
+from localllm.server.ggml_devices import BackendDevice, backend_devices
 from localllm.server.memory import (
-    SAFETY_MARGIN_BYTES, Device, DoesNotFit, ModelFootprint, check_fits_in_ram, footprint, plan_gpu_layers,
+    SAFETY_MARGIN_BYTES, Device, DoesNotFit, ModelFootprint, check_fits_in_ram, footprint, gpu_devices,
+    plan_gpu_layers,
 )
 
 GIB = 1 << 30
@@ -70,3 +72,26 @@ def test_num_gpu_overrides():
     plan = plan_gpu_layers(_model(), [Device("gpu0", 8 * GIB)], requested=3)
     assert plan.n_gpu_layers == 3
     assert plan_gpu_layers(_model(), [Device("gpu0", 8 * GIB)], requested=0).n_gpu_layers == 0
+
+
+def test_llama_cpps_device_list_has_its_cpu_and_no_gpu_here():
+    """The real ggml device API of this (CPU-only) llama.cpp build."""
+    devices = backend_devices()
+    cpu = next(d for d in devices if d.kind == "cpu")
+    assert cpu.name == "CPU" and cpu.description and 0 < cpu.free_bytes <= cpu.total_bytes
+    assert gpu_devices(devices) == [] and gpu_devices() == []
+
+
+def test_described_devices_of_any_backend_plan_layers_and_honour_num_gpu(smollm2_path):
+    described = [
+        BackendDevice("CPU", "AMD EPYC", "cpu", 64 * GIB, 64 * GIB),
+        BackendDevice("BLAS", "OpenBLAS", "accel", 0, 0),
+        BackendDevice("ROCm0", "AMD Radeon RX 7900 XTX", "gpu", 20 * GIB, 24 * GIB),
+        BackendDevice("Vulkan1", "Intel(R) Iris(R) Xe Graphics", "igpu", 2 * GIB, 8 * GIB),
+    ]
+    gpus = gpu_devices(described)
+    assert gpus == [Device("ROCm0", 20 * GIB), Device("Vulkan1", 2 * GIB)]
+    need = footprint(read_gguf(smollm2_path), n_ctx=4096, n_parallel=1)
+    assert plan_gpu_layers(need, gpus).n_gpu_layers == need.n_layers + 1  # all of it, output head included
+    assert plan_gpu_layers(need, gpus, requested=5).n_gpu_layers == 5
+    assert plan_gpu_layers(need, gpus, requested=0).n_gpu_layers == 0

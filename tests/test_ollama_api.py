@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import httpx
@@ -106,6 +109,53 @@ def test_keep_alive_zero_unloads(client, daemon):
         time.sleep(0.2)
     assert not loaded()
     assert len(daemon.runner_pids()) < runners  # its processes are gone (other models may stay loaded)
+
+
+def test_a_copy_shares_the_runner_and_stops_by_either_name(client, daemon):
+    """One identity for a loaded model: its weights, whatever name asked for them."""
+    client.copy(MODEL, "mine:latest")
+    try:
+        client.generate(MODEL, "Hi", options={"num_predict": 1})
+        runners = len(daemon.runner_pids())
+        client.generate("mine", "Hi", options={"num_predict": 1})
+        assert len(daemon.runner_pids()) == runners  # the copy used the loaded runner
+        env = {**os.environ, "LOCALLLM_HOST": daemon.url}
+        stopped = subprocess.run([sys.executable, "-m", "localllm", "stop", "mine"], env=env,
+                                 capture_output=True, text=True, timeout=60)
+        assert stopped.returncode == 0, stopped.stderr
+        deadline = time.monotonic() + 10
+        while any(m.model == MODEL for m in client.ps().models) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(m.model == MODEL for m in client.ps().models)
+        assert len(daemon.runner_pids()) < runners
+    finally:
+        client.delete("mine:latest")
+    assert MODEL in [m.model for m in client.list().models]
+
+
+SLOW_TEMPLATE = (  # 55 messages: 170k loop steps (under the 200k cap) that write nothing, then ChatML
+    '{{range .Messages}}{{range $.Messages}}{{range $.Messages}}'
+    '{{if eq (printf "%s%s" .Content .Role) "never"}}x{{end}}{{end}}{{end}}{{end}}'
+    '{{range .Messages}}<|im_start|>{{.Role}}\n{{.Content}}<|im_end|>\n{{end}}<|im_start|>assistant\n'
+)
+
+
+def test_a_slow_template_does_not_stall_other_requests(client, daemon):
+    daemon.create("slow-template", f"FROM {MODEL}\nTEMPLATE \"\"\"{SLOW_TEMPLATE}\"\"\"\n")
+    client.generate("slow-template", "", keep_alive="5m")  # loaded before the clock starts
+    body = {"model": "slow-template", "stream": False, "options": {"num_predict": 1},
+            "messages": [{"role": role, "content": "hi"} for _ in range(27) for role in ("user", "assistant")]
+            + [{"role": "user", "content": "hi"}]}  # alternating: consecutive turns of one role are merged
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        slow = pool.submit(httpx.post, f"{daemon.url}/api/chat", json=body, timeout=120)
+        time.sleep(0.3)
+        asked = time.monotonic()
+        assert httpx.get(f"{daemon.url}/api/version", timeout=30).status_code == 200
+        answered = time.monotonic()
+        assert not slow.done(), "the template rendered too fast to show anything"
+        assert slow.result().status_code == 200, slow.result().text
+    assert answered - asked < 0.5 < time.monotonic() - started - 0.3
 
 
 def test_copy_and_delete(client):

@@ -174,8 +174,8 @@ def ps() -> None:
         if until.endswith(" ago"):
             until = "Stopping..."
         rows.append([m.get("name", ""), str(m.get("digest", ""))[:12], human_bytes(int(m.get("size") or 0)),
-                     _processor(m), m.get("engine", ""), until])
-    sys.stdout.write(render_table(rows, header=["NAME", "ID", "SIZE", "PROCESSOR", "ENGINE", "UNTIL"]))
+                     _processor(m), str(m.get("context_length") or ""), m.get("engine", ""), until])
+    sys.stdout.write(render_table(rows, header=["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "UNTIL"]))
 
 
 @app.command()

@@ -90,6 +90,10 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings
     from localllm.runner.kv_blocks import BlockPool
     from localllm.runner.paged_engine import PagedEngine
 
+    if settings.kv_cache_type != "f16" or settings.flash_attention:
+        raise BackendError("LOCALLLM_KV_CACHE_TYPE and LOCALLLM_FLASH_ATTENTION apply to the llama.cpp engine only; "
+                           "unset them or use LOCALLLM_ENGINE=llama.cpp")
+
     model = NativeModel(args.model, args.adapter, args.gpu_layers)
     n_ctx = _fit_ctx(n_ctx, model.n_ctx_train)
     pool_tokens = max(args.kv_tokens or POOL_CONTEXTS * n_ctx, n_ctx + BLOCK_SIZE)
@@ -127,11 +131,12 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     model = Model(args.model, args.adapter, args.gpu_layers)
     n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
     parallel = 1 if args.embedding else args.parallel
+    cache = {"kv_cache_type": settings.kv_cache_type, "flash_attention": settings.flash_attention}
     try:
         if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
-            ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True)
+            ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True, **cache)
         else:
-            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads)
+            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **cache)
     except BaseException:
         model.close()
         raise

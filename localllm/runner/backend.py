@@ -250,6 +250,9 @@ class Batch:
             self.raw = None
 
 
+_KV_GGML_TYPES = {"f16": ll.GGML_TYPE_F16, "q8_0": ll.GGML_TYPE_Q8_0, "q4_0": ll.GGML_TYPE_Q4_0}
+
+
 class Context:
     """A llama_context: the KV cache of up to ``n_seq_max`` sequences.
 
@@ -269,6 +272,10 @@ class Context:
     computed cold. Without it a token's KV is the same however the prompt
     was chunked, decode speed is unchanged and prefill is about 4% slower.
 
+    ``flash_attention`` turns it on anyway (LOCALLLM_FLASH_ATTENTION), for
+    GPUs where it saves memory and time, and because llama.cpp quantizes the V
+    cache (``kv_cache_type`` q8_0 or q4_0) only with it.
+
     For embeddings (``embeddings=True``) the cache is unified: the inputs of
     one decode share its ``n_ctx`` cells and are removed right after.
     """
@@ -281,6 +288,8 @@ class Context:
         n_batch: int,
         n_threads: int,
         embeddings: bool = False,
+        kv_cache_type: str = "f16",
+        flash_attention: bool = False,
     ) -> None:
         params = ll.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -292,7 +301,9 @@ class Context:
         params.kv_unified = embeddings
         params.embeddings = embeddings
         params.no_perf = True
-        params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.flash_attn_type = (ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention
+                                  else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        params.type_k = params.type_v = _KV_GGML_TYPES[kv_cache_type]
         if embeddings:
             params.pooling_type = ll.LLAMA_POOLING_TYPE_UNSPECIFIED
         with captured_errors() as errors:

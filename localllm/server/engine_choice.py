@@ -31,20 +31,24 @@ class EngineRefused(ValueError):
 
 
 def choose_engine(
-    model_path: Path, forced: str | None, adapters: bool, embedding: bool, gpu_layers: int
+    model_path: Path, forced: str | None, adapters: bool, embedding: bool, gpu_layers: int,
+    llama_cpp_settings: str | None = None,
 ) -> EngineChoice:
-    """The engine for one load; ``gpu_layers`` is what the memory plan would offload on llama.cpp."""
+    """The engine for one load; ``gpu_layers`` is what the memory plan would offload on llama.cpp, and
+    ``llama_cpp_settings`` names settings in force that only llama.cpp honours (a KV cache type)."""
     if embedding:  # a forced engine is for generation: embeddings have one engine
         return EngineChoice(LLAMA_CPP, "embeddings run on llama.cpp")
     if forced == LLAMA_CPP:
         return EngineChoice(LLAMA_CPP, "forced by the engine setting")
     if forced == NATIVE:
-        blocker = _native_blocker(model_path, adapters)
+        blocker = llama_cpp_settings or _native_blocker(model_path, adapters)
         if blocker:
             raise EngineRefused(f"the native engine cannot run this model: {blocker}; use the llama.cpp engine")
         return EngineChoice(NATIVE, "forced by the engine setting")
     if gpu_layers:
         return EngineChoice(LLAMA_CPP, f"{gpu_layers} layers offloaded to a GPU")
+    if llama_cpp_settings:
+        return EngineChoice(LLAMA_CPP, llama_cpp_settings)
     isa = _cpu_isa()
     if isa not in MEASURED_ISAS:
         return EngineChoice(LLAMA_CPP, f"the native engine is not measured faster on this CPU's SIMD level ({isa})")

@@ -8,6 +8,7 @@ the runner's BOS/EOS tokens) and relays the runner's NDJSON events, adding
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -159,13 +160,14 @@ class Inference:
         """
         started = time.perf_counter_ns()
         name = job.model.name.display
-        self.check_capacity(name)
+        self.check_capacity(self.load_request(job))
         self.metrics.started(name)
         outcome, done, first_token_at = "cancelled", None, None
         try:
             async with self._leased(job) as loaded:
                 load_duration = time.perf_counter_ns() - started
-                prompt = build_prompt(loaded.runner.health)
+                # A template (a stranger's code) may render for seconds: in a thread, the loop keeps answering.
+                prompt = await asyncio.to_thread(build_prompt, loaded.runner.health)
                 body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
                 if job.grammar_triggers:
                     body["grammar_triggers"] = list(job.grammar_triggers)
@@ -191,9 +193,10 @@ class Inference:
     async def embed(self, job: CompletionJob, inputs: list[str | list[int]], truncate: bool) -> dict[str, Any]:
         """Embeddings of ``inputs`` (texts or token lists) from the model's embedding runner."""
         started = time.perf_counter_ns()
-        self.check_capacity(job.model.name.display)
+        request = self.load_request(job, embedding=True)
+        self.check_capacity(request)
         try:
-            async with self.scheduler.lease(self.load_request(job, embedding=True), job.keep_alive) as loaded:
+            async with self.scheduler.lease(request, job.keep_alive) as loaded:
                 load_duration = time.perf_counter_ns() - started
                 texts = []
                 for item in inputs:
@@ -209,11 +212,14 @@ class Inference:
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer
 
-    def check_capacity(self, name: str) -> None:
-        """503 with Retry-After when the model's queue is full (LOCALLLM_MAX_QUEUE)."""
-        waiting = self.scheduler.active_requests(name) - self.scheduler.capacity(name)
+    def check_capacity(self, request: LoadRequest) -> None:
+        """503 with Retry-After when the model's queue is full (LOCALLLM_MAX_QUEUE).
+
+        Counted on the runner, so requests under every copy of a model share one queue.
+        """
+        waiting = self.scheduler.active_requests(request) - self.scheduler.capacity(request)
         if waiting >= self.settings.max_queue:
-            raise ApiError(503, f"server busy: {waiting} requests are waiting for {name} "
+            raise ApiError(503, f"server busy: {waiting} requests are waiting for {request.name} "
                                 f"(LOCALLLM_MAX_QUEUE={self.settings.max_queue}); retry shortly",
                            headers={"Retry-After": "1"})
 

@@ -11,12 +11,12 @@ import re
 from dataclasses import dataclass
 
 from ..registry.gguf import GGUFFile
+from .ggml_devices import BackendDevice, backend_devices
 
-#: KV cache element size: llama.cpp's default cache type is F16.
-KV_BYTES_PER_ELEMENT = 2
+#: KV cache bytes an element, by LOCALLLM_KV_CACHE_TYPE (llama.cpp's default is F16).
+KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # ggml blocks of 32: scale + codes
 #: Kept free on every device, as llama.cpp's own fitting does, for fragmentation and the OS.
 SAFETY_MARGIN_BYTES = 256 << 20
-MIB_BYTES = 1 << 20
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -38,7 +38,8 @@ class ModelFootprint:
         return sum(self.layer_weights) + self.other_weights + self.kv_per_layer * self.n_layers + self.compute_buffer
 
 
-def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512) -> ModelFootprint:
+def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
+              kv_cache_type: str = "f16") -> ModelFootprint:
     """Estimate weights per layer, KV = ctx x parallel x (K+V dims) x type size, compute buffer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
@@ -57,7 +58,7 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512) -
     head_dim = n_embd // n_head if n_head else 0
     k_dim = int(gguf.arch_value("attention.key_length", head_dim) or head_dim) * int(n_head_kv)
     v_dim = int(gguf.arch_value("attention.value_length", head_dim) or head_dim) * int(n_head_kv)
-    kv_per_layer = n_ctx * n_parallel * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT
+    kv_per_layer = int(n_ctx * n_parallel * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT[kv_cache_type])
     n_vocab = _vocab_size(gguf)
     # Logits for a full batch plus activations of the widest layer, in F32.
     n_ff = int(gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd)
@@ -102,7 +103,7 @@ def check_fits_in_ram(need: ModelFootprint, name: str, free: int, gpu_bytes: int
 
 @dataclass(frozen=True)
 class Device:
-    """A GPU as llama.cpp reports it."""
+    """A GPU as llama.cpp reports it: what the layer planner needs of it."""
 
     name: str
     free_bytes: int
@@ -165,32 +166,14 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-def gpu_devices() -> list[Device]:
-    """GPUs llama.cpp could offload to, with their free memory; empty on a CPU build.
+def gpu_devices(devices: list[BackendDevice] | None = None) -> list[Device]:
+    """GPUs llama.cpp could offload layers to, with their free memory; empty on a CPU build.
 
-    llama-cpp-python exposes whether the build can offload but not the devices'
-    free memory, so that comes from the vendor tool (nvidia-smi) when present.
+    From ggml's device list (``devices``, or the live one), so CUDA, ROCm,
+    Vulkan and Metal builds all plan layers; integrated GPUs count (their
+    memory is host memory, as ggml reports it), CPUs and accelerators
+    (BLAS, AMX) hold no offloaded layers.
     """
-    import shutil
-    import subprocess
-    import sys
-
-    import llama_cpp
-
-    if not llama_cpp.llama_supports_gpu_offload():
-        return []
-    if sys.platform == "darwin":  # Metal: the GPU shares the RAM
-        return [Device("Metal", available_ram())]
-    if shutil.which("nvidia-smi") is None:
-        return []
-    result = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,memory.free", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, timeout=10,
-    )
-    devices = []
-    for line in result.stdout.splitlines():
-        name, _, free_mib = line.rpartition(",")
-        if free_mib.strip().isdigit():
-            devices.append(Device(name.strip(), int(free_mib) * MIB_BYTES))
-    return devices
-
+    if devices is None:
+        devices = backend_devices()
+    return [Device(d.name, d.free_bytes) for d in devices if d.kind in ("gpu", "igpu")]

@@ -18,7 +18,8 @@ from ..registry.create import CreateError, CreateSpec, check_spec, spec_from_mod
 from ..registry.gguf import InvalidGGUF
 from ..registry.names import InvalidName
 from ..registry.pull import PullError, parse_pull_target
-from ..registry.store import DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
+from ..registry.models import load_local_model
+from ..registry.store import CorruptManifest, DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from ..templates import prompt as prompts
 from . import show
 from .api_types import (
@@ -154,10 +155,15 @@ async def delete_model(body: DeleteRequest, request: Request) -> Response:
     name = parse_name(body.model)
     state = state_of(request)
     try:
+        model = load_local_model(state.store, name)
+    except (ModelNotFound, CorruptManifest, InvalidGGUF):
+        model = None  # not loadable as it is, so no runner to stop; deleting it still works (or 404s)
+    try:
         state.store.delete(name)
     except ModelNotFound as exc:
         raise not_found(str(exc)) from None
-    await state.scheduler.unload(name.display)
+    if model is not None:
+        await state.scheduler.unload(model.model_path, tuple(model.adapters))
     return Response(status_code=200)
 
 
@@ -309,7 +315,7 @@ def _load_or_unload_answer(job: CompletionJob, kind: str, model_name: str, load_
 async def _load_only(state: DaemonState, job: CompletionJob, kind: str, model_name: str) -> JSONResponse:
     """An empty prompt loads the model (or, with keep_alive 0, unloads it)."""
     if job.keep_alive == 0:
-        await state.scheduler.unload(job.model.name.display)
+        await state.scheduler.unload(job.model.model_path, tuple(job.model.adapters))
         return JSONResponse(_load_or_unload_answer(job, kind, model_name, 0))
     _, load_ns = await state.inference.load(job)
     return JSONResponse(_load_or_unload_answer(job, kind, model_name, load_ns))

@@ -81,6 +81,19 @@ class LoadRequest:
     engine: str | None = None  # forced by a setting or PARAMETER; None: chosen per load
 
 
+@dataclass(frozen=True)
+class LoadPlan:
+    """How a model will be loaded: on which engine, its GPU layers, and the memory it takes."""
+
+    choice: EngineChoice
+    gpu: GpuPlan
+    need: ModelFootprint
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
+
+
 class Scheduler:
     """Owns every runner process of the daemon."""
 
@@ -107,13 +120,15 @@ class Scheduler:
             return self.settings.num_parallel
         return native_parallel(POOL_CONTEXTS * n_ctx) if engine == NATIVE else DEFAULT_NUM_PARALLEL
 
-    def capacity(self, name: str) -> int:
-        """Requests the runners of model ``name`` serve at once (before it is loaded: llama.cpp's default)."""
-        return sum(m.runner.config.n_parallel for m in self.loaded.values() if m.name == name) or self.num_parallel()
+    def capacity(self, request: LoadRequest) -> int:
+        """Requests the runner ``request`` would use serves at once (before it is loaded: llama.cpp's default)."""
+        model = self.loaded.get(self._key(request))
+        return model.runner.config.n_parallel if model is not None else self.num_parallel()
 
-    def active_requests(self, name: str) -> int:
-        """Requests holding or waiting for a runner of the model ``name``."""
-        return sum(m.active for m in self.loaded.values() if m.name == name)
+    def active_requests(self, request: LoadRequest) -> int:
+        """Requests holding or waiting for the runner ``request`` would use, under whatever name."""
+        model = self.loaded.get(self._key(request))
+        return model.active if model is not None else 0
 
     def queue_depths(self) -> dict[str, int]:
         return {m.name: max(0, m.active - m.runner.config.n_parallel) for m in self.loaded.values()}
@@ -146,10 +161,15 @@ class Scheduler:
         async with self.lease(request, keep_alive) as model:
             return model
 
-    async def unload(self, name: str) -> bool:
-        """Unload every runner of the model ``name`` as soon as it is idle."""
+    async def unload(self, model_path: os.PathLike, adapters: tuple = ()) -> bool:
+        """Unload every runner of these weights as soon as it is idle.
+
+        By weights, not by name: a copy of a model shares its runners, so
+        stopping either name stops them (generating and embedding, any engine).
+        """
         found = False
-        for model in [m for m in self.loaded.values() if m.name == name]:
+        weights = self._weights(model_path, adapters)
+        for model in [m for m in self.loaded.values() if m.key[:2] == weights]:
             found = True
             model.keep_alive = 0
             if model.active == 0:
@@ -164,16 +184,28 @@ class Scheduler:
         if model.keep_alive == 0:
             asyncio.get_running_loop().create_task(self._unload(model))
 
+    @staticmethod
+    def _weights(model_path: os.PathLike, adapters: tuple) -> tuple:
+        """What identifies a loaded model: its weights file and adapters, never the name it was asked by."""
+        return (str(model_path), tuple(str(a) for a in adapters))
+
     def _key(self, request: LoadRequest) -> tuple:
         """Models that share weights and adapters share a runner; templates and options are per request."""
-        return (str(request.model_path), tuple(str(a) for a in request.adapters), request.engine, request.embedding)
+        return (*self._weights(request.model_path, request.adapters), request.engine, request.embedding)
+
+    def _llama_cpp_settings(self) -> str | None:
+        """Settings only the llama.cpp engine honours, if any are set (the native engine never ignores them)."""
+        s = self.settings
+        if s.kv_cache_type != "f16" or s.flash_attention:
+            return f"LOCALLLM_KV_CACHE_TYPE={s.kv_cache_type} / LOCALLLM_FLASH_ATTENTION={int(s.flash_attention)} apply to llama.cpp only"
+        return None
 
     def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan]:
         """The engine for this load and the GPU plan it gets (none for an engine without GPU layers)."""
         llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
         choice = choose_engine(
             Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
-            llama_plan.n_gpu_layers,
+            llama_plan.n_gpu_layers, self._llama_cpp_settings(),
         )  # fmt: skip
         if CAPABILITIES[choice.engine].gpu_layers:
             return choice, llama_plan
@@ -194,32 +226,64 @@ class Scheduler:
                 await self._unload(model)
                 model = None
             if model is None:
-                await self._make_room()
-                model = await self._load(key, request, wanted_ctx)
+                load = self._plan_load(request, wanted_ctx)
+                await self._make_room(request.name, load.need.total)
+                model = await self._load(key, request, wanted_ctx, load)
             return model
 
     async def _wait_idle(self, model: LoadedModel) -> None:
         async with self._changed:
             await self._changed.wait_for(lambda: model.active == 0)
 
-    async def _make_room(self) -> None:
-        """Evict idle models (soonest to expire first) until one more fits."""
-        while len(self.loaded) >= self.max_loaded:
+    def _plan_load(self, request: LoadRequest, n_ctx: int) -> LoadPlan:
+        """The engine a load gets, its GPU plan and its memory (the native pool, or llama.cpp's streams)."""
+        summary = read_model_summary(Path(request.model_path))
+        n_batch = request.num_batch or 512
+        streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, self.settings.kv_cache_type)
+        choice, gpu = self._choose_engine(request, streams)
+        if choice.engine == NATIVE:  # one pool of POOL_CONTEXTS contexts, however many sequences share it
+            return LoadPlan(choice, gpu, footprint(summary, n_ctx, POOL_CONTEXTS, n_batch))
+        return LoadPlan(choice, gpu, streams)
+
+    def _fits(self, need: int) -> bool:
+        """Whether one more model of ``need`` bytes fits the model count and LOCALLLM_MEMORY_LIMIT."""
+        if len(self.loaded) >= self.max_loaded:
+            return False
+        limit = self.settings.memory_limit
+        return not limit or sum(m.size for m in self.loaded.values()) + need <= limit
+
+    async def _make_room(self, name: str, need: int) -> None:
+        """Evict idle models (soonest to expire first) until one more fits, then wait for busy
+        ones up to LOCALLLM_LOAD_TIMEOUT; refuse, saying what was needed and what was free."""
+        deadline = time.monotonic() + self.settings.load_timeout
+        while not self._fits(need):
             idle = [m for m in self.loaded.values() if m.active == 0]
             if idle:
                 victim = min(idle, key=lambda m: m.expires_at if m.expires_at is not None else float("inf"))
                 await self._unload(victim)
                 continue
+            remaining = deadline - time.monotonic()
+            if not self.loaded or remaining <= 0:
+                raise RunnerError(self._no_room_message(name, need))
             async with self._changed:
-                await self._changed.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), remaining)
 
-    async def _load(self, key: tuple, request: LoadRequest, n_ctx: int) -> LoadedModel:
-        summary = read_model_summary(Path(request.model_path))
+    def _no_room_message(self, name: str, need: int) -> str:
+        held = sum(m.size for m in self.loaded.values())
+        limit = self.settings.memory_limit
+        if limit and held + need > limit:
+            why = (f"model {name} needs about {_mib(need)} of memory but only {_mib(max(0, limit - held))} "
+                   f"of LOCALLLM_MEMORY_LIMIT={_mib(limit)} is free")
+        else:
+            why = f"model {name} needs one of the {self.max_loaded} model slots (LOCALLLM_MAX_LOADED_MODELS)"
+        if self.loaded:
+            why += f"; the {len(self.loaded)} loaded models stayed busy for LOCALLLM_LOAD_TIMEOUT"
+        return why + "; retry later, unload models (localllm stop), or lower num_ctx / LOCALLLM_NUM_PARALLEL"
+
+    async def _load(self, key: tuple, request: LoadRequest, n_ctx: int, load: LoadPlan) -> LoadedModel:
+        choice, plan, need = load.choice, load.gpu, load.need
         n_batch = request.num_batch or 512
-        need = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch)  # a stream of n_ctx per sequence
-        choice, plan = self._choose_engine(request, need)
-        if choice.engine == NATIVE:  # one pool of POOL_CONTEXTS contexts, however many sequences share it
-            need = footprint(summary, n_ctx, POOL_CONTEXTS, n_batch)
         try:
             check_fits_in_ram(need, request.name, available_ram(), plan.gpu_bytes)
         except DoesNotFit as exc:

@@ -1,0 +1,66 @@
+"""The compute devices llama.cpp's build can use, from ggml's own backend device list.
+
+Asking ggml (the library llama.cpp runs on) rather than a vendor tool means
+every backend it was built with (CUDA, ROCm, Vulkan, Metal, SYCL) reports its
+devices and their memory the same way. llama-cpp-python binds llama.h only,
+so the few ggml-backend.h functions needed are bound here from its libggml.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+# enum ggml_backend_dev_type (ggml-backend.h)
+DEVICE_TYPES = ("cpu", "gpu", "igpu", "accel")
+
+
+@dataclass(frozen=True)
+class BackendDevice:
+    """One ggml device: ``kind`` is cpu, gpu, igpu (integrated, sharing host memory) or accel."""
+
+    name: str
+    description: str
+    kind: str
+    free_bytes: int
+    total_bytes: int
+
+
+@functools.cache
+def _libggml() -> ctypes.CDLL:
+    import llama_cpp  # loads libllama and, with it, the libggml below into this process
+
+    lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml.so"))
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    for text in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+        getattr(lib, text).argtypes = [ctypes.c_void_p]
+        getattr(lib, text).restype = ctypes.c_char_p
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                            ctypes.POINTER(ctypes.c_size_t)]
+    lib.ggml_backend_dev_memory.restype = None
+    return lib
+
+
+def backend_devices() -> list[BackendDevice]:
+    """Every device ggml registered, in its order (the order llama.cpp splits layers in)."""
+    lib = _libggml()
+    devices = []
+    for index in range(lib.ggml_backend_dev_count()):
+        device = lib.ggml_backend_dev_get(index)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+        kind = lib.ggml_backend_dev_type(device)
+        devices.append(BackendDevice(
+            name=lib.ggml_backend_dev_name(device).decode("utf-8", "replace"),
+            description=lib.ggml_backend_dev_description(device).decode("utf-8", "replace"),
+            kind=DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else f"type {kind}",
+            free_bytes=free.value,
+            total_bytes=total.value,
+        ))
+    return devices
