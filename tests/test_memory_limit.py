@@ -8,6 +8,7 @@ so one model gives the two loads these tests need.
 from __future__ import annotations
 
 import concurrent.futures
+import time
 
 import httpx
 import pytest
@@ -51,6 +52,17 @@ def test_an_idle_model_is_evicted_to_make_room(tmp_path, smollm2_path, one_model
         daemon.stop()
 
 
+def _wait_in_flight(daemon, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        metrics = httpx.get(f"{daemon.url}/metrics", timeout=10).text
+        if any(line.startswith(f'localllm_requests_in_flight{{model="{MODEL}"}} ') and not line.endswith(" 0")
+               for line in metrics.splitlines()):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the long generation never started")
+
+
 def test_a_busy_model_is_waited_for_then_the_load_is_refused(tmp_path, smollm2_path, one_model):
     daemon = _daemon(tmp_path, smollm2_path, one_model * 3 // 2, LOCALLLM_LOAD_TIMEOUT="1s")
     long_generation = {**GENERATE, "prompt": "Write a long story.", "options": {"num_predict": 2000}}
@@ -58,6 +70,7 @@ def test_a_busy_model_is_waited_for_then_the_load_is_refused(tmp_path, smollm2_p
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             assert httpx.post(f"{daemon.url}/api/generate", json=GENERATE, timeout=120).status_code == 200
             busy = pool.submit(httpx.post, f"{daemon.url}/api/generate", json=long_generation, timeout=300)
+            _wait_in_flight(daemon)  # the model is busy before the embedding runner asks for room
             refused = httpx.post(f"{daemon.url}/api/embed", json=EMBED, timeout=120)
             error = refused.json()["error"]
             assert refused.status_code == 500 and not busy.done(), error
