@@ -115,7 +115,17 @@ class LocalModel:
             caps.append("tools")
         if self.projectors:
             caps.append("vision")
+        if self.thinking_tags:
+            caps.append("thinking")
         return caps
+
+    @property
+    def thinking_tags(self) -> tuple[str, str] | None:
+        """The opening and closing tag of the model's thinking block, when its template can think."""
+        template = self.template or self.chat_template or ""
+        if any(word in template for word in (".Think", "enable_thinking", "reasoning_content")):
+            return "<think>", "</think>"
+        return None
 
 
 def model_info(model: LocalModel, *, verbose: bool = False) -> dict[str, Any]:

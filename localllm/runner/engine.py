@@ -413,6 +413,7 @@ class Engine:
                 "eval_duration": int((now - first) * 1e9),
                 "cached_tokens": slot.cached,
                 "context": slot.prompt + slot.generated,
+                **({"stop_sequence": slot.text.matched} if slot.text.matched else {}),
             }
         )
         self._release(slot, keep=True)

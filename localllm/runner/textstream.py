@@ -24,6 +24,7 @@ class TextStream:
         self._longest = max((len(s) for s in self._stops), default=0)
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text
 
     def feed(self, data: bytes) -> str:
         """Text that can be sent after these bytes; sets :attr:`stopped` on a stop string."""
@@ -31,8 +32,9 @@ class TextStream:
         if not self._stops:
             self._held = ""
             return text
-        cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self._stops if (i := text.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found)
             self.stopped = True
             self._held = ""
             return text[:cut]

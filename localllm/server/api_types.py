@@ -36,6 +36,7 @@ class ToolCallFunction(_Body):
 
 
 class ToolCall(_Body):
+    id: str | None = None
     function: ToolCallFunction
 
 
@@ -45,6 +46,7 @@ class Message(_Body):
     images: list[str] | None = None
     tool_calls: list[ToolCall] | None = None
     tool_name: str | None = None
+    tool_call_id: str | None = None
     thinking: str | None = None
 
 
@@ -63,6 +65,7 @@ class GenerateRequest(_NamedBody):
     grammar: str | None = None  # extension: GBNF rules, as llama.cpp's server takes them
     logprobs: bool = False
     top_logprobs: int | None = None
+    think: bool | str | None = None
 
 
 class ChatRequest(_NamedBody):
@@ -75,6 +78,7 @@ class ChatRequest(_NamedBody):
     options: dict[str, Any] | None = None
     stream: bool = True
     keep_alive: KeepAlive = None
+    think: bool | str | None = None
 
 
 class ShowRequest(_NamedBody):

@@ -15,6 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..config import Settings, load_settings
+from .dialects import ollama as ollama_dialect
+from .dialects import openai_chat
 from .errors import ApiError
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
@@ -93,7 +95,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}")
 
     app.include_router(ollama_router)
+    app.include_router(ollama_dialect.router)
     app.include_router(openai_router)
+    app.include_router(openai_chat.router)
     app.add_middleware(JsonBodies)
     app.add_middleware(AccessGuard, settings=settings)
     return app

@@ -20,7 +20,6 @@ from ..config import Settings
 from ..registry.models import LocalModel, load_local_model
 from ..registry.names import InvalidName, ModelName
 from ..registry.store import ModelNotFound, Store
-from ..templates import prompt as prompts
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import PromptError
 from .errors import ApiError, bad_request, not_found
@@ -255,38 +254,6 @@ class Inference:
             yield {"error": str(exc)}
         finally:
             await events.aclose()
-
-
-async def collect_completion(events: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """Run one completion to its end: its whole text and its final event (which
-    then carries every token's ``logprobs`` when they were asked for)."""
-    pieces: list[str] = []
-    logprobs: list[dict[str, Any]] = []
-    async for event in events:
-        if "error" in event:
-            raise ApiError(500, event["error"])
-        logprobs.extend(event.get("logprobs", ()))
-        if event.get("done"):
-            if logprobs:
-                event["logprobs"] = logprobs
-            return "".join(pieces), event
-        pieces.append(event.get("content", ""))
-    raise ApiError(500, "model runner ended the answer early")
-
-
-def chat_prompt_builder(model: LocalModel, messages: list[dict[str, Any]],
-                        tools: list[dict[str, Any]] | None) -> PromptBuilder:
-    """A PromptBuilder rendering the model's chat template; template errors become 400s."""
-
-    def build(health: dict[str, Any]) -> str:
-        with template_errors_as_400(model):
-            return prompts.build_prompt(
-                messages=model.messages + messages, system=model.system, model_template=model.template,
-                gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
-                eos_token=health.get("eos", ""), tools=tools,
-            )
-
-    return build
 
 
 @contextlib.contextmanager

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,56 +18,27 @@ from ..registry.names import InvalidName
 from ..registry.pull import PullError, parse_pull_target
 from ..registry.models import load_local_model
 from ..registry.store import CorruptManifest, DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
-from ..templates import prompt as prompts
 from . import show
 from .api_types import (
-    ChatRequest,
     CopyRequest,
     CreateRequest,
     DeleteRequest,
     EmbedRequest,
-    GenerateRequest,
     LegacyEmbeddingsRequest,
     PullRequest,
     ShowRequest,
 )
 from .embeddings import shorten
-from .errors import ApiError, bad_request, not_found
-from .formats import format_constraint
-from .inference import (
-    CompletionJob,
-    chat_prompt_builder,
-    constrain_tool_calls,
-    collect_completion,
-    parse_name,
-    template_errors_as_400,
-)
+from .errors import bad_request, not_found
+from .inference import parse_name
 from .limits import check_request
 from .options import validate_options
-from .state import DaemonState, details_at
-from .streaming import streamed
-from .tools import ToolCall, ToolUse
+from .state import details_at, state_of
+from .streaming import NDJSON, ndjson, streamed
 
 log = logging.getLogger("localllm.api")
 
 router = APIRouter()
-
-NDJSON = "application/x-ndjson"
-CHAT_ROLES = {"system", "user", "assistant", "tool"}
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def state_of(request: Request) -> DaemonState:
-    return request.app.state.daemon
-
-
-async def ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async for event in events:
-        yield (json.dumps(event, ensure_ascii=False) + "\n").encode()
-
 
 async def stream_or_last(events: AsyncIterator[dict[str, Any]], stream: bool) -> Response:
     """Stream status events as NDJSON, or answer only the last one (pull/create without stream).
@@ -291,170 +260,6 @@ async def running(request: Request) -> dict[str, Any]:
             "kv_blocks": health.get("kv_blocks", {}),
         })
     return {"models": models}
-
-
-# --- generation -----------------------------------------------------------------------
-
-
-def _final_stats(event: dict[str, Any]) -> dict[str, Any]:
-    keys = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration")
-    return {key: event.get(key, 0) for key in keys}
-
-
-def _load_or_unload_answer(job: CompletionJob, kind: str, model_name: str, load_ns: int) -> dict[str, Any]:
-    reason = "unload" if job.keep_alive == 0 else "load"
-    answer: dict[str, Any] = {"model": model_name, "created_at": now_iso(), "done": True, "done_reason": reason,
-                              "total_duration": load_ns, "load_duration": load_ns}
-    if kind == "chat":
-        answer["message"] = {"role": "assistant", "content": ""}
-    else:
-        answer["response"] = ""
-    return answer
-
-
-async def _load_only(state: DaemonState, job: CompletionJob, kind: str, model_name: str) -> JSONResponse:
-    """An empty prompt loads the model (or, with keep_alive 0, unloads it)."""
-    if job.keep_alive == 0:
-        await state.scheduler.unload(job.model.model_path, tuple(job.model.adapters))
-        return JSONResponse(_load_or_unload_answer(job, kind, model_name, 0))
-    _, load_ns = await state.inference.load(job)
-    return JSONResponse(_load_or_unload_answer(job, kind, model_name, load_ns))
-
-
-async def _run(state: DaemonState, job: CompletionJob, builder, *, model_name: str, kind: str, stream: bool,
-               tool_use: ToolUse | None = None):
-    """Relay a completion as Ollama's chat or generate objects, streamed or whole.
-
-    With tools, the answer is collected first so that tool calls can be parsed
-    out of it; it is then sent as one content chunk carrying ``tool_calls``.
-    """
-    events = state.inference.stream(job, builder)
-    first = await _first_event(events)  # raises ApiError before any byte is sent
-
-    def chunk(piece: str, calls: list[ToolCall] = (), logprobs: list | None = None) -> dict[str, Any]:
-        base: dict[str, Any] = {"model": model_name, "created_at": now_iso()}
-        if kind == "chat":
-            base["message"] = {"role": "assistant", "content": piece}
-            if calls:
-                base["message"]["tool_calls"] = [call.ollama() for call in calls]
-        else:
-            base["response"] = piece
-        base["done"] = False
-        if logprobs:
-            base["logprobs"] = ollama_logprobs(logprobs)
-        return base
-
-    def final(event: dict[str, Any], text: str, calls: list[ToolCall] = ()) -> dict[str, Any]:
-        answer = chunk(text, calls, event.get("logprobs") if not stream or tool_use else None)
-        answer["done"] = True
-        answer["done_reason"] = event.get("done_reason", "stop")
-        if kind == "generate":
-            answer["context"] = event.get("context", [])
-        answer.update(_final_stats(event))
-        return answer
-
-    async def relay() -> AsyncIterator[dict[str, Any]]:
-        if tool_use is not None:
-            try:
-                text, done = await collect_completion(_prepend(first, events))
-            except ApiError as exc:
-                yield {"error": exc.message}
-                return
-            content, calls = tool_use.parse(text)
-            if content or calls:
-                yield chunk(content, calls)
-            yield final(done, "")
-            return
-        async for event in _prepend(first, events):
-            if "error" in event:
-                yield {"error": event["error"]}
-                return
-            if event.get("done"):
-                yield final(event, "")
-                return
-            yield chunk(event.get("content", ""), logprobs=event.get("logprobs"))
-
-    if stream:
-        return streamed(ndjson(relay()), NDJSON)
-    text, done = await collect_completion(_prepend(first, events))
-    content, calls = tool_use.parse(text) if tool_use else (text, [])
-    return JSONResponse(final(done, content, calls))
-
-
-async def _first_event(events: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
-    try:
-        return await events.__anext__()
-    except StopAsyncIteration:
-        raise ApiError(500, "model runner returned nothing") from None
-
-
-async def _prepend(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-    yield first
-    async for event in rest:
-        yield event
-
-
-def ollama_logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runner's token log-probabilities in Ollama's shape (no token ids)."""
-    def one(entry: dict[str, Any]) -> dict[str, Any]:
-        return {"token": entry["token"], "logprob": entry["logprob"], "bytes": entry["bytes"]}
-
-    return [dict(one(e), top_logprobs=[one(t) for t in e.get("top_logprobs", [])]) for e in entries]
-
-
-def _generation_job(state: DaemonState, body: GenerateRequest | ChatRequest) -> CompletionJob:
-    """The job of a generate or chat body: model, options, constraint, log-probabilities."""
-    if isinstance(body, ChatRequest):
-        texts = [m.content or "" for m in body.messages]
-        check_request(state.settings.limits, texts=texts, messages=len(body.messages), tools=body.tools,
-                      constraint=body.format or body.grammar, options=body.options)
-    else:
-        check_request(state.settings.limits, texts=[body.prompt, body.system or "", body.suffix or "",
-                                                     body.template or ""],
-                      constraint=body.format or body.grammar, options=body.options)
-    job = state.inference.job(body.model, body.options, body.keep_alive, format_constraint(body.format),
-                              body.grammar)
-    state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
-    return job
-
-
-@router.post("/api/generate")
-async def generate(body: GenerateRequest, request: Request):
-    state = state_of(request)
-    job = _generation_job(state, body)
-    job.context = body.context
-    model = job.model
-    if not body.prompt and not body.suffix and body.context is None:
-        return await _load_only(state, job, "generate", body.model)
-
-    def builder(health: dict[str, Any]) -> str:
-        with template_errors_as_400(model):
-            return prompts.build_generate_prompt(
-                prompt=body.prompt, system=body.system if body.system is not None else model.system,
-                suffix=body.suffix, template_override=body.template, model_template=model.template,
-                gguf_chat_template=model.chat_template, bos=health.get("bos", ""), eos=health.get("eos", ""),
-                raw=body.raw, history=model.messages,
-            )
-
-    return await _run(state, job, builder, model_name=body.model, kind="generate", stream=body.stream)
-
-
-@router.post("/api/chat")
-async def chat(body: ChatRequest, request: Request):
-    state = state_of(request)
-    job = _generation_job(state, body)
-    for index, message in enumerate(body.messages):
-        if message.role not in CHAT_ROLES:
-            raise bad_request(f"messages[{index}]: invalid role {message.role!r}; use system, user, assistant or tool")
-    if not body.messages:
-        return await _load_only(state, job, "chat", body.model)
-    tool_use = ToolUse.for_model(job.model, body.tools)
-    if tool_use is not None:
-        constrain_tool_calls(job, tool_use)
-    messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    builder = chat_prompt_builder(job.model, messages, tool_use.tools if tool_use else None)
-    return await _run(state, job, builder, model_name=body.model, kind="chat", stream=body.stream,
-                      tool_use=tool_use)
 
 
 @router.post("/api/embed")

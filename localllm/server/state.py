@@ -6,11 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fastapi import Request
+
 from ..config import Settings
 from ..registry.create import Creator
 from ..registry.models import model_details, read_model_summary
 from ..registry.pull import Puller
 from ..registry.store import MEDIA_MODEL, Store
+from .handler import ChatHandler
 from .inference import Inference
 from .metrics import Metrics
 from .scheduler import Scheduler
@@ -24,6 +27,7 @@ class DaemonState:
     puller: Puller
     creator: Creator
     inference: Inference
+    chat: ChatHandler
     metrics: Metrics
 
     @classmethod
@@ -33,9 +37,10 @@ class DaemonState:
         scheduler = Scheduler(settings)
         puller = Puller(store, settings)
         metrics = Metrics()
+        inference = Inference(store, scheduler, settings, metrics)
         return cls(
             settings=settings, store=store, scheduler=scheduler, puller=puller, creator=Creator(store, puller),
-            inference=Inference(store, scheduler, settings, metrics), metrics=metrics,
+            inference=inference, chat=ChatHandler(inference), metrics=metrics,
         )
 
     def details_of(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -49,3 +54,8 @@ class DaemonState:
 def details_at(path: Path) -> dict[str, Any]:
     """Ollama's ``details`` of a model file, from the registry's cached header read."""
     return model_details(read_model_summary(path))
+
+
+def state_of(request: Request) -> DaemonState:
+    """The daemon's state, from a route's request."""
+    return request.app.state.daemon

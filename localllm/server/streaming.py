@@ -12,11 +12,14 @@ a lone chunk (the first token, the final object) still leaves immediately.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi.responses import StreamingResponse
 
 _END = object()
+NDJSON = "application/x-ndjson"
 
 
 async def coalesced(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -55,3 +58,9 @@ async def coalesced(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 def streamed(chunks: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
     """A streaming response of ``chunks``, coalesced."""
     return StreamingResponse(coalesced(chunks), media_type=media_type)
+
+
+async def ndjson(objects: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Objects as newline-delimited JSON (Ollama's streams)."""
+    async for obj in objects:
+        yield (json.dumps(obj, ensure_ascii=False) + "\n").encode()

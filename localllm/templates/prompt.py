@@ -87,6 +87,7 @@ def render_ollama_template(
     tools: list[dict] | None = None,
     prompt: str = "",
     suffix: str = "",
+    think: bool | str | None = None,
 ) -> str:
     """Execute a Modelfile TEMPLATE with Ollama's data: ``.Messages``/``.System``/``.Tools``
     for chat templates, per-turn ``.System``/``.Prompt``/``.Response`` for legacy ones,
@@ -96,7 +97,9 @@ def render_ollama_template(
         return tmpl.render({"Prompt": prompt, "Suffix": suffix, "Response": ""})
     system, msgs = _collate(messages or [])
     if "messages" in tmpl.identifiers():
-        return tmpl.render({"System": system, "Messages": msgs, "Tools": tools or None, "Response": ""})
+        return tmpl.render({"System": system, "Messages": msgs, "Tools": tools or None, "Response": "",
+                            "Think": think not in (None, False), "ThinkLevel": think if isinstance(think, str) else "",
+                            "IsThinkSet": think is not None})
     return _render_per_turn(tmpl, msgs)
 
 
@@ -137,6 +140,7 @@ def build_prompt(
     bos_token: str,
     eos_token: str,
     tools: list[dict] | None = None,
+    think: bool | str | None = None,
 ) -> str:
     """The prompt for a chat request.
 
@@ -150,9 +154,12 @@ def build_prompt(
     if system and not any(m["role"] == "system" for m in msgs):
         msgs.insert(0, {"role": "system", "content": system})
     if model_template:
-        return render_ollama_template(model_template, messages=msgs, tools=tools)
+        return render_ollama_template(model_template, messages=msgs, tools=tools, think=think)
     if gguf_chat_template:
-        return _chat_template(gguf_chat_template, bos_token, eos_token).render(msgs, tools=tools)
+        extra = {} if think is None else {"enable_thinking": think is not False}
+        if isinstance(think, str):
+            extra["reasoning_effort"] = think
+        return _chat_template(gguf_chat_template, bos_token, eos_token).render(msgs, tools=tools, **extra)
     return _plain(msgs)
 
 
@@ -168,6 +175,7 @@ def build_generate_prompt(
     eos: str,
     raw: bool,
     history: list[dict] | None = None,
+    think: bool | str | None = None,
 ) -> str:
     """The prompt for ``/api/generate``.
 
@@ -194,6 +202,7 @@ def build_generate_prompt(
         gguf_chat_template=gguf_chat_template,
         bos_token=bos,
         eos_token=eos,
+        think=think,
     )
 
 

@@ -1,0 +1,460 @@
+"""OpenAI's chat and text completions (``/v1/chat/completions``, ``/v1/completions``):
+request translator and stream renderer over the conversation core.
+
+Streams are server-sent events ending in ``data: [DONE]``; thinking goes out as
+``reasoning_content`` (llama-server's and vLLM's field), calls as ``tool_calls``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..conversation import (
+    Answer,
+    ChatTurn,
+    Content,
+    Delta,
+    Failure,
+    Final,
+    Message,
+    Thinking,
+    ThinkSetting,
+    ToolCallDelta,
+    shaped_logprobs,
+)
+from ..errors import bad_request
+from ..formats import JSON_OBJECT_GBNF, NO_CONSTRAINT, Constraint, checked_schema
+from ..handler import ChatHandler, PreparedTurn
+from ..inference import CompletionJob, parse_name
+from ..limits import check_request
+from ..state import state_of
+from ..streaming import streamed
+from ..tools import ToolCall
+
+router = APIRouter(prefix="/v1")
+
+MAX_CHOICES = 8
+MAX_TOP_LOGPROBS = 20
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ContentPart(_Body):
+    type: str
+    text: str | None = None
+    image_url: dict[str, Any] | str | None = None
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class SamplingBody(_Body):
+    """Fields every OpenAI generation request shares."""
+
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    user: str | None = None
+    grammar: str | None = None  # extension: GBNF rules, as llama.cpp's server takes them
+
+
+class ChatCompletionRequest(SamplingBody):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+
+
+class CompletionRequest(SamplingBody):
+    prompt: str | list[str]
+    suffix: str | None = None
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+
+
+# --- translator -----------------------------------------------------------------------
+
+
+def sampling_options(temperature: float | None, top_p: float | None, max_tokens: int | None,
+                     stop: str | list[str] | None = None, seed: int | None = None,
+                     top_k: int | None = None) -> dict[str, Any]:
+    """OpenAI-style sampling fields as Ollama options; temperature and top_p default to 1, as OpenAI's."""
+    options: dict[str, Any] = {"temperature": 1.0 if temperature is None else temperature,
+                               "top_p": 1.0 if top_p is None else top_p}
+    if max_tokens is not None:
+        options["num_predict"] = max_tokens
+    if seed is not None:
+        options["seed"] = seed
+    if top_k is not None:
+        options["top_k"] = top_k
+    if stop:
+        options["stop"] = [stop] if isinstance(stop, str) else list(stop)
+    return options
+
+
+def _options(body: SamplingBody, max_tokens: int | None) -> dict[str, Any]:
+    options = sampling_options(body.temperature, body.top_p, max_tokens, body.stop, body.seed)
+    options["frequency_penalty"] = body.frequency_penalty or 0.0
+    options["presence_penalty"] = body.presence_penalty or 0.0
+    if body.logit_bias:
+        raise bad_request("logit_bias is not supported")
+    return options
+
+
+def response_format_constraint(response_format: dict[str, Any] | None, field: str = "response_format") -> Constraint:
+    """OpenAI's ``response_format`` (chat) or ``text.format`` (Responses) as an output constraint."""
+    if not response_format:
+        return NO_CONSTRAINT
+    kind = response_format.get("type")
+    if kind in (None, "text"):
+        return NO_CONSTRAINT
+    if kind == "json_object":
+        return Constraint(grammar=JSON_OBJECT_GBNF)
+    if kind == "json_schema":
+        # chat nests the schema under json_schema; Responses puts it beside the type
+        spec = response_format.get("json_schema", response_format)
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise bad_request(f"{field}.json_schema must be an object with a 'schema' object")
+        return Constraint(json_schema=checked_schema(spec.get("schema") or {}))
+    raise bad_request(f"{field}.type {kind!r} is not supported: use text, json_object or json_schema")
+
+
+def reasoning_think(effort: str | None, field: str = "reasoning_effort") -> ThinkSetting:
+    """OpenAI's reasoning effort as a think setting (``none`` turns thinking off)."""
+    if effort is None:
+        return None
+    if effort == "none":
+        return False
+    if effort in ("low", "medium", "high"):
+        return effort
+    raise bad_request(f"invalid {field} {effort!r}: use none, low, medium or high")
+
+
+def image_data(url: str, field: str) -> str:
+    """The base64 data of an image given as a ``data:`` URL (we fetch nothing from the network)."""
+    head, comma, data = url.partition(",")
+    if not (head.startswith("data:image/") and head.endswith(";base64") and comma):
+        raise bad_request(f"{field}: only data:image/...;base64 URLs are supported (nothing is downloaded)")
+    return data
+
+
+def _content_of(content: str | list[ContentPart] | None, field: str) -> tuple[str, list[str]]:
+    """Text and images of an OpenAI message's content."""
+    if content is None or isinstance(content, str):
+        return content or "", []
+    texts, images = [], []
+    for index, part in enumerate(content):
+        if part.type == "text":
+            texts.append(part.text or "")
+        elif part.type == "image_url":
+            url = part.image_url.get("url") if isinstance(part.image_url, dict) else part.image_url
+            images.append(image_data(url or "", f"{field}.content[{index}].image_url"))
+        else:
+            raise bad_request(f"{field}.content[{index}]: content part type {part.type!r} is not supported; "
+                              "use text or image_url")
+    return "".join(texts), images
+
+
+def openai_tool_call(call: dict[str, Any], field: str) -> ToolCall:
+    """A tool call as OpenAI clients send it back (arguments as a JSON string)."""
+    function = call.get("function") or {}
+    arguments = function.get("arguments", "{}")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except json.JSONDecodeError:
+            raise bad_request(f"{field}: arguments of {function.get('name')!r} are not valid JSON") from None
+    if not isinstance(arguments, dict):
+        raise bad_request(f"{field}: arguments of {function.get('name')!r} must be a JSON object")
+    return ToolCall(str(function.get("name", "")), arguments, str(call.get("id") or ""))
+
+
+def chat_messages(messages: list[ChatMessage]) -> list[Message]:
+    converted = []
+    for index, m in enumerate(messages):
+        field = f"messages[{index}]"
+        text, images = _content_of(m.content, field)
+        converted.append(Message(
+            role="system" if m.role == "developer" else m.role, content=text, images=images,
+            thinking=m.reasoning_content or "",
+            tool_calls=[openai_tool_call(c, f"{field}.tool_calls[{i}]") for i, c in enumerate(m.tool_calls or [])],
+            tool_call_id=m.tool_call_id or "", tool_name=m.name if m.role == "tool" and m.name else "",
+        ))
+    return converted
+
+
+def tool_choice_of(choice: str | dict[str, Any] | None) -> str:
+    """OpenAI's ``tool_choice`` as the core's: auto, none, required or a function name."""
+    if choice is None:
+        return "auto"
+    if choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict) and choice["function"].get("name"):
+        return choice["function"]["name"]
+    if isinstance(choice, dict) and choice.get("type") == "function" and choice.get("name"):
+        return choice["name"]  # the Responses API's flat form
+    raise bad_request(f"invalid tool_choice {choice!r}: use none, auto, required or a function")
+
+
+def chat_turn(body: ChatCompletionRequest) -> ChatTurn:
+    parse_name(body.model)
+    return ChatTurn(
+        model=body.model, messages=chat_messages(body.messages), tools=body.tools,
+        tool_choice=tool_choice_of(body.tool_choice), think=reasoning_think(body.reasoning_effort),
+        options=_options(body, body.max_completion_tokens or body.max_tokens),
+        constraint=response_format_constraint(body.response_format), grammar=body.grammar,
+        logprobs=body.logprobs, top_logprobs=body.top_logprobs if body.logprobs else None,
+    )
+
+
+# --- renderer -------------------------------------------------------------------------
+
+
+def finish_reason(final: Final) -> str:
+    return {"length": "length", "tool_calls": "tool_calls"}.get(final.reason, "stop")
+
+
+def usage(finals: list[Final]) -> dict[str, Any]:
+    """OpenAI's usage of one or more choices of the same prompt."""
+    prompt = max((f.prompt_tokens for f in finals), default=0)
+    completion = sum(f.completion_tokens for f in finals)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": max((f.cached_tokens for f in finals), default=0)}}
+
+
+class ChatChoiceRenderer:
+    """One choice's deltas as ``chat.completion.chunk`` choices, or its whole answer as a message."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None,
+               logprobs: list[dict[str, Any]] = ()) -> dict[str, Any]:
+        shaped = {"content": shaped_logprobs(logprobs), "refusal": None} if logprobs else None
+        return {"index": self.index, "delta": delta, "logprobs": shaped, "finish_reason": finish}
+
+    def opening(self) -> dict[str, Any]:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def process(self, delta: Delta) -> list[dict[str, Any]]:
+        if isinstance(delta, Content):
+            return [self._chunk({"content": delta.text}, logprobs=delta.logprobs)]
+        if isinstance(delta, Thinking):
+            return [self._chunk({"reasoning_content": delta.text})]
+        if isinstance(delta, ToolCallDelta):
+            return [self._chunk({"tool_calls": [dict(delta.call.openai(), index=delta.index)]})]
+        if isinstance(delta, Final):
+            return [self._chunk({}, finish_reason(delta))]
+        return []
+
+    def whole(self, answer: Answer) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": answer.content or (None if answer.tool_calls else ""),
+                                   "refusal": None}
+        if answer.thinking:
+            message["reasoning_content"] = answer.thinking
+        if answer.tool_calls:
+            message["tool_calls"] = [call.openai() for call in answer.tool_calls]
+        logprobs = answer.final.logprobs
+        shaped = {"content": shaped_logprobs(logprobs), "refusal": None} if logprobs else None
+        return {"index": self.index, "message": message, "logprobs": shaped, "finish_reason": finish_reason(answer.final)}
+
+
+class TextChoiceRenderer:
+    """One choice of a text completion (``text_completion`` objects)."""
+
+    def __init__(self, index: int, echo: str) -> None:
+        self.index = index
+        self.echo = echo
+        self._offset = len(echo)
+
+    def _logprobs(self, entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """OpenAI's legacy logprobs: parallel lists, offsets into the returned text."""
+        if not entries:
+            return None
+        offsets = []
+        for e in entries:
+            offsets.append(self._offset)
+            self._offset += len(e["token"])
+        return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+                "text_offset": offsets}
+
+    def _choice(self, text: str, finish: str | None, logprobs: list[dict[str, Any]] = ()) -> dict[str, Any]:
+        return {"index": self.index, "text": text, "logprobs": self._logprobs(list(logprobs)), "finish_reason": finish}
+
+    def opening(self) -> dict[str, Any] | None:
+        return self._choice(self.echo, None) if self.echo else None
+
+    def process(self, delta: Delta) -> list[dict[str, Any]]:
+        if isinstance(delta, Content):
+            return [self._choice(delta.text, None, delta.logprobs)]
+        if isinstance(delta, Final):
+            return [self._choice("", finish_reason(delta))]
+        return []
+
+    def whole(self, answer: Answer) -> dict[str, Any]:
+        return self._choice(self.echo + answer.content, finish_reason(answer.final), answer.final.logprobs)
+
+
+def sse(payload: dict[str, Any] | str) -> bytes:
+    """One server-sent event of ``data`` only (OpenAI's chat stream)."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n".encode()
+
+
+def error_object(message: str, kind: str = "api_error") -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+async def _merge(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int, Delta]]:
+    """Interleave the deltas of ``n`` concurrent answers as (choice index, delta)."""
+    queue: asyncio.Queue[tuple[int, Delta | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncIterator[Delta]) -> None:
+        try:
+            async for delta in stream:
+                await queue.put((index, delta))
+        finally:
+            await queue.put((index, None))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            index, delta = await queue.get()
+            if delta is None:
+                remaining -= 1
+            else:
+                yield index, delta
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+class Completion:
+    """``n`` choices of one chat or text completion, streamed or whole."""
+
+    def __init__(self, handler: ChatHandler, turn: PreparedTurn, model_name: str, kind: str, *, n: int,
+                 include_usage: bool, echo: str = "") -> None:
+        self.handler = handler
+        self.turns = [turn]
+        for i in range(1, n):  # each extra choice gets its own seed so that choices differ
+            options = dict(turn.job.options)
+            if "seed" in options:
+                options["seed"] = options["seed"] + i
+            self.turns.append(dataclasses.replace(turn, job=dataclasses.replace(turn.job, options=options)))
+        self.renderers = [ChatChoiceRenderer(i) if kind == "chat" else TextChoiceRenderer(i, echo) for i in range(n)]
+        self.kind = kind
+        self.model_name = model_name
+        self.include_usage = include_usage
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
+        self.created = int(time.time())
+
+    def _envelope(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
+        if self.kind == "chat":
+            obj = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            obj = "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_name,
+                "system_fingerprint": "fp_localllm", "choices": choices}
+
+    async def respond(self, stream: bool):
+        if not stream:
+            answers = await asyncio.gather(*(self.handler.answer(t) for t in self.turns))
+            answer = self._envelope([r.whole(a) for r, a in zip(self.renderers, answers)], False)
+            answer["usage"] = usage([a.final for a in answers])
+            return JSONResponse(answer)
+        streams = [await self.handler.open(t) for t in self.turns]
+        return streamed(self._events(streams), "text/event-stream")
+
+    async def _events(self, streams: list[AsyncIterator[Delta]]) -> AsyncIterator[bytes]:
+        finals: list[Final] = []
+        for renderer in self.renderers:
+            if (opening := renderer.opening()) is not None:
+                yield sse(self._envelope([opening], True))
+        async for index, delta in _merge(streams):
+            if isinstance(delta, Failure):
+                yield sse(error_object(delta.message))
+                return
+            if isinstance(delta, Final):
+                finals.append(delta)
+            for choice in self.renderers[index].process(delta):
+                yield sse(self._envelope([choice], True))
+        if self.include_usage:
+            usage_chunk = self._envelope([], True)
+            usage_chunk["usage"] = usage(finals)
+            yield sse(usage_chunk)
+        yield sse("[DONE]")
+
+
+# --- routes ---------------------------------------------------------------------------
+
+
+def completion_job(request: Request, body: CompletionRequest) -> CompletionJob:
+    state = state_of(request)
+    parse_name(body.model)
+    options = _options(body, body.max_tokens if body.max_tokens is not None else 16)
+    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    check_request(state.settings.limits, texts=prompts, options=options, constraint=body.grammar)
+    return state.inference.job(body.model, options, None, NO_CONSTRAINT, body.grammar)
+
+
+@router.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request):
+    state = state_of(request)
+    turn = state.chat.prepare(chat_turn(body))
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return await Completion(state.chat, turn, body.model, "chat", n=body.n,
+                            include_usage=include_usage).respond(body.stream)
+
+
+@router.post("/completions")
+async def completions(body: CompletionRequest, request: Request):
+    if isinstance(body.prompt, list) and len(body.prompt) != 1:
+        raise bad_request("prompt: send one prompt string per request")
+    prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+    if body.suffix:
+        raise bad_request("suffix is not supported by /v1/completions; use /api/generate with suffix")
+    state = state_of(request)
+    job = completion_job(request, body)
+    state.inference.want_logprobs(job, body.logprobs is not None, body.logprobs)
+    turn = PreparedTurn(job, lambda health: prompt)  # the prompt as it is: no template, no parsing
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return await Completion(state.chat, turn, body.model, "text", n=body.n, include_usage=include_usage,
+                            echo=prompt if body.echo else "").respond(body.stream)

@@ -1,0 +1,222 @@
+"""Running one turn of the conversation core on a model: the one place between the
+dialects and inference (Ollama's ``ChatHandler``).
+
+A turn is prepared first (model, options, tools, thinking, constraint; every
+problem is a 400 before anything streams), then opened: the runner's events
+become :mod:`~localllm.server.conversation` deltas, split by the
+:class:`~localllm.server.output_parser.OutputParser` as they arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..registry.models import LocalModel
+from ..templates import prompt as prompts
+from .conversation import (
+    Answer,
+    ChatTurn,
+    Content,
+    Delta,
+    Failure,
+    Final,
+    Message,
+    Thinking,
+    ThinkSetting,
+    ToolCallDelta,
+)
+from .errors import ApiError, bad_request
+from .inference import CompletionJob, Inference, constrain_tool_calls, template_errors_as_400
+from .limits import check_request
+from .output_parser import OutputParser, ParserSetup
+from .tools import ToolUse
+
+#: Renders the prompt once the runner is up (receives its /health answer) for a think setting.
+PromptRenderer = Callable[[dict[str, Any]], str]
+
+
+@dataclass
+class PreparedTurn:
+    """A turn checked and resolved, ready to run."""
+
+    job: CompletionJob
+    render: PromptRenderer
+    think: ThinkSetting = None
+    tool_use: ToolUse | None = None
+    parser_setup: ParserSetup = field(default_factory=ParserSetup)
+
+    @property
+    def model(self) -> LocalModel:
+        return self.job.model
+
+
+def thinking_tags(model: LocalModel, think: ThinkSetting) -> tuple[str, str] | None:
+    """The thinking block's tags to look for, after checking ``think`` against the model.
+
+    Asking a model that cannot think to think is a 400 (Ollama's answer);
+    ``think: false`` still looks for the block, so that a model that always
+    thinks has it dropped from the answer rather than mixed into it.
+    """
+    tags = model.thinking_tags
+    if think not in (None, False) and tags is None:
+        raise bad_request(f"{model.name.display!r} does not support thinking")
+    return tags
+
+
+def check_tool_results(messages: list[Message]) -> None:
+    """A tool result naming a call id must answer a call made earlier in the conversation."""
+    known: set[str] = set()
+    for index, message in enumerate(messages):
+        known.update(call.id for call in message.tool_calls if call.id)
+        if message.role == "tool" and message.tool_call_id and message.tool_call_id not in known:
+            raise bad_request(f"messages[{index}]: tool result for unknown tool call id {message.tool_call_id!r}")
+
+
+def apply_tool_choice(job: CompletionJob, tool_use: ToolUse | None, choice: str) -> ToolUse | None:
+    """``none`` drops the tools; ``required`` or a function name forces a call from the first
+    token; ``auto`` constrains the calls the model chooses to write."""
+    if tool_use is None or choice == "none":
+        return None
+    if choice == "auto":
+        constrain_tool_calls(job, tool_use)
+    elif choice == "required":
+        job.grammar, job.json_schema = tool_use.forced_grammar(), None
+    else:
+        job.grammar, job.json_schema = tool_use.forced_grammar(choice), None
+    return tool_use
+
+
+class ChatHandler:
+    """Prepares and runs turns for every dialect."""
+
+    def __init__(self, inference: Inference) -> None:
+        self.inference = inference
+
+    # -- preparing ---------------------------------------------------------------------
+
+    def prepare(self, turn: ChatTurn) -> PreparedTurn:
+        """Resolve and check a chat turn; every problem is an :class:`ApiError` raised here."""
+        limits = self.inference.settings.limits
+        check_request(limits, texts=[m.content for m in turn.messages], messages=len(turn.messages),
+                      tools=turn.tools, constraint=turn.constraint.json_schema or turn.constraint.grammar
+                      or turn.grammar, options=turn.options)
+        job = self.inference.job(turn.model, turn.options, turn.keep_alive, turn.constraint, turn.grammar)
+        self.inference.want_logprobs(job, turn.logprobs, turn.top_logprobs)
+        model = job.model
+        if any(m.images for m in turn.messages):
+            raise bad_request(f"{model.name.display!r} does not support images")
+        check_tool_results(turn.messages)
+        tool_use = apply_tool_choice(job, ToolUse.for_model(model, turn.tools), turn.tool_choice)
+        messages = [m.for_template() for m in turn.messages]
+        tools = tool_use.tools if tool_use else None
+
+        def render(health: dict[str, Any]) -> str:
+            with template_errors_as_400(model):
+                return prompts.build_prompt(
+                    messages=model.messages + messages, system=model.system, model_template=model.template,
+                    gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
+                    eos_token=health.get("eos", ""), tools=tools, think=turn.think,
+                )
+
+        setup = ParserSetup(thinking_tags=thinking_tags(model, turn.think),
+                            call_syntax=tool_use.syntax if tool_use else None,
+                            tool_names=frozenset(tool_use.names) if tool_use else frozenset())
+        return PreparedTurn(job, render, turn.think, tool_use, setup)
+
+    def prepare_generate(self, job: CompletionJob, render: PromptRenderer, think: ThinkSetting) -> PreparedTurn:
+        """A completion of a plain prompt (``/api/generate``): thinking is split out, no tools."""
+        return PreparedTurn(job, render, think, None, ParserSetup(thinking_tags=thinking_tags(job.model, think)))
+
+    # -- running -----------------------------------------------------------------------
+
+    async def open(self, turn: PreparedTurn) -> AsyncIterator[Delta]:
+        """The turn's deltas, ending in one :class:`Final` or :class:`Failure`.
+
+        Waits for the runner's first event, so a failure to load or to render
+        the prompt is raised here as an :class:`ApiError`, before a dialect
+        has sent anything.
+        """
+        setup = turn.parser_setup
+
+        def build(health: dict[str, Any]) -> str:
+            nonlocal setup
+            prompt = turn.render(health)
+            if setup.thinking_tags and turn.think is not False:
+                # A template that opens the block itself leaves the answer inside it.
+                opened = prompt.rstrip().endswith(setup.thinking_tags[0])
+                setup = ParserSetup(setup.thinking_tags, opened, setup.call_syntax, setup.tool_names)
+            return prompt
+
+        events = self.inference.stream(turn.job, build)
+        try:
+            first = await events.__anext__()
+        except StopAsyncIteration:
+            raise ApiError(500, "model runner returned nothing") from None
+        return self._deltas(first, events, lambda: OutputParser(setup), drop_thinking=turn.think is False)
+
+    async def answer(self, turn: PreparedTurn) -> Answer:
+        """The whole answer of a turn (clients that did not ask for a stream)."""
+        return await gather(await self.open(turn))
+
+    @staticmethod
+    async def _deltas(first: dict[str, Any], events: AsyncIterator[dict[str, Any]],
+                      new_parser: Callable[[], OutputParser], drop_thinking: bool) -> AsyncIterator[Delta]:
+        parser = new_parser()
+        logprobs: list[dict[str, Any]] = []  # of text the parser holds back
+        every_logprob: list[dict[str, Any]] = []
+
+        def passed_on(deltas: list[Delta]) -> list[Delta]:
+            nonlocal logprobs
+            kept = [d for d in deltas if not (drop_thinking and isinstance(d, Thinking))]
+            for delta in kept:
+                if isinstance(delta, Content) and logprobs:
+                    delta.logprobs, logprobs = logprobs, []
+            return kept
+
+        async def runner_events() -> AsyncIterator[dict[str, Any]]:
+            yield first
+            async for event in events:
+                yield event
+
+        try:
+            async for event in runner_events():
+                if "error" in event:
+                    yield Failure(event["error"])
+                    return
+                logprobs += event.get("logprobs", ())
+                every_logprob += event.get("logprobs", ())
+                if not event.get("done"):
+                    for delta in passed_on(parser.feed(event.get("content", ""))):
+                        yield delta
+                    continue
+                for delta in passed_on(parser.finish()):
+                    yield delta
+                if logprobs:
+                    yield Content("", logprobs)
+                reason = "tool_calls" if parser.calls_made else event.get("done_reason", "stop")
+                metrics = {k: v for k, v in event.items() if isinstance(v, int) and not isinstance(v, bool)}
+                yield Final(reason=reason, stop_sequence=event.get("stop_sequence"), metrics=metrics,
+                            context=event.get("context", []), logprobs=every_logprob)
+                return
+            yield Failure("model runner ended the answer early")
+        finally:
+            await events.aclose()
+
+
+async def gather(deltas: AsyncIterator[Delta]) -> Answer:
+    """Collect a delta stream into one :class:`Answer`; a failure is a 500."""
+    answer = Answer()
+    async for delta in deltas:
+        if isinstance(delta, Content):
+            answer.content += delta.text
+        elif isinstance(delta, Thinking):
+            answer.thinking += delta.text
+        elif isinstance(delta, ToolCallDelta):
+            answer.tool_calls.append(delta.call)
+        elif isinstance(delta, Final):
+            answer.final = delta
+        elif isinstance(delta, Failure):
+            raise ApiError(500, delta.message)
+    return answer
