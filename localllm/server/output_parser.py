@@ -118,17 +118,20 @@ class OutputParser:
             return True
         markers = self._content_markers()
         found = [(i, m) for m in markers if (i := self._buffer.find(m)) >= 0]
+        opening = self.setup.thinking_tags[0] if self.setup.thinking_tags else None
+        # a thinking block opens only before any answer text
+        found = [(i, m) for i, m in found if m != opening or not self._buffer[:i].strip()]
         if found:
             index, marker = min(found)
-            self._emit_text(out, self._buffer[:index])
-            self._buffer = self._buffer[index + len(marker):]
-            if self.setup.thinking_tags and marker == self.setup.thinking_tags[0]:
+            if marker == opening:
                 self._state, self._strip_leading = _THINKING, True
             else:
+                self._emit_text(out, self._buffer[:index])
                 self._state, self._call_text = _CALLS, marker
+            self._buffer = self._buffer[index + len(marker):]
             return True
         keep = 0 if final else _held_suffix(self._buffer, markers)
-        if not final and not self._answered and self.setup.thinking_tags and not self._buffer.strip():
+        if not final and opening in markers and not self._buffer[:len(self._buffer) - keep].strip():
             keep = len(self._buffer)  # leading spaces wait: a thinking block may still open
         ready, self._buffer = self._buffer[:len(self._buffer) - keep], self._buffer[len(self._buffer) - keep:]
         self._emit_text(out, ready)
