@@ -99,6 +99,15 @@ class OutputParser:
             return self._step_calls(out)
         return self._step_content(out, final)
 
+    def _past_leading_space(self) -> bool:
+        """Drop the spaces a block starts with; False while the buffer holds nothing else."""
+        if self._strip_leading:
+            self._buffer = self._buffer.lstrip()
+            if not self._buffer:
+                return False
+            self._strip_leading = False
+        return True
+
     def _content_markers(self) -> list[str]:
         markers: list[str] = []
         if self.setup.thinking_tags and not self._answered:
@@ -108,11 +117,8 @@ class OutputParser:
         return markers
 
     def _step_content(self, out: list[Delta], final: bool) -> bool:
-        if self._strip_leading:
-            self._buffer = self._buffer.lstrip()
-            if not self._buffer:
-                return False
-            self._strip_leading = False
+        if not self._past_leading_space():
+            return False
         if self._bare_json_call_starts():
             self._state = _CALLS
             return True
@@ -143,11 +149,8 @@ class OutputParser:
                 and self._buffer.lstrip()[:1] in ("{", "["))
 
     def _step_thinking(self, out: list[Delta], final: bool) -> bool:
-        if self._strip_leading:
-            self._buffer = self._buffer.lstrip()
-            if not self._buffer:
-                return False
-            self._strip_leading = False
+        if not self._past_leading_space():
+            return False
         closing = self.setup.thinking_tags[1]
         index = self._buffer.find(closing)
         if index >= 0:
