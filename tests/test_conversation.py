@@ -166,3 +166,15 @@ def test_images_for_a_model_without_vision_are_refused(models):
     with pytest.raises(openai.BadRequestError, match="does not support images"):
         client.chat.completions.create(model="smollm2:135m", messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{tiny_png}"}}]}])
+
+
+@pytest.mark.parametrize("tools,choice,needle", [
+    ([WEATHER_TOOL], {"type": "function", "function": {"name": "send_email"}}, "not among the tools"),
+    (None, "required", "needs tools"),
+])
+def test_tool_choice_refusals(models, tools, choice, needle):
+    client = openai.OpenAI(base_url=f"{models.url}/v1", api_key="unused", max_retries=0)
+    extra = {"tools": tools} if tools else {}
+    with pytest.raises(openai.BadRequestError, match=needle):
+        client.chat.completions.create(model="toolsmodel", messages=[{"role": "user", "content": "hi"}],
+                                       tool_choice=choice, max_tokens=5, **extra)

@@ -77,6 +77,8 @@ def check_tool_results(messages: list[Message]) -> None:
 def apply_tool_choice(job: CompletionJob, tool_use: ToolUse | None, choice: str) -> ToolUse | None:
     """``none`` drops the tools; ``required`` or a function name forces a call from the first
     token; ``auto`` constrains the calls the model chooses to write."""
+    if tool_use is None and choice not in ("auto", "none"):
+        raise bad_request(f"tool_choice {choice!r} needs tools, and the request offers none")
     if tool_use is None or choice == "none":
         return None
     if choice == "auto":
