@@ -18,6 +18,7 @@ APP_NAME = "localllm"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
 ENGINES = ("llama.cpp", "native")
+DEFAULT_REGISTRY = "https://registry.ollama.ai"
 
 
 class SettingsError(ValueError):
@@ -149,6 +150,8 @@ class Settings:
     stream_interval: float = 0.1  # seconds: streamed pieces are handed on in bursts (runner/relay.py)
     max_body_bytes: int = 32 << 20
     limits: "RequestLimits" = field(default_factory=lambda: RequestLimits())
+    registry: str = DEFAULT_REGISTRY  # where names without a host (registry.ollama.ai/...) are pulled from
+    registry_token: str | None = None  # sent to a registry that asks for authorization
 
     @property
     def base_url(self) -> str:
@@ -164,6 +167,22 @@ class Settings:
     @property
     def log_file(self) -> Path:
         return self.state_dir / "server.log"
+
+
+def parse_registry(value: str | None) -> str:
+    """``LOCALLLM_REGISTRY`` as a base URL: ``host[:port]`` means https; ``http://`` is kept (pulls then need insecure)."""
+    text = (value or "").strip().rstrip("/")
+    if not text:
+        return DEFAULT_REGISTRY
+    if "://" not in text:
+        text = f"https://{text}"
+    match = re.fullmatch(r"(https?)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\])(:[0-9]{1,5})?", text, re.IGNORECASE)
+    if match is None:
+        raise SettingsError(
+            f"LOCALLLM_REGISTRY must be a registry address such as https://registry.ollama.ai or host:port "
+            f"(no path), got {value!r}"
+        )
+    return f"{match.group(1).lower()}://{match.group(2)}{match.group(3) or ''}"
 
 
 def load_settings() -> Settings:
@@ -202,6 +221,8 @@ def load_settings() -> Settings:
         num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
         stream_interval=parse_duration(os.environ.get("LOCALLLM_STREAM_INTERVAL"), defaults.stream_interval) or 0.0,
         max_body_bytes=_int_env("LOCALLLM_MAX_BODY_BYTES", defaults.max_body_bytes),
+        registry=parse_registry(os.environ.get("LOCALLLM_REGISTRY")),
+        registry_token=os.environ.get("LOCALLLM_REGISTRY_TOKEN", "").strip() or None,
         limits=RequestLimits(**{
             name: _int_env(f"LOCALLLM_MAX_{name.upper()}", default)
             for name, default in vars(RequestLimits()).items()

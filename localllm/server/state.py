@@ -10,6 +10,7 @@ from ..config import Settings
 from ..registry.create import Creator
 from ..registry.models import model_details, read_model_summary
 from ..registry.pull import Puller
+from ..registry.push import Pusher
 from ..registry.store import MEDIA_MODEL, Store
 from .inference import Inference
 from .metrics import Metrics
@@ -22,6 +23,7 @@ class DaemonState:
     store: Store
     scheduler: Scheduler
     puller: Puller
+    pusher: Pusher
     creator: Creator
     inference: Inference
     metrics: Metrics
@@ -34,7 +36,7 @@ class DaemonState:
         puller = Puller(store, settings)
         metrics = Metrics()
         return cls(
-            settings=settings, store=store, scheduler=scheduler, puller=puller, creator=Creator(store, puller),
+            settings=settings, store=store, scheduler=scheduler, puller=puller, pusher=Pusher(store, settings), creator=Creator(store, puller),
             inference=Inference(store, scheduler, settings, metrics), metrics=metrics,
         )
 
