@@ -294,7 +294,7 @@ class RegistryServer(_Base):
     ``token``: /v2/ then answers 401 with a ``Bearer realm="<url>/token"`` challenge, and the
     realm hands out a session token to a request bearing ``token`` (Docker's token protocol);
     with ``exchange=False`` the challenge has no realm and ``token`` itself is the credential.
-    ``refuse_push`` makes every upload answer 403 DENIED. ``serve_instead`` serves other bytes
+    ``refuse_push`` makes every upload and manifest PUT answer 403 DENIED. ``serve_instead`` serves other bytes
     under a blob's digest; ``gate`` holds a blob's GET until another blob's GET has begun.
     """
 
@@ -374,6 +374,10 @@ class RegistryServer(_Base):
         if match is None:
             handler.send_json(200, {})
             return
+        if writing and self.refuse_push:
+            handler.read_body()
+            handler.send_json(403, registry_errors("DENIED", "requested access to the resource is denied"))
+            return
         kind = match.group(2)
         if kind.startswith("manifests/"):
             self._manifest(handler, repository, kind.split("/", 1)[1])
@@ -452,10 +456,6 @@ class RegistryServer(_Base):
         return False
 
     def _upload(self, handler: _Handler, repository: str, upload_id: str) -> None:
-        if self.refuse_push:
-            handler.read_body()
-            handler.send_json(403, registry_errors("DENIED", "requested access to the resource is denied"))
-            return
         if handler.command == "POST" and not upload_id:
             upload_id = secrets.token_hex(8)
             with self.httpd.lock:
