@@ -151,7 +151,8 @@ class Settings:
     max_body_bytes: int = 32 << 20
     limits: "RequestLimits" = field(default_factory=lambda: RequestLimits())
     registry: str = DEFAULT_REGISTRY  # where names without a host (registry.ollama.ai/...) are pulled from
-    registry_token: str | None = None  # sent to a registry that asks for authorization
+    registry_token: str | None = None  # for `registry` only, when it asks for authorization
+    registry_tokens: dict[str, str] = field(default_factory=dict)  # host[:port] -> token, for other registries
 
     @property
     def base_url(self) -> str:
@@ -183,6 +184,20 @@ def parse_registry(value: str | None) -> str:
             f"(no path), got {value!r}"
         )
     return f"{match.group(1).lower()}://{match.group(2)}{match.group(3) or ''}"
+
+
+def parse_registry_tokens(value: str | None) -> dict[str, str]:
+    """``LOCALLLM_REGISTRY_TOKENS``: ``host[:port]=token`` pairs separated by commas."""
+    tokens = {}
+    for item in (value or "").split(","):
+        host, sep, token = item.strip().partition("=")
+        if not item.strip():
+            continue
+        if not sep or not re.fullmatch(r"[A-Za-z0-9._-]+(:[0-9]{1,5})?", host.strip()) or not token.strip():
+            raise SettingsError(f"LOCALLLM_REGISTRY_TOKENS must be host[:port]=token pairs separated by commas, "
+                                f"got an item starting {item.strip()[:20]!r}")
+        tokens[host.strip().lower()] = token.strip()
+    return tokens
 
 
 def load_settings() -> Settings:
@@ -223,6 +238,7 @@ def load_settings() -> Settings:
         max_body_bytes=_int_env("LOCALLLM_MAX_BODY_BYTES", defaults.max_body_bytes),
         registry=parse_registry(os.environ.get("LOCALLLM_REGISTRY")),
         registry_token=os.environ.get("LOCALLLM_REGISTRY_TOKEN", "").strip() or None,
+        registry_tokens=parse_registry_tokens(os.environ.get("LOCALLLM_REGISTRY_TOKENS")),
         limits=RequestLimits(**{
             name: _int_env(f"LOCALLLM_MAX_{name.upper()}", default)
             for name, default in vars(RequestLimits()).items()

@@ -50,6 +50,10 @@ def tiny(tmp_path: Path) -> Path:
     return tiny_model(tmp_path / "tiny.gguf")
 
 
+def tiny_digest(path: Path) -> str:
+    return f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+
+
 def blob_gets(server: RegistryServer, since: int = 0) -> list[tuple[str, str | None]]:
     return [(path.rsplit("/", 1)[1], range_) for method, path, range_ in server.requests[since:]
             if method == "GET" and "/blobs/sha256:" in path]
@@ -142,8 +146,7 @@ def test_unknown_model_and_unknown_tag(tmp_path: Path, registry: RegistryServer,
     with pytest.raises(PullError) as excinfo:
         run(puller, "tiny:70b", insecure=True)
     assert excinfo.value.status == 404
-    assert f"model 'tiny:70b' not found: the registry {registry.url} has no tag '70b' of library/tiny" in str(
-        excinfo.value)
+    assert f"model 'tiny:70b' not found: the registry {registry.url} has no library/tiny:70b" in str(excinfo.value)
     with pytest.raises(PullError) as excinfo:
         run(puller, "nosuchmodel:7b", insecure=True)
     assert excinfo.value.status == 404
@@ -160,10 +163,14 @@ def test_unreachable_registry_is_a_clear_error(tmp_path: Path, monkeypatch: pyte
     assert "cannot pull 'nosuchmodel:7b': cannot reach the registry https://127.0.0.1:1" in str(excinfo.value)
 
 
-@pytest.mark.parametrize("value", ["ftp://example.com", "https://example.com/v2/library", "exa mple.com"])
-def test_registry_setting_is_checked(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    monkeypatch.setenv("LOCALLLM_REGISTRY", value)
-    with pytest.raises(SettingsError, match="LOCALLLM_REGISTRY must be a registry address"):
+@pytest.mark.parametrize(("variable", "value"), [
+    ("LOCALLLM_REGISTRY", "ftp://example.com"), ("LOCALLLM_REGISTRY", "https://example.com/v2/library"),
+    ("LOCALLLM_REGISTRY", "exa mple.com"), ("LOCALLLM_REGISTRY_TOKENS", "just-a-token"),
+    ("LOCALLLM_REGISTRY_TOKENS", "https://example.com=token"),
+])  # fmt: skip
+def test_registry_settings_are_checked(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=f"{variable} must be"):
         load_settings()
 
 
@@ -259,7 +266,7 @@ def test_registry_that_demands_a_token(tmp_path: Path, tiny: Path, monkeypatch: 
         assert "set LOCALLLM_REGISTRY_TOKEN" in str(excinfo.value)
 
         monkeypatch.setenv("LOCALLLM_REGISTRY_TOKEN", "wrong")
-        with pytest.raises(PullError, match="LOCALLLM_REGISTRY_TOKEN was not accepted"):
+        with pytest.raises(PullError, match="the token from LOCALLLM_REGISTRY_TOKEN was not accepted"):
             run(new_puller(tmp_path / "store"), "private", insecure=True)
 
         monkeypatch.setenv("LOCALLLM_REGISTRY_TOKEN", "s3cret")
@@ -331,18 +338,24 @@ def test_push_to_a_registry_that_refuses(tmp_path: Path, registry: RegistryServe
     assert store_files(puller) == before
 
 
-def test_push_needs_the_registry_token(tmp_path: Path, registry: RegistryServer, tiny: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_push_takes_the_token_configured_for_its_host_only(tmp_path: Path, registry: RegistryServer, tiny: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     puller = pulled(tmp_path, registry, tiny)
     with RegistryServer(tmp_path / "private", token="s3cret") as private:
         name = f"{private.host}/me/tiny:v1"
         puller.store.copy(ModelName.parse("tiny:1b"), ModelName.parse(name))
-        with pytest.raises(RegistryError, match="unauthorized.*set LOCALLLM_REGISTRY_TOKEN"):
+        monkeypatch.setenv("LOCALLLM_REGISTRY_TOKEN", "s3cret")  # the default registry's: not sent elsewhere
+        with pytest.raises(RegistryError) as excinfo:
             push(Pusher(puller.store, load_settings()), name, insecure=True)
-        assert private.manifests == {}
-        monkeypatch.setenv("LOCALLLM_REGISTRY_TOKEN", "s3cret")
+        assert excinfo.value.status == 403
+        assert f"refused to check blob {tiny_digest(tiny)[7:19]}: unauthorized; set LOCALLLM_REGISTRY_TOKENS " \
+               f"({private.host}=<token>)" in str(excinfo.value)  # a HEAD's 401 has no body to quote
+        assert private.manifests == {} and private.token_requests == [None]
+
+        monkeypatch.setenv("LOCALLLM_REGISTRY_TOKENS", f"example.com=other, {private.host}=s3cret")
         assert push(Pusher(puller.store, load_settings()), name, insecure=True)[-1] == {"status": "success"}
         assert ("me/tiny", "v1") in private.manifests
+        assert private.token_requests[1:] == ["Bearer s3cret"] * (len(private.token_requests) - 1)
 
 
 def test_push_of_a_model_that_is_not_there(tmp_path: Path, registry: RegistryServer) -> None:

@@ -6,7 +6,10 @@
 (Ollama's registry unless set); other hosts are asked over https, or plain http
 with ``insecure`` as Ollama's flag does. A registry that answers 401 gets one
 answer per request: a token from the realm of its ``WWW-Authenticate: Bearer``
-challenge, else ``LOCALLLM_REGISTRY_TOKEN`` as a Bearer token. Its error bodies
+challenge, else its configured token as a Bearer token. A configured token goes
+only to the registry it was configured for (``LOCALLLM_REGISTRY_TOKEN``: the
+default registry; ``LOCALLLM_REGISTRY_TOKENS``: others by host), never to a host
+a pull merely names. Its error bodies
 (``{"errors": [{"code": ..., "message": ...}]}``) become sentences a person can
 act on. Pull (pull.py) and push (push.py) share everything here.
 """
@@ -24,6 +27,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .. import __version__
 from ..config import Settings
 from .names import DEFAULT_HOST, ModelName
 from .sources import HTTP_TIMEOUT, FetchContext, SourceError, download_resumable
@@ -55,6 +59,7 @@ LAYER_MEDIA_TYPES = (
 )
 MAX_MANIFEST_BYTES = 4 << 20  # Ollama's are about 1 KB; anything near this is not a manifest
 MAX_ERROR_TEXT = 200  # characters of a registry's own message repeated to the user
+USER_AGENT = f"localllm/{__version__}"
 
 
 class RegistryError(SourceError):
@@ -107,8 +112,12 @@ class RegistryAuth(httpx.Auth):
     async def _exchange(self, params: dict[str, str]) -> str | None:
         """A token from the challenge's realm (Docker's token protocol), sending the configured token if any."""
         realm = params["realm"]
-        if urlsplit(realm).scheme not in ("https", "http") or (urlsplit(realm).scheme == "http" and not self.insecure):
-            raise RegistryError(f"the registry's token service {realm} is not https; pass insecure to use it", 400)
+        scheme = urlsplit(realm).scheme
+        if scheme not in ("https", "http"):
+            raise RegistryError(f"the registry's token service {realm[:100]!r} is not an http(s) address")
+        if scheme == "http" and not self.insecure:
+            raise RegistryError(f"the registry's token service {realm} speaks plain http; pass --insecure "
+                                "to use it", 400)
         query = {key: params[key] for key in ("service", "scope") if params.get(key)}
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
@@ -140,6 +149,7 @@ class Repository:
     name: ModelName
     base_url: str  # scheme://host[:port]
     auth: RegistryAuth = field(compare=False, repr=False)
+    token_setting: str = "LOCALLLM_REGISTRY_TOKEN"  # where this registry's token is configured
 
     @property
     def path(self) -> str:
@@ -158,7 +168,9 @@ class Repository:
 
     def client(self) -> httpx.AsyncClient:
         """An HTTP client for this registry (redirects followed: Ollama's registry sends blobs from a CDN)."""
-        return httpx.AsyncClient(auth=self.auth, follow_redirects=True, timeout=HTTP_TIMEOUT)
+        return httpx.AsyncClient(
+            auth=self.auth, follow_redirects=True, timeout=HTTP_TIMEOUT, headers={"User-Agent": USER_AGENT}
+        )
 
     def unreachable(self, exc: httpx.HTTPError) -> RegistryError:
         reason = _reason(exc)
@@ -172,17 +184,17 @@ class Repository:
         where = f"{self.base_url} ({self.path})"
         said = f": {message}" if message else ""
         if status == 401 or code == "UNAUTHORIZED":
-            hint = ("LOCALLLM_REGISTRY_TOKEN was not accepted" if self.auth.token
-                    else "set LOCALLLM_REGISTRY_TOKEN to a token it accepts")
+            hint = (f"the token from {self.token_setting} was not accepted" if self.auth.token
+                    else f"set {self.token_setting} to a token it accepts")
             return RegistryError(f"the registry {where} refused to {action}: unauthorized{said}; {hint}", 403)
         if status == 403 or code == "DENIED":
             return RegistryError(f"the registry {where} denied the request to {action}{said}", 403)
         if code == "NAME_UNKNOWN":
             return RegistryError(f"model '{self.name.display}' not found: the registry {self.base_url} has no "
                                  f"model {self.path}", 404)
-        if code == "MANIFEST_UNKNOWN" or (status == 404 and action == "send the manifest"):
+        if code == "MANIFEST_UNKNOWN" or (status == 404 and str(response.request.url) == self.manifest_url):
             return RegistryError(f"model '{self.name.display}' not found: the registry {self.base_url} has no "
-                                 f"tag '{self.name.tag}' of {self.path}", 404)
+                                 f"{self.path}:{self.name.tag} (check the model's name and tag)", 404)
         label = f" {code}" if code else ""
         return RegistryError(f"the registry {where} could not {action}: HTTP {status}{label}{said}")
 
@@ -208,7 +220,12 @@ def repository_for(name: ModelName, settings: Settings, insecure: bool) -> Repos
         raise RegistryError(
             f"the registry {base_url} speaks plain http; pass --insecure (API: \"insecure\": true) to use it", 400
         )
-    return Repository(name, base_url, RegistryAuth(base_url, settings.registry_token, insecure))
+    host = httpx.URL(base_url).netloc.decode().lower()
+    if host == httpx.URL(settings.registry).netloc.decode().lower():
+        token, setting = settings.registry_tokens.get(host, settings.registry_token), "LOCALLLM_REGISTRY_TOKEN"
+    else:
+        token, setting = settings.registry_tokens.get(host), f"LOCALLLM_REGISTRY_TOKENS ({host}=<token>)"
+    return Repository(name, base_url, RegistryAuth(base_url, token, insecure), setting)
 
 
 async def fetch_manifest(repository: Repository) -> bytes:
