@@ -121,6 +121,27 @@ def test_pull_keeps_every_layer_type_and_the_manifest_as_sent(tmp_path: Path, re
     assert all(e["completed"] == e["total"] for e in again if "digest" in e)
 
 
+def test_pulling_an_updated_tag_replaces_it_and_drops_the_blobs_only_it_named(
+    tmp_path: Path, registry: RegistryServer, tiny: Path
+) -> None:
+    old = descriptors(registry.publish("library/tiny", "1b", [(MEDIA_MODEL, tiny), (MEDIA_SYSTEM, b"old")]))
+    registry.publish("library/keep", "1b", [(MEDIA_MODEL, tiny)])
+    puller = new_puller(tmp_path / "store")
+    for name in ("tiny:1b", "keep:1b"):
+        assert run(puller, name, insecure=True)[-1] == {"status": "success"}
+
+    newer = tiny_model(tmp_path / "newer.gguf", head_dim=32)
+    new = descriptors(registry.publish("library/tiny", "1b", [(MEDIA_MODEL, newer), (MEDIA_SYSTEM, b"new")]))
+    assert run(puller, "tiny:1b", insecure=True)[-1] == {"status": "success"}
+
+    store = puller.store
+    assert load_local_model(store, ModelName.parse("tiny:1b")).system == "new"
+    assert all(store.has_blob(d["digest"]) for d in new)
+    assert store.has_blob(old[0]["digest"])  # the old model is still keep:1b's
+    assert not store.has_blob(old[1]["digest"])  # the old system prompt: nothing names it now
+    assert store.verify() == []
+
+
 def test_a_name_with_a_host_goes_to_that_registry(tmp_path: Path, registry: RegistryServer, tiny: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCALLLM_REGISTRY", "https://127.0.0.1:1")  # the default registry is not asked

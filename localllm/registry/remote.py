@@ -189,10 +189,11 @@ class Repository:
             return RegistryError(f"the registry {where} refused to {action}: unauthorized{said}; {hint}", 403)
         if status == 403 or code == "DENIED":
             return RegistryError(f"the registry {where} denied the request to {action}{said}", 403)
-        if code == "NAME_UNKNOWN":
+        asked_for_manifest = response.request.method == "GET" and str(response.request.url) == self.manifest_url
+        if asked_for_manifest and code == "NAME_UNKNOWN":
             return RegistryError(f"model '{self.name.display}' not found: the registry {self.base_url} has no "
                                  f"model {self.path}", 404)
-        if code == "MANIFEST_UNKNOWN" or (status == 404 and str(response.request.url) == self.manifest_url):
+        if asked_for_manifest and (status == 404 or code == "MANIFEST_UNKNOWN"):
             return RegistryError(f"model '{self.name.display}' not found: the registry {self.base_url} has no "
                                  f"{self.path}:{self.name.tag} (check the model's name and tag)", 404)
         label = f" {code}" if code else ""

@@ -280,12 +280,16 @@ class Store:
         """Write a manifest's bytes unchanged (a registry's keeps its digest, Ollama's model ID).
 
         Refuses bytes that are not a manifest, or that name a blob not in the store.
+        A manifest it replaces takes along the blobs nothing else names, as a delete would.
         """
         with self._lock:
             for descriptor in manifest_descriptors(self._parse_manifest(name, data)):
                 if not self.has_blob(descriptor["digest"]):
                     raise CorruptManifest(f"manifest names blob {descriptor['digest']} which is not in the store")
-            return self._write_manifest_bytes(name, data)
+            replaced = self._named_digests(name)
+            manifest_digest = self._write_manifest_bytes(name, data)
+            self._collect(replaced)
+            return manifest_digest
 
     def _write_manifest_bytes(self, name: ModelName, data: bytes) -> str:
         path = name.manifest_path(self.root)
@@ -372,15 +376,23 @@ class Store:
         """Remove ``name``'s manifest, then the blobs no other manifest references."""
         with self._lock:
             path = name.manifest_path(self.root)
-            data = self.read_manifest_bytes(name)
-            try:
-                digests = {d["digest"] for d in manifest_descriptors(json.loads(data))}
-            except (ValueError, CorruptManifest):
-                digests = set()  # a corrupt manifest still gets removed; its blobs stay for verify()
+            self.read_manifest_bytes(name)  # ModelNotFound
+            digests = self._named_digests(name)
             path.unlink()
             self._remove_empty_parents(path.parent)
-            for digest in digests - self.referenced_digests() - set(self._held):
-                self.blob_path(digest).unlink(missing_ok=True)
+            self._collect(digests)
+
+    def _named_digests(self, name: ModelName) -> set[str]:
+        """The blobs ``name``'s manifest names; none if it has none or it is corrupt (its blobs stay for verify())."""
+        try:
+            return {d["digest"] for d in manifest_descriptors(json.loads(self.read_manifest_bytes(name)))}
+        except (ModelNotFound, ValueError, CorruptManifest):
+            return set()
+
+    def _collect(self, digests: set[str]) -> None:
+        """Delete those of ``digests`` that no manifest names and no pull or create holds."""
+        for digest in digests - self.referenced_digests() - set(self._held):
+            self.blob_path(digest).unlink(missing_ok=True)
 
     def _remove_empty_parents(self, directory: Path) -> None:
         while directory != self.manifests_dir and self.manifests_dir in directory.parents:
