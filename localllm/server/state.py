@@ -36,8 +36,8 @@ class DaemonState:
         puller = Puller(store, settings)
         metrics = Metrics()
         return cls(
-            settings=settings, store=store, scheduler=scheduler, puller=puller, pusher=Pusher(store, settings), creator=Creator(store, puller),
-            inference=Inference(store, scheduler, settings, metrics), metrics=metrics,
+            settings=settings, store=store, scheduler=scheduler, puller=puller, pusher=Pusher(store, settings),
+            creator=Creator(store, puller), inference=Inference(store, scheduler, settings, metrics), metrics=metrics,
         )
 
     def details_of(self, manifest: dict[str, Any]) -> dict[str, Any]:
