@@ -171,7 +171,7 @@ class Settings:
 
 
 def parse_registry(value: str | None) -> str:
-    """``LOCALLLM_REGISTRY`` as a base URL: ``host[:port]`` means https; ``http://`` is kept (then pulls need insecure)."""
+    """``LOCALLLM_REGISTRY`` as a base URL: ``host[:port]`` is https; ``http://`` is kept (pulls then need insecure)."""
     text = (value or "").strip().rstrip("/")
     if not text:
         return DEFAULT_REGISTRY
