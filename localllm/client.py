@@ -214,9 +214,13 @@ class Client:
         """``DELETE /api/delete``."""
         self._request("DELETE", "/api/delete", {"model": model})
 
-    def pull(self, model: str) -> Iterator[dict[str, Any]]:
-        """Stream the progress objects of ``POST /api/pull``."""
-        return self._stream("/api/pull", {"model": model})
+    def pull(self, model: str, *, insecure: bool = False) -> Iterator[dict[str, Any]]:
+        """Stream the progress objects of ``POST /api/pull`` (``insecure``: a registry over plain http)."""
+        return self._stream("/api/pull", {"model": model, "insecure": insecure})
+
+    def push(self, model: str, *, insecure: bool = False) -> Iterator[dict[str, Any]]:
+        """Stream the progress objects of ``POST /api/push`` (``insecure``: a registry over plain http)."""
+        return self._stream("/api/push", {"model": model, "insecure": insecure})
 
     def ps(self) -> list[dict[str, Any]]:
         """``GET /api/ps``: the loaded models."""

@@ -18,6 +18,7 @@ APP_NAME = "localllm"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
 ENGINES = ("llama.cpp", "native")
+DEFAULT_REGISTRY = "https://registry.ollama.ai"
 
 
 class SettingsError(ValueError):
@@ -149,6 +150,9 @@ class Settings:
     stream_interval: float = 0.1  # seconds: streamed pieces are handed on in bursts (runner/relay.py)
     max_body_bytes: int = 32 << 20
     limits: "RequestLimits" = field(default_factory=lambda: RequestLimits())
+    registry: str = DEFAULT_REGISTRY  # where names without a host (registry.ollama.ai/...) are pulled from
+    registry_token: str | None = None  # for `registry` only, when it asks for authorization
+    registry_tokens: dict[str, str] = field(default_factory=dict)  # host[:port] -> token, for other registries
 
     @property
     def base_url(self) -> str:
@@ -164,6 +168,36 @@ class Settings:
     @property
     def log_file(self) -> Path:
         return self.state_dir / "server.log"
+
+
+def parse_registry(value: str | None) -> str:
+    """``LOCALLLM_REGISTRY`` as a base URL: ``host[:port]`` is https; ``http://`` is kept (pulls then need insecure)."""
+    text = (value or "").strip().rstrip("/")
+    if not text:
+        return DEFAULT_REGISTRY
+    if "://" not in text:
+        text = f"https://{text}"
+    match = re.fullmatch(r"(https?)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\])(:[0-9]{1,5})?", text, re.IGNORECASE)
+    if match is None:
+        raise SettingsError(
+            f"LOCALLLM_REGISTRY must be a registry address such as https://registry.ollama.ai or host:port "
+            f"(no path), got {value!r}"
+        )
+    return f"{match.group(1).lower()}://{match.group(2)}{match.group(3) or ''}"
+
+
+def parse_registry_tokens(value: str | None) -> dict[str, str]:
+    """``LOCALLLM_REGISTRY_TOKENS``: ``host[:port]=token`` pairs separated by commas."""
+    tokens = {}
+    for item in (value or "").split(","):
+        host, sep, token = item.strip().partition("=")
+        if not item.strip():
+            continue
+        if not sep or not re.fullmatch(r"[A-Za-z0-9._-]+(:[0-9]{1,5})?", host.strip()) or not token.strip():
+            raise SettingsError(f"LOCALLLM_REGISTRY_TOKENS must be host[:port]=token pairs separated by commas, "
+                                f"got an item starting {item.strip()[:20]!r}")
+        tokens[host.strip().lower()] = token.strip()
+    return tokens
 
 
 def load_settings() -> Settings:
@@ -202,6 +236,9 @@ def load_settings() -> Settings:
         num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
         stream_interval=parse_duration(os.environ.get("LOCALLLM_STREAM_INTERVAL"), defaults.stream_interval) or 0.0,
         max_body_bytes=_int_env("LOCALLLM_MAX_BODY_BYTES", defaults.max_body_bytes),
+        registry=parse_registry(os.environ.get("LOCALLLM_REGISTRY")),
+        registry_token=os.environ.get("LOCALLLM_REGISTRY_TOKEN", "").strip() or None,
+        registry_tokens=parse_registry_tokens(os.environ.get("LOCALLLM_REGISTRY_TOKENS")),
         limits=RequestLimits(**{
             name: _int_env(f"LOCALLLM_MAX_{name.upper()}", default)
             for name, default in vars(RequestLimits()).items()

@@ -92,6 +92,7 @@ class CliEnv:
             "LOCALLLM_STATE_DIR": str(self.state_dir),
             "LOCALLLM_NUM_THREADS": "1",
             "COLUMNS": "200",
+            "LOCALLLM_REGISTRY": f"https://127.0.0.1:{free_port()}",  # names not built in never reach the internet
         }
         self.env.pop("LOCALLLM_API_KEY", None)
         self.base_url = f"http://127.0.0.1:{self.port}"

@@ -1,7 +1,8 @@
 """A real localllm daemon on a free loopback port, for end-to-end tests.
 
-Network-facing sources are pointed at closed loopback ports so that no test
-reaches the internet; models enter the store through the daemon's own create.
+Network-facing sources (Hugging Face, the package index, the model registry)
+are pointed at closed loopback ports so that no test reaches the internet;
+models enter the store through the daemon's own create.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Daemon:
             "LOCALLLM_STATE_DIR": str(root / "state"),
             "HF_ENDPOINT": dead,
             "LOCALLLM_PYPI_INDEX": dead + "/simple",
+            "LOCALLLM_REGISTRY": dead.replace("http://", "https://"),
             **env,
         }
         self.process: subprocess.Popen | None = None

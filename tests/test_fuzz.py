@@ -1,12 +1,12 @@
 """Fuzzing: schemathesis against the daemon's own OpenAPI schema, hypothesis against the GGUF checker.
 
-The daemon under fuzz has an empty store and dead Hugging Face / package-index
-endpoints, so no generated request can load a model or download anything:
+The daemon under fuzz has an empty store and dead Hugging Face / package-index /
+registry endpoints, so no generated request can load a model or download anything:
 every endpoint is exercised, each with a bounded number of examples, and
 the whole run stays under a minute. Any 5xx other than a declared one fails,
 and so does a daemon that stops answering: 503 (overload) anywhere, and 502
-from a pull, which is what a pull answers when every source is unreachable
-(as here, by construction).
+from a pull or push, which is what they answer when every source or the
+registry is unreachable (as here, by construction).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ EXAMPLES_PER_OPERATION = 40
 
 
 def declared_5xx(status: int, path: str) -> bool:
-    """Overload anywhere; a pull whose sources are all unreachable (registry/pull.py)."""
-    return status == 503 or (status == 502 and path == "/api/pull")
+    """Overload anywhere; a pull or push whose sources or registry are unreachable (registry/pull.py, push.py)."""
+    return status == 503 or (status == 502 and path in ("/api/pull", "/api/push"))
 
 
 @pytest.fixture(scope="module")

@@ -80,11 +80,27 @@ def serve() -> None:
     run_server(load_settings())
 
 
+_INSECURE_HELP = "Allow a registry over plain http."
+
+
 @app.command()
-def pull(model: str = typer.Argument(..., help="Model name, e.g. smollm2:135m or hf.co/org/repo:Q4_K_M")) -> None:
-    """Pull a model into the local store."""
+def pull(
+    model: str = typer.Argument(..., help="Model name, e.g. llama3.2:1b, smollm2:135m or hf.co/org/repo:Q4_K_M"),
+    insecure: bool = typer.Option(False, "--insecure", help=_INSECURE_HELP),
+) -> None:
+    """Pull a model into the local store (from the registry, Hugging Face or a URL)."""
     with connect() as client:
-        show_progress(client.pull(model))
+        show_progress(client.pull(model, insecure=insecure))
+
+
+@app.command()
+def push(
+    model: str = typer.Argument(..., help="Model name, e.g. registry.example.com/me/mymodel:latest"),
+    insecure: bool = typer.Option(False, "--insecure", help=_INSECURE_HELP),
+) -> None:
+    """Push a model to a registry (the one its name starts with, else LOCALLLM_REGISTRY)."""
+    with connect() as client:
+        show_progress(client.push(model, insecure=insecure))
 
 
 @app.command("list")

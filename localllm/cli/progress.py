@@ -1,4 +1,4 @@
-"""Rendering of the daemon's progress streams (pull, create) on stderr.
+"""Rendering of the daemon's progress streams (pull, push, create) on stderr.
 
 A status without a digest (``pulling manifest``, ``writing manifest``,
 ``success``) is printed as a line; a status with a digest and a total gets a

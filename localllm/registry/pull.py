@@ -1,17 +1,20 @@
-"""Pulling a model: plan its sources, download once, verify, then name it.
+"""Pulling a model: plan its blobs and their sources, download each once, verify, then name it.
 
-``Puller.pull`` yields Ollama's pull status objects. The download of one file
-is a shared job: concurrent pulls of the same model (or of two names for the
-same pinned file) follow one download and all see its progress. When every
-follower goes away the job stops at the next chunk and keeps its partial file,
-so the next pull resumes. A blob enters the store only after its sha256 and
-GGUF header check out, and the manifest is written last.
+``Puller.pull`` yields Ollama's pull status objects. A plan is one GGUF file
+(catalog, Hugging Face, URL) or a registry manifest's layers and config,
+fetched several at once. The download of one blob is a shared job: concurrent
+pulls of the same model (or of two names for the same file) follow one
+download and all see its progress. When every follower goes away the job stops
+at the next chunk and keeps its partial file, so the next pull resumes. A blob
+enters the store only after its sha256 and its format (GGUF header, JSON)
+check out, and the manifest is written last, only once every blob is in.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -24,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..config import Settings
 from . import catalog
+from .events import Emit, Job, merged_events
 from .gguf import InvalidGGUF, read_gguf
 from .models import SUMMARY_ARRAY_LIMIT, json_layer, register_model, text_layer
 from .names import DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG, MAX_PART_LENGTH, ModelName
@@ -39,11 +43,28 @@ from .sources import (
     hf_model_info,
     url_host_is_loopback,
 )
-from .store import MEDIA_LICENSE, MEDIA_PARAMS, MEDIA_SYSTEM, DigestMismatch, Store, parse_digest
+from .remote import RegistryBlob, RegistryError, fetch_manifest, manifest_layers, repository_for
+from .store import (
+    CONFIG_MEDIA_TYPE,
+    MEDIA_ADAPTER,
+    MEDIA_LICENSE,
+    MEDIA_MESSAGES,
+    MEDIA_MODEL,
+    MEDIA_PARAMS,
+    MEDIA_PROJECTOR,
+    MEDIA_SYSTEM,
+    DigestMismatch,
+    Store,
+    parse_digest,
+)
 
 log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL = 0.1  # seconds between progress events of one download
+PARALLEL_BLOBS = 4  # blobs of one pull downloaded at once
+GGUF_LAYERS = (MEDIA_MODEL, MEDIA_ADAPTER, MEDIA_PROJECTOR)
+JSON_LAYERS: dict[str, type] = {MEDIA_PARAMS: dict, MEDIA_MESSAGES: list, CONFIG_MEDIA_TYPE: dict}
+MAX_JSON_LAYER_BYTES = 16 << 20
 
 
 class PullError(Exception):
@@ -84,14 +105,23 @@ def parse_pull_target(text: str) -> tuple[ModelName, str | None]:
 
 
 @dataclass(frozen=True)
-class PullPlan:
-    name: ModelName
+class BlobJob:
+    """One blob a pull needs and where to get it."""
+
     key: str  # identifies the download that concurrent pulls share
     digest: str | None
     size: int | None
     sources: tuple[Source, ...]
     label: str  # shown in "pulling <label>" when the digest is not known up front
-    system: str | None = None
+    media_type: str = MEDIA_MODEL
+
+
+@dataclass(frozen=True)
+class PullPlan:
+    name: ModelName
+    blobs: tuple[BlobJob, ...]
+    manifest: bytes | None = None  # a registry's manifest, written as it came once every blob is in
+    system: str | None = None  # extra layers of a single-file model (the catalog's)
     parameters: dict[str, Any] = field(default_factory=dict)
     license: str | None = None
 
@@ -157,36 +187,30 @@ class Puller:
     async def pull(
         self, name: ModelName, *, url: str | None = None, insecure: bool = False
     ) -> AsyncIterator[dict[str, Any]]:
-        """Pull ``name`` (from the catalog, ``hf.co/...``, or ``url``), yielding Ollama status objects.
+        """Pull ``name`` (catalog, ``hf.co/...``, ``url``, else its registry), yielding Ollama status objects.
 
         Raises PullError with a message a person can act on.
         """
         yield {"status": "pulling manifest"}
         plan = await self._plan(name, url, insecure)
-        with contextlib.ExitStack() as holds:  # a concurrent delete of a name sharing the model must not collect it
-            if plan.digest:
-                holds.enter_context(self.store.hold([plan.digest]))
-            if plan.digest and self.store.has_blob(plan.digest):
-                digest = plan.digest
-                size = self.store.blob_path(digest).stat().st_size
-                yield _progress_event(digest[7:19], digest, size, size)
-            else:
-                download = await self._join(plan)
-                download.followers += 1
-                try:
-                    async for event in download.follow():
-                        yield event
-                finally:
-                    download.followers -= 1
-                    if download.followers == 0 and not download.finished.is_set():
-                        download.cancelled.set()
-                if download.error is not None:
-                    raise download.error
-                assert download.result is not None
-                digest, size = download.result
-                holds.enter_context(self.store.hold([digest]))
+        fetched: dict[int, str] = {}
+        # held from the start: a concurrent delete of a name sharing these blobs must not collect them
+        with contextlib.ExitStack() as holds:
+            holds.enter_context(self.store.hold([job.digest for job in plan.blobs if job.digest]))
+
+            def fetch_job(index: int, job: BlobJob) -> Job:
+                async def fetch(emit: Emit) -> None:
+                    digest = await self._fetch(plan.name, job, emit)
+                    holds.enter_context(self.store.hold([digest]))
+                    fetched[index] = digest
+
+                return fetch
+
+            jobs = [fetch_job(index, job) for index, job in enumerate(plan.blobs)]
+            async for event in merged_events(jobs, PARALLEL_BLOBS):
+                yield event
             try:
-                layers = await asyncio.to_thread(self._register, plan, digest)
+                layers = await asyncio.to_thread(self._register, plan, [fetched[i] for i in range(len(jobs))])
             except (ValueError, OSError) as exc:  # InvalidGGUF, CorruptManifest, disk errors
                 raise PullError(f"could not register '{plan.name.display}': {exc}", 507) from None
             for descriptor in layers:
@@ -196,6 +220,26 @@ class Puller:
             yield {"status": "writing manifest"}
         yield {"status": "success"}
 
+    async def _fetch(self, name: ModelName, job: BlobJob, emit: Emit) -> str:
+        """Have ``job``'s blob in the store (downloading it unless it is there); returns its digest."""
+        if job.digest and self.store.has_blob(job.digest):
+            size = self.store.blob_path(job.digest).stat().st_size
+            emit(_progress_event(job.digest[7:19], job.digest, size, size))
+            return job.digest
+        download = await self._join(name, job)
+        download.followers += 1
+        try:
+            async for event in download.follow():
+                emit(event)
+        finally:
+            download.followers -= 1
+            if download.followers == 0 and not download.finished.is_set():
+                download.cancelled.set()
+        if download.error is not None:
+            raise download.error
+        assert download.result is not None
+        return download.result[0]
+
     async def _plan(self, name: ModelName, url: str | None, insecure: bool) -> PullPlan:
         if url is not None:
             return self._plan_url(name, url, insecure)
@@ -203,22 +247,14 @@ class Puller:
         if entry is not None:
             return PullPlan(
                 name=name,
-                key=entry.digest,
-                digest=entry.digest,
-                size=entry.size,
-                sources=entry.sources,
-                label=entry.digest[7:19],
+                blobs=(BlobJob(entry.digest, entry.digest, entry.size, entry.sources, entry.digest[7:19]),),
                 system=entry.system,
                 parameters=entry.parameters,
                 license=entry.license,
             )
         if name.is_huggingface:
             return await self._plan_huggingface(name)
-        known = ", ".join(catalog.catalog_names())
-        raise PullError(
-            f"model '{name.display}' is not in the built-in catalog ({known}); "
-            "pull hf.co/<org>/<repo>[:<quant>] or an https:// URL of a .gguf file", 404
-        )
+        return await self._plan_registry(name, insecure)
 
     @staticmethod
     def _plan_url(name: ModelName, url: str, insecure: bool) -> PullPlan:
@@ -237,9 +273,8 @@ class Puller:
             except ValueError:
                 raise PullError(f"{url}: the fragment must be #sha256=<64 hex digits>") from None
         label = unquote(urlsplit(address).path.rsplit("/", 1)[-1])
-        return PullPlan(
-            name, key=digest or f"url:{address}", digest=digest, size=None, sources=(DirectURL(address),), label=label
-        )
+        job = BlobJob(digest or f"url:{address}", digest, None, (DirectURL(address),), label)
+        return PullPlan(name, (job,))
 
     @staticmethod
     async def _plan_huggingface(name: ModelName) -> PullPlan:
@@ -252,67 +287,92 @@ class Puller:
             raise PullError(f"cannot pull '{name.display}': {exc}") from None
         digest = hf_file_digest(sibling)
         source = HuggingFaceFile(repo, sibling.rfilename, revision=info.sha or "main")
-        return PullPlan(
-            name,
+        job = BlobJob(
             key=digest or f"hf:{repo}/{sibling.rfilename}",
             digest=digest,
             size=sibling.size,
             sources=(source,),
             label=digest[7:19] if digest else sibling.rfilename,
         )
+        return PullPlan(name, (job,))
 
-    async def _join(self, plan: PullPlan) -> _Download:
-        while (running := self._downloads.get(plan.key)) is not None and running.cancelled.is_set():
+    async def _plan_registry(self, name: ModelName, insecure: bool) -> PullPlan:
+        """The blobs of ``name``'s manifest on its registry (Ollama's, unless the name has a host)."""
+        try:
+            repository = repository_for(name, self.settings, insecure)
+            manifest = await fetch_manifest(repository)
+            descriptors = manifest_layers(manifest, repository)
+        except RegistryError as exc:
+            if exc.status != 404:
+                raise PullError(f"cannot pull '{name.display}': {exc}", exc.status) from None
+            hint = ""
+            if name.host == DEFAULT_HOST:
+                known = ", ".join(catalog.catalog_names())
+                hint = f" (built in: {known}; or pull hf.co/<org>/<repo>[:<quant>] or an https:// URL of a .gguf file)"
+            raise PullError(f"{exc}{hint}", 404) from None
+        blobs = tuple(
+            BlobJob(d["digest"], d["digest"], d["size"], (RegistryBlob(repository, d["digest"]),), d["digest"][7:19],
+                    d["mediaType"])
+            for d in descriptors
+        )
+        return PullPlan(name, blobs, manifest=manifest)
+
+    async def _join(self, name: ModelName, job: BlobJob) -> _Download:
+        while (running := self._downloads.get(job.key)) is not None and running.cancelled.is_set():
             await running.finished.wait()  # a cancelled job still owns the partial file until it stops
         if running is not None:
             return running
         download = _Download()
-        self._downloads[plan.key] = download
-        asyncio.get_running_loop().create_task(self._run(plan, download))
+        self._downloads[job.key] = download
+        asyncio.get_running_loop().create_task(self._run(name, job, download))
         return download
 
-    async def _run(self, plan: PullPlan, download: _Download) -> None:
+    async def _run(self, name: ModelName, job: BlobJob, download: _Download) -> None:
         loop = asyncio.get_running_loop()
 
         def progress(completed: int, total: int | None) -> None:
-            label = plan.digest[7:19] if plan.digest else plan.label
-            event = _progress_event(label, plan.digest, completed, total)
+            label = job.digest[7:19] if job.digest else job.label
+            event = _progress_event(label, job.digest, completed, total)
             loop.call_soon_threadsafe(download.progress, event, total is not None and completed >= total)
 
-        ctx = FetchContext(self.store, progress, download.cancelled, plan.digest, plan.size)
+        ctx = FetchContext(self.store, progress, download.cancelled, job.digest, job.size)
         errors: list[str] = []
         try:
-            for source in plan.sources:
+            for source in job.sources:
                 try:
                     path = await source.fetch(ctx)
-                    result = await asyncio.to_thread(self._admit, path, plan.digest)
+                    result = await asyncio.to_thread(self._admit, path, job)
                 except (SourceError, DigestMismatch, InvalidGGUF, OSError) as exc:
                     disk_error = isinstance(exc, OSError) and exc.strerror
                     reason = f"{exc.strerror}: {exc.filename}" if disk_error else str(exc)
-                    log.warning("pull %s: source %s failed: %s", plan.name.display, source.describe(), reason)
+                    log.warning("pull %s: source %s failed: %s", name.display, source.describe(), reason)
                     errors.append(f"{source.describe()}: {reason}")
                     continue
                 await asyncio.sleep(0)  # let queued progress callbacks run before finishing
                 download.finish(result=result)
                 return
-            download.finish(error=PullError(f"could not pull '{plan.name.display}': " + "; ".join(errors), 502))
+            download.finish(error=PullError(f"could not pull '{name.display}': " + "; ".join(errors), 502))
         except PullCancelled:
-            download.finish(error=PullError(f"pull of '{plan.name.display}' was cancelled"))
+            download.finish(error=PullError(f"pull of '{name.display}' was cancelled"))
         except Exception as exc:  # never leave followers waiting on a job that died
-            log.exception("pull %s failed", plan.name.display)
-            download.finish(error=PullError(f"could not pull '{plan.name.display}': {type(exc).__name__}: {exc}", 500))
+            log.exception("pull %s failed", name.display)
+            download.finish(error=PullError(f"could not pull '{name.display}': {type(exc).__name__}: {exc}", 500))
         finally:
-            if self._downloads.get(plan.key) is download:
-                del self._downloads[plan.key]
+            if self._downloads.get(job.key) is download:
+                del self._downloads[job.key]
 
-    def _admit(self, path: Path, expected_digest: str | None) -> tuple[str, int]:
+    def _admit(self, path: Path, job: BlobJob) -> tuple[str, int]:
         """Verify a downloaded file and move it into the blobs.
 
         A file with the wrong digest is deleted (an incomplete or stale download);
-        one that is not a valid GGUF may be crafted, so it goes to quarantine.
+        a model, adapter or projector that is not a valid GGUF may be crafted, so
+        it goes to quarantine; JSON layers must parse as what they hold.
         """
 
         def validate(candidate: Path, digest: str) -> None:
+            if job.media_type in JSON_LAYERS:
+                check_json_layer(candidate, job.media_type)
+                return
             try:
                 read_gguf(candidate, skip_arrays_over=SUMMARY_ARRAY_LIMIT)
             except InvalidGGUF as exc:
@@ -321,20 +381,25 @@ class Puller:
                     f"the downloaded file is not a valid GGUF model ({exc}); it was quarantined as {kept}"
                 ) from None
 
+        needs_check = job.media_type in GGUF_LAYERS or job.media_type in JSON_LAYERS
         try:
-            return self.store.add_blob_file(path, expected_digest, validate=validate)
+            return self.store.add_blob_file(path, job.digest, validate=validate if needs_check else None)
         except DigestMismatch as exc:
             raise DigestMismatch(f"sha256 mismatch: {exc}; the download was discarded") from None
 
-    def _register(self, plan: PullPlan, model_digest: str) -> list[dict[str, Any]]:
-        """Write the catalog's extra layers, the config and the manifest; returns the extra layers.
+    def _register(self, plan: PullPlan, digests: list[str]) -> list[dict[str, Any]]:
+        """Write the manifest (the registry's as it came, or ours with the catalog's extra layers).
 
-        Exclusive, so that a concurrent delete of a name sharing these small
-        blobs cannot collect one between its write and the manifest naming it.
+        Returns the extra layers written here. Exclusive, so that a concurrent
+        delete of a name sharing these small blobs cannot collect one between
+        its write and the manifest naming it.
         """
         with self.store.exclusive():
+            if plan.manifest is not None:
+                self.store.write_manifest_bytes(plan.name, plan.manifest)
+                return []
             layers = self._extra_layers(plan)
-            register_model(self.store, plan.name, model_digest, layers)
+            register_model(self.store, plan.name, digests[0], layers)
         return layers
 
     def _extra_layers(self, plan: PullPlan) -> list[dict[str, Any]]:
@@ -346,3 +411,16 @@ class Puller:
         if plan.parameters:
             layers.append(json_layer(self.store, MEDIA_PARAMS, plan.parameters))
         return layers
+
+
+def check_json_layer(path: Path, media_type: str) -> None:
+    """A params or messages layer, or a config, must be the JSON object or list Ollama writes there."""
+    expected = JSON_LAYERS[media_type]
+    if path.stat().st_size > MAX_JSON_LAYER_BYTES:
+        raise SourceError(f"the {media_type} layer is larger than {MAX_JSON_LAYER_BYTES} bytes")
+    try:
+        value = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SourceError(f"the {media_type} layer is not JSON ({exc})") from None
+    if not isinstance(value, expected):
+        raise SourceError(f"the {media_type} layer is not a JSON {'object' if expected is dict else 'list'}")

@@ -126,7 +126,7 @@ async def download_resumable(
         offset = 0
     total = size
     if size is None or offset < size:
-        offset, total = await _stream_into(client, url, part, offset, total, ctx, report)
+        offset, total = await _stream_into(client, url, part, offset, total, ctx, report, limit=size)
     if total is not None and offset != total:
         raise SourceError(f"download of {url} stopped at {offset} of {total} bytes; pull again to resume")
     if sha256 is not None:
@@ -139,8 +139,16 @@ async def download_resumable(
 
 
 async def _stream_into(
-    client: httpx.AsyncClient, url: str, part: Path, offset: int, total: int | None, ctx: FetchContext, report: Progress
+    client: httpx.AsyncClient,
+    url: str,
+    part: Path,
+    offset: int,
+    total: int | None,
+    ctx: FetchContext,
+    report: Progress,
+    limit: int | None = None,
 ) -> tuple[int, int | None]:
+    """Append the body of ``url`` from ``offset`` to ``part``; never more than ``limit`` bytes in all."""
     for _attempt in range(2):  # a second attempt only when the server cannot resume
         headers = {"Range": f"bytes={offset}-"} if offset else {}
         try:
@@ -161,6 +169,10 @@ async def _stream_into(
                 with open(part, "ab" if offset else "wb") as out:
                     async for chunk in response.aiter_bytes():  # unbuffered: keep every byte received
                         ctx.check_cancelled()
+                        if limit is not None and offset + len(chunk) > limit:
+                            out.close()
+                            part.unlink(missing_ok=True)
+                            raise SourceError(f"{url} sent more than the {limit} bytes expected; it was discarded")
                         out.write(chunk)
                         offset += len(chunk)
                         report(offset, total)

@@ -274,12 +274,22 @@ class Store:
 
         Refuses a manifest naming a blob that is not in the store.
         """
+        return self.write_manifest_bytes(name, (json.dumps(manifest, separators=(",", ":")) + "\n").encode())
+
+    def write_manifest_bytes(self, name: ModelName, data: bytes) -> str:
+        """Write a manifest's bytes unchanged (a registry's keeps its digest, Ollama's model ID).
+
+        Refuses bytes that are not a manifest, or that name a blob not in the store.
+        A manifest it replaces takes along the blobs nothing else names, as a delete would.
+        """
         with self._lock:
-            for descriptor in manifest_descriptors(manifest):
+            for descriptor in manifest_descriptors(self._parse_manifest(name, data)):
                 if not self.has_blob(descriptor["digest"]):
                     raise CorruptManifest(f"manifest names blob {descriptor['digest']} which is not in the store")
-            data = (json.dumps(manifest, separators=(",", ":")) + "\n").encode()
-            return self._write_manifest_bytes(name, data)
+            replaced = self._named_digests(name)
+            manifest_digest = self._write_manifest_bytes(name, data)
+            self._collect(replaced)
+            return manifest_digest
 
     def _write_manifest_bytes(self, name: ModelName, data: bytes) -> str:
         path = name.manifest_path(self.root)
@@ -296,17 +306,17 @@ class Store:
         _fsync_dir(path.parent)
         return hashlib.sha256(data).hexdigest()
 
-    def _read_manifest_bytes(self, name: ModelName) -> bytes:
+    def read_manifest_bytes(self, name: ModelName) -> bytes:
         try:
             return name.manifest_path(self.root).read_bytes()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ModelNotFound(name) from None
 
     def read_manifest(self, name: ModelName) -> dict[str, Any]:
-        return self._parse_manifest(name, self._read_manifest_bytes(name))
+        return self._parse_manifest(name, self.read_manifest_bytes(name))
 
     def manifest_digest(self, name: ModelName) -> str:
-        return hashlib.sha256(self._read_manifest_bytes(name)).hexdigest()
+        return hashlib.sha256(self.read_manifest_bytes(name)).hexdigest()
 
     @staticmethod
     def _parse_manifest(name: ModelName, data: bytes) -> dict[str, Any]:
@@ -358,7 +368,7 @@ class Store:
     def copy(self, src: ModelName, dst: ModelName) -> None:
         """Give ``src``'s model a second name (same manifest bytes, blobs shared)."""
         with self._lock:
-            data = self._read_manifest_bytes(src)
+            data = self.read_manifest_bytes(src)
             self._parse_manifest(src, data)
             self._write_manifest_bytes(dst, data)
 
@@ -366,15 +376,23 @@ class Store:
         """Remove ``name``'s manifest, then the blobs no other manifest references."""
         with self._lock:
             path = name.manifest_path(self.root)
-            data = self._read_manifest_bytes(name)
-            try:
-                digests = {d["digest"] for d in manifest_descriptors(json.loads(data))}
-            except (ValueError, CorruptManifest):
-                digests = set()  # a corrupt manifest still gets removed; its blobs stay for verify()
+            self.read_manifest_bytes(name)  # ModelNotFound
+            digests = self._named_digests(name)
             path.unlink()
             self._remove_empty_parents(path.parent)
-            for digest in digests - self.referenced_digests() - set(self._held):
-                self.blob_path(digest).unlink(missing_ok=True)
+            self._collect(digests)
+
+    def _named_digests(self, name: ModelName) -> set[str]:
+        """The blobs ``name``'s manifest names; none if it has none or it is corrupt (its blobs stay for verify())."""
+        try:
+            return {d["digest"] for d in manifest_descriptors(json.loads(self.read_manifest_bytes(name)))}
+        except (ModelNotFound, ValueError, CorruptManifest):
+            return set()
+
+    def _collect(self, digests: set[str]) -> None:
+        """Delete those of ``digests`` that no manifest names and no pull or create holds."""
+        for digest in digests - self.referenced_digests() - set(self._held):
+            self.blob_path(digest).unlink(missing_ok=True)
 
     def _remove_empty_parents(self, directory: Path) -> None:
         while directory != self.manifests_dir and self.manifests_dir in directory.parents:

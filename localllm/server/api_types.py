@@ -90,6 +90,10 @@ class PullRequest(_NamedBody):
     stream: bool = True
 
 
+class PushRequest(PullRequest):
+    """``/api/push`` takes what ``/api/pull`` takes: model, insecure, stream."""
+
+
 class CopyRequest(_Body):
     source: str
     destination: str

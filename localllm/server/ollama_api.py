@@ -16,6 +16,7 @@ from ..registry.create import CreateError, CreateSpec, check_spec, spec_from_mod
 from ..registry.gguf import InvalidGGUF
 from ..registry.names import InvalidName
 from ..registry.pull import PullError, parse_pull_target
+from ..registry.remote import RegistryError
 from ..registry.models import load_local_model
 from ..registry.store import CorruptManifest, DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from . import show
@@ -26,6 +27,7 @@ from .api_types import (
     EmbedRequest,
     LegacyEmbeddingsRequest,
     PullRequest,
+    PushRequest,
     ShowRequest,
 )
 from .embeddings import shorten
@@ -151,6 +153,21 @@ async def pull_model(body: PullRequest, request: Request) -> Response:
             async for status in puller.pull(name, url=url, insecure=body.insecure):
                 yield status
         except PullError as exc:
+            yield {"error": str(exc), "status_code": exc.status}
+
+    return await stream_or_last(events(), body.stream)
+
+
+@router.post("/api/push")
+async def push_model(body: PushRequest, request: Request) -> Response:
+    name = parse_name(body.model)
+    pusher = state_of(request).pusher
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for status in pusher.push(name, insecure=body.insecure):
+                yield status
+        except RegistryError as exc:
             yield {"error": str(exc), "status_code": exc.status}
 
     return await stream_or_last(events(), body.stream)

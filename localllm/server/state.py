@@ -12,6 +12,7 @@ from ..config import Settings
 from ..registry.create import Creator
 from ..registry.models import model_details, read_model_summary
 from ..registry.pull import Puller
+from ..registry.push import Pusher
 from ..registry.store import MEDIA_MODEL, Store
 from .handler import ChatHandler
 from .inference import Inference
@@ -25,6 +26,7 @@ class DaemonState:
     store: Store
     scheduler: Scheduler
     puller: Puller
+    pusher: Pusher
     creator: Creator
     inference: Inference
     chat: ChatHandler
@@ -39,8 +41,8 @@ class DaemonState:
         metrics = Metrics()
         inference = Inference(store, scheduler, settings, metrics)
         return cls(
-            settings=settings, store=store, scheduler=scheduler, puller=puller, creator=Creator(store, puller),
-            inference=inference, chat=ChatHandler(inference), metrics=metrics,
+            settings=settings, store=store, scheduler=scheduler, puller=puller, pusher=Pusher(store, settings),
+            creator=Creator(store, puller), inference=inference, chat=ChatHandler(inference), metrics=metrics,
         )
 
     def details_of(self, manifest: dict[str, Any]) -> dict[str, Any]:
