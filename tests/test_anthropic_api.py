@@ -4,6 +4,8 @@ official ``anthropic`` client against the real daemon."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import anthropic
@@ -42,7 +44,7 @@ def request(**fields) -> MessagesRequest:
 
 def test_translator_maps_blocks_to_core_messages():
     turn = messages_turn(request(
-        system=[{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Use metric units."}],
+        system=[{"type": "text", "text": "Be brief. "}, {"type": "text", "text": "Use metric units."}],
         messages=[
             {"role": "user", "content": [{"type": "text", "text": "Weather "}, {"type": "text", "text": "in Oslo?"},
                                          {"type": "image", "source": {"type": "base64", "media_type": "image/png",
@@ -54,7 +56,7 @@ def test_translator_maps_blocks_to_core_messages():
                 {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}]},
             {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "toolu_1",
-                 "content": [{"type": "text", "text": "-3 C"}, {"type": "text", "text": "snow"}]},
+                 "content": [{"type": "text", "text": "-3 C, "}, {"type": "text", "text": "snow"}]},
                 {"type": "text", "text": "And tomorrow?"}]},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "get_weather",
                                                "input": {"city": "Oslo"}}]},
@@ -67,11 +69,11 @@ def test_translator_maps_blocks_to_core_messages():
     roles = [m.role for m in turn.messages]
     assert roles == ["system", "user", "assistant", "tool", "user", "assistant", "tool"]
     system, user, assistant, result, follow_up, _, failed = turn.messages
-    assert system.content == "Be brief.\n\nUse metric units."
+    assert system.content == "Be brief. Use metric units."
     assert user.content == "Weather in Oslo?" and user.images == ["aGVsbG8="]
     assert assistant.thinking == "The user wants weather." and assistant.content == "Let me look."
     assert assistant.tool_calls == [ToolCall("get_weather", {"city": "Oslo"}, "toolu_1")]
-    assert (result.content, result.tool_call_id, result.tool_name) == ("-3 C\nsnow", "toolu_1", "get_weather")
+    assert (result.content, result.tool_call_id, result.tool_name) == ("-3 C, snow", "toolu_1", "get_weather")
     assert follow_up.content == "And tomorrow?"
     assert failed.content == "Error: timeout"
     assert turn.tools == [{"type": "function", "function": {"name": "get_weather", "description": WEATHER_TOOL[
@@ -246,6 +248,20 @@ def test_structured_output(client):
                                      output_config={"format": {"type": "json_schema", "schema": schema}})
     assert message.stop_reason == "end_turn"
     jsonschema.validate(json.loads(message.content[0].text), schema)
+
+
+def test_killed_runner_ends_the_stream_with_an_error_event(client, daemon):
+    essay = [{"role": "user", "content": "Write a very long essay about the sea."}]
+    with client.messages.stream(model=MODEL, max_tokens=400, extra_body=GREEDY, messages=essay) as stream:
+        events = iter(stream)
+        assert next(events).type == "message_start"
+        for pid in daemon.runner_pids():
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            for _ in events:
+                pass
+    assert failed.value.body["type"] == "error" and failed.value.body["error"]["type"] == "api_error"
+    assert "runner" in failed.value.body["error"]["message"]
 
 
 def test_tool_use_round_trip(client):

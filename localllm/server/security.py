@@ -79,8 +79,8 @@ class AccessGuard:
             return
         if self.settings.api_key and not (scope["method"] in ("GET", "HEAD") and path == "/"):
             if not self._key_matches(headers):
-                await _deny(send, path, 401, "missing or wrong API key: send 'Authorization: Bearer <LOCALLLM_API_KEY>' "
-                                             "or 'x-api-key: <LOCALLLM_API_KEY>'")
+                await _deny(send, path, 401, "missing or wrong API key: send 'Authorization: Bearer "
+                                             "<LOCALLLM_API_KEY>' or 'x-api-key: <LOCALLLM_API_KEY>'")
                 return
         if not path.startswith(UNLIMITED_BODY_PATHS):
             declared = headers.get("content-length", "")

@@ -125,7 +125,7 @@ def _image(block: dict[str, Any], field: str) -> str:
 
 
 def system_prompt(system: str | list[dict[str, Any]] | None) -> str:
-    """The system prompt, a string or a list of text blocks."""
+    """The system prompt, a string or a list of text blocks (joined as they are, as Ollama does)."""
     if system is None or isinstance(system, str):
         return system or ""
     texts = []
@@ -133,7 +133,7 @@ def system_prompt(system: str | list[dict[str, Any]] | None) -> str:
         if block.get("type") != "text":
             raise bad_request(f"system[{index}]: block type {block.get('type')!r} is not supported; use text")
         texts.append(_text(block, "text", f"system[{index}]"))
-    return "\n\n".join(texts)
+    return "".join(texts)
 
 
 def _tool_result(block: dict[str, Any], field: str, calls: dict[str, str]) -> Message:
@@ -141,7 +141,7 @@ def _tool_result(block: dict[str, Any], field: str, calls: dict[str, str]) -> Me
     call_id = _text(block, "tool_use_id", field)
     if call_id not in calls:
         raise bad_request(f"{field}.tool_use_id: no earlier tool_use block has id {call_id!r}")
-    content = block.get("content", "")
+    content = block.get("content") or ""
     if not isinstance(content, (str, list)):
         raise bad_request(f"{field}.content must be a string or a list of text blocks")
     texts, images = [], []
@@ -154,7 +154,7 @@ def _tool_result(block: dict[str, Any], field: str, calls: dict[str, str]) -> Me
             texts.append(_text(part, "text", part_field))
         else:
             images.append(_image(part, part_field))
-    text = content if isinstance(content, str) else "\n".join(texts)
+    text = content if isinstance(content, str) else "".join(texts)
     if block.get("is_error"):
         text = f"Error: {text}"
     return Message(role="tool", content=text, images=images, tool_call_id=call_id, tool_name=calls[call_id])
