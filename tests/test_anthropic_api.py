@@ -264,6 +264,30 @@ def test_killed_runner_ends_the_stream_with_an_error_event(client, daemon):
     assert "runner" in failed.value.body["error"]["message"]
 
 
+THINKING_MODELFILE = """FROM smollm2:135m
+TEMPLATE \"\"\"{{- range .Messages }}<|im_start|>{{ .Role }}
+{{ .Content }}<|im_end|>
+{{ end }}<|im_start|>assistant
+{{ if .Think }}<think>
+{{ end }}\"\"\"
+"""
+
+
+def test_streamed_thinking_on_a_model_whose_template_opens_the_block(client, daemon):
+    daemon.create("thinking-smollm2", THINKING_MODELFILE)
+    ask = dict(model="thinking-smollm2", max_tokens=24, thinking={"type": "enabled", "budget_tokens": 1024},
+               extra_body=GREEDY, messages=[{"role": "user", "content": "Why is the sky blue?"}])
+    with client.messages.stream(**ask) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    thought = "".join(e.delta.thinking for e in events if e.type == "content_block_delta"
+                      and e.delta.type == "thinking_delta")
+    assert final.content[0].type == "thinking" and final.content[0].thinking == thought and thought.strip()
+    assert client.messages.create(**ask).content[0].thinking == thought
+    hidden = client.messages.create(**{**ask, "thinking": {"type": "disabled"}})
+    assert all(block.type != "thinking" for block in hidden.content)
+
+
 def test_tool_use_round_trip(client):
     question = {"role": "user", "content": "What is the weather in Paris?"}
     called = client.messages.create(model=TOOLS_MODEL, max_tokens=80, messages=[question], tools=[WEATHER_TOOL],
