@@ -175,7 +175,10 @@ def test_gemma3_k_quants_and_no_doubled_bos(gemma3_path: Path) -> None:
         assert health["bos"] == "<bos>"
         bos = c.post("/tokenize", json={"content": "<bos>", "add_special": False}).json()["tokens"][0]
         pieces, done = complete(c, "<bos>The capital of France is", num_predict=6, **GREEDY)
+        # count_tokens' tokenization: the very tokens /completion evaluated
+        as_prompt = c.post("/tokenize", json={"content": "<bos>The capital of France is", "prompt": True}).json()
     assert done["context"][0] == bos and done["context"][1] != bos
+    assert as_prompt["tokens"] == done["context"][:done["prompt_eval_count"]]
     assert done["eval_count"] == 6 and "".join(pieces).strip()
 
 

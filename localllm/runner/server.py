@@ -16,7 +16,8 @@ bad input):
     empty on llama.cpp.
 ``POST /tokenize``
     ``{"content": str, "add_special": true, "parse_special": true}`` →
-    ``{"tokens": [int]}``.
+    ``{"tokens": [int]}``. With ``"prompt": true`` the content is tokenized exactly as
+    ``/completion`` tokenizes a prompt string (specials parsed, one BOS at most).
 ``POST /detokenize``
     ``{"tokens": [int]}`` → ``{"content": str}``.
 ``POST /completion``
@@ -159,6 +160,8 @@ def create_app(rt: Runtime) -> Starlette:
         content = body.get("content")
         if not isinstance(content, str):
             raise BadRequest("'content' must be a string")
+        if _flag(body, "prompt", False):
+            return JSONResponse({"tokens": model.tokenize_prompt(content)})
         add_special = _flag(body, "add_special", True)
         parse_special = _flag(body, "parse_special", True)
         return JSONResponse({"tokens": model.tokenize(content, add_special, parse_special)})

@@ -1,11 +1,10 @@
-"""The daemon: a FastAPI app serving Ollama's and OpenAI's APIs, run by uvicorn."""
+"""The daemon: a FastAPI app serving Ollama's, OpenAI's and Anthropic's APIs, run by uvicorn."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -15,9 +14,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..config import Settings, load_settings
+from .dialects import anthropic as anthropic_dialect
 from .dialects import ollama as ollama_dialect
 from .dialects import openai_chat
-from .errors import ApiError
+from .errors import ApiError, error_body
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
 from .security import AccessGuard, is_loopback_host
@@ -25,18 +25,10 @@ from .state import DaemonState
 
 log = logging.getLogger("localllm.server")
 
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "invalid_request_error", 503: "server_overloaded"}
-
 
 def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """Ollama's ``{"error": "..."}``, or OpenAI's error object under ``/v1``."""
-    if request.url.path.startswith("/v1"):
-        body: dict[str, Any] = {"error": {"message": message, "type": _ERROR_TYPES.get(status, "api_error"),
-                                          "param": None, "code": None}}
-    else:
-        body = {"error": message}
-    return JSONResponse(body, status_code=status, headers=headers)
+    """The error in the body shape of the request's dialect."""
+    return JSONResponse(error_body(request.url.path, status, message), status_code=status, headers=headers)
 
 
 def describe_validation_error(exc: RequestValidationError) -> str:
@@ -98,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ollama_dialect.router)
     app.include_router(openai_router)
     app.include_router(openai_chat.router)
+    app.include_router(anthropic_dialect.router)
     app.add_middleware(JsonBodies)
     app.add_middleware(AccessGuard, settings=settings)
     return app

@@ -158,6 +158,10 @@ class ChatHandler:
             raise ApiError(500, "model runner returned nothing") from None
         return self._deltas(first, events, lambda: OutputParser(setup), drop_thinking=turn.think is False)
 
+    async def count_tokens(self, turn: PreparedTurn) -> int:
+        """The tokens of the prompt the turn would send (Anthropic's ``count_tokens``)."""
+        return await self.inference.count_prompt_tokens(turn.job, turn.render)
+
     async def answer(self, turn: PreparedTurn) -> Answer:
         """The whole answer of a turn (clients that did not ask for a stream)."""
         return await gather(await self.open(turn))

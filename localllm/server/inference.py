@@ -211,6 +211,18 @@ class Inference:
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer
 
+    async def count_prompt_tokens(self, job: CompletionJob, build_prompt: PromptBuilder) -> int:
+        """How many tokens the prompt takes, tokenized by the model's runner as a completion would
+        tokenize it (before any cut to the context length)."""
+        self.check_capacity(self.load_request(job))
+        async with self._leased(job) as loaded:
+            prompt = await asyncio.to_thread(build_prompt, loaded.runner.health)
+            try:
+                answer = await loaded.runner.post_json("/tokenize", {"content": prompt, "prompt": True})
+            except RunnerError as exc:
+                raise ApiError(500, str(exc)) from None
+        return len(answer["tokens"])
+
     def check_capacity(self, request: LoadRequest) -> None:
         """503 with Retry-After when the model's queue is full (LOCALLLM_MAX_QUEUE).
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..config import Settings
+from .errors import error_body
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -77,8 +78,9 @@ class AccessGuard:
             await _preflight(send, origin, headers)
             return
         if self.settings.api_key and not (scope["method"] in ("GET", "HEAD") and path == "/"):
-            if not self._key_matches(headers.get("authorization", "")):
-                await _deny(send, path, 401, "missing or wrong API key: send 'Authorization: Bearer <LOCALLLM_API_KEY>'")
+            if not self._key_matches(headers):
+                await _deny(send, path, 401, "missing or wrong API key: send 'Authorization: Bearer "
+                                             "<LOCALLLM_API_KEY>' or 'x-api-key: <LOCALLLM_API_KEY>'")
                 return
         if not path.startswith(UNLIMITED_BODY_PATHS):
             declared = headers.get("content-length", "")
@@ -94,10 +96,12 @@ class AccessGuard:
     def origin_allowed(self, origin: str) -> bool:
         return any(fnmatch.fnmatchcase(origin, pattern) for pattern in self.origins)
 
-    def _key_matches(self, authorization: str) -> bool:
-        scheme, _, token = authorization.partition(" ")
-        expected = self.settings.api_key or ""
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
+    def _key_matches(self, headers: dict[str, str]) -> bool:
+        """The key as a bearer token (Ollama's and OpenAI's clients) or in ``x-api-key`` (Anthropic's)."""
+        scheme, _, bearer = headers.get("authorization", "").partition(" ")
+        offered = [bearer if scheme.lower() == "bearer" else "", headers.get("x-api-key", "")]
+        expected = (self.settings.api_key or "").encode()
+        return any(key.strip() and hmac.compare_digest(key.strip().encode(), expected) for key in offered)
 
     def _limited(self, receive: Receive, send: Send, path: str) -> tuple[Receive, Send]:
         """For bodies without a length: once past the limit, the body is cut off and the
@@ -132,15 +136,8 @@ class BodyTooLarge:
         self.message = f"request body is larger than the limit of {limit} bytes (LOCALLLM_MAX_BODY_BYTES)"
 
 
-def error_body(path: str, status: int, message: str) -> bytes:
-    if path.startswith("/v1"):
-        kind = {401: "authentication_error", 403: "permission_error", 413: "invalid_request_error"}.get(status)
-        return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}}).encode()
-    return json.dumps({"error": message}).encode()
-
-
 async def _deny(send: Send, path: str, status: int, message: str) -> None:
-    body = error_body(path, status, message)
+    body = json.dumps(error_body(path, status, message)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
