@@ -6,11 +6,9 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from localllm.config import Settings
@@ -18,8 +16,8 @@ from localllm.registry.links import LinkedFileError
 from localllm.registry.models import link_gguf, load_local_model, register_model
 from localllm.registry.names import ModelName, name_for_file
 from localllm.registry.store import Store
-from localllm.server.app import create_app
 
+from asgi_helpers import in_process
 from cli_helpers import CliEnv
 from gguf_builders import tiny_model
 
@@ -147,16 +145,6 @@ def test_names_taken_from_files() -> None:
 # --- create and the API, in process ---------------------------------------------------
 
 
-@asynccontextmanager
-async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """The daemon's app with its lifespan (scheduler) running, called in process from loopback."""
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:11434", timeout=120) as client:
-            yield client
-
-
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(models_dir=tmp_path / "models", state_dir=tmp_path / "state", num_threads=1)
@@ -164,7 +152,7 @@ def settings(tmp_path: Path) -> Settings:
 
 def test_create_from_a_file_links_it_and_show_names_it(settings: Settings, gguf: Path) -> None:
     async def scenario() -> None:
-        async with api(settings) as client:
+        async with in_process(settings) as client:
             created = await client.post("/api/create", json={
                 "model": "mine", "modelfile": f"FROM ./{gguf.name}\nSYSTEM be brief\n",
                 "path": str(gguf.parent / "Modelfile"), "stream": False})
@@ -180,7 +168,7 @@ def test_create_from_a_file_links_it_and_show_names_it(settings: Settings, gguf:
 
 def test_changed_and_vanished_files_are_409_naming_the_file(settings: Settings, gguf: Path) -> None:
     async def scenario() -> None:
-        async with api(settings) as client:
+        async with in_process(settings) as client:
             assert (await client.post("/api/create", json={"model": "mine", "from": str(gguf),
                                                             "stream": False})).status_code == 200
             flip_last_byte(gguf)
@@ -204,7 +192,7 @@ def test_changed_and_vanished_files_are_409_naming_the_file(settings: Settings, 
 
 def test_a_failed_create_leaves_no_link_behind(settings: Settings, gguf: Path) -> None:
     async def scenario() -> None:
-        async with api(settings) as client:
+        async with in_process(settings) as client:
             answer = await client.post("/api/create", json={
                 "model": "mine", "modelfile": f"FROM {gguf}\nADAPTER ./missing-adapter.gguf\n", "stream": False})
             assert answer.status_code == 400 and "ADAPTER" in answer.text and "no such file" in answer.text
