@@ -136,6 +136,15 @@ def test_a_copy_of_the_same_bytes_replaces_the_link(store: Store, gguf: Path) ->
     assert load_local_model(store, NAME).linked_file is None  # the store's own copy now
 
 
+def test_a_link_no_manifest_names_goes_at_daemon_start_but_the_file_stays(store: Store, gguf: Path) -> None:
+    """A create killed between linking its file and writing its manifest leaves a link; the next start drops it."""
+    digest, _ = link_gguf(store, gguf)
+    upload, _ = store.add_blob_bytes(b"uploaded, waiting for a create")
+    store.remove_temporaries()
+    assert not store.blob_path(digest).is_symlink() and not any(store.links_dir.iterdir())
+    assert gguf.is_file() and store.has_blob(upload)
+
+
 def test_names_taken_from_files() -> None:
     assert name_for_file(Path("/x/SmolLM2-135M-Instruct.Q4_1.gguf")).display == "smollm2-135m-instruct.q4_1:latest"
     assert name_for_file(Path("/x/..My Model (v2)...GGUF")).display == "my-model-v2-.:latest"

@@ -168,7 +168,8 @@ class Store:
         return self.blob_path(digest).is_file()
 
     def remove_temporaries(self) -> int:
-        """Delete temp files a killed writer left in ``partial/`` (resumable downloads stay).
+        """Delete temp files a killed writer left in ``partial/`` (resumable downloads stay), and links
+        no manifest names (a create killed between linking its file and writing its manifest).
 
         Only safe while no other writer runs: the daemon calls it at start.
         """
@@ -176,6 +177,13 @@ class Store:
         for path in self.partial_dir.glob(".tmp-*"):
             path.unlink(missing_ok=True)
             removed += 1
+        referenced = self.referenced_digests()
+        for digest, _record in list(self._link_records()):
+            if digest not in referenced:
+                if self.blob_path(digest).is_symlink():  # never a blob stored here (an upload awaiting create)
+                    self.blob_path(digest).unlink()
+                self._link_record_path(digest).unlink(missing_ok=True)
+                removed += 1
         return removed
 
     def temp_path(self, label: str = "blob") -> Path:
