@@ -145,6 +145,7 @@ class Settings:
     flash_attention: bool = False
     origins: tuple[str, ...] = ()
     api_key: str | None = None
+    allow_remote_changes: bool = False  # model-changing endpoints answer non-loopback clients without an API key
     engine: str | None = None  # None: chosen per model load (the native engine where it runs the model)
     num_threads: int = 0  # 0: physical cores
     stream_interval: float = 0.1  # seconds: streamed pieces are handed on in bursts (runner/relay.py)
@@ -232,6 +233,7 @@ def load_settings() -> Settings:
         load_timeout=parse_duration(os.environ.get("LOCALLLM_LOAD_TIMEOUT"), defaults.load_timeout) or 0.0,
         origins=origins,
         api_key=os.environ.get("LOCALLLM_API_KEY") or None,
+        allow_remote_changes=_bool_env("LOCALLLM_ALLOW_REMOTE_CHANGES"),
         engine=engine,
         num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
         stream_interval=parse_duration(os.environ.get("LOCALLLM_STREAM_INTERVAL"), defaults.stream_interval) or 0.0,

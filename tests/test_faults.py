@@ -8,6 +8,7 @@ by checking the store: every manifest's blobs exist with the right digest.
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 import subprocess
 import sys
@@ -101,14 +102,22 @@ def test_daemon_killed_mid_pull_then_the_pull_resumes(tmp_path: Path, index: Sta
     assert partial_files(store) == []
 
 
+def daemon_has_open(daemon: Daemon, path: Path) -> bool:
+    assert daemon.process is not None
+    fds = Path(f"/proc/{daemon.process.pid}/fd")
+    try:
+        return any(os.path.realpath(fd) == str(path.resolve()) for fd in fds.iterdir())
+    except OSError:  # an fd closed while we looked
+        return False
+
+
 def test_daemon_killed_mid_create_leaves_no_manifest(tmp_path: Path, gemma3_path: Path) -> None:
+    """FROM a file links it in place (links.py): killed while hashing it, the daemon leaves no trace."""
     daemon = Daemon(tmp_path).start()
-    partial = daemon.root / "models" / "partial"
     try:
         body = {"model": "half-made", "modelfile": f"FROM {gemma3_path}"}
         creating = in_background(stream_events, daemon, "/api/create", body)
-        wait_for(lambda: any(p.stat().st_size > 0 for p in partial.glob(".tmp-blob-*")), 60,
-                 "create to start copying the model")
+        wait_for(lambda: daemon_has_open(daemon, gemma3_path), 60, "create to start reading (hashing) the model")
         kill_daemon(daemon)
     finally:
         daemon.stop()
@@ -116,6 +125,7 @@ def test_daemon_killed_mid_create_leaves_no_manifest(tmp_path: Path, gemma3_path
 
     store = assert_store_consistent(daemon)
     assert store.list_models() == [] and not any(store.blobs_dir.iterdir())
+    assert not store.links_dir.exists() or not any(store.links_dir.iterdir())
 
     again = Daemon(tmp_path).start()
     try:

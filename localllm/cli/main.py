@@ -18,9 +18,12 @@ from localllm import __version__
 from localllm.cli.format import human_bytes, human_time, render_table, show_info
 from localllm.cli.progress import show_progress
 from localllm.cli.repl import ChatRepl
-from localllm.cli.run import RunOptions, ensure_model, load_model, parse_format, parse_keep_alive, run_once
+from localllm.cli.run import (
+    RunOptions, ensure_model, load_model, parse_format, parse_keep_alive, register_file, run_once,
+)
 from localllm.client import APIError, Client, DaemonError, connect
 from localllm.config import SettingsError, load_settings
+from localllm.registry.names import looks_like_path
 
 
 class LocalLLMApp(typer.Typer):
@@ -160,8 +163,8 @@ def rm(models: list[str] = typer.Argument(..., help="One or more model names."))
         for name in models:
             try:
                 load_model(client, RunOptions(model=name, keep_alive=0))
-            except APIError as exc:
-                if "not found" not in str(exc).lower():
+            except APIError as exc:  # 409, 412: the model cannot be loaded; the delete below stops it if it runs
+                if "not found" not in str(exc).lower() and exc.status_code not in (409, 412):
                     sys.stderr.write(f"Warning: unable to stop model '{name}'\n")
             client.delete(name)
             print(f"deleted '{name}'")
@@ -230,7 +233,7 @@ def create(
 
 @app.command()
 def run(
-    model: str,
+    model: str = typer.Argument(..., help="Model name, or a GGUF file (./model.gguf) to run where it is."),
     prompt: list[str] | None = typer.Argument(None, help="The prompt; without one, an interactive chat."),
     verbose: bool = typer.Option(False, "--verbose", help="Show timings and token rates."),
     format: str | None = typer.Option(None, "--format", help="Response format: json or a JSON schema."),
@@ -254,6 +257,8 @@ def run(
         interactive = False
     settings = load_settings()
     with connect(settings) as client:
+        if looks_like_path(model):
+            opts.model = model = register_file(client, model)
         opts.apply_show(ensure_model(client, model))
         if not interactive:
             run_once(client, opts, " ".join(words))

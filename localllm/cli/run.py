@@ -6,9 +6,11 @@ print ``--verbose`` statistics.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from localllm.cli.display import Spinner, StreamPrinter
@@ -16,6 +18,7 @@ from localllm.cli.format import stats_summary
 from localllm.cli.progress import show_progress
 from localllm.client import APIError, Client, DaemonError
 from localllm.config import SettingsError, parse_duration
+from localllm.registry.names import name_for_file
 
 
 @dataclass
@@ -88,6 +91,40 @@ def ensure_model(client: Client, model: str) -> dict[str, Any]:
             raise
     show_progress(client.pull(model))
     return client.show(model)
+
+
+def register_file(client: Client, argument: str) -> str:
+    """``localllm run ./model.gguf``: the file registered where it is (linked, not copied) under a name
+    taken from it (``name_for_file``); returns that name.
+
+    A model already made from this file is reused, and registered again if the
+    file changed since (the daemon then answers 409 naming the file). A name
+    taken by any other model is left alone: the error says how to pick another.
+    """
+    path = Path(os.path.abspath(Path(argument).expanduser()))
+    if not path.is_file():
+        raise DaemonError(f"no such file: {path}")
+    name = name_for_file(path).display
+    try:
+        info = client.show(name)
+    except APIError as exc:
+        if exc.status_code != 404 and not (exc.status_code == 409 and str(path) in str(exc)):
+            raise
+    else:
+        if modelfile_source(info) == str(path):
+            return name
+        raise DaemonError(f"a model named '{name}' already exists and was not made from {path}; register the "
+                          f"file under a name of your choice: localllm create NAME -f Modelfile, with FROM {path}")
+    show_progress(client.create({"model": name, "from": str(path)}))
+    return name
+
+
+def modelfile_source(info: dict[str, Any]) -> str | None:
+    """What the FROM line of a ``show`` answer's Modelfile names (a linked model's file)."""
+    for line in str(info.get("modelfile") or "").splitlines():
+        if line.startswith("FROM "):
+            return line.removeprefix("FROM ").strip()
+    return None
 
 
 def load_model(client: Client, opts: RunOptions) -> None:

@@ -1,10 +1,12 @@
 """``create``: build a new model from a Modelfile, with layers stored as Ollama stores them.
 
 The base (``FROM``) is an installed model, a name we can pull, or a GGUF file
-on disk; the Modelfile's TEMPLATE, SYSTEM, PARAMETER, MESSAGE, ADAPTER and
-LICENSE lines become layers that replace the base's. Everything is checked
-(template parses, parameters typed, files are valid GGUF) before a manifest is
-written, so a bad Modelfile never leaves a half-made model.
+on disk, which is linked where it is rather than copied (links.py); the
+Modelfile's TEMPLATE, SYSTEM, PARAMETER, MESSAGE, ADAPTER and LICENSE lines
+become layers that replace the base's, and REQUIRES goes into the config.
+Everything is checked (template parses, parameters typed, files are valid GGUF,
+REQUIRES not newer than us) before a manifest is written, so a bad Modelfile
+never leaves a half-made model.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from typing import Any
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import validate_model_template
 from .gguf import InvalidGGUF
+from .links import LinkedFileError
 from .modelfile import ModelfileError, convert_parameters, parse_modelfile
-from .names import InvalidName, ModelName
+from .names import InvalidName, ModelName, looks_like_path
 from .pull import Puller, PullError
 from .quantize import QUANT_TYPES, QuantizeError, quantize_gguf
-from .models import import_gguf, json_layer, register_model, text_layer
+from .models import import_gguf, json_layer, link_gguf, load_local_model, register_model, text_layer
+from .requires import ModelTooNew, check_requires
 from .store import (
     MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_SYSTEM, MEDIA_TEMPLATE,
-    ModelNotFound, Store, layer,
+    CorruptManifest, ModelNotFound, Store, layer,
 )
 
 VALID_ROLES = {"system", "user", "assistant", "tool"}
@@ -49,6 +53,7 @@ class CreateSpec:
     license: list[str] | None = None
     adapters: list[str] = field(default_factory=list)
     quantize: str | None = None
+    requires: str | None = None
 
 
 def spec_from_modelfile(text: str, base_dir: Path | None, quantize: str | None = None) -> CreateSpec:
@@ -61,7 +66,7 @@ def spec_from_modelfile(text: str, base_dir: Path | None, quantize: str | None =
     spec = CreateSpec(
         from_=modelfile.from_, base_dir=base_dir, template=modelfile.template, system=modelfile.system,
         parameters=parameters, messages=modelfile.messages or None, license=modelfile.license or None,
-        adapters=list(modelfile.adapters), quantize=quantize,
+        adapters=list(modelfile.adapters), quantize=quantize, requires=modelfile.requires,
     )
     check_spec(spec)
     return spec
@@ -79,17 +84,31 @@ def check_spec(spec: CreateSpec) -> None:
             raise CreateError(f"MESSAGE role {message.get('role')!r} is invalid; use system, user, assistant or tool")
     if spec.quantize is not None and spec.quantize.lower() not in QUANT_TYPES:
         raise CreateError(f"unknown quantization {spec.quantize!r}; choose one of {', '.join(sorted(QUANT_TYPES))}")
+    if spec.requires is not None:
+        _check_requires(spec.requires, "this Modelfile")
+
+
+def _check_requires(required: str, what: str) -> None:
+    try:
+        check_requires(required, what)
+    except ModelTooNew as exc:
+        raise CreateError(str(exc)) from None
 
 
 def _local_path(reference: str, base_dir: Path | None) -> Path | None:
     """The file ``FROM``/``ADAPTER`` names, when it names a file rather than a model."""
-    looks_like_path = reference.startswith(("/", "./", "../", "~")) or reference.lower().endswith(".gguf")
-    if not looks_like_path:
+    if not looks_like_path(reference):
         return None
     path = Path(reference).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
     return path
+
+
+def local_files(spec: CreateSpec) -> list[Path]:
+    """The files on this machine that building ``spec`` would read (FROM and ADAPTER paths)."""
+    references = [spec.from_, *spec.adapters]
+    return [path for reference in references if (path := _local_path(reference, spec.base_dir)) is not None]
 
 
 class Creator:
@@ -103,30 +122,39 @@ class Creator:
         """Yield Ollama's create status objects; raise CreateError on failure."""
         yield {"status": "parsing modelfile"}
         base_layers: list[dict[str, Any]] = []
+        requires = spec.requires
         path = _local_path(spec.from_, spec.base_dir)
-        if path is not None:
-            model_layer = await self._import_file(path, MEDIA_MODEL, "FROM")
-            yield {"status": f"creating new layer {model_layer['digest']}"}
-            base_layers = [model_layer]
-        else:
-            async for status in self._base_layers(spec.from_, base_layers):
-                yield status
-        if spec.quantize:
-            yield {"status": f"quantizing model to {spec.quantize.upper()}"}
-            base_layers = [await self._quantized(base_layers, spec.quantize)] + [
-                entry for entry in base_layers if entry["mediaType"] != MEDIA_MODEL]
-        layers = await self._layers(spec, base_layers)
-        with self.store.hold(entry["digest"] for entry in layers):
-            missing = [entry["digest"] for entry in layers if not self.store.has_blob(entry["digest"])]
-            if missing:  # a concurrent delete of the base (or of a model sharing a layer) got there first
-                raise CreateError(f"layer {missing[0]} was removed while '{name.display}' was being created; "
-                                  "create it again")
-            for entry in layers:
-                yield {"status": f"using layer {entry['digest']}"}
-            model_layer = next(entry for entry in layers if entry["mediaType"] == MEDIA_MODEL)
-            others = [entry for entry in layers if entry is not model_layer]
-            yield {"status": "writing manifest"}
-            register_model(self.store, name, model_layer["digest"], others)
+        linked: list[str] = []  # a link made for FROM goes again if no manifest ends up naming it
+        try:
+            if path is not None:
+                model_layer = await self._file_layer(path, MEDIA_MODEL, "FROM")
+                linked.append(model_layer["digest"])
+                yield {"status": f"using file {path} in place as layer {model_layer['digest']}"}
+                base_layers = [model_layer]
+            else:
+                async for status in self._base_layers(spec.from_, base_layers):
+                    yield status
+                requires = requires or self._base_requires(spec.from_)
+            if requires:
+                _check_requires(requires, f"FROM {spec.from_}")
+            if spec.quantize:
+                yield {"status": f"quantizing model to {spec.quantize.upper()}"}
+                base_layers = [await self._quantized(base_layers, spec.quantize)] + [
+                    entry for entry in base_layers if entry["mediaType"] != MEDIA_MODEL]
+            layers = await self._layers(spec, base_layers)
+            with self.store.hold(entry["digest"] for entry in layers):
+                missing = [entry["digest"] for entry in layers if not self.store.has_blob(entry["digest"])]
+                if missing:  # a concurrent delete of the base (or of a model sharing a layer) got there first
+                    raise CreateError(f"layer {missing[0]} was removed while '{name.display}' was being created; "
+                                      "create it again")
+                for entry in layers:
+                    yield {"status": f"using layer {entry['digest']}"}
+                model_layer = next(entry for entry in layers if entry["mediaType"] == MEDIA_MODEL)
+                others = [entry for entry in layers if entry is not model_layer]
+                yield {"status": "writing manifest"}
+                register_model(self.store, name, model_layer["digest"], others, requires)
+        finally:
+            self.store.discard_unreferenced(linked)
         yield {"status": "success"}
 
     async def _base_layers(self, reference: str, out: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -146,13 +174,24 @@ class Creator:
             manifest = self.store.read_manifest(base_name)
         out.extend(manifest["layers"])
 
-    async def _import_file(self, path: Path, media_type: str, instruction: str) -> dict[str, Any]:
+    def _base_requires(self, reference: str) -> str | None:
+        """The REQUIRES of an installed base model, which a model built on it keeps (as Ollama does)."""
+        try:
+            return load_local_model(self.store, ModelName.parse(reference)).requires
+        except (CorruptManifest, LinkedFileError, InvalidGGUF) as exc:
+            raise CreateError(f"FROM {reference!r}: {exc}") from None
+
+    async def _file_layer(self, path: Path, media_type: str, instruction: str) -> dict[str, Any]:
+        """A GGUF file as a layer: FROM's is linked where it is (links.py), an ADAPTER's copied into the store."""
         if not path.is_file():
             raise CreateError(f"{instruction} {path}: no such file")
+        store_file = link_gguf if media_type == MEDIA_MODEL else import_gguf
         try:
-            digest, size = await asyncio.to_thread(import_gguf, self.store, path)
+            digest, size = await asyncio.to_thread(store_file, self.store, path)
         except InvalidGGUF as exc:
             raise CreateError(f"{instruction} {path}: not a valid GGUF file: {exc}") from None
+        except LinkedFileError as exc:
+            raise CreateError(f"{instruction} {path}: {exc}") from None
         return layer(media_type, digest, size)
 
     async def _quantized(self, base_layers: list[dict[str, Any]], quant: str) -> dict[str, Any]:
@@ -188,7 +227,7 @@ class Creator:
             adapters = []
             for reference in spec.adapters:
                 path = _local_path(reference, spec.base_dir) or Path(reference)
-                adapters.append(await self._import_file(path, MEDIA_ADAPTER, "ADAPTER"))
+                adapters.append(await self._file_layer(path, MEDIA_ADAPTER, "ADAPTER"))
             replaced[MEDIA_ADAPTER] = adapters
         layers = [entry for entry in base_layers if entry["mediaType"] not in replaced]
         for entries in replaced.values():

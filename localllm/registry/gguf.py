@@ -4,7 +4,8 @@ Pulled files come from the network, so this reader treats every count, length
 and offset as hostile: each read is checked against the file size and against
 explicit limits before anything is allocated, and a file whose tensors do not
 fit inside it is rejected. Errors are InvalidGGUF with a message naming the
-offending field, never a struct/Index/Memory error.
+offending field, never a struct/Index/Memory error, and never quoting bytes of
+a file that does not even start like a GGUF file.
 """
 
 from __future__ import annotations
@@ -313,7 +314,8 @@ def _parse(path: Path, data: mmap.mmap, size: int, limits: _Limits) -> GGUFFile:
     magic = bytes(data[0:4])
     cur.need(4, "magic")
     if magic != MAGIC:
-        raise InvalidGGUF(f"not a GGUF file: starts with {magic!r}, expected {MAGIC!r}")
+        # never the bytes themselves: a path given to /api/create could be any file on this machine
+        raise InvalidGGUF(f"not a GGUF file (it does not start with the {MAGIC.decode()} magic bytes)")
     version = cur.scalar("I", "version")
     if version not in SUPPORTED_VERSIONS:
         if version & 0xFFFF == 0 and (version >> 24) in SUPPORTED_VERSIONS:

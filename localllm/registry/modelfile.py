@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .requires import normalize_requires
+
 log = logging.getLogger(__name__)
 
 INSTRUCTIONS = ("from", "parameter", "template", "system", "message", "adapter", "license", "requires")
@@ -54,7 +56,6 @@ DEPRECATED_PARAMETERS = frozenset({"penalize_newline", "low_vram", "f16_kv", "lo
 
 _BLANK = " \t"
 _PARAM_NAME = re.compile(r"[A-Za-z0-9_]+")
-_VERSION = re.compile(r"v?([0-9]+(?:\.[0-9]+){0,2}(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?)")
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 
@@ -231,10 +232,10 @@ def _apply(found: dict[str, Any], name: str, key: str | None, value: str, lineno
             raise ModelfileError(f"message role must be one of {', '.join(MESSAGE_ROLES)}, not '{key}'", lineno)
         found["messages"].append({"role": key, "content": value})
     elif name == "requires":
-        m = _VERSION.fullmatch(value)
-        if not m:
-            raise ModelfileError(f"REQUIRES must be a version such as 0.14.0, not {value!r}", lineno)
-        found["requires"] = m.group(1)
+        try:
+            found["requires"] = normalize_requires(value)
+        except ValueError:
+            raise ModelfileError(f"REQUIRES must be a version such as 0.14.0, not {value!r}", lineno) from None
     elif name in ("adapter", "license"):
         found["adapters" if name == "adapter" else "license"].append(value)
     else:  # template, system: the last one wins, as in Ollama
@@ -262,7 +263,11 @@ def format_modelfile(mf: Modelfile) -> str:
         out.append(f"MESSAGE {m['role']} {_quote(m.get('content') or '', 'MESSAGE')}")
     out += [f"LICENSE {_quote(text, 'LICENSE')}" for text in mf.license]
     if mf.requires is not None:
-        if not _VERSION.fullmatch(mf.requires) or mf.requires.startswith("v"):
+        try:
+            valid = normalize_requires(mf.requires) == mf.requires
+        except ValueError:
+            valid = False
+        if not valid:
             raise ModelfileError(f"REQUIRES must be a version such as 0.14.0, not {mf.requires!r}")
         out.append(f"REQUIRES {_quote(mf.requires, 'REQUIRES')}")
     return "\n".join(out) + "\n"

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from .gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
+from .links import LinkedFileError
 from .names import ModelName
+from .requires import check_requires
 from .store import (
     CONFIG_MEDIA_TYPE,
     MEDIA_ADAPTER,
@@ -96,6 +98,22 @@ class LocalModel:
         return model_details(self.gguf)
 
     @property
+    def requires(self) -> str | None:
+        """The oldest version that may run this model (a Modelfile's REQUIRES, kept in the config as Ollama does)."""
+        value = self.config.get("requires")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def linked_file(self) -> Path | None:
+        """The user's file the weights are read from, when the model was registered without a copy."""
+        return self.model_path.readlink() if self.model_path.is_symlink() else None
+
+    def check_runnable(self) -> None:
+        """Raise ModelTooNew when the model requires a newer localllm than this one."""
+        if self.requires:
+            check_requires(self.requires, f"model '{self.name.display}'")
+
+    @property
     def size(self) -> int:
         return sum(d["size"] for d in [*self.manifest["layers"], self.manifest.get("config") or {"size": 0}])
 
@@ -136,14 +154,22 @@ def model_info(model: LocalModel, *, verbose: bool = False) -> dict[str, Any]:
     return info
 
 
-def load_local_model(store: Store, name: ModelName) -> LocalModel:
-    """Resolve ``name`` to a LocalModel; ModelNotFound if it is not installed."""
+def load_local_model(store: Store, name: ModelName, *, verify_links: bool = True) -> LocalModel:
+    """Resolve ``name`` to a LocalModel; ModelNotFound if it is not installed, LinkedFileError if
+    a file it links vanished or changed (unless ``verify_links`` is off: deleting needs no check)."""
     manifest = store.read_manifest(name)
     digest = store.manifest_digest(name)
     layers = manifest["layers"]
     model_layers = [d for d in layers if d.get("mediaType") == MEDIA_MODEL]
     if not model_layers:
         raise CorruptManifest(f"manifest of '{name.display}' has no model layer")
+
+    for descriptor in layers if verify_links else ():
+        try:
+            store.check_link(descriptor["digest"])
+        except LinkedFileError as exc:
+            raise LinkedFileError(f"model '{name.display}' cannot be used: {exc}; register the file again "
+                                  f"(localllm create {name.display} -f Modelfile) or remove the model") from None
 
     def text(descriptor: dict[str, Any]) -> str:
         return store.blob_path(descriptor["digest"]).read_text(encoding="utf-8", errors="replace")
@@ -184,19 +210,20 @@ def load_local_model(store: Store, name: ModelName) -> LocalModel:
     return model
 
 
-def config_blob(gguf: GGUFFile, layer_digests: list[str]) -> dict[str, Any]:
-    """The ``application/vnd.docker.container.image.v1+json`` config Ollama writes for a GGUF model."""
+def config_blob(gguf: GGUFFile, layer_digests: list[str], requires: str | None = None) -> dict[str, Any]:
+    """The ``application/vnd.docker.container.image.v1+json`` config Ollama writes for a GGUF model
+    (``requires`` only when set, as Ollama's ``omitempty``)."""
     details = model_details(gguf)
-    return {
+    config = {
         "model_format": "gguf",
         "model_family": details["family"],
         "model_families": details["families"],
         "model_type": details["parameter_size"],
         "file_type": details["quantization_level"],
-        "architecture": "amd64",
-        "os": "linux",
-        "rootfs": {"type": "layers", "diff_ids": layer_digests},
     }
+    if requires:
+        config["requires"] = requires
+    return config | {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": layer_digests}}
 
 
 def text_layer(store: Store, media_type: str, content: str) -> dict[str, Any]:
@@ -211,7 +238,8 @@ def json_layer(store: Store, media_type: str, value: Any) -> dict[str, Any]:
 
 
 def register_model(
-    store: Store, name: ModelName, model_digest: str, extra_layers: Sequence[dict[str, Any]] = ()
+    store: Store, name: ModelName, model_digest: str, extra_layers: Sequence[dict[str, Any]] = (),
+    requires: str | None = None,
 ) -> str:
     """Write the config blob and manifest for a model blob already in the store.
 
@@ -222,10 +250,19 @@ def register_model(
     gguf = read_model_summary(model_path)
     layers = [layer(MEDIA_MODEL, model_digest, model_path.stat().st_size), *extra_layers]
     with store.hold(d["digest"] for d in layers):
-        config = json.dumps(config_blob(gguf, [d["digest"] for d in layers])).encode()
+        config = json.dumps(config_blob(gguf, [d["digest"] for d in layers], requires)).encode()
         config_digest, config_size = store.add_blob_bytes(config)
         manifest = build_manifest(layer(CONFIG_MEDIA_TYPE, config_digest, config_size), layers)
         return store.write_manifest(name, manifest)
+
+
+def link_gguf(store: Store, path: Path) -> tuple[str, int]:
+    """Register a local GGUF file as a model blob without copying it (see links.py); ``(digest, size)``.
+
+    The file is validated with :func:`read_gguf` before it is hashed and linked.
+    """
+    read_gguf(path, skip_arrays_over=SUMMARY_ARRAY_LIMIT)
+    return store.link_file(path)
 
 
 def import_gguf(store: Store, path: Path) -> tuple[str, int]:

@@ -127,3 +127,18 @@ class ModelName:
 
     def __str__(self) -> str:
         return self.display
+
+
+def looks_like_path(reference: str) -> bool:
+    """True when a FROM/ADAPTER/``run`` argument names a file rather than a model."""
+    return reference.startswith(("/", "./", "../", "~")) or reference.lower().endswith(".gguf")
+
+
+def name_for_file(path: Path) -> ModelName:
+    """The name ``localllm run ./model.gguf`` registers a file under: its stem, lowercased, made valid.
+
+    ``SmolLM2-135M-Instruct.Q4_1.gguf`` becomes ``smollm2-135m-instruct.q4_1:latest``.
+    """
+    stem = path.name[:-5] if path.name.lower().endswith(".gguf") else path.name
+    model = re.sub(r"\.{2,}", ".", re.sub(r"[^a-z0-9._-]+", "-", stem.lower())).lstrip(".-")[:MAX_PART_LENGTH]
+    return ModelName(host=DEFAULT_HOST, namespace=DEFAULT_NAMESPACE, model=model or "model", tag=DEFAULT_TAG)

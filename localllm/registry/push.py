@@ -20,9 +20,17 @@ import httpx
 
 from ..config import Settings
 from .events import Emit, merged_events
+from .links import LinkedFileError
 from .names import ModelName
 from .remote import RegistryError, Repository, repository_for
-from .store import CHUNK_SIZE, MANIFEST_MEDIA_TYPE, CorruptManifest, ModelNotFound, Store, manifest_descriptors
+from .store import (
+    CHUNK_SIZE,
+    MANIFEST_MEDIA_TYPE,
+    CorruptManifest,
+    ModelNotFound,
+    Store,
+    manifest_descriptors,
+)
 
 PROGRESS_INTERVAL = 0.1  # seconds between progress events of one upload
 
@@ -44,6 +52,11 @@ class Pusher:
             raise RegistryError(str(exc), 404) from None
         except CorruptManifest as exc:
             raise RegistryError(f"cannot push '{name.display}': {exc}", 500) from None
+        try:  # a linked file that changed must never go out under the digest it no longer has
+            for descriptor in descriptors:
+                self.store.check_link(descriptor["digest"])
+        except LinkedFileError as exc:
+            raise RegistryError(f"cannot push '{name.display}': {exc}", 409) from None
         repository = repository_for(name, self.settings, insecure)
 
         async def upload_all(emit: Emit) -> None:

@@ -6,6 +6,7 @@
     <root>/manifests/<host>/<namespace>/<model>/<tag>  Docker v2 manifest (JSON)
     <root>/partial/                                   temp files and resumable downloads
     <root>/quarantine/sha256-<hex>                    downloads rejected as hostile, kept for inspection
+    <root>/links/sha256-<hex>                         what a linked file held (see links.py)
 
 Every file appears under its final name only complete: data goes to a temp
 file in ``partial/`` (same filesystem), is hashed while written, fsynced, then
@@ -29,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .links import LinkedFileError, LinkRecord, read_record, record_bytes
 from .names import InvalidName, ModelName
 
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
@@ -151,6 +153,7 @@ class Store:
         self.manifests_dir = self.root / "manifests"
         self.partial_dir = self.root / "partial"
         self.quarantine_dir = self.root / "quarantine"  # made on first use
+        self.links_dir = self.root / "links"  # made on first use
         for directory in (self.blobs_dir, self.manifests_dir, self.partial_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
@@ -165,7 +168,8 @@ class Store:
         return self.blob_path(digest).is_file()
 
     def remove_temporaries(self) -> int:
-        """Delete temp files a killed writer left in ``partial/`` (resumable downloads stay).
+        """Delete temp files a killed writer left in ``partial/`` (resumable downloads stay), and links
+        no manifest names (a create killed between linking its file and writing its manifest).
 
         Only safe while no other writer runs: the daemon calls it at start.
         """
@@ -173,6 +177,13 @@ class Store:
         for path in self.partial_dir.glob(".tmp-*"):
             path.unlink(missing_ok=True)
             removed += 1
+        referenced = self.referenced_digests()
+        for digest, _record in list(self._link_records()):
+            if digest not in referenced:
+                if self.blob_path(digest).is_symlink():  # never a blob stored here (an upload awaiting create)
+                    self.blob_path(digest).unlink()
+                self._link_record_path(digest).unlink(missing_ok=True)
+                removed += 1
         return removed
 
     def temp_path(self, label: str = "blob") -> Path:
@@ -242,11 +253,99 @@ class Store:
 
     def _publish(self, temp: Path, digest: str) -> None:
         final = self.blob_path(digest)
-        with contextlib.suppress(FileNotFoundError):  # a concurrent delete may remove it between two checks
-            if final.stat().st_size == temp.stat().st_size:
-                return  # identical content already stored
-        os.replace(temp, final)
+        if not final.is_symlink():
+            with contextlib.suppress(FileNotFoundError):  # a concurrent delete may remove it between two checks
+                if final.stat().st_size == temp.stat().st_size:
+                    return  # identical content already stored
+        os.replace(temp, final)  # a copy of a linked file's bytes takes the link's place
+        self._link_record_path(digest).unlink(missing_ok=True)
         _fsync_dir(self.blobs_dir)
+
+    # -- linked files (links.py) ----------------------------------------------
+
+    def _link_record_path(self, digest: str) -> Path:
+        return self.links_dir / f"sha256-{parse_digest(digest)}"
+
+    def link_file(self, path: Path) -> tuple[str, int]:
+        """Make ``path`` a blob without copying it (see links.py); returns ``(digest, size)``.
+
+        A file this store already links with the same size and mtime is not
+        hashed again; bytes the store already holds are not linked at all.
+        """
+        path = Path(os.path.abspath(path))
+        stat = path.stat()
+        for digest, record in self._link_records():
+            if record.path == str(path) and record.matches(stat) and self.linked_file(digest) == path:
+                return digest, record.size
+        digest, size = hash_file(path)
+        if not LinkRecord.of(path, path.stat()).matches(stat) or size != stat.st_size:
+            raise LinkedFileError(f"{path} changed while it was being read; try again once it is complete")
+        with self._lock:
+            blob = self.blob_path(digest)
+            if blob.is_file() and self._link_problem(digest) is None:
+                return digest, size  # these bytes are stored (or linked) already
+            self.links_dir.mkdir(exist_ok=True)
+            self._write_file(self._link_record_path(digest), record_bytes(LinkRecord.of(path, stat)))
+            temp = self.temp_path("link")
+            temp.symlink_to(path)
+            os.replace(temp, blob)
+            _fsync_dir(self.blobs_dir)
+        return digest, size
+
+    def _link_records(self) -> Iterator[tuple[str, LinkRecord]]:
+        for record_path in sorted(self.links_dir.glob("sha256-*")) if self.links_dir.is_dir() else ():
+            try:
+                record = read_record(record_path)
+            except ValueError:
+                continue
+            if record is not None:
+                yield "sha256:" + record_path.name.removeprefix("sha256-"), record
+
+    def linked_file(self, digest: str) -> Path | None:
+        """The file ``digest``'s blob links to, or None for a blob stored here."""
+        try:
+            return Path(os.readlink(self.blob_path(digest)))
+        except OSError:  # not a symlink, or no blob
+            return None
+
+    def check_link(self, digest: str) -> None:
+        """Raise LinkedFileError if ``digest``'s blob links a file that vanished or no longer holds it."""
+        problem = self._link_problem(digest)
+        if problem is not None:
+            raise LinkedFileError(problem)
+
+    def _link_problem(self, digest: str) -> str | None:
+        blob = self.blob_path(digest)
+        if not blob.is_symlink():
+            return None
+        try:
+            record = read_record(self._link_record_path(digest))
+        except ValueError:
+            record = LinkRecord(str(self.linked_file(digest)), -1, -1)  # unreadable: hash the file again
+        if record is None:
+            return None  # a symlink someone else made: an ordinary blob to us
+        try:
+            stat = blob.stat()
+        except OSError:
+            return f"the linked file {record.path} no longer exists"
+        if record.matches(stat):
+            return None
+        if record.size in (-1, stat.st_size) and hash_file(blob)[0] == digest:
+            self._write_file(self._link_record_path(digest), record_bytes(LinkRecord.of(Path(record.path), stat)))
+            return None  # touched, same bytes
+        return f"the linked file {record.path} changed since it was registered (it no longer holds {digest})"
+
+    def _remove_blob(self, digest: str) -> None:
+        """Delete a blob; for a linked file only the link goes, never the file."""
+        self.blob_path(digest).unlink(missing_ok=True)
+        self._link_record_path(digest).unlink(missing_ok=True)
+
+    def discard_unreferenced(self, digests: Iterable[str]) -> None:
+        """Delete those of ``digests`` that no manifest names and nothing holds (a failed create, a
+        replaced or deleted manifest's blobs)."""
+        with self._lock:
+            for digest in set(digests) - self.referenced_digests() - set(self._held):
+                self._remove_blob(digest)
 
     @contextlib.contextmanager
     def hold(self, digests: Iterable[str]) -> Iterator[None]:
@@ -288,13 +387,18 @@ class Store:
                     raise CorruptManifest(f"manifest names blob {descriptor['digest']} which is not in the store")
             replaced = self._named_digests(name)
             manifest_digest = self._write_manifest_bytes(name, data)
-            self._collect(replaced)
+            self.discard_unreferenced(replaced)
             return manifest_digest
 
     def _write_manifest_bytes(self, name: ModelName, data: bytes) -> str:
         path = name.manifest_path(self.root)
         path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.temp_path("manifest")
+        self._write_file(path, data)
+        return hashlib.sha256(data).hexdigest()
+
+    def _write_file(self, path: Path, data: bytes) -> None:
+        """Replace ``path`` with ``data`` atomically (temp file, fsync, rename)."""
+        temp = self.temp_path(path.name)
         try:
             with open(temp, "wb") as out:
                 out.write(data)
@@ -304,7 +408,6 @@ class Store:
         finally:
             temp.unlink(missing_ok=True)
         _fsync_dir(path.parent)
-        return hashlib.sha256(data).hexdigest()
 
     def read_manifest_bytes(self, name: ModelName) -> bytes:
         try:
@@ -380,7 +483,7 @@ class Store:
             digests = self._named_digests(name)
             path.unlink()
             self._remove_empty_parents(path.parent)
-            self._collect(digests)
+            self.discard_unreferenced(digests)
 
     def _named_digests(self, name: ModelName) -> set[str]:
         """The blobs ``name``'s manifest names; none if it has none or it is corrupt (its blobs stay for verify())."""
@@ -388,11 +491,6 @@ class Store:
             return {d["digest"] for d in manifest_descriptors(json.loads(self.read_manifest_bytes(name)))}
         except (ModelNotFound, ValueError, CorruptManifest):
             return set()
-
-    def _collect(self, digests: set[str]) -> None:
-        """Delete those of ``digests`` that no manifest names and no pull or create holds."""
-        for digest in digests - self.referenced_digests() - set(self._held):
-            self.blob_path(digest).unlink(missing_ok=True)
 
     def _remove_empty_parents(self, directory: Path) -> None:
         while directory != self.manifests_dir and self.manifests_dir in directory.parents:
@@ -436,6 +534,8 @@ class Store:
 
     def _check_blob(self, digest: str, size: int) -> str | None:
         path = self.blob_path(digest)
+        if link_problem := self._link_problem(digest):
+            return f"blob {digest}: {link_problem}"
         if not path.is_file():
             return f"blob {digest} is missing"
         actual_digest, actual_size = hash_file(path)

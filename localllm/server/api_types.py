@@ -117,6 +117,7 @@ class CreateRequest(_NamedBody):
     messages: list[Message] | None = None
     license: str | list[str] | None = None
     quantize: str | None = None
+    requires: str | None = None
     stream: bool = True
 
 

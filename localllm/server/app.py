@@ -103,7 +103,11 @@ def run_server(settings: Settings | None = None) -> None:
     if not is_loopback_host(settings.host) and not settings.api_key:
         log.warning("!" * 72)
         log.warning("LOCALLLM_HOST=%s exposes the API to the network WITHOUT an API key.", settings.host)
-        log.warning("Anyone who can reach this machine can use and delete your models.")
+        log.warning("Anyone who can reach this machine can use your models.")
+        if settings.allow_remote_changes:
+            log.warning("LOCALLLM_ALLOW_REMOTE_CHANGES=1: they can also pull, push, create, copy and delete models.")
+        else:
+            log.warning("Pulling, pushing, creating, copying and deleting models stay refused to them.")
         log.warning("Set LOCALLLM_API_KEY, or bind to 127.0.0.1.")
         log.warning("!" * 72)
     log.info("localllm %s listening on %s:%d, models in %s", __version__, settings.host, settings.port,

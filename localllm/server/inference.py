@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
+from ..registry.links import LinkedFileError
 from ..registry.models import LocalModel, load_local_model
 from ..registry.names import InvalidName, ModelName
+from ..registry.requires import ModelTooNew
 from ..registry.store import ModelNotFound, Store
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import PromptError
@@ -87,12 +89,15 @@ class Inference:
         self.metrics = metrics
 
     def resolve(self, name: str) -> LocalModel:
-        """The local model called ``name``; 400 for a bad name, 404 when absent."""
+        """The local model called ``name``; 400 for a bad name, 404 when absent,
+        409 when its linked file vanished or changed (links.py)."""
         parsed = parse_name(name)
         try:
             return load_local_model(self.store, parsed)
         except ModelNotFound as exc:
             raise not_found(str(exc)) from None
+        except LinkedFileError as exc:
+            raise ApiError(409, str(exc)) from None
 
     def job(self, name: str, options: dict[str, Any] | None, keep_alive: Any,
             constraint: Constraint = NO_CONSTRAINT, raw_grammar: str | None = None) -> CompletionJob:
@@ -108,6 +113,10 @@ class Inference:
         if raw_grammar and constraint != NO_CONSTRAINT:
             raise bad_request("use either a format/response_format or a grammar, not both")
         model = self.resolve(name)
+        try:
+            model.check_runnable()
+        except ModelTooNew as exc:
+            raise ApiError(412, str(exc)) from None  # Ollama's status for a model that needs a newer version
         return CompletionJob(
             model=model,
             options=merge_options(model.parameters, options),

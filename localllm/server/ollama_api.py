@@ -12,12 +12,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from .. import __version__
-from ..registry.create import CreateError, CreateSpec, check_spec, spec_from_modelfile
+from ..registry.create import CreateError, CreateSpec, check_spec, local_files, spec_from_modelfile
 from ..registry.gguf import InvalidGGUF
 from ..registry.names import InvalidName
 from ..registry.pull import PullError, parse_pull_target
 from ..registry.remote import RegistryError
 from ..registry.models import load_local_model
+from ..registry.requires import normalize_requires
 from ..registry.store import CorruptManifest, DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from . import show
 from .api_types import (
@@ -31,9 +32,10 @@ from .api_types import (
     ShowRequest,
 )
 from .embeddings import shorten
-from .errors import bad_request, not_found
+from .errors import ApiError, bad_request, not_found
 from .inference import parse_name
 from .limits import check_request
+from .security import is_trusted_client
 from .options import validate_options
 from .state import details_at, state_of
 from .streaming import NDJSON, ndjson, streamed
@@ -126,7 +128,7 @@ async def delete_model(body: DeleteRequest, request: Request) -> Response:
     name = parse_name(body.model)
     state = state_of(request)
     try:
-        model = load_local_model(state.store, name)
+        model = load_local_model(state.store, name, verify_links=False)  # its runner is stopped even so
     except (ModelNotFound, CorruptManifest, InvalidGGUF):
         model = None  # not loadable as it is, so no runner to stop; deleting it still works (or 404s)
     try:
@@ -173,22 +175,42 @@ async def push_model(body: PushRequest, request: Request) -> Response:
     return await stream_or_last(events(), body.stream)
 
 
-def create_spec(body: CreateRequest, store) -> CreateSpec:
-    """The request as a CreateSpec: raw Modelfile text, or Ollama's structured fields."""
+def create_spec(body: CreateRequest, store, may_read_files: bool) -> CreateSpec:
+    """The request as a CreateSpec: raw Modelfile text, or Ollama's structured fields.
+
+    A FROM or ADAPTER naming a file on this machine is refused (403) unless
+    ``may_read_files``: only a trusted client may make the daemon read its files.
+    """
     base_dir = Path(body.path).expanduser().parent if body.path else None
     if body.modelfile is not None:
-        return spec_from_modelfile(body.modelfile, base_dir, body.quantize)
-    source = body.from_
-    if body.files:
-        source = str(_uploaded_blob(store, next(iter(body.files.values())), "files"))
-    if not source:
+        spec = spec_from_modelfile(body.modelfile, base_dir, body.quantize)
+    else:
+        spec = _structured_spec(body, base_dir)
+    if not may_read_files and (paths := local_files(spec)):
+        raise ApiError(403, f"{paths[0]}: a model can be created from a file on the daemon's machine only by a "
+                            "client on that machine or one holding LOCALLLM_API_KEY; upload the file with "
+                            "POST /api/blobs/<digest> and name it in 'files' instead")
+    if body.modelfile is None and body.files:
+        spec.from_ = str(_uploaded_blob(store, next(iter(body.files.values())), "files"))
+    if body.modelfile is None and body.adapters:
+        spec.adapters = [str(_uploaded_blob(store, d, "adapters")) for d in body.adapters.values()]
+    if not spec.from_:
         raise CreateError("'from' (or a Modelfile with FROM) is required")
+    return spec
+
+
+def _structured_spec(body: CreateRequest, base_dir: Path | None) -> CreateSpec:
+    """Ollama's structured create fields (without the uploaded blobs ``files`` and ``adapters`` name)."""
     licenses = [body.license] if isinstance(body.license, str) else body.license
+    try:
+        requires = normalize_requires(body.requires) if body.requires else None
+    except ValueError as exc:
+        raise CreateError(f"requires: {exc}") from None
     spec = CreateSpec(
-        from_=source, base_dir=base_dir, template=body.template, system=body.system,
+        from_=body.from_ or "", base_dir=base_dir, template=body.template, system=body.system,
         parameters=validate_options(body.parameters), license=licenses, quantize=body.quantize,
         messages=[m.model_dump(exclude_none=True) for m in body.messages] if body.messages is not None else None,
-        adapters=[str(_uploaded_blob(store, d, "adapters")) for d in (body.adapters or {}).values()],
+        requires=requires,
     )
     check_spec(spec)
     return spec
@@ -210,7 +232,7 @@ async def create_model(body: CreateRequest, request: Request) -> Response:
     name = parse_name(body.model)
     state = state_of(request)
     try:
-        spec = create_spec(body, state.store)
+        spec = create_spec(body, state.store, is_trusted_client(request.scope))
     except CreateError as exc:
         raise bad_request(str(exc)) from None
 

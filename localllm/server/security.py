@@ -1,9 +1,15 @@
-"""Who may talk to the daemon: Host header, browser Origin, API key, body size.
+"""Who may talk to the daemon: Host header, browser Origin, API key, client address, body size.
 
 Every web page the user opens can send requests to ``localhost:11434``. The
 Host check stops DNS rebinding (a hostile name resolving to 127.0.0.1), the
 Origin check stops other sites' scripts, the optional key stops everything
-else. It is plain ASGI middleware so that it also guards streamed bodies.
+else. A daemon bound to a network address without a key still answers
+model-changing endpoints (pull, push, create, copy, delete, blob upload) only
+to clients on this machine, since exposed servers are made to fetch from
+hostile registries and to parse hostile files; ``LOCALLLM_ALLOW_REMOTE_CHANGES=1``
+opens them deliberately, and even then only trusted clients (loopback, or with
+the key) may name files on the server in ``/api/create``. It is plain ASGI
+middleware so that it also guards streamed bodies.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ DEFAULT_ORIGINS = (
 )
 #: Paths whose bodies may be large (model blobs); the body limit does not apply.
 UNLIMITED_BODY_PATHS = ("/api/blobs/",)
+#: Endpoints that change the store or make the daemon fetch or read model files (and ``POST /api/blobs/…``).
+MODEL_CHANGING_PATHS = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete")
+#: Scope key the guard sets: True for a client on this machine or one that sent the API key.
+TRUSTED_CLIENT = "localllm.trusted_client"
 
 
 def is_loopback_host(host: str) -> bool:
@@ -42,6 +52,26 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def changes_models(method: str, path: str) -> bool:
+    """True for the requests that only trusted clients may make unless LOCALLLM_ALLOW_REMOTE_CHANGES is set."""
+    path = path.rstrip("/")
+    return path in MODEL_CHANGING_PATHS or (path.startswith("/api/blobs/") and method not in ("GET", "HEAD"))
+
+
+def is_trusted_client(scope: Scope) -> bool:
+    """Whether the guard found the request's client on this machine or holding the API key."""
+    return bool(scope.get(TRUSTED_CLIENT))
+
+
+def _client_is_loopback(scope: Scope) -> bool:
+    client = scope.get("client")
+    try:
+        address = ipaddress.ip_address(client[0])
+    except (TypeError, ValueError, IndexError):
+        return False  # no peer address (or a name): not known to be this machine
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
 
 
 def _split_host(value: str) -> str:
@@ -82,6 +112,14 @@ class AccessGuard:
                 await _deny(send, path, 401, "missing or wrong API key: send 'Authorization: Bearer "
                                              "<LOCALLLM_API_KEY>' or 'x-api-key: <LOCALLLM_API_KEY>'")
                 return
+        trusted = bool(self.settings.api_key) or _client_is_loopback(scope)
+        if not trusted and not self.settings.allow_remote_changes and changes_models(scope["method"], path):
+            await _deny(send, path, 403, (
+                f"{path} changes models, so it answers only clients on the daemon's own machine; to allow it "
+                "from the network set LOCALLLM_API_KEY on the daemon (and send it as a bearer token), or set "
+                "LOCALLLM_ALLOW_REMOTE_CHANGES=1 to let anyone who reaches the daemon change models"))
+            return
+        scope = dict(scope, **{TRUSTED_CLIENT: trusted})
         if not path.startswith(UNLIMITED_BODY_PATHS):
             declared = headers.get("content-length", "")
             if declared.isdigit() and int(declared) > self.settings.max_body_bytes:

@@ -28,16 +28,16 @@ def parameters_text(parameters: dict[str, Any]) -> str:
 
 
 def modelfile_of(model: LocalModel) -> str:
-    """A Modelfile that recreates the model, headed like Ollama's."""
+    """A Modelfile that recreates the model, headed like Ollama's; FROM names the file a linked model reads."""
     modelfile = Modelfile(
-        from_=str(model.model_path),
+        from_=str(model.linked_file or model.model_path),
         parameters=parameters_to_pairs(model.parameters),
         template=model.template,
         system=model.system,
         messages=model.messages,
         adapters=[str(p) for p in model.adapters],
         license=model.license,
-        requires=None,
+        requires=model.requires,
     )
     try:
         body = format_modelfile(modelfile)
@@ -61,6 +61,7 @@ def show_response(model: LocalModel, verbose: bool = False) -> dict[str, Any]:
         "details": model_details(model.gguf),
         "model_info": model_info(model, verbose=verbose),
         "capabilities": model.capabilities,
+        "requires": model.requires,
     }
     if model.messages:
         answer["messages"] = model.messages

@@ -46,9 +46,10 @@ class DaemonState:
         )
 
     def details_of(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Ollama's ``details`` of a manifest's model layer."""
+        """Ollama's ``details`` of a manifest's model layer (LinkedFileError rather than another file's)."""
         for layer in manifest.get("layers", []):
             if layer.get("mediaType") == MEDIA_MODEL:
+                self.store.check_link(layer["digest"])
                 return details_at(self.store.blob_path(layer["digest"]))
         return {"format": "gguf"}
 
