@@ -140,7 +140,8 @@ def test_streamed_tool_call_carries_an_id_the_client_sends_back(models):
     client = openai.OpenAI(base_url=f"{models.url}/v1", api_key="unused", max_retries=0)
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     chunks = list(client.chat.completions.create(model="toolsmodel", messages=messages, tools=[WEATHER_TOOL],
-                                                 tool_choice="required", stream=True, max_tokens=60))
+                                                 tool_choice="required", stream=True, max_tokens=60,
+                                                 temperature=0))
     calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
     assert len(calls) == 1 and calls[0].function.name == "get_weather" and calls[0].id
     assert json.loads(calls[0].function.arguments)["city"]
