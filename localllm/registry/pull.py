@@ -39,7 +39,7 @@ from .sources import (
     hf_model_info,
     url_host_is_loopback,
 )
-from .store import MEDIA_LICENSE, MEDIA_PARAMS, MEDIA_SYSTEM, DigestMismatch, Store, parse_digest
+from .store import MEDIA_LICENSE, MEDIA_PARAMS, MEDIA_SYSTEM, MEDIA_TEMPLATE, DigestMismatch, Store, parse_digest
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class PullPlan:
     size: int | None
     sources: tuple[Source, ...]
     label: str  # shown in "pulling <label>" when the digest is not known up front
+    template: str | None = None
     system: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     license: str | None = None
@@ -208,6 +209,7 @@ class Puller:
                 size=entry.size,
                 sources=entry.sources,
                 label=entry.digest[7:19],
+                template=entry.template,
                 system=entry.system,
                 parameters=entry.parameters,
                 license=entry.license,
@@ -339,6 +341,8 @@ class Puller:
 
     def _extra_layers(self, plan: PullPlan) -> list[dict[str, Any]]:
         layers = []
+        if plan.template:
+            layers.append(text_layer(self.store, MEDIA_TEMPLATE, plan.template))
         if plan.system:
             layers.append(text_layer(self.store, MEDIA_SYSTEM, plan.system))
         if plan.license:
