@@ -17,7 +17,7 @@ from localllm.cli.display import BOLD, GREY, RESET, AnswerPrinter
 from localllm.cli.main import app
 from localllm.cli.repl import ChatRepl
 from localllm.cli.run import RunOptions, parse_think, stream_reply
-from localllm.client import Client
+from localllm.client import APIError, Client
 from localllm.config import load_settings
 
 
@@ -103,6 +103,17 @@ def test_ctrl_c_while_thinking_resets_the_colours() -> None:
     assert final is None
     assert text.endswith(f"half a thou{RESET}")
     assert answer.thinking == "half a thou"
+
+
+def test_a_stream_failing_while_thinking_resets_the_colours() -> None:
+    def failing() -> Iterator[dict]:
+        yield from list(chat_events(["half a thou"], []))[:1]
+        raise APIError("model runner crashed", 500)
+
+    out = Terminal()
+    with pytest.raises(APIError, match="model runner crashed"):
+        show(failing(), out=out)
+    assert out.getvalue().endswith(f"half a thou{RESET}")
 
 
 # --- flags, settings and the request ---------------------------------------------------------

@@ -127,8 +127,9 @@ class AnswerPrinter:
         self._thinking = None
         self.answer.at_line_start()
 
-    def interrupt(self) -> None:
-        """The answer was cut short: leave the terminal's colours as they were."""
+    def stop(self) -> None:
+        """Stop where the answer is (cut short, or failed): an open thinking block
+        stays unclosed, but the terminal's colours are reset."""
         if self._thinking is not None and self.styled:
             self.out.write(RESET)
             self.out.flush()

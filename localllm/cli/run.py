@@ -145,11 +145,10 @@ def stream_reply(events: Iterator[dict[str, Any]], printer: AnswerPrinter, chat:
                 final = event
         printer.end_thinking()
     except KeyboardInterrupt:
-        spinner.stop()
-        printer.interrupt()
         return None
     finally:
         spinner.stop()
+        printer.stop()
     return final or {}
 
 
