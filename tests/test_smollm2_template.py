@@ -113,6 +113,19 @@ def test_openai_required_tool_call_on_the_default_model(daemon) -> None:
     assert call.function.name == "get_weather"
 
 
+def test_openai_tool_result_round_trip_on_the_default_model(daemon) -> None:
+    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="x", max_retries=0)
+    messages = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21, "unit": "celsius"}'},
+    ]
+    answer = client.chat.completions.create(model="smollm2:135m", messages=messages, tools=[WEATHER_TOOL],
+                                            tool_choice="none", max_tokens=40)
+    assert answer.choices[0].message.content
+
+
 def test_a_model_whose_template_takes_no_tools_keeps_the_400(daemon, smollm2_path: Path) -> None:
     daemon.create("smollm2-gguf-template", f"FROM {smollm2_path}")
     response = httpx.post(f"{daemon.url}/api/chat", json={
