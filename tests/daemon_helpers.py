@@ -82,6 +82,12 @@ class Daemon:
                              capture_output=True, text=True).stdout
         return [int(pid) for pid in out.split()]
 
+    def pull(self, name: str) -> None:
+        """Pull a model through the daemon's API (raises on failure)."""
+        response = httpx.post(f"{self.url}/api/pull", json={"model": name, "stream": False}, timeout=300)
+        if response.status_code != 200:
+            raise RuntimeError(f"pull {name} failed: {response.status_code} {response.text}")
+
     def create(self, name: str, modelfile: str) -> None:
         """Create a model through the daemon's API (raises on failure)."""
         response = httpx.post(f"{self.url}/api/create", json={"model": name, "modelfile": modelfile, "stream": False},

@@ -108,7 +108,7 @@ def test_show_lists_thinking_only_for_models_that_can(models):
 @pytest.mark.parametrize("path,body,needle", [
     ("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "think": True}, "does not support thinking"),
     ("/api/generate", {"prompt": "hi", "think": "high"}, "does not support thinking"),
-    ("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "think": "extreme"}, "invalid think value"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "think": "extreme"}, "unknown value"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "high"},
      "does not support thinking"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "extreme"},

@@ -7,8 +7,9 @@ import pytest
 from localllm.server.conversation import Content, Thinking, ToolCallDelta
 from localllm.server.output_parser import OutputParser, ParserSetup
 from localllm.server.tools import HERMES, LLAMA3, MISTRAL
+from localllm.templates.thinking import ThinkingTags
 
-THINK = ("<think>", "</think>")
+THINK = ThinkingTags("<think>", "</think>")
 
 
 def run(setup: ParserSetup, pieces: list[str]) -> list[list]:
@@ -124,3 +125,10 @@ def test_unknown_function_names_are_not_calls():
                 ['<tool_call>{"name": "rm", "arguments": {}}</tool_call>'])
     assert calls(steps) == []
     assert "rm" in joined(steps, Content)
+
+
+def test_a_list_of_calls_in_one_hermes_block():
+    """SmolLM2 writes its calls as a JSON list inside one <tool_call> block."""
+    setup = ParserSetup(call_syntax=HERMES, tool_names=frozenset({"a", "b"}))
+    steps = run(setup, ['<tool_call>[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}]</tool_call>'])
+    assert [(c.index, c.call.name) for c in calls(steps)] == [(0, "a"), (1, "b")]

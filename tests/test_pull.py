@@ -100,6 +100,7 @@ def test_catalog_pull_falls_back_from_hugging_face_to_the_index(tmp_path: Path, 
     assert model.details["quantization_level"] == "Q4_1"
     assert model.parameters == {"stop": ["<|im_start|>", "<|im_end|>"]}
     assert model.system and model.license
+    assert model.template and "tools" in model.capabilities  # the catalog's TEMPLATE layer
     config = json.loads(store.blob_path(model.manifest["config"]["digest"]).read_text())
     assert (config["model_format"], config["model_family"], config["file_type"]) == ("gguf", "llama", "Q4_1")
     assert store.verify() == []

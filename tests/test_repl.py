@@ -74,6 +74,14 @@ def test_settings_commands(repl: PtySession) -> None:
     assert repl.wait() == 0
 
 
+def test_think_settings(repl: PtySession) -> None:
+    ask(repl, "/set think high", r'warning: model "smollm2:135m" does not support thinking output',
+        r"Set 'think' mode to 'high'\.")
+    ask(repl, "/set think extreme",
+        r"Couldn't set think: unknown think value 'extreme' \(must be true, false, low, medium, high\)")
+    ask(repl, "/set nothink", r"Set 'nothink' mode\.")
+
+
 def test_chat_verbose_multiline_clear_and_save(env: CliEnv, repl: PtySession) -> None:
     ask(repl, "/set parameter num_predict 8", r"Set parameter")
     ask(repl, "/set verbose", r"Set 'verbose' mode\.")

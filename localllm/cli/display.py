@@ -1,4 +1,4 @@
-"""Terminal output of streamed answers: word wrapping and the waiting spinner."""
+"""Terminal output of streamed answers: word wrapping, the model's thinking, and the waiting spinner."""
 
 from __future__ import annotations
 
@@ -71,6 +71,83 @@ class StreamPrinter:
     def content(self) -> str:
         """Everything written so far."""
         return "".join(self.text)
+
+    def at_line_start(self) -> None:
+        """Someone else wrote a line break: wrapping starts counting again."""
+        self.line_length, self.word = 0, ""
+
+
+# Ollama's CLI colours (its readline package): thinking is grey, its frame bold grey.
+GREY, BOLD, RESET = "\x1b[38;5;245m", "\x1b[1m", "\x1b[0m"
+
+
+class AnswerPrinter:
+    """One streamed answer on the terminal: the model's thinking, then its answer.
+
+    Thinking is shown as Ollama's CLI shows it: ``Thinking...``, the text dimmed,
+    then ``...done thinking.`` once the answer starts (or the stream ends);
+    colours only on a terminal. With ``show_thinking`` off it is kept (for the
+    chat history) but not printed.
+    """
+
+    def __init__(self, out: TextIO | None = None, wrap: bool = True, show_thinking: bool = True) -> None:
+        self.out = out or sys.stdout
+        self.wrap = wrap
+        self.show_thinking = show_thinking
+        self.styled = self.out.isatty()
+        self.answer = StreamPrinter(self.out, wrap)
+        self._thinking: StreamPrinter | None = None  # the open thinking block, if any
+        self._thoughts: list[str] = []
+
+    def think(self, text: str) -> None:
+        """A piece of thinking."""
+        if not text:
+            return
+        self._thoughts.append(text)
+        if not self.show_thinking:
+            return
+        if self._thinking is None:
+            self._frame("Thinking...\n", then=GREY)
+            self._thinking = StreamPrinter(self.out, self.wrap)
+        self._thinking.write(text)
+
+    def write(self, text: str) -> None:
+        """A piece of the answer; it closes an open thinking block first."""
+        if text:
+            self.end_thinking()
+            self.answer.write(text)
+
+    def end_thinking(self) -> None:
+        """Close the open thinking block, if any (``...done thinking.``)."""
+        if self._thinking is None:
+            return
+        if not self._thinking.content.endswith("\n"):
+            self.out.write("\n")
+        self._frame("...done thinking.\n\n")
+        self._thinking = None
+        self.answer.at_line_start()
+
+    def stop(self) -> None:
+        """Stop where the answer is (cut short, or failed): an open thinking block
+        stays unclosed, but the terminal's colours are reset."""
+        if self._thinking is not None and self.styled:
+            self.out.write(RESET)
+            self.out.flush()
+        self._thinking = None
+
+    def _frame(self, text: str, then: str = "") -> None:
+        self.out.write(f"{GREY}{BOLD}{text}{RESET}{then}" if self.styled else text)
+        self.out.flush()
+
+    @property
+    def content(self) -> str:
+        """The answer written so far, without thinking."""
+        return self.answer.content
+
+    @property
+    def thinking(self) -> str:
+        """All thinking received so far, shown or not."""
+        return "".join(self._thoughts)
 
 
 class Spinner:

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from localllm import __version__
 from localllm.cli.format import human_bytes, human_time, render_table, show_info
 from localllm.cli.progress import show_progress
 from localllm.cli.repl import ChatRepl
 from localllm.cli.run import (
-    RunOptions, ensure_model, load_model, parse_format, parse_keep_alive, register_file, run_once,
+    RunOptions, ensure_model, load_model, parse_format, parse_keep_alive, parse_think, register_file, run_once,
 )
 from localllm.client import APIError, Client, DaemonError, connect
 from localllm.config import SettingsError, load_settings
@@ -231,7 +232,26 @@ def create(
         show_progress(client.create(body))
 
 
-@app.command()
+class _RunCommand(TyperCommand):
+    """``run``, whose ``--think`` takes its value only as ``--think=LEVEL``: a bare ``--think``
+    means true and leaves the next word to the prompt (Ollama's flag works this way)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        args = ["--think=true" if arg == "--think" else arg for arg in args[:end]] + args[end:]
+        return super().parse_args(ctx, args)
+
+
+def _think_option(value: str | None) -> bool | str | None:
+    if value is None:
+        return None
+    try:
+        return parse_think(value)
+    except ValueError as exc:
+        raise DaemonError(f"invalid --think: {exc}") from None
+
+
+@app.command(cls=_RunCommand)
 def run(
     model: str = typer.Argument(..., help="Model name, or a GGUF file (./model.gguf) to run where it is."),
     prompt: list[str] | None = typer.Argument(None, help="The prompt; without one, an interactive chat."),
@@ -239,13 +259,19 @@ def run(
     format: str | None = typer.Option(None, "--format", help="Response format: json or a JSON schema."),
     keepalive: str | None = typer.Option(None, "--keepalive", help="How long to keep the model loaded (5m)."),
     nowordwrap: bool = typer.Option(False, "--nowordwrap", help="Don't wrap words to the terminal width."),
+    think: str | None = typer.Option(
+        None, "--think", metavar="[=LEVEL]",
+        help="Thinking for models that think: --think (true), --think=false, or --think=low|medium|high. "
+             "Unset: on if the model thinks."),
+    hidethinking: bool = typer.Option(False, "--hidethinking", help="Don't show the model's thinking."),
 ) -> None:
     """Run a model: answer a prompt, or chat."""
     # Ctrl+C stops a generation; a shell that started us in the background may have
     # left SIGINT ignored, which would make it do nothing.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     opts = RunOptions(model=model, format=parse_format(format), keep_alive=parse_keep_alive(keepalive),
-                      wordwrap=not nowordwrap, verbose=verbose)
+                      wordwrap=not nowordwrap, verbose=verbose, think=_think_option(think),
+                      think_chosen=think is not None, hide_thinking=hidethinking)
     words = list(prompt or [])
     interactive = not words
     if not sys.stdin.isatty():

@@ -13,9 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from localllm.cli.display import StreamPrinter
+from localllm.cli.display import AnswerPrinter, StreamPrinter
 from localllm.cli.format import show_info
-from localllm.cli.run import RunOptions, load_model, print_stats, stream_reply
+from localllm.cli.run import RunOptions, load_model, parse_think, print_stats, stream_reply
 from localllm.client import APIError, Client, DaemonError
 from localllm.registry.modelfile import ModelfileError, convert_parameters
 
@@ -48,6 +48,8 @@ HELP_SET = """Available Commands:
   /set nowordwrap        Disable wordwrap
   /set format json       Enable JSON mode
   /set noformat          Disable formatting
+  /set think [level]     Enable thinking (level: low, medium or high)
+  /set nothink           Disable thinking
   /set verbose           Show LLM stats
   /set quiet             Disable LLM stats
 """
@@ -225,6 +227,8 @@ class ChatRepl:
         elif what == "noformat":
             opts.format = None
             print("Disabled format.")
+        elif what in ("think", "nothink"):
+            self._set_think(what, words[2] if what == "think" and len(words) > 2 else None)
         elif what == "parameter":
             if len(words) < 4:
                 _err(HELP_PARAMETERS)
@@ -245,6 +249,18 @@ class ChatRepl:
             self._set_system(text)
         else:
             print(f"Unknown command '/set {what}'. Type /? for help")
+
+    def _set_think(self, what: str, level: str | None) -> None:
+        """``/set think [level]`` or ``/set nothink``; warns, as Ollama does, when the model cannot think."""
+        try:
+            think = parse_think(level) if level else what == "think"
+        except ValueError as exc:
+            print(f"Couldn't set think: {exc}")
+            return
+        self.opts.think, self.opts.think_chosen = think, True
+        if "thinking" not in self.opts.capabilities:
+            _err(f'warning: model "{self.opts.model}" does not support thinking output')
+        print(f"Set '{what}' mode to '{level}'." if level else f"Set '{what}' mode.")
 
     def _set_system(self, text: str) -> None:
         """Replace a trailing system message or add one, as Ollama does."""
@@ -340,7 +356,7 @@ class ChatRepl:
         """Send a user message and stream the assistant's answer."""
         opts = self.opts
         opts.messages.append({"role": "user", "content": text})
-        printer = StreamPrinter(wrap=opts.wordwrap)
+        printer = AnswerPrinter(wrap=opts.wordwrap, show_thinking=not opts.hide_thinking)
         try:
             final = stream_reply(self.client.chat(opts.request(messages=list(opts.messages))), printer, chat=True)
         except DaemonError as exc:
@@ -351,6 +367,9 @@ class ChatRepl:
             opts.messages.pop()
             print("\n")
             return
-        opts.messages.append({"role": "assistant", "content": printer.content})
+        answer = {"role": "assistant", "content": printer.content}
+        if printer.thinking:
+            answer["thinking"] = printer.thinking
+        opts.messages.append(answer)
         print("\n")
         print_stats(final, opts.verbose)

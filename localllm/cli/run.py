@@ -1,6 +1,6 @@
 """What ``localllm run`` does around one generation: find or pull the model,
-load it, stream an answer with a spinner and word wrap, stop cleanly on Ctrl+C,
-print ``--verbose`` statistics.
+load it, stream an answer (and the model's thinking) with a spinner and word
+wrap, stop cleanly on Ctrl+C, print ``--verbose`` statistics.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localllm.cli.display import Spinner, StreamPrinter
+from localllm.cli.display import AnswerPrinter, Spinner
 from localllm.cli.format import stats_summary
 from localllm.cli.progress import show_progress
 from localllm.client import APIError, Client, DaemonError
@@ -35,12 +35,18 @@ class RunOptions:
     messages: list[dict[str, Any]] = field(default_factory=list)
     loaded_messages: list[dict[str, Any]] = field(default_factory=list)
     parent_model: str = ""
+    capabilities: list[str] = field(default_factory=list)
+    think: bool | str | None = None  # None: not sent
+    think_chosen: bool = False  # set by --think or /set (n)othink, else inferred from the model
+    hide_thinking: bool = False
 
     def request(self, **body: Any) -> dict[str, Any]:
         """A generate/chat request body carrying the session's settings."""
         body["model"] = self.model
         if self.format:
             body["format"] = self.format
+        if self.think is not None:
+            body["think"] = self.think
         if self.options:
             body["options"] = dict(self.options)
         if self.keep_alive is not None:
@@ -51,6 +57,21 @@ class RunOptions:
         """Take what a session needs from the model's ``/api/show`` answer."""
         self.parent_model = str((info.get("details") or {}).get("parent_model") or "")
         self.loaded_messages = list(info.get("messages") or [])
+        self.capabilities = [str(c) for c in info.get("capabilities") or []]
+        if not self.think_chosen:  # as Ollama: a model that can think does, unless told otherwise
+            self.think = True if "thinking" in self.capabilities else None
+
+
+def parse_think(value: str) -> bool | str:
+    """``--think=VALUE`` or ``/set think VALUE``: true, false or a level; ValueError otherwise."""
+    from localllm.templates.thinking import THINK_LEVELS  # only here: the CLI starts without the template engines
+
+    text = value.strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    if text in THINK_LEVELS:
+        return text
+    raise ValueError(f"unknown think value {value!r} (must be true, false, {', '.join(THINK_LEVELS)})")
 
 
 def parse_format(value: str | None) -> str | dict[str, Any] | None:
@@ -137,27 +158,34 @@ def load_model(client: Client, opts: RunOptions) -> None:
         spinner.stop()
 
 
-def stream_reply(events: Iterator[dict[str, Any]], printer: StreamPrinter, chat: bool) -> dict[str, Any] | None:
+def stream_reply(events: Iterator[dict[str, Any]], printer: AnswerPrinter, chat: bool) -> dict[str, Any] | None:
     """Print a streamed answer; returns the final (``done``) object, or ``None`` if Ctrl+C stopped it.
 
-    Leaving the stream closes the connection, which tells the daemon to stop
-    generating at once.
+    Events are the daemon's stream: chat events carry ``message.content`` and
+    ``message.thinking``, generate events ``response`` and ``thinking``. The
+    spinner keeps turning while thinking streams unseen. Leaving the stream
+    closes the connection, which tells the daemon to stop generating at once.
     """
     spinner = Spinner()
     final: dict[str, Any] | None = None
     try:
         for event in events:
-            piece = (event.get("message") or {}).get("content", "") if chat else event.get("response", "")
-            if piece:
+            delta = (event.get("message") or {}) if chat else event
+            thinking, piece = delta.get("thinking") or "", delta.get("content" if chat else "response") or ""
+            if piece or (thinking and printer.show_thinking):
                 spinner.stop()
-                printer.write(piece)
+            printer.think(thinking)
+            if delta.get("tool_calls"):
+                printer.end_thinking()
+            printer.write(piece)
             if event.get("done"):
                 final = event
+        printer.end_thinking()
     except KeyboardInterrupt:
-        spinner.stop()
         return None
     finally:
         spinner.stop()
+        printer.stop()
     return final or {}
 
 
@@ -172,7 +200,7 @@ def run_once(client: Client, opts: RunOptions, prompt: str) -> None:
     if not prompt:
         load_model(client, opts)
         return
-    printer = StreamPrinter(wrap=opts.wordwrap)
+    printer = AnswerPrinter(wrap=opts.wordwrap, show_thinking=not opts.hide_thinking)
     final = stream_reply(client.generate(opts.request(prompt=prompt)), printer, chat=False)
     sys.stdout.write("\n\n" if sys.stdout.isatty() else "\n")
     sys.stdout.flush()

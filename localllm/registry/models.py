@@ -16,6 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..templates.gotemplate import TemplateError
+from ..templates.prompt import ollama_template
+from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_tags
 from .gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
 from .links import LinkedFileError
 from .names import ModelName
@@ -131,6 +134,8 @@ class LocalModel:
         template = self.template or self.chat_template or ""
         if "tools" in template:
             caps.append("tools")
+        if self.thinking_tags:
+            caps.append("thinking")
         if self.projectors:
             caps.append("vision")
         if self.thinking_tags:
@@ -138,12 +143,18 @@ class LocalModel:
         return caps
 
     @property
-    def thinking_tags(self) -> tuple[str, str] | None:
-        """The opening and closing tag of the model's thinking block, when its template can think."""
-        template = self.template or self.chat_template or ""
-        if any(word in template for word in (".Think", "enable_thinking", "reasoning_content")):
-            return "<think>", "</think>"
-        return None
+    def thinking_tags(self) -> ThinkingTags | None:
+        """The tags around this model's thinking, read from the template that applies; None if it cannot think.
+
+        With ``think`` on, an answer starts inside the block when the prompt
+        already ends with the opening tag: ``tags.opened_by(prompt)``.
+        """
+        if self.template:
+            try:
+                return go_thinking_tags(ollama_template(self.template))
+            except TemplateError:  # create checks templates; a store written by others may still hold a bad one
+                return None
+        return jinja_thinking_tags(self.chat_template) if self.chat_template else None
 
 
 def model_info(model: LocalModel, *, verbose: bool = False) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from .store import (
     MEDIA_PARAMS,
     MEDIA_PROJECTOR,
     MEDIA_SYSTEM,
+    MEDIA_TEMPLATE,
     DigestMismatch,
     Store,
     parse_digest,
@@ -121,7 +122,8 @@ class PullPlan:
     name: ModelName
     blobs: tuple[BlobJob, ...]
     manifest: bytes | None = None  # a registry's manifest, written as it came once every blob is in
-    system: str | None = None  # extra layers of a single-file model (the catalog's)
+    template: str | None = None  # extra layers of a single-file model (the catalog's)
+    system: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     license: str | None = None
 
@@ -248,6 +250,7 @@ class Puller:
             return PullPlan(
                 name=name,
                 blobs=(BlobJob(entry.digest, entry.digest, entry.size, entry.sources, entry.digest[7:19]),),
+                template=entry.template,
                 system=entry.system,
                 parameters=entry.parameters,
                 license=entry.license,
@@ -404,6 +407,8 @@ class Puller:
 
     def _extra_layers(self, plan: PullPlan) -> list[dict[str, Any]]:
         layers = []
+        if plan.template:
+            layers.append(text_layer(self.store, MEDIA_TEMPLATE, plan.template))
         if plan.system:
             layers.append(text_layer(self.store, MEDIA_SYSTEM, plan.system))
         if plan.license:

@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
+from ..templates.thinking import Think as ThinkSetting
+from ..templates.thinking import check_think as templates_check_think
 from .errors import bad_request
 from .formats import NO_CONSTRAINT, Constraint
 from .tools import ToolCall
 
 Role = Literal["system", "user", "assistant", "tool"]
-ThinkSetting = Union[bool, Literal["low", "medium", "high"], None]
-THINK_LEVELS = ("low", "medium", "high")
 
 
 @dataclass
@@ -68,11 +68,12 @@ class ChatTurn:
     keep_alive: Any = None
 
 
-def check_think(value: Any, field_name: str = "think") -> ThinkSetting:
-    """``value`` as a think setting; 400 naming ``field_name`` for anything else."""
-    if value is None or isinstance(value, bool) or value in THINK_LEVELS:
-        return value
-    raise bad_request(f"invalid {field_name} value {value!r}: use true, false, \"low\", \"medium\" or \"high\"")
+def check_think(value: Any) -> ThinkSetting:
+    """``value`` as a think setting; a 400 naming the problem for anything else."""
+    try:
+        return templates_check_think(value)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
 
 
 def shaped_logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..registry.models import LocalModel
 from ..templates import prompt as prompts
+from ..templates.thinking import ThinkingTags
 from .conversation import (
     Answer,
     ChatTurn,
@@ -52,7 +53,7 @@ class PreparedTurn:
         return self.job.model
 
 
-def thinking_tags(model: LocalModel, think: ThinkSetting) -> tuple[str, str] | None:
+def thinking_tags(model: LocalModel, think: ThinkSetting) -> ThinkingTags | None:
     """The thinking block's tags to look for, after checking ``think`` against the model.
 
     Asking a model that cannot think to think is a 400 (Ollama's answer);
@@ -147,7 +148,7 @@ class ChatHandler:
             prompt = turn.render(health)
             if setup.thinking_tags and turn.think is not False:
                 # A template that opens the block itself leaves the answer inside it.
-                opened = prompt.rstrip().endswith(setup.thinking_tags[0])
+                opened = setup.thinking_tags.opened_by(prompt)
                 setup = ParserSetup(setup.thinking_tags, opened, setup.call_syntax, setup.tool_names)
             return prompt
 

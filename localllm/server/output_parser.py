@@ -20,6 +20,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..templates.thinking import ThinkingTags
 from .conversation import Content, Delta, Thinking, ToolCallDelta
 from .tools import CALL_MARKERS, HERMES, LLAMA3, parse_tool_calls
 
@@ -31,7 +32,7 @@ _HERMES_CLOSE = "</tool_call>"
 class ParserSetup:
     """What the parser looks for in one answer."""
 
-    thinking_tags: tuple[str, str] | None = None  # opening and closing tag of a thinking block
+    thinking_tags: ThinkingTags | None = None  # opening and closing tag of a thinking block
     starts_thinking: bool = False  # the prompt already opened the block (the template wrote the opening tag)
     call_syntax: str | None = None  # tools.HERMES / MISTRAL / LLAMA3 when tools are offered
     tool_names: frozenset[str] = frozenset()

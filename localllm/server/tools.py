@@ -100,8 +100,9 @@ def parse_tool_calls(text: str, syntax: str, tool_names: set[str]) -> tuple[str,
     """Split a model's output into its plain content and its tool calls."""
     calls: list[ToolCall] = []
     if syntax == HERMES and "<tool_call>" in text:
-        for match in _HERMES_RE.finditer(text):
-            calls += [c for v in _json_values(match.group(1)) if (c := _decode_call(v, tool_names))]
+        for match in _HERMES_RE.finditer(text):  # one call, or a list of calls (SmolLM2's form)
+            calls += [c for v in _json_values(match.group(1)) for item in (v if isinstance(v, list) else [v])
+                      if (c := _decode_call(item, tool_names))]
         content = _HERMES_RE.sub("", text).strip() if calls else text
         return content, calls
     if syntax == MISTRAL and "[TOOL_CALLS]" in text:

@@ -1115,6 +1115,43 @@ class GoTemplate:
             visit(node)
         return found
 
+    def thinking_tags(self) -> tuple[str, str]:
+        """The text around ``.Thinking`` in the range over ``.Messages`` (Ollama's ``thinking.InferTags``).
+
+        For each ``.Thinking`` field whose nearest enclosing ``range`` iterates
+        ``.Messages``, the node list holding it gives the tags: its first node,
+        if text, is the opening tag, its last, if text, the closing one (both
+        stripped; later finds win). ``("", "")`` when nothing is found.
+        """
+        tags = ["", ""]
+
+        def uses_messages(pipe: _Pipe) -> bool:
+            return any(isinstance(a, _Field) and a.names[0] == "Messages" for cmd in pipe.cmds for a in cmd.args)
+
+        def visit(node: Any, siblings: tuple[_Node, ...], ranges: tuple[_Branch, ...]) -> None:
+            if isinstance(node, _Field):
+                if node.names[0] == "Thinking" and ranges and uses_messages(ranges[-1].pipe):
+                    if isinstance(siblings[0], _Text):
+                        tags[0] = siblings[0].text.strip()
+                    if isinstance(siblings[-1], _Text):
+                        tags[1] = siblings[-1].text.strip()
+            elif isinstance(node, (_Action, _SubPipe)):
+                visit(node.pipe, siblings, ranges)
+            elif isinstance(node, _Pipe):
+                for cmd in node.cmds:
+                    for a in cmd.args:
+                        visit(a, siblings, ranges)
+            elif isinstance(node, _Branch):
+                inner = (*ranges, node) if node.kind == "range" else ranges
+                visit(node.pipe, siblings, inner)
+                for nodes in (node.body, node.orelse):
+                    for child in nodes:
+                        visit(child, nodes, inner)
+
+        for node in self.nodes:
+            visit(node, self.nodes, ())
+        return tags[0], tags[1]
+
     def cut_after_field(self, name: str) -> GoTemplate:
         """The template up to and including the first ``.name`` reference; everything after is dropped.
 

@@ -7,6 +7,7 @@ Ollama feeds a Go template (``template/template.go``): consecutive messages of
 one role are merged, system messages are collected into ``.System``, and a
 template that never mentions ``.Messages`` is run once per turn with
 ``.System``/``.Prompt``/``.Response``, the last turn cut after ``{{ .Response }}``.
+Both kinds of template get the request's ``think`` setting (see ``thinking``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from typing import Any
 
 from localllm.templates.chat import ChatTemplate
 from localllm.templates.gotemplate import GoTemplate, TemplateError, parse_template
+from localllm.templates.thinking import (
+    Think,
+    check_think,
+    go_think_values,
+    jinja_think_values,
+    with_reasoning_content,
+)
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -61,8 +69,16 @@ def _check_messages(messages: list[dict]) -> None:
             raise PromptError(f"messages[{i}] must be an object")
         if m.get("role") not in ROLES:
             raise PromptError(f"messages[{i}]: unknown role {m.get('role')!r} (expected one of {', '.join(ROLES)})")
-        if not isinstance(m.get("content") or "", str):
-            raise PromptError(f"messages[{i}]: content must be a string")
+        for text_field in ("content", "thinking"):
+            if not isinstance(m.get(text_field) or "", str):
+                raise PromptError(f"messages[{i}]: {text_field} must be a string")
+
+
+def _checked_think(think: Think) -> Think:
+    try:
+        return check_think(think)
+    except ValueError as exc:
+        raise PromptError(str(exc)) from None
 
 
 def _collate(messages: list[dict]) -> tuple[str, list[dict]]:
@@ -87,28 +103,27 @@ def render_ollama_template(
     tools: list[dict] | None = None,
     prompt: str = "",
     suffix: str = "",
-    think: bool | str | None = None,
+    think: Think = None,
 ) -> str:
     """Execute a Modelfile TEMPLATE with Ollama's data: ``.Messages``/``.System``/``.Tools``
     for chat templates, per-turn ``.System``/``.Prompt``/``.Response`` for legacy ones,
-    ``.Prompt``/``.Suffix`` for fill-in-the-middle."""
+    ``.Prompt``/``.Suffix`` for fill-in-the-middle; all with ``.Think``/``.ThinkLevel``/``.IsThinkSet``."""
     tmpl = ollama_template(text)
+    thinking = go_think_values(_checked_think(think))
     if prompt and suffix:
-        return tmpl.render({"Prompt": prompt, "Suffix": suffix, "Response": ""})
+        return tmpl.render({"Prompt": prompt, "Suffix": suffix, "Response": "", **thinking})
     system, msgs = _collate(messages or [])
     if "messages" in tmpl.identifiers():
-        return tmpl.render({"System": system, "Messages": msgs, "Tools": tools or None, "Response": "",
-                            "Think": think not in (None, False), "ThinkLevel": think if isinstance(think, str) else "",
-                            "IsThinkSet": think is not None})
-    return _render_per_turn(tmpl, msgs)
+        return tmpl.render({"System": system, "Messages": msgs, "Tools": tools or None, "Response": "", **thinking})
+    return _render_per_turn(tmpl, msgs, thinking)
 
 
-def _render_per_turn(tmpl: GoTemplate, messages: list[dict]) -> str:
+def _render_per_turn(tmpl: GoTemplate, messages: list[dict], thinking: dict[str, Any]) -> str:
     parts: list[str] = []
     turn = {"System": "", "Prompt": "", "Response": ""}
 
     def flush() -> None:
-        parts.append(tmpl.render(dict(turn)))
+        parts.append(tmpl.render({**turn, **thinking}))
         turn.update(System="", Prompt="", Response="")
 
     for m in messages:
@@ -122,7 +137,7 @@ def _render_per_turn(tmpl: GoTemplate, messages: list[dict]) -> str:
             turn["Prompt"] = m["content"]
         elif m["role"] == "assistant":
             turn["Response"] = m["content"]
-    parts.append(tmpl.cut_after_field("Response").render(dict(turn)))
+    parts.append(tmpl.cut_after_field("Response").render({**turn, **thinking}))
     return "".join(parts)
 
 
@@ -140,26 +155,26 @@ def build_prompt(
     bos_token: str,
     eos_token: str,
     tools: list[dict] | None = None,
-    think: bool | str | None = None,
+    think: Think = None,
 ) -> str:
     """The prompt for a chat request.
 
     ``messages`` are the conversation (Modelfile MESSAGE lines first, then the
-    request's), ``system`` the Modelfile's SYSTEM, used when no message is a
-    system message. Raises PromptError for bad messages, TemplateError when the
-    template fails.
+    request's), ``system`` the Modelfile's SYSTEM, put first when the
+    conversation does not start with a system message (as Ollama does).
+    ``think`` is the request's thinking setting. Raises PromptError for bad
+    messages or ``think``, TemplateError when the template fails.
     """
     _check_messages(messages)
+    think = _checked_think(think)
     msgs = list(messages)
-    if system and not any(m["role"] == "system" for m in msgs):
+    if system and (not msgs or msgs[0]["role"] != "system"):
         msgs.insert(0, {"role": "system", "content": system})
     if model_template:
         return render_ollama_template(model_template, messages=msgs, tools=tools, think=think)
     if gguf_chat_template:
-        extra = {} if think is None else {"enable_thinking": think is not False}
-        if isinstance(think, str):
-            extra["reasoning_effort"] = think
-        return _chat_template(gguf_chat_template, bos_token, eos_token).render(msgs, tools=tools, **extra)
+        template = _chat_template(gguf_chat_template, bos_token, eos_token)
+        return template.render(with_reasoning_content(msgs), tools=tools, **jinja_think_values(think))
     return _plain(msgs)
 
 
@@ -175,7 +190,7 @@ def build_generate_prompt(
     eos: str,
     raw: bool,
     history: list[dict] | None = None,
-    think: bool | str | None = None,
+    think: Think = None,
 ) -> str:
     """The prompt for ``/api/generate``.
 
@@ -184,14 +199,16 @@ def build_generate_prompt(
     the middle); otherwise the prompt becomes one user message after
     ``system`` (the request's, else the Modelfile's) and ``history`` (the
     Modelfile's MESSAGE lines), as Ollama's generate handler builds it.
+    ``think`` reaches the template as in :func:`build_prompt`.
     """
+    think = _checked_think(think)
     if raw:
         return prompt
     template = template_override or model_template
     if suffix:
         if not template or "suffix" not in ollama_template(template).identifiers():
             raise PromptError("this model's template does not support insert (suffix)")
-        return render_ollama_template(template, prompt=prompt, suffix=suffix)
+        return render_ollama_template(template, prompt=prompt, suffix=suffix, think=think)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages += list(history or [])
     messages.append({"role": "user", "content": prompt})
