@@ -239,7 +239,6 @@ TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}
 '''
 
 
-@pytest.mark.skip(reason="needs the daemon's think support (lead)")
 def test_run_shows_thinking_end_to_end(tmp_path: Path, smollm2_path: Path) -> None:
     from cli_helpers import write_ollama_model
 

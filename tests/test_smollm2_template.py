@@ -108,7 +108,7 @@ def test_openai_required_tool_call_on_the_default_model(daemon) -> None:
     client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="x", max_retries=0)
     answer = client.chat.completions.create(
         model="smollm2:135m", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
-        tools=[WEATHER_TOOL], tool_choice="required", max_tokens=60)
+        tools=[WEATHER_TOOL], tool_choice="required", max_tokens=60, temperature=0)
     call = answer.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather"
 
