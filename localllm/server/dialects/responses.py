@@ -288,7 +288,8 @@ def new_id(prefix: str) -> str:
 
 def response_object(body: ResponsesRequest, response_id: str, created_at: int) -> dict[str, Any]:
     """The response as it starts (``in_progress``, no output), echoing the request's settings."""
-    echoed_tools = [dict({"description": None, "parameters": None, "strict": True}, **tool) for tool in body.tools or []]
+    tool_defaults = {"description": None, "parameters": None, "strict": True}
+    echoed_tools = [dict(tool_defaults, **tool) for tool in body.tools or []]
     reasoning = body.reasoning or ReasoningConfig()
     return {
         "id": response_id, "object": "response", "created_at": created_at, "status": "in_progress",
