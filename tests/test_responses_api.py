@@ -4,6 +4,7 @@ then the official ``openai`` client against the real daemon."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import jsonschema
@@ -364,12 +365,25 @@ def test_streamed_function_call(client):
     assert events[-1].response.output[-1].arguments == arguments
 
 
+def test_text_streams_while_tools_are_offered(client):
+    arrivals = []
+    for event in client.responses.create(model=TOOLS_MODEL, input="Write a short poem about the sea.",
+                                         tools=[WEATHER_TOOL], parallel_tool_calls=False, temperature=0,
+                                         max_output_tokens=24, stream=True, store=False):
+        arrivals.append((time.monotonic(), event))
+    deltas = [at for at, event in arrivals if event.type == "response.output_text.delta"]
+    assert len(deltas) > 1
+    assert arrivals[-1][0] - deltas[0] > 0.1  # the first words came well before the end, not all at once
+
+
 def test_previous_response_id_continues_the_conversation(client):
     first = client.responses.create(model=MODEL, input="My name is Ada.", temperature=0, max_output_tokens=8)
     assert client.responses.retrieve(first.id).output_text == first.output_text
-    second = client.responses.create(model=MODEL, previous_response_id=first.id, input="What is my name?",
-                                     temperature=0, max_output_tokens=8)
+    events = list(client.responses.create(model=MODEL, previous_response_id=first.id, input="What is my name?",
+                                          temperature=0, max_output_tokens=8, stream=True))
+    second = events[-1].response
     assert second.previous_response_id == first.id
+    assert client.responses.retrieve(second.id).output_text == second.output_text  # streamed ones are kept too
     alone = client.responses.create(model=MODEL, input="What is my name?", temperature=0, max_output_tokens=8,
                                     store=False)
     # the first exchange came before the question: more input, and the prompt it shares is cached
@@ -390,6 +404,8 @@ def test_previous_response_id_continues_the_conversation(client):
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "web_search"),
     ({"input": "hi", "reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ({"input": "hi", "temperature": 3}, "temperature"),
+    ({"input": "hi", "tools": [WEATHER_TOOL], "parallel_tool_calls": False, "text": {"format": {"type": "json_object"}}},
+     "parallel_tool_calls"),
 ])
 def test_bad_input_is_a_400_in_openai_shape(client, body, needle):
     with pytest.raises(openai.BadRequestError) as info:
