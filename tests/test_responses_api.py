@@ -404,8 +404,8 @@ def test_previous_response_id_continues_the_conversation(client):
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "web_search"),
     ({"input": "hi", "reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ({"input": "hi", "temperature": 3}, "temperature"),
-    ({"input": "hi", "tools": [WEATHER_TOOL], "parallel_tool_calls": False, "text": {"format": {"type": "json_object"}}},
-     "parallel_tool_calls"),
+    ({"input": "hi", "tools": [WEATHER_TOOL], "parallel_tool_calls": False,
+      "text": {"format": {"type": "json_object"}}}, "parallel_tool_calls"),
 ])
 def test_bad_input_is_a_400_in_openai_shape(client, body, needle):
     with pytest.raises(openai.BadRequestError) as info:
