@@ -301,7 +301,8 @@ def test_stream_deltas_join_to_the_final_text(client):
 
 
 def test_max_output_tokens_is_incomplete(client):
-    response = client.responses.create(model=MODEL, input="Tell me a long story.", max_output_tokens=3)
+    response = client.responses.create(model=MODEL, input="Tell me a long story.", temperature=0,
+                                       max_output_tokens=3)
     assert response.status == "incomplete"
     assert response.incomplete_details.reason == "max_output_tokens"
     assert response.usage.output_tokens == 3
@@ -336,14 +337,14 @@ def test_repeated_prompt_reports_cached_tokens(client):
 def test_function_call_round_trip(client):
     question = {"role": "user", "content": "What is the weather in Paris?"}
     first = client.responses.create(model=TOOLS_MODEL, input=[question], tools=[WEATHER_TOOL],
-                                    tool_choice="required", max_output_tokens=80, store=False)
+                                    tool_choice="required", temperature=0, max_output_tokens=80, store=False)
     calls = [item for item in first.output if item.type == "function_call"]
     assert len(calls) == 1, first.output
     call = calls[0]
     assert call.name == "get_weather" and call.status == "completed" and call.call_id
     jsonschema.validate(json.loads(call.arguments), WEATHER_TOOL["parameters"])
     answer = client.responses.create(
-        model=TOOLS_MODEL, tools=[WEATHER_TOOL], max_output_tokens=30, store=False,
+        model=TOOLS_MODEL, tools=[WEATHER_TOOL], temperature=0, max_output_tokens=30, store=False,
         input=[question, call.model_dump(exclude_none=True),
                {"type": "function_call_output", "call_id": call.call_id, "output": '{"temperature": 21}'}])
     assert answer.status in ("completed", "incomplete")
@@ -354,7 +355,7 @@ def test_function_call_round_trip(client):
 def test_streamed_function_call(client):
     events = list(client.responses.create(
         model=TOOLS_MODEL, input="Weather in Oslo?", tools=[WEATHER_TOOL], stream=True, store=False,
-        tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=80))
+        tool_choice={"type": "function", "name": "get_weather"}, temperature=0, max_output_tokens=80))
     types = [e.type for e in events]
     start = types.index("response.function_call_arguments.delta")
     assert types[start - 1:start + 3] == ["response.output_item.added", "response.function_call_arguments.delta",

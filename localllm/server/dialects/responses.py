@@ -108,8 +108,7 @@ class ResponsesRequest(_Body):
 def refuse_unsupported(body: ResponsesRequest) -> None:
     """400 naming the first field set to something we cannot do."""
     if body.truncation not in (None, "disabled"):
-        raise bad_request(f"truncation {body.truncation!r} is not supported: only \"disabled\" (an input "
-                          "longer than the context is an error)")
+        raise bad_request(f"truncation {body.truncation!r} is not supported: only \"disabled\"")
     if body.background:
         raise bad_request("background responses are not supported: send the request with background false")
     for name in ("conversation", "prompt", "max_tool_calls"):
