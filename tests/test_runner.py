@@ -284,11 +284,12 @@ def test_lazy_grammar_leaves_output_free_until_its_trigger(client: httpx.Client)
     assert "".join(lazy) == "".join(free)  # the trigger never came: nothing was constrained
 
 
+@pytest.mark.parametrize("parallel", [True, False])
 @pytest.mark.parametrize("syntax", [HERMES, LLAMA3, MISTRAL])
-def test_lazy_tool_call_grammars_compile(client: httpx.Client, syntax: str) -> None:
+def test_lazy_tool_call_grammars_compile(client: httpx.Client, syntax: str, parallel: bool) -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
-    grammar, triggers = ToolUse([tool], syntax).lazy_grammar()
+    grammar, triggers = ToolUse([tool], syntax).lazy_grammar(parallel)
     pieces, done = complete(client, chat_prompt("hi"), grammar=grammar, grammar_triggers=list(triggers),
                             num_predict=4, **GREEDY)
     assert done["eval_count"] >= 1

@@ -16,7 +16,7 @@ from .. import __version__
 from ..config import Settings, load_settings
 from .dialects import anthropic as anthropic_dialect
 from .dialects import ollama as ollama_dialect
-from .dialects import openai_chat
+from .dialects import openai_chat, responses
 from .errors import ApiError, error_body
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
@@ -91,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(openai_router)
     app.include_router(openai_chat.router)
     app.include_router(anthropic_dialect.router)
+    app.include_router(responses.router)
     app.add_middleware(JsonBodies)
     app.add_middleware(AccessGuard, settings=settings)
     return app

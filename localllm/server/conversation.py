@@ -59,6 +59,7 @@ class ChatTurn:
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None  # OpenAI's function shape: {"type": "function", "function": {...}}
     tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True  # False: at most one call an answer
     think: ThinkSetting = None
     options: dict[str, Any] = field(default_factory=dict)  # Ollama's option names
     constraint: Constraint = NO_CONSTRAINT

@@ -75,15 +75,19 @@ def check_tool_results(messages: list[Message]) -> None:
             raise bad_request(f"messages[{index}]: tool result for unknown tool call id {message.tool_call_id!r}")
 
 
-def apply_tool_choice(job: CompletionJob, tool_use: ToolUse | None, choice: str) -> ToolUse | None:
-    """``none`` drops the tools; ``required`` or a function name forces a call from the first
-    token; ``auto`` constrains the calls the model chooses to write."""
+def apply_tool_choice(job: CompletionJob, tool_use: ToolUse | None, choice: str,
+                      parallel: bool = True) -> ToolUse | None:
+    """``none`` drops the tools; ``required`` or a function name forces one call from the first
+    token; ``auto`` constrains the calls the model chooses to write (to one, unless ``parallel``)."""
     if tool_use is None and choice not in ("auto", "none"):
         raise bad_request(f"tool_choice {choice!r} needs tools, and the request offers none")
     if tool_use is None or choice == "none":
         return None
     if choice == "auto":
-        constrain_tool_calls(job, tool_use)
+        if not constrain_tool_calls(job, tool_use, parallel) and not parallel:
+            raise bad_request("parallel_tool_calls false cannot be honoured for this request: its tool calls "
+                              "are not held by a grammar (an output format is set, or a tool's schema cannot "
+                              "be expressed); use tool_choice required or a function name, which make one call")
     elif choice == "required":
         job.grammar, job.json_schema = tool_use.forced_grammar(), None
     else:
@@ -111,7 +115,8 @@ class ChatHandler:
         if any(m.images for m in turn.messages):
             raise bad_request(f"{model.name.display!r} does not support images")
         check_tool_results(turn.messages)
-        tool_use = apply_tool_choice(job, ToolUse.for_model(model, turn.tools), turn.tool_choice)
+        tool_use = apply_tool_choice(job, ToolUse.for_model(model, turn.tools), turn.tool_choice,
+                                     turn.parallel_tool_calls)
         messages = [m.for_template() for m in turn.messages]
         tools = tool_use.tools if tool_use else None
 

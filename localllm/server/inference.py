@@ -52,9 +52,10 @@ class CompletionJob:
     context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
 
 
-def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse) -> None:
-    """Hold the calls the model chooses to write to the tools' schemas (a lazy grammar),
-    unless a format or grammar already constrains the whole answer.
+def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse, parallel: bool = True) -> bool:
+    """Hold the calls the model chooses to write to the tools' schemas (a lazy grammar, which
+    allows one call only unless ``parallel``), unless a format or grammar already constrains
+    the whole answer. True when the calls are held.
 
     A tool schema the grammar cannot express (``uniqueItems``, say) does not
     refuse the request: the model may call tools without being asked to, so
@@ -62,11 +63,13 @@ def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse) -> None:
     (``tool_choice``) is refused instead, since it promises a valid call.
     """
     if job.grammar is not None or job.json_schema is not None:
-        return
+        return False
     try:
-        job.grammar, job.grammar_triggers = tool_use.lazy_grammar()
+        job.grammar, job.grammar_triggers = tool_use.lazy_grammar(parallel)
     except ApiError as exc:
         log.warning("tool calls of this request are not constrained: %s", exc.message)
+        return False
+    return True
 
 
 def parse_name(text: str, field: str = "model") -> ModelName:

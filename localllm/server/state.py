@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from ..registry.store import MEDIA_MODEL, Store
 from .handler import ChatHandler
 from .inference import Inference
 from .metrics import Metrics
+from .response_store import ResponseStore
 from .scheduler import Scheduler
 
 
@@ -31,6 +32,7 @@ class DaemonState:
     inference: Inference
     chat: ChatHandler
     metrics: Metrics
+    responses: ResponseStore = field(default_factory=ResponseStore)  # /v1/responses kept for previous_response_id
 
     @classmethod
     def build(cls, settings: Settings) -> "DaemonState":

@@ -160,19 +160,22 @@ def wrap_call_grammar(json_grammar: str, syntax: str) -> str:
 #: Where each syntax's calls start: the lazy grammar wakes up at these words.
 CALL_MARKERS = {HERMES: ("<tool_call>",), MISTRAL: ("[TOOL_CALLS]",), LLAMA3: ("<|python_tag|>",)}
 
-# From its marker on, one or more calls; then the grammar is complete and only end-of-generation is left.
+# From its marker on, one call, then (``{more}``) more when parallel calls are allowed; then
+# the grammar is complete and only end-of-generation is left.
 _LAZY_ROOTS = {
-    HERMES: 'root ::= toolcall (toolcall-ws toolcall)*\n'
+    HERMES: 'root ::= toolcall{more}\n'
             'toolcall ::= "<tool_call>" toolcall-ws toolcall-json toolcall-ws "</tool_call>"',
-    MISTRAL: 'root ::= "[TOOL_CALLS]" toolcall-ws "[" toolcall-ws toolcall-json'
-             ' (toolcall-ws "," toolcall-ws toolcall-json)* toolcall-ws "]"',
+    MISTRAL: 'root ::= "[TOOL_CALLS]" toolcall-ws "[" toolcall-ws toolcall-json{more} toolcall-ws "]"',
     LLAMA3: 'root ::= "<|python_tag|>" toolcall-ws toolcall-json',
 }
+_LAZY_MORE = {HERMES: " (toolcall-ws toolcall)*", MISTRAL: ' (toolcall-ws "," toolcall-ws toolcall-json)*', LLAMA3: ""}
 
 
-def lazy_call_grammar(json_grammar: str, syntax: str) -> str:
-    """GBNF for the calls that follow a :data:`CALL_MARKERS` word, for a lazy grammar sampler."""
-    return f"{_LAZY_ROOTS[syntax]}\ntoolcall-ws ::= [ \\t\\n]{{0,4}}\n{_renamed_root(json_grammar)}"
+def lazy_call_grammar(json_grammar: str, syntax: str, parallel: bool = True) -> str:
+    """GBNF for the calls that follow a :data:`CALL_MARKERS` word, for a lazy grammar sampler;
+    one call only unless ``parallel``."""
+    root = _LAZY_ROOTS[syntax].format(more=_LAZY_MORE[syntax] if parallel else "")
+    return f"{root}\ntoolcall-ws ::= [ \\t\\n]{{0,4}}\n{_renamed_root(json_grammar)}"
 
 
 @dataclass(frozen=True)
@@ -204,9 +207,11 @@ class ToolUse:
         """GBNF that makes the model write one call (to ``only``, when given)."""
         return wrap_call_grammar(schema_grammar(forced_call_schema(self.tools, only)), self.syntax)
 
-    def lazy_grammar(self) -> tuple[str, tuple[str, ...]]:
-        """GBNF for calls after the call-start marker, and the marker words that trigger it.
+    def lazy_grammar(self, parallel: bool = True) -> tuple[str, tuple[str, ...]]:
+        """GBNF for calls after the call-start marker (only one unless ``parallel``), and the
+        marker words that trigger it.
 
         Nothing is constrained until the model writes a marker; it may answer in prose.
         """
-        return lazy_call_grammar(schema_grammar(forced_call_schema(self.tools)), self.syntax), CALL_MARKERS[self.syntax]
+        grammar = lazy_call_grammar(schema_grammar(forced_call_schema(self.tools)), self.syntax, parallel)
+        return grammar, CALL_MARKERS[self.syntax]

@@ -332,10 +332,11 @@ class TextChoiceRenderer:
         return self._choice(self.echo + answer.content, finish_reason(answer.final), answer.final.logprobs)
 
 
-def sse(payload: dict[str, Any] | str) -> bytes:
-    """One server-sent event of ``data`` only (OpenAI's chat stream)."""
+def sse(payload: dict[str, Any] | str, event: str | None = None) -> bytes:
+    """One server-sent event: ``data`` only (OpenAI's chat stream), or named by ``event`` (Responses)."""
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-    return f"data: {data}\n\n".encode()
+    named = f"event: {event}\n" if event else ""
+    return f"{named}data: {data}\n\n".encode()
 
 
 def error_object(message: str, kind: str = "api_error") -> dict[str, Any]:
