@@ -116,13 +116,54 @@ def physical_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+class Offload:
+    """Named offload devices and the layers on each, as ``llama_model_params`` takes them.
+
+    A worker's device is ``host:port#index``: connecting registers the
+    worker's devices with ggml (llama.cpp's ``--rpc``); local ones go by
+    ggml's names (``CUDA0``, ``CPU``). The arrays live as long as this object.
+    """
+
+    def __init__(self, handles: list[int], layers: Sequence[int]) -> None:
+        self.devices = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)  # NULL-terminated
+        self.split = (ctypes.c_float * max(ll.LLAMA_MAX_DEVICES, len(layers)))(*layers)
+
+    @classmethod
+    def open(cls, names: Sequence[str], layers: Sequence[int]) -> Offload | None:
+        """Resolve ``names`` (connecting to workers; a worker that cannot be reached aborts the process)."""
+        if not names:
+            return None
+        from localllm.server.ggml_devices import describe, device_handles
+        from localllm.workers import rpc
+
+        local = {describe(handle).name: handle for handle in device_handles()}
+        handles = []
+        for name in names:
+            endpoint, _, index = name.partition("#")
+            if index:
+                remote = rpc.connect(endpoint)
+                if not int(index) < len(remote):
+                    raise BackendError(f"worker {endpoint} offers {len(remote)} devices, not #{index}")
+                handles.append(remote[int(index)])
+            elif name in local:
+                handles.append(local[name])
+            else:
+                raise BackendError(f"no device {name!r} here; ggml has {', '.join(local)}")
+        return cls(handles, layers)
+
+
 class Model:
     """Weights (memory-mapped) and vocabulary of one GGUF file."""
 
-    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0) -> None:
+    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0,
+                 offload: Offload | None = None) -> None:
         params = ll.llama_model_default_params()
         params.use_mmap = True
         params.n_gpu_layers = n_gpu_layers  # ignored by CPU-only builds
+        self.offload = offload
+        if offload is not None:  # devices in order, layers on each (llama.cpp's --device and --tensor-split)
+            params.devices = ctypes.cast(offload.devices, ctypes.c_void_p).value
+            params.tensor_split = offload.split
         with captured_errors() as errors:
             ptr = ll.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import json
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -44,6 +45,8 @@ class RunnerConfig:
     n_threads: int | None  # None: the runner uses the physical cores
     n_batch: int = 512
     n_gpu_layers: int = 0
+    devices: tuple[str, ...] = ()  # offload devices in order (workers' "host:port#i", local names); () llama.cpp's
+    tensor_split: tuple[int, ...] = ()  # layers on each of ``devices``
     embedding: bool = False
     adapters: tuple[Path, ...] = ()
     engine: str = "llama.cpp"
@@ -83,7 +86,10 @@ class RunnerProcess:
         else:
             how = f"exited with status {code}"
         tail = " | ".join(line for line in list(self.stderr_tail)[-3:] if line)
-        return f"model runner {how}" + (f": {tail}" if tail else "")
+        workers = sorted({device.partition("#")[0] for device in self.config.devices if "#" in device})
+        lost = (f" (its layers were on workers {', '.join(workers)}: one that stops answering ends the runner; "
+                "the next load plans without it)") if workers else ""
+        return f"model runner {how}" + (f": {tail}" if tail else "") + lost
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Terminate the runner and wait for it; memory really comes back."""
@@ -173,14 +179,21 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
     ]
     if config.kv_tokens:
         args += ["--kv-tokens", str(config.kv_tokens)]
+    for device in config.devices:
+        args += ["--device", device]
+    if config.tensor_split:
+        args += ["--tensor-split", ",".join(map(str, config.tensor_split))]
     if config.n_threads:
         args += ["--threads", str(config.n_threads)]
     if config.embedding:
         args.append("--embedding")
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
+    # ggml aborts a runner whose worker goes away: without a debugger's backtrace on its stderr
+    env = {**os.environ, "GGML_NO_BACKTRACE": "1"} if config.devices else None
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
     client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(socket_path)), base_url="http://runner")
     runner = RunnerProcess(config=config, process=process, socket_path=socket_path, client=client)
