@@ -289,6 +289,12 @@ def test_what_does_not_fit_moves_to_workers_by_their_free_memory():
     assert plan.compute_bytes == 40 * MIB  # activations only: the logits stay with the output head here
 
 
+def test_workers_too_small_for_the_rest_take_nothing():
+    need = _model()
+    small = [_worker(1, 256 * MIB + 40 * MIB + 150 * MIB)]  # room for one layer, three needed
+    assert plan_worker_layers(need, NO_GPU, small, free_ram=need.total - 300 * MIB).n_layers == 0
+
+
 def test_the_device_list_ends_with_the_cpu_holding_the_output_head():
     need = _model()
     plan = plan_worker_layers(need, NO_GPU, [_worker(1, GIB), _worker(2, GIB)], free_ram=0, requested=6)

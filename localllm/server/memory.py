@@ -201,8 +201,9 @@ def plan_worker_layers(need: ModelFootprint, gpu: GpuPlan, workers: list[WorkerD
 
     None move while the CPU's share fits in ``free_ram`` (a model that fits
     this machine stays here, where no network is in the way), else as many of
-    the CPU's last layers as free enough RAM, each with its KV. ``requested``
-    (the ``num_worker_layers`` option) moves that many instead, fit or not.
+    the CPU's last layers as free enough RAM, each with its KV (none if the
+    workers have not that much room together). ``requested`` (the
+    ``num_worker_layers`` option) moves that many instead, fit or not.
     """
     cpu_layers = need.n_layers - sum(gpu.layers_per_device)
     costs = [need.layer_weights[i] + need.kv_per_layer for i in range(cpu_layers)]
@@ -217,6 +218,8 @@ def plan_worker_layers(need: ModelFootprint, gpu: GpuPlan, workers: list[WorkerD
             excess -= costs[cpu_layers - 1 - count]
             count += 1
         weights = [max(0, w.free_bytes - SAFETY_MARGIN_BYTES - compute) for w in workers]
+        if sum(costs[cpu_layers - count:]) > sum(weights):
+            return NO_WORKERS  # the workers cannot take enough: the load fails saying so
     if count == 0 or sum(weights) == 0:
         return NO_WORKERS
     shares = _shares(count, weights)

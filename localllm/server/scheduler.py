@@ -253,6 +253,9 @@ class Scheduler:
         plan = plan_worker_layers(need, gpu, offered, free_ram, request.num_worker_layers if asked else None)
         used = {device.endpoint for device in plan.devices}
         self.workers.release(device.endpoint for device in offered if device.endpoint not in used)
+        if not plan.n_layers and offered:
+            log.warning("%s does not fit here and the workers that answered (%s) have too little free memory for "
+                        "the rest", request.name, ", ".join(sorted({d.endpoint for d in offered})))
         return plan
 
     async def _acquire(self, request: LoadRequest) -> LoadedModel:
@@ -371,7 +374,7 @@ class Scheduler:
             return ""
         if workers.n_layers:
             return f" after {workers.n_layers} layers went to workers ({_describe_workers(workers)})"
-        return " and no worker could take layers (see the daemon log)"
+        return " and the workers that answered have too little free memory for the rest (see the daemon log)"
 
     def _split(self, need: ModelFootprint, gpu: GpuPlan, workers: WorkerPlan) -> tuple[dict, ...]:
         """Where a loaded model's repeating layers are, machine by machine, for ``ps``."""
