@@ -253,7 +253,7 @@ class Scheduler:
         plan = plan_worker_layers(need, gpu, offered, free_ram, request.num_worker_layers if asked else None)
         used = {device.endpoint for device in plan.devices}
         self.workers.release(device.endpoint for device in offered if device.endpoint not in used)
-        if not plan.n_layers and offered:
+        if not plan.n_layers and offered and not asked:
             log.warning("%s does not fit here and the workers that answered (%s) have too little free memory for "
                         "the rest", request.name, ", ".join(sorted({d.endpoint for d in offered})))
         return plan
