@@ -212,7 +212,7 @@ def plan_worker_layers(need: ModelFootprint, gpu: GpuPlan, workers: list[WorkerD
         count = min(requested, cpu_layers)
         weights = [w.free_bytes for w in workers]
     else:
-        excess = need.total - gpu.gpu_bytes + SAFETY_MARGIN_BYTES - free_ram
+        excess = shortfall(need, gpu, free_ram)
         count = 0
         while count < cpu_layers and excess > 0:
             excess -= costs[cpu_layers - 1 - count]
@@ -232,6 +232,11 @@ def plan_worker_layers(need: ModelFootprint, gpu: GpuPlan, workers: list[WorkerD
             used.append(sum(costs[first:first + share]))
             first += share
     return WorkerPlan(tuple(placed), tuple(layers), tuple(used), compute)
+
+
+def shortfall(need: ModelFootprint, gpu: GpuPlan, free_ram: int) -> int:
+    """Bytes the CPU's share of a load lacks in free RAM (with the margin); 0 or less when it fits."""
+    return need.total - gpu.gpu_bytes + SAFETY_MARGIN_BYTES - free_ram
 
 
 def _shares(count: int, weights: list[int]) -> list[int]:

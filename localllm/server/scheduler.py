@@ -21,7 +21,6 @@ from ..config import Settings
 from ..registry.models import read_model_summary
 from .memory import (
     NO_WORKERS,
-    SAFETY_MARGIN_BYTES,
     Device,
     DoesNotFit,
     GpuPlan,
@@ -33,6 +32,7 @@ from .memory import (
     gpu_devices,
     plan_gpu_layers,
     plan_worker_layers,
+    shortfall,
     worker_offload,
 )
 from ..runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
@@ -247,7 +247,7 @@ class Scheduler:
         if not self.settings.workers or request.num_worker_layers == 0 or request.engine == NATIVE:
             return NO_WORKERS
         free_ram = available_ram()
-        if not asked and need.total - gpu.gpu_bytes + SAFETY_MARGIN_BYTES <= free_ram:
+        if not asked and shortfall(need, gpu, free_ram) <= 0:
             return NO_WORKERS  # it fits this machine: no network in the way
         offered = await self.workers.claim(request.name)
         plan = plan_worker_layers(need, gpu, offered, free_ram, request.num_worker_layers if asked else None)
@@ -373,8 +373,8 @@ class Scheduler:
         if not self.settings.workers:
             return ""
         if workers.n_layers:
-            return f" after {workers.n_layers} layers went to workers ({_describe_workers(workers)})"
-        return " and the workers that answered have too little free memory for the rest (see the daemon log)"
+            return f" even with {_describe_workers(workers)}"
+        return " and no worker could take the rest (see the daemon log)"
 
     def _split(self, need: ModelFootprint, gpu: GpuPlan, workers: WorkerPlan) -> tuple[dict, ...]:
         """Where a loaded model's repeating layers are, machine by machine, for ``ps``."""
