@@ -52,6 +52,11 @@ class RunnerConfig:
     engine: str = "llama.cpp"
     kv_tokens: int | None = None  # native engine: positions in its KV block pool (None: the runner's default)
 
+    @property
+    def remote_workers(self) -> tuple[str, ...]:
+        """The workers (host:port) its ``devices`` name."""
+        return tuple(sorted({device.partition("#")[0] for device in self.devices if "#" in device}))
+
 
 @dataclass
 class RunnerProcess:
@@ -86,7 +91,7 @@ class RunnerProcess:
         else:
             how = f"exited with status {code}"
         tail = " | ".join(line for line in list(self.stderr_tail)[-3:] if line)
-        workers = sorted({device.partition("#")[0] for device in self.config.devices if "#" in device})
+        workers = self.config.remote_workers
         lost = (f" (its layers were on workers {', '.join(workers)}: one that stops answering ends the runner; "
                 "the next load plans without it)") if workers else ""
         return f"model runner {how}" + (f": {tail}" if tail else "") + lost
@@ -183,6 +188,10 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         args += ["--device", device]
     if config.tensor_split:
         args += ["--tensor-split", ",".join(map(str, config.tensor_split))]
+    if config.remote_workers:
+        # No host-RAM prefix tier: copying a sequence's KV off a worker takes a round trip per V row
+        # (thousands a prompt), slower over a real network than computing the prefix again.
+        args += ["--cache-ram-mb", "0"]
     if config.n_threads:
         args += ["--threads", str(config.n_threads)]
     if config.embedding:
@@ -190,7 +199,7 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
     # ggml aborts a runner whose worker goes away: without a debugger's backtrace on its stderr
-    env = {**os.environ, "GGML_NO_BACKTRACE": "1"} if config.devices else None
+    env = {**os.environ, "GGML_NO_BACKTRACE": "1"} if config.remote_workers else None
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env=env,

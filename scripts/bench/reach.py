@@ -37,20 +37,24 @@ import fixtures  # noqa: E402
 import httpx  # noqa: E402
 from worker_helpers import Worker  # noqa: E402
 
+DECODE_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8,"
 ALL_LAYERS = 10_000  # num_worker_layers beyond the model's: every repeating layer
 WORDS = ("river stone lantern harvest copper meadow thunder violet orchard compass winter ember "
          "harbor falcon granite willow").split()
 
 
-def tcp_bytes(ports: list[int]) -> tuple[int, int]:
-    """Bytes sent to and received from these loopback ports by every established socket (the runner's)."""
-    sent = received = 0
+COUNTERS = ("bytes_sent", "bytes_received", "data_segs_out", "data_segs_in")
+
+
+def tcp_counters(ports: list[int]) -> dict[str, int]:
+    """The kernel's counters (``ss -ti``) of every established socket to these loopback ports: the runner's."""
+    totals = dict.fromkeys(COUNTERS, 0)
     for port in ports:
         out = subprocess.run(["ss", "-tinH", "state", "established", f"( dport = :{port} )"],
                              capture_output=True, text=True, check=True).stdout
-        sent += sum(int(n) for n in re.findall(r"bytes_sent:(\d+)", out))
-        received += sum(int(n) for n in re.findall(r"bytes_received:(\d+)", out))
-    return sent, received
+        for name in COUNTERS:
+            totals[name] += sum(int(n) for n in re.findall(rf"\b{name}:(\d+)", out))
+    return totals
 
 
 class Side:
@@ -60,27 +64,36 @@ class Side:
         self.daemon, self.model, self.options, self.ports = daemon, model, options, ports
         self.round = 0
 
-    def _generate(self, prompt: str, num_predict: int) -> tuple[dict, tuple[int, int]]:
-        before = tcp_bytes(self.ports)
+    def _generate(self, prompt: str, num_predict: int) -> tuple[dict, dict[str, int]]:
+        before = tcp_counters(self.ports)
         body = {"model": self.model, "prompt": prompt, "raw": True, "stream": False, "keep_alive": -1,
                 "options": {"temperature": 0, "repeat_penalty": 1.0, "num_predict": num_predict, **self.options}}
         response = httpx.post(f"{self.daemon.url}/api/generate", json=body, timeout=900)
         response.raise_for_status()
-        after = tcp_bytes(self.ports)
-        return response.json(), (after[0] - before[0], after[1] - before[1])
+        after = tcp_counters(self.ports)
+        return response.json(), {name: after[name] - before[name] for name in COUNTERS}
 
     def measure(self, prompt_words: int, tokens: int) -> dict:
+        """Prefill of a fresh prompt; decode of ``tokens``; and what one more decode step sends and receives
+        (a ``tokens`` request less a one-token one: the request's own costs, such as its prompt and the
+        prefix cache's copy of its KV, cancel out)."""
         self.round += 1
         words = " ".join(WORDS[(self.round * 7 + i) % len(WORDS)] for i in range(prompt_words))
-        prefill, prefill_bytes = self._generate(f"Round {self.round}: {words}.", 1)
-        decode, decode_bytes = self._generate("1, 2, 3, 4, 5, 6, 7, 8,", tokens)
+        prefill, prefill_wire = self._generate(f"Round {self.round}: {words}.", 1)
+        decode, decode_wire = self._generate(DECODE_PROMPT, tokens)
+        _, one_token_wire = self._generate(DECODE_PROMPT, 1)
+        steps = decode["eval_count"] - 1
+        step = {name: (decode_wire[name] - one_token_wire[name]) / steps for name in COUNTERS}
         return {
             "prefill_tokens_per_s": prefill["prompt_eval_count"] / prefill["prompt_eval_duration"] * 1e9,
             "decode_tokens_per_s": decode["eval_count"] / decode["eval_duration"] * 1e9,
-            "prefill_bytes_per_token": sum(prefill_bytes) / prefill["prompt_eval_count"],
-            "decode_bytes_per_token": sum(decode_bytes) / decode["eval_count"],
-            "decode_sent_per_token": decode_bytes[0] / decode["eval_count"],
-            "decode_received_per_token": decode_bytes[1] / decode["eval_count"],
+            "prefill_bytes_per_token": (prefill_wire["bytes_sent"] + prefill_wire["bytes_received"])
+            / prefill["prompt_eval_count"],
+            "decode_request_bytes_per_token": (decode_wire["bytes_sent"] + decode_wire["bytes_received"])
+            / decode["eval_count"],
+            "decode_step_bytes_sent": step["bytes_sent"],
+            "decode_step_bytes_received": step["bytes_received"],
+            "decode_step_segments": step["data_segs_out"] + step["data_segs_in"],
         }
 
 
@@ -101,8 +114,7 @@ def bench_model(daemon, name: str, ports: list[int], rounds: int, prompt_words: 
     one, two = medians["one_machine"], medians["two_workers"]
     return {
         "split": split,
-        "one_machine": {k: round(v, 1) for k, v in one.items() if "bytes" not in k and "sent" not in k
-                        and "received" not in k},
+        "one_machine": {k: round(v, 1) for k, v in one.items() if k.endswith("tokens_per_s")},
         "two_workers": {k: round(v, 1) for k, v in two.items()},
         "decode_ratio": round(two["decode_tokens_per_s"] / one["decode_tokens_per_s"], 3),
         "prefill_ratio": round(two["prefill_tokens_per_s"] / one["prefill_tokens_per_s"], 3),
@@ -146,8 +158,10 @@ def main() -> None:
             (f"{name} prefill tok/s, one machine", one["prefill_tokens_per_s"]),
             (f"{name} prefill tok/s, two workers", two["prefill_tokens_per_s"]),
             (f"{name} prefill ratio", r["prefill_ratio"]),
-            (f"{name} decode bytes/token sent to workers", round(two["decode_sent_per_token"])),
-            (f"{name} decode bytes/token received", round(two["decode_received_per_token"])),
+            (f"{name} decode step: bytes sent to workers", round(two["decode_step_bytes_sent"])),
+            (f"{name} decode step: bytes received", round(two["decode_step_bytes_received"])),
+            (f"{name} decode step: TCP data segments", round(two["decode_step_segments"], 1)),
+            (f"{name} decode request bytes/token, all in", round(two["decode_request_bytes_per_token"])),
             (f"{name} prefill bytes/token (sent+received)", round(two["prefill_bytes_per_token"])),
         ]
     report(f"one model over two loopback workers vs one machine (llama.cpp engine, medians of {args.rounds} rounds)",
