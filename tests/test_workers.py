@@ -140,6 +140,22 @@ def test_a_worker_killed_mid_generation_fails_that_request_and_the_next_load_pla
         daemon.stop()
 
 
+def test_a_model_over_the_memory_limit_spills_layers_onto_the_workers(tmp_path, smollm2_path, two_workers):
+    w1, w2 = two_workers
+    daemon = Daemon(tmp_path / "d", LOCALLLM_WORKERS=f"{w1.address},{w2.address}", LOCALLLM_MEMORY_LIMIT="400M")
+    daemon.start().create("smol", f"FROM {smollm2_path}")
+    try:
+        assert _generate(daemon)["eval_count"] == 24  # no option: the limit alone sends layers away
+        (model,) = _loaded(daemon)
+        layers = _split(daemon)
+        assert 0 < layers["local"] < 30 and layers[w1.address] > 0 and layers[w2.address] > 0
+        local_bytes = next(e["size"] for e in model["split"] if e["host"] == "local")
+        assert local_bytes <= 400 * MIB < model["size"]
+        assert "layers on workers" in model["engine_reason"]
+    finally:
+        daemon.stop()
+
+
 class OtherVersionWorker:
     """Answers ggml's HELLO like an RPC server of protocol 3.0.0, then hangs up."""
 

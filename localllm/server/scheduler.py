@@ -21,6 +21,7 @@ from ..config import Settings
 from ..registry.models import read_model_summary
 from .memory import (
     NO_WORKERS,
+    SAFETY_MARGIN_BYTES,
     Device,
     DoesNotFit,
     GpuPlan,
@@ -238,7 +239,8 @@ class Scheduler:
         return choice, gpu, workers if CAPABILITIES[choice.engine].workers else NO_WORKERS
 
     async def _plan_workers(self, request: LoadRequest, need: ModelFootprint, gpu: GpuPlan) -> WorkerPlan:
-        """Worker layers for this load: asked for (``num_worker_layers``), or what does not fit here.
+        """Worker layers for this load: asked for (``num_worker_layers``), or what does not fit here (in free
+        RAM, or in LOCALLLM_MEMORY_LIMIT).
 
         The workers that answer are reserved for this model while it loads; those the plan leaves out
         are free again at once.
@@ -247,6 +249,8 @@ class Scheduler:
         if not self.settings.workers or request.num_worker_layers == 0 or request.engine == NATIVE:
             return NO_WORKERS
         free_ram = available_ram()
+        if self.settings.memory_limit:  # this machine's budget too: what is over it may go to workers
+            free_ram = min(free_ram, self.settings.memory_limit + SAFETY_MARGIN_BYTES)
         if not asked and shortfall(need, gpu, free_ram) <= 0:
             return NO_WORKERS  # it fits this machine: no network in the way
         offered = await self.workers.claim(request.name)
