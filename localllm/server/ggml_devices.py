@@ -42,8 +42,6 @@ def _libggml() -> ctypes.CDLL:
     lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                             ctypes.POINTER(ctypes.c_size_t)]
     lib.ggml_backend_dev_memory.restype = None
-    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     lib.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
     lib.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
@@ -84,11 +82,6 @@ def device_handles() -> list[int]:
 def backend_devices() -> list[BackendDevice]:
     """Every device ggml registered, described, in its order."""
     return [describe(device) for device in device_handles()]
-
-
-def cpu_device() -> int:
-    """The CPU's device handle (llama.cpp keeps the layers it does not offload there)."""
-    return _libggml().ggml_backend_dev_by_type(DEVICE_TYPES.index("cpu"))
 
 
 def register(registry: int) -> list[int]:

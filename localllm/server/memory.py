@@ -251,7 +251,7 @@ def _shares(count: int, weights: list[int]) -> list[int]:
 
 
 @dataclass(frozen=True)
-class Offload:
+class DeviceSplit:
     """What llama.cpp is told when layers leave this machine: offload devices in order, repeating layers
     (the last one: the output head) on each, as its ``devices``, ``tensor_split`` and ``n_gpu_layers``."""
 
@@ -263,7 +263,7 @@ class Offload:
         return sum(self.split)
 
 
-def worker_offload(gpu: GpuPlan, gpus: list[Device], workers: WorkerPlan) -> Offload:
+def worker_offload(gpu: GpuPlan, gpus: list[Device], workers: WorkerPlan) -> DeviceSplit:
     """The device list for a load with worker layers.
 
     llama.cpp keeps the first layers on the CPU and gives the rest, output
@@ -273,7 +273,7 @@ def worker_offload(gpu: GpuPlan, gpus: list[Device], workers: WorkerPlan) -> Off
     """
     local = [(d.name, n) for d, n in zip(gpus, gpu.layers_per_device) if n]
     devices = [w.spec for w in workers.devices] + [name for name, _ in local] + ["CPU"]
-    return Offload(tuple(devices), (*workers.layers, *(n for _, n in local), 1))
+    return DeviceSplit(tuple(devices), (*workers.layers, *(n for _, n in local), 1))
 
 
 def _gib(n: int) -> str:
