@@ -167,6 +167,7 @@ class Settings:
     api_key: str | None = None
     engine: str | None = None  # None: chosen per model load (the native engine where it runs the model)
     workers: tuple[str, ...] = ()  # host:port of `localllm worker`s (ggml RPC servers) to spread layers over
+    worker_timeout: float = 120.0  # seconds one decode step may wait on workers before the runner gives up
     num_threads: int = 0  # 0: physical cores
     stream_interval: float = 0.1  # seconds: streamed pieces are handed on in bursts (runner/relay.py)
     max_body_bytes: int = 32 << 20
@@ -229,6 +230,8 @@ def load_settings() -> Settings:
         api_key=os.environ.get("LOCALLLM_API_KEY") or None,
         engine=engine,
         workers=_workers_env(),
+        worker_timeout=parse_duration(os.environ.get("LOCALLLM_WORKER_TIMEOUT"), defaults.worker_timeout)
+        or defaults.worker_timeout,
         num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
         stream_interval=parse_duration(os.environ.get("LOCALLLM_STREAM_INTERVAL"), defaults.stream_interval) or 0.0,
         max_body_bytes=_int_env("LOCALLLM_MAX_BODY_BYTES", defaults.max_body_bytes),

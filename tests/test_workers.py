@@ -8,6 +8,7 @@ that answers ggml's HELLO with another protocol version.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import struct
 import subprocess
@@ -137,6 +138,31 @@ def test_a_worker_killed_mid_generation_fails_that_request_and_the_next_load_pla
         assert _split(daemon) == {"local": 10, w1.address: 20}
         assert f"worker {w2.address} is unreachable" in daemon.log()
     finally:
+        daemon.stop()
+
+
+@pytest.mark.slow
+def test_a_worker_that_stops_answering_ends_the_request_after_the_worker_timeout(tmp_path, smollm2_path, two_workers):
+    w1, w2 = two_workers
+    daemon = Daemon(tmp_path / "d", LOCALLLM_WORKERS=f"{w1.address},{w2.address}", LOCALLLM_WORKER_TIMEOUT="3s")
+    daemon.start().create("smol", f"FROM {smollm2_path}")
+    try:
+        body = {"model": "smol", "prompt": COUNTING, "raw": True, "stream": True,
+                "options": {"temperature": 0, "num_predict": 400, "num_worker_layers": 20}}
+        events = []
+        with httpx.stream("POST", f"{daemon.url}/api/generate", json=body, timeout=120) as response:
+            for line in response.iter_lines():
+                if line.strip():
+                    events.append(json.loads(line))
+                    if len(events) == 1:
+                        w2.process.send_signal(signal.SIGSTOP)  # frozen: its connection stays open, silent
+                        stopped = time.monotonic()
+        assert time.monotonic() - stopped < 30
+        error = events[-1]["error"]
+        assert "took over 3 s (LOCALLLM_WORKER_TIMEOUT)" in error and w2.address in error, error
+        assert httpx.get(daemon.url, timeout=10).text == "localllm is running"
+    finally:
+        w2.process.send_signal(signal.SIGCONT)
         daemon.stop()
 
 

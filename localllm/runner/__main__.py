@@ -25,7 +25,9 @@ import uvicorn
 
 from localllm.config import ENGINES, Settings, load_settings
 from localllm.runner.engines import POOL_CONTEXTS
-from localllm.runner.backend import BackendError, Context, Model, Offload, init_backend, physical_cores
+from localllm.runner.backend import (
+    BackendError, Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores,
+)
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
 from localllm.runner.stream_engine import StreamEngine
 from localllm.runner.server import Runtime, create_app
@@ -145,12 +147,15 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     model = Model(args.model, args.adapter, args.gpu_layers, Offload.open(args.device, args.tensor_split))
     n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
     parallel = 1 if args.embedding else args.parallel
-    cache = {"kv_cache_type": settings.kv_cache_type, "flash_attention": settings.flash_attention}
+    context_options: dict[str, Any] = {"kv_cache_type": settings.kv_cache_type,
+                                       "flash_attention": settings.flash_attention}
+    if model.offload is not None and model.offload.workers:
+        context_options["watchdog"] = DecodeWatchdog(settings.worker_timeout, ", ".join(model.offload.workers))
     try:
         if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
-            ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True, **cache)
+            ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True, **context_options)
         else:
-            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **cache)
+            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **context_options)
     except BaseException:
         model.close()
         raise

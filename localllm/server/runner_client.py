@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import httpx
 log = logging.getLogger("localllm.runner_client")
 
 LOAD_TIMEOUT_S = 120.0
+EXIT_GRACE_S = 1.0  # how long a runner whose connection broke may take to exit
 
 
 class RunnerError(RuntimeError):
@@ -68,6 +70,7 @@ class RunnerProcess:
     client: httpx.AsyncClient
     health: dict[str, Any] = field(default_factory=dict)
     stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=40))
+    stderr_pump: asyncio.Task | None = None  # done when the runner's stderr reached its end
 
     @property
     def alive(self) -> bool:
@@ -123,7 +126,7 @@ class RunnerProcess:
         try:
             response = await self.client.post(path, json=body, timeout=timeout)
         except httpx.TransportError as exc:
-            raise RunnerError(self._gone_message(exc)) from None
+            raise RunnerError(await self._gone_message(exc)) from None
         return _checked_json(response)
 
     async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -137,9 +140,14 @@ class RunnerProcess:
                     if line.strip():
                         yield json.loads(line)
         except httpx.TransportError as exc:
-            raise RunnerError(self._gone_message(exc)) from None
+            raise RunnerError(await self._gone_message(exc)) from None
 
-    def _gone_message(self, exc: Exception) -> str:
+    async def _gone_message(self, exc: Exception) -> str:
+        """Why the connection broke: a runner that is exiting gets a moment to finish, so its last words
+        (a lost worker, say) reach the message."""
+        exited = [self.process.wait()] + ([self.stderr_pump] if self.stderr_pump else [])
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*exited)), EXIT_GRACE_S)
         if not self.alive:
             return self.exit_description()
         return f"lost connection to the model runner: {exc}"
@@ -206,7 +214,7 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
     )
     client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(socket_path)), base_url="http://runner")
     runner = RunnerProcess(config=config, process=process, socket_path=socket_path, client=client)
-    asyncio.get_running_loop().create_task(_pump_stderr(runner))
+    runner.stderr_pump = asyncio.get_running_loop().create_task(_pump_stderr(runner))
     deadline = asyncio.get_running_loop().time() + LOAD_TIMEOUT_S
     while True:
         if not runner.alive:
