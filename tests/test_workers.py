@@ -26,7 +26,7 @@ from worker_helpers import Worker
 
 from localllm.config import SettingsError, parse_worker_address, parse_workers
 from localllm.server.engine_choice import EngineRefused, choose_engine
-from localllm.server.memory import GpuPlan, ModelFootprint, plan_worker_layers, worker_offload
+from localllm.server.memory import Device, GpuPlan, ModelFootprint, plan_worker_layers, worker_offload
 from localllm.workers.probe import WorkerDevice, WorkerUnreachable, probe
 from localllm.workers.rpc import protocol_version
 
@@ -337,6 +337,16 @@ def test_the_device_list_ends_with_the_cpu_holding_the_output_head():
     offload = worker_offload(NO_GPU, [], plan)
     assert offload.devices == ("10.0.0.1:50052#0", "10.0.0.2:50052#0", "CPU")
     assert offload.split == (3, 3, 1) and offload.n_gpu_layers == 7
+
+
+def test_with_a_gpu_the_workers_take_cpu_layers_and_come_first_in_the_device_list():
+    need = _model()
+    gpus = [Device("CUDA0", 0)]
+    gpu = GpuPlan(3, (3,), 3 * 110 * MIB, need.total)  # the last three layers on the GPU
+    plan = plan_worker_layers(need, gpu, [_worker(1, GIB)], free_ram=0, requested=50)
+    assert plan.layers == (7,)  # every layer the CPU had, none of the GPU's
+    offload = worker_offload(gpu, gpus, plan)
+    assert offload.devices == ("10.0.0.1:50052#0", "CUDA0", "CPU") and offload.split == (7, 3, 1)
 
 
 def test_forcing_the_native_engine_onto_workers_is_refused(smollm2_path):
