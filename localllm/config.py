@@ -19,6 +19,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
 ENGINES = ("llama.cpp", "native")
 DEFAULT_REGISTRY = "https://registry.ollama.ai"
+DEFAULT_WORKER_PORT = 50052  # llama.cpp's rpc-server's
 
 
 class SettingsError(ValueError):
@@ -76,6 +77,26 @@ def parse_host(value: str | None) -> tuple[str, int]:
 
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
+
+
+def parse_worker_address(text: str) -> str:
+    """A worker's ``host:port`` as ggml's RPC client takes it (it splits at the first colon: no IPv6)."""
+    address = text.strip()
+    host, sep, port = address.partition(":")
+    if address.startswith("[") or ":" in port:
+        raise SettingsError(f"worker address {text!r}: IPv6 addresses are not supported by ggml's RPC client; "
+                            "use a host name or an IPv4 address")
+    if not sep or not host or any(c.isspace() or c in "/@" for c in host):
+        raise SettingsError(f"worker address {text!r} is not host:port (e.g. 192.168.1.20:50052)")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise SettingsError(f"worker address {text!r} has no valid port (1-65535)")
+    return f"{host}:{int(port)}"
+
+
+def parse_workers(value: str | None) -> tuple[str, ...]:
+    """``LOCALLLM_WORKERS``: comma-separated ``host:port`` entries, each checked, duplicates dropped."""
+    entries = [entry for entry in (value or "").split(",") if entry.strip()]
+    return tuple(dict.fromkeys(parse_worker_address(entry) for entry in entries))
 
 
 def _bool_env(name: str) -> bool:
@@ -147,6 +168,8 @@ class Settings:
     api_key: str | None = None
     allow_remote_changes: bool = False  # model-changing endpoints answer non-loopback clients without an API key
     engine: str | None = None  # None: chosen per model load (the native engine where it runs the model)
+    workers: tuple[str, ...] = ()  # host:port of `localllm worker`s (ggml RPC servers) to spread layers over
+    worker_timeout: float = 120.0  # seconds one decode step may wait on workers before the runner gives up
     num_threads: int = 0  # 0: physical cores
     stream_interval: float = 0.1  # seconds: streamed pieces are handed on in bursts (runner/relay.py)
     max_body_bytes: int = 32 << 20
@@ -201,6 +224,13 @@ def parse_registry_tokens(value: str | None) -> dict[str, str]:
     return tokens
 
 
+def _workers_env() -> tuple[str, ...]:
+    try:
+        return parse_workers(os.environ.get("LOCALLLM_WORKERS"))
+    except SettingsError as exc:
+        raise SettingsError(f"LOCALLLM_WORKERS: {exc}") from None
+
+
 def load_settings() -> Settings:
     """Read the settings from the current environment."""
     host, port = parse_host(os.environ.get("LOCALLLM_HOST"))
@@ -235,6 +265,9 @@ def load_settings() -> Settings:
         api_key=os.environ.get("LOCALLLM_API_KEY") or None,
         allow_remote_changes=_bool_env("LOCALLLM_ALLOW_REMOTE_CHANGES"),
         engine=engine,
+        workers=_workers_env(),
+        worker_timeout=parse_duration(os.environ.get("LOCALLLM_WORKER_TIMEOUT"), defaults.worker_timeout)
+        or defaults.worker_timeout,
         num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
         stream_interval=parse_duration(os.environ.get("LOCALLLM_STREAM_INTERVAL"), defaults.stream_interval) or 0.0,
         max_body_bytes=_int_env("LOCALLLM_MAX_BODY_BYTES", defaults.max_body_bytes),

@@ -7,6 +7,7 @@ with ``Error: <one line>`` on stderr and exit code 1, never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ from localllm.cli.run import (
     RunOptions, ensure_model, load_model, parse_format, parse_keep_alive, parse_think, register_file, run_once,
 )
 from localllm.client import APIError, Client, DaemonError, connect
-from localllm.config import SettingsError, load_settings
+from localllm.config import DEFAULT_WORKER_PORT, SettingsError, load_settings, parse_worker_address
 from localllm.registry.names import looks_like_path
 
 
@@ -77,11 +78,41 @@ def main(
 
 
 @app.command()
-def serve() -> None:
+def serve(
+    worker: list[str] = typer.Option(
+        [], "--worker", help="host:port of a `localllm worker` to spread models over (repeatable; adds to "
+                             "LOCALLLM_WORKERS)."),
+) -> None:
     """Start the daemon in the foreground."""
     from localllm.server.app import run_server  # the daemon's dependencies load only here
 
-    run_server(load_settings())
+    settings = load_settings()
+    workers = tuple(dict.fromkeys([*settings.workers, *(parse_worker_address(w) for w in worker)]))
+    run_server(dataclasses.replace(settings, workers=workers))
+
+
+@app.command("worker")
+def worker_command(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(DEFAULT_WORKER_PORT, "--port", help="Port to listen on."),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads (default: physical cores)."),
+    device: list[str] = typer.Option(
+        [], "--device", help="A local device to offer, as llama.cpp names it (CPU, CUDA0, ...; repeatable). "
+                             "Default: every GPU, or else the CPU."),
+    allow_remote: bool = typer.Option(
+        False, "--allow-remote", help="Allow a --host other than loopback (ggml's RPC protocol has no "
+                                      "authentication: private networks only)."),
+) -> None:
+    """Serve this machine's compute and memory to other localllm daemons (llama.cpp's RPC backend)."""
+    from localllm.workers.rpc import RpcUnavailable
+    from localllm.workers.serve import WorkerError, run_worker
+
+    try:
+        run_worker(host, port, threads, [name for names in device for name in names.split(",") if name],
+                   allow_remote)
+    except (WorkerError, RpcUnavailable) as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        sys.exit(1)
 
 
 _INSECURE_HELP = "Allow a registry over plain http."
@@ -188,14 +219,26 @@ def ps() -> None:
     """List the loaded models."""
     with connect() as client:
         models = client.ps()
+    split = any(entry.get("host") != "local" for m in models for entry in m.get("split") or ())
     rows = []
     for m in models:
         until = human_time(m.get("expires_at"), zero="Forever")
         if until.endswith(" ago"):
             until = "Stopping..."
         rows.append([m.get("name", ""), str(m.get("digest", ""))[:12], human_bytes(int(m.get("size") or 0)),
-                     _processor(m), str(m.get("context_length") or ""), m.get("engine", ""), until])
-    sys.stdout.write(render_table(rows, header=["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "UNTIL"]))
+                     _processor(m), str(m.get("context_length") or ""), m.get("engine", ""), until]
+                    + ([_layers_per_machine(m)] if split else []))
+    header = ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "UNTIL"] + (["LAYERS"] if split else [])
+    sys.stdout.write(render_table(rows, header=header))
+
+
+def _layers_per_machine(model: dict[str, Any]) -> str:
+    """``ps``'s LAYERS column for a model split over workers: "10 local, 10 host:port (25 MB), ..."."""
+    parts = []
+    for entry in model.get("split") or ():
+        where = entry.get("device") if entry.get("host") == "local" else entry.get("host")
+        parts.append(f"{entry.get('layers', 0)} {where} ({human_bytes(int(entry.get('size') or 0))})")
+    return ", ".join(parts)
 
 
 @app.command()

@@ -31,6 +31,7 @@ PARAMETER_TYPES: dict[str, type] = {
     "num_ctx": int,
     "num_batch": int,
     "num_gpu": int,
+    "num_worker_layers": int,  # localllm: layers on RPC workers (-1: only what does not fit this machine)
     "main_gpu": int,
     "use_mmap": bool,
     "num_thread": int,

@@ -1,8 +1,8 @@
 """``python -m localllm.runner``: serve one model on a unix socket.
 
     python -m localllm.runner --model PATH --socket PATH [--engine llama.cpp|native] [--ctx N] [--parallel N]
-        [--kv-tokens N] [--threads N] [--batch N] [--gpu-layers N] [--cache-ram-mb MB] [--adapter PATH ...]
-        [--embedding] [--verbose]
+        [--kv-tokens N] [--threads N] [--batch N] [--gpu-layers N] [--device NAME ... --tensor-split N,N,...]
+        [--cache-ram-mb MB] [--adapter PATH ...] [--embedding] [--verbose]
 
 The daemon starts one runner per loaded model and talks to it over the
 socket (see :mod:`localllm.runner.server` for the endpoints). Logs go to
@@ -25,7 +25,9 @@ import uvicorn
 
 from localllm.config import ENGINES, Settings, load_settings
 from localllm.runner.engines import POOL_CONTEXTS
-from localllm.runner.backend import BackendError, Context, Model, init_backend, physical_cores
+from localllm.runner.backend import (
+    BackendError, Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores,
+)
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
 from localllm.runner.stream_engine import StreamEngine
 from localllm.runner.server import Runtime, create_app
@@ -66,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--batch", type=_positive, default=512, help="most tokens per decode step")
     p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload to a GPU (GPU builds only)")
+    p.add_argument(
+        "--device", action="append", default=[], metavar="NAME",
+        help="an offload device, in order: a worker's HOST:PORT#INDEX or a local ggml device (CUDA0, CPU); repeatable",
+    )
+    p.add_argument("--tensor-split", type=_split, default=(), metavar="N,N,...", help="layers on each --device")
     p.add_argument("--adapter", type=Path, action="append", default=[], help="LoRA adapter GGUF (repeatable)")
     p.add_argument(
         "--cache-ram-mb", type=_non_negative, default=512, metavar="MB",
@@ -74,6 +81,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--embedding", action="store_true", help="serve /embedding instead of /completion")
     p.add_argument("--verbose", action="store_true", help="pass llama.cpp's own log through to stderr")
     return p.parse_args(argv)
+
+
+def _split(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(_non_negative(part) for part in text.split(","))
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"must be whole numbers separated by commas, got {text!r}") from None
 
 
 def _clear_stale_socket(path: Path) -> None:
@@ -128,15 +142,20 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     threads = args.threads or physical_cores()
     if args.engine == "native" and not args.embedding:
         return _native_runtime(args, args.ctx, threads, settings)
-    model = Model(args.model, args.adapter, args.gpu_layers)
+    if len(args.device) != len(args.tensor_split):
+        raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
+    model = Model(args.model, args.adapter, args.gpu_layers, Offload.open(args.device, args.tensor_split))
     n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
     parallel = 1 if args.embedding else args.parallel
-    cache = {"kv_cache_type": settings.kv_cache_type, "flash_attention": settings.flash_attention}
+    context_options: dict[str, Any] = {"kv_cache_type": settings.kv_cache_type,
+                                       "flash_attention": settings.flash_attention}
+    if model.offload is not None and model.offload.workers:
+        context_options["watchdog"] = DecodeWatchdog(settings.worker_timeout, ", ".join(model.offload.workers))
     try:
         if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
-            ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True, **cache)
+            ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True, **context_options)
         else:
-            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **cache)
+            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **context_options)
     except BaseException:
         model.close()
         raise

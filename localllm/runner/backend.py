@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,13 +117,89 @@ def physical_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+class Offload:
+    """Named offload devices and the layers on each, as ``llama_model_params`` takes them.
+
+    A worker's device is ``host:port#index``: connecting registers the
+    worker's devices with ggml (llama.cpp's ``--rpc``); local ones go by
+    ggml's names (``CUDA0``, ``CPU``). The arrays live as long as this object.
+    """
+
+    def __init__(self, handles: list[int], layers: Sequence[int], workers: Sequence[str] = ()) -> None:
+        self.devices = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)  # NULL-terminated
+        self.split = (ctypes.c_float * max(ll.LLAMA_MAX_DEVICES, len(layers)))(*layers)
+        self.workers = tuple(workers)  # host:port of the remote ones
+
+    @classmethod
+    def open(cls, names: Sequence[str], layers: Sequence[int]) -> Offload | None:
+        """Resolve ``names`` (connecting to workers; a worker that cannot be reached aborts the process)."""
+        if not names:
+            return None
+        from localllm.server.ggml_devices import describe, device_handles
+        from localllm.workers import rpc
+
+        local = {describe(handle).name: handle for handle in device_handles()}
+        handles, workers = [], []
+        for name in names:
+            endpoint, _, index = name.partition("#")
+            if index:
+                workers.append(endpoint)
+                remote = rpc.connect(endpoint)
+                if not int(index) < len(remote):
+                    raise BackendError(f"worker {endpoint} offers {len(remote)} devices, not #{index}")
+                handles.append(remote[int(index)])
+            elif name in local:
+                handles.append(local[name])
+            else:
+                raise BackendError(f"no device {name!r} here; ggml has {', '.join(local)}")
+        return cls(handles, layers, dict.fromkeys(workers))
+
+
+class DecodeWatchdog:
+    """Ends the process when one ``llama_decode`` outlasts ``limit`` seconds.
+
+    A worker that stops answering without closing its connection (frozen, or
+    cut off by the network) would otherwise hold the runner, and every
+    request on it, for as long as TCP takes to give up (many minutes). The
+    daemon sees the runner exit, fails its requests, and the next load plans
+    without the silent worker.
+    """
+
+    def __init__(self, limit: float, workers: str) -> None:
+        self.limit, self.workers = limit, workers
+        self._started: float | None = None
+        threading.Thread(target=self._watch, daemon=True, name="decode-watchdog").start()
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        self._started = time.monotonic()
+        try:
+            yield
+        finally:
+            self._started = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.limit / 4))
+            started = self._started
+            if started is not None and time.monotonic() - started > self.limit:
+                os.write(2, f"runner: a decode step took over {self.limit:g} s (LOCALLLM_WORKER_TIMEOUT): a worker "
+                            f"of {self.workers} stopped answering\n".encode())
+                os._exit(3)
+
+
 class Model:
     """Weights (memory-mapped) and vocabulary of one GGUF file."""
 
-    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0) -> None:
+    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0,
+                 offload: Offload | None = None) -> None:
         params = ll.llama_model_default_params()
         params.use_mmap = True
         params.n_gpu_layers = n_gpu_layers  # ignored by CPU-only builds
+        self.offload = offload
+        if offload is not None:  # devices in order, layers on each (llama.cpp's --device and --tensor-split)
+            params.devices = ctypes.cast(offload.devices, ctypes.c_void_p).value
+            params.tensor_split = offload.split
         with captured_errors() as errors:
             ptr = ll.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
@@ -290,7 +367,9 @@ class Context:
         embeddings: bool = False,
         kv_cache_type: str = "f16",
         flash_attention: bool = False,
+        watchdog: DecodeWatchdog | None = None,
     ) -> None:
+        self.watchdog = watchdog
         params = ll.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -327,7 +406,10 @@ class Context:
     def decode(self, batch: Batch) -> int:
         """``llama_decode``: 0 on success, 1 when no KV cells were free, <0 on error."""
         batch.raw.n_tokens = batch.n_tokens
-        return ll.llama_decode(self.ptr, batch.raw)
+        if self.watchdog is None:
+            return ll.llama_decode(self.ptr, batch.raw)
+        with self.watchdog.guard():
+            return ll.llama_decode(self.ptr, batch.raw)
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         return bool(ll.llama_memory_seq_rm(self.memory, seq_id, p0, p1))

@@ -1,8 +1,8 @@
 """The engine contract: what each engine can do, declared once.
 
 The scheduler picks an engine from these declarations and the model
-(:mod:`localllm.server.engine_choice`); the memory planner gives GPU layers
-only to an engine that can use them; the API refuses what the chosen engine
+(:mod:`localllm.server.engine_choice`); the memory planner gives GPU and worker
+layers only to an engine that can use them; the API refuses what the chosen engine
 cannot do. Nothing asks an engine object what it happens to support.
 """
 
@@ -19,6 +19,7 @@ class Capabilities:
     embeddings: bool
     lora: bool
     gpu_layers: bool
+    workers: bool  # layers on other machines' devices (llama.cpp's RPC backend, `localllm worker`)
     grammar: bool
     logprobs: bool
 
@@ -29,11 +30,11 @@ LLAMA_CPP = "llama.cpp"
 CAPABILITIES: dict[str, Capabilities] = {
     NATIVE: Capabilities(
         shared_kv=True, spill=True, batch_invariant=True, embeddings=False, lora=False, gpu_layers=False,
-        grammar=True, logprobs=True,
+        workers=False, grammar=True, logprobs=True,
     ),
     LLAMA_CPP: Capabilities(
         shared_kv=False, spill=True, batch_invariant=False, embeddings=True, lora=True, gpu_layers=True,
-        grammar=True, logprobs=True,
+        workers=True, grammar=True, logprobs=True,
     ),
 }  # fmt: skip
 

@@ -3,7 +3,7 @@
 The native engine is the default CPU engine wherever it runs the model
 exactly: every architecture key, hyperparameter and tensor type the model
 uses is one its forward pass implements, no LoRA adapter is set, no layer
-goes to a GPU, and the CPU has a SIMD level we measured faster than
+goes to a GPU or to a worker, and the CPU has a SIMD level we measured faster than
 llama.cpp (x86 AVX2 and up; NEON stays opt-in until it is timed on ARM).
 Everything else runs on llama.cpp. ``LOCALLLM_ENGINE`` or ``PARAMETER
 engine`` force either; forcing the native engine on a model it cannot run
@@ -32,19 +32,22 @@ class EngineRefused(ValueError):
 
 def choose_engine(
     model_path: Path, forced: str | None, adapters: bool, embedding: bool, gpu_layers: int,
-    llama_cpp_settings: str | None = None,
+    llama_cpp_settings: str | None = None, workers: str | None = None,
 ) -> EngineChoice:
-    """The engine for one load; ``gpu_layers`` is what the memory plan would offload on llama.cpp, and
-    ``llama_cpp_settings`` names settings in force that only llama.cpp honours (a KV cache type)."""
+    """The engine for one load; ``gpu_layers`` is what the memory plan would offload on llama.cpp,
+    ``llama_cpp_settings`` names settings in force that only llama.cpp honours (a KV cache type), and
+    ``workers`` says which layers the plan puts on workers (None: none)."""
     if embedding:  # a forced engine is for generation: embeddings have one engine
         return EngineChoice(LLAMA_CPP, "embeddings run on llama.cpp")
     if forced == LLAMA_CPP:
         return EngineChoice(LLAMA_CPP, "forced by the engine setting")
     if forced == NATIVE:
-        blocker = llama_cpp_settings or _native_blocker(model_path, adapters)
+        blocker = llama_cpp_settings or _workers_blocker(workers) or _native_blocker(model_path, adapters)
         if blocker:
             raise EngineRefused(f"the native engine cannot run this model: {blocker}; use the llama.cpp engine")
         return EngineChoice(NATIVE, "forced by the engine setting")
+    if workers:
+        return EngineChoice(LLAMA_CPP, workers)
     if gpu_layers:
         return EngineChoice(LLAMA_CPP, f"{gpu_layers} layers offloaded to a GPU")
     if llama_cpp_settings:
@@ -56,6 +59,12 @@ def choose_engine(
     if blocker:
         return EngineChoice(LLAMA_CPP, blocker)
     return EngineChoice(NATIVE, f"the native forward runs this model exactly ({isa})")
+
+
+def _workers_blocker(workers: str | None) -> str | None:
+    if workers and not CAPABILITIES[NATIVE].workers:
+        return f"layers on workers need llama.cpp's RPC backend ({workers})"
+    return None
 
 
 def _native_blocker(model_path: Path, adapters: bool) -> str | None:

@@ -30,9 +30,7 @@ class BackendDevice:
 
 @functools.cache
 def _libggml() -> ctypes.CDLL:
-    import llama_cpp  # loads libllama and, with it, the libggml below into this process
-
-    lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml.so"))
+    lib = ctypes.CDLL(str(library_dir() / "libggml.so"))  # importing llama_cpp loaded it into this process
     lib.ggml_backend_dev_count.restype = ctypes.c_size_t
     lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
     lib.ggml_backend_dev_get.restype = ctypes.c_void_p
@@ -44,23 +42,50 @@ def _libggml() -> ctypes.CDLL:
     lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                             ctypes.POINTER(ctypes.c_size_t)]
     lib.ggml_backend_dev_memory.restype = None
+    lib.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    lib.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_register.restype = None
     return lib
 
 
-def backend_devices() -> list[BackendDevice]:
-    """Every device ggml registered, in its order (the order llama.cpp splits layers in)."""
+def library_dir() -> Path:
+    """Where llama-cpp-python keeps its shared libraries (libllama, libggml, libggml-rpc, ...)."""
+    import llama_cpp
+
+    return Path(llama_cpp.__file__).parent / "lib"
+
+
+def describe(device: int) -> BackendDevice:
+    """What ggml says of one device handle (``ggml_backend_dev_t``)."""
     lib = _libggml()
-    devices = []
-    for index in range(lib.ggml_backend_dev_count()):
-        device = lib.ggml_backend_dev_get(index)
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        lib.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
-        kind = lib.ggml_backend_dev_type(device)
-        devices.append(BackendDevice(
-            name=lib.ggml_backend_dev_name(device).decode("utf-8", "replace"),
-            description=lib.ggml_backend_dev_description(device).decode("utf-8", "replace"),
-            kind=DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else f"type {kind}",
-            free_bytes=free.value,
-            total_bytes=total.value,
-        ))
-    return devices
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    lib.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+    kind = lib.ggml_backend_dev_type(device)
+    return BackendDevice(
+        name=lib.ggml_backend_dev_name(device).decode("utf-8", "replace"),
+        description=lib.ggml_backend_dev_description(device).decode("utf-8", "replace"),
+        kind=DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else f"type {kind}",
+        free_bytes=free.value,
+        total_bytes=total.value,
+    )
+
+
+def device_handles() -> list[int]:
+    """Every device ggml registered (``ggml_backend_dev_t``), in its order (the order llama.cpp splits layers in)."""
+    lib = _libggml()
+    return [lib.ggml_backend_dev_get(index) for index in range(lib.ggml_backend_dev_count())]
+
+
+def backend_devices() -> list[BackendDevice]:
+    """Every device ggml registered, described, in its order."""
+    return [describe(device) for device in device_handles()]
+
+
+def register(registry: int) -> list[int]:
+    """Add a backend registry (a remote worker's) to ggml's list; the device handles it brings."""
+    lib = _libggml()
+    lib.ggml_backend_register(registry)
+    return [lib.ggml_backend_reg_dev_get(registry, index) for index in range(lib.ggml_backend_reg_dev_count(registry))]

@@ -149,8 +149,17 @@ class Inference:
             num_thread=job.options.get("num_thread"),
             num_batch=job.options.get("num_batch"),
             num_gpu=job.options.get("num_gpu"),
+            num_worker_layers=self._worker_layers(job),
             engine=job.options.get("engine") or self.settings.engine,
         )
+
+    def _worker_layers(self, job: CompletionJob) -> int | None:
+        """The ``num_worker_layers`` option, refused when it asks for workers the daemon does not have."""
+        layers = job.options.get("num_worker_layers")
+        if layers and layers > 0 and not self.settings.workers:
+            raise bad_request(f"option 'num_worker_layers' asks for {layers} layers on workers, but this daemon has "
+                              "none (set LOCALLLM_WORKERS=host:port,... or start it with localllm serve --worker)")
+        return layers
 
     async def load(self, job: CompletionJob) -> tuple[LoadedModel, int]:
         """Load the model (or refresh its keep_alive); returns it and the load time in ns."""

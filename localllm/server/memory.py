@@ -1,8 +1,9 @@
-"""Will a model fit? Memory estimates from the GGUF header, and the GPU layer plan.
+"""Will a model fit? Memory estimates from the GGUF header, and the GPU and worker layer plans.
 
 Estimated before loading, so that a model too large for the machine is refused
-with a message instead of swapping the machine to death, and so that on a GPU
-build the most layers that fit in free VRAM are offloaded.
+with a message instead of swapping the machine to death, so that on a GPU
+build the most layers that fit in free VRAM are offloaded, and so that a model
+too large for this machine spills layers onto RPC workers.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ..registry.gguf import GGUFFile
+from ..workers.probe import WorkerDevice
 from .ggml_devices import BackendDevice, backend_devices
 
 #: KV cache bytes an element, by LOCALLLM_KV_CACHE_TYPE (llama.cpp's default is F16).
@@ -28,6 +30,7 @@ class ModelFootprint:
     other_weights: int  # embeddings, output head, final norm
     kv_per_layer: int  # for the whole context (ctx x parallel)
     compute_buffer: int
+    logits_buffer: int = 0  # the part of compute_buffer that holds logits: only the output head's device needs it
 
     @property
     def n_layers(self) -> int:
@@ -62,8 +65,9 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     n_vocab = _vocab_size(gguf)
     # Logits for a full batch plus activations of the widest layer, in F32.
     n_ff = int(gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd)
-    compute = 4 * n_batch * (n_vocab + 4 * max(n_embd, n_ff)) + 4 * n_head * n_batch * min(n_ctx, 4096)
-    return ModelFootprint(tuple(layers), other, kv_per_layer, compute)
+    logits = 4 * n_batch * n_vocab
+    compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
+    return ModelFootprint(tuple(layers), other, kv_per_layer, compute, logits)
 
 
 def _vocab_size(gguf: GGUFFile) -> int:
@@ -86,18 +90,20 @@ def available_ram() -> int:
     raise OSError("MemAvailable missing from /proc/meminfo")
 
 
-def check_fits_in_ram(need: ModelFootprint, name: str, free: int, gpu_bytes: int = 0) -> None:
+def check_fits_in_ram(need: ModelFootprint, name: str, free: int, offloaded_bytes: int = 0,
+                      workers_note: str = "") -> None:
     """Refuse a load whose CPU share would not fit in free RAM with the margin.
 
     Weights are memory-mapped, so they count in full: running from a model
     that is paged in and out on every token is no better than swapping.
+    ``offloaded_bytes`` are on GPUs and workers; ``workers_note`` says what the workers could not take.
     """
-    cpu_bytes = need.total - gpu_bytes
+    cpu_bytes = need.total - offloaded_bytes
     if cpu_bytes + SAFETY_MARGIN_BYTES > free:
         raise DoesNotFit(
-            f"model {name} needs about {_gib(cpu_bytes)} of memory (weights, KV cache for the context, "
-            f"compute buffer) but only {_gib(free)} is available; close other programs, unload models "
-            "(localllm stop), or lower num_ctx / LOCALLLM_NUM_PARALLEL"
+            f"model {name} needs about {_gib(cpu_bytes)} of memory on this machine (weights, KV cache for the "
+            f"context, compute buffer) but only {_gib(free)} is available{workers_note}; close other programs, "
+            "unload models (localllm stop), add workers (LOCALLLM_WORKERS), or lower num_ctx / LOCALLLM_NUM_PARALLEL"
         )
 
 
@@ -160,6 +166,114 @@ def plan_gpu_layers(need: ModelFootprint, devices: list[Device], requested: int 
             n_gpu += 1  # llama.cpp counts the output layer as one more
     gpu_bytes = sum(used) + (need.compute_buffer * sum(1 for c in placed if c))
     return GpuPlan(n_gpu, tuple(placed), gpu_bytes, need.total)
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """Repeating layers on workers' devices: one block right after the CPU's layers, in the workers' order."""
+
+    devices: tuple[WorkerDevice, ...] = ()  # only those that get layers
+    layers: tuple[int, ...] = ()
+    layer_bytes: tuple[int, ...] = ()  # each device's share of the weights and KV (no longer on this machine)
+    compute_bytes: int = 0  # the compute buffer each device adds (activations, no logits)
+
+    @property
+    def n_layers(self) -> int:
+        return sum(self.layers)
+
+    @property
+    def moved_bytes(self) -> int:
+        """Weights and KV that are on workers instead of this machine."""
+        return sum(self.layer_bytes)
+
+    @property
+    def total_bytes(self) -> int:
+        """All the workers hold: their layers and a compute buffer each."""
+        return self.moved_bytes + self.compute_bytes * len(self.devices)
+
+
+NO_WORKERS = WorkerPlan()
+
+
+def plan_worker_layers(need: ModelFootprint, gpu: GpuPlan, workers: list[WorkerDevice], free_ram: int,
+                       requested: int | None = None) -> WorkerPlan:
+    """Move layers off this machine's CPU onto workers, spread over them by free memory.
+
+    None move while the CPU's share fits in ``free_ram`` (a model that fits
+    this machine stays here, where no network is in the way), else as many of
+    the CPU's last layers as free enough RAM, each with its KV (none if the
+    workers have not that much room together). ``requested`` (the
+    ``num_worker_layers`` option) moves that many instead, fit or not.
+    """
+    cpu_layers = need.n_layers - sum(gpu.layers_per_device)
+    costs = [need.layer_weights[i] + need.kv_per_layer for i in range(cpu_layers)]
+    compute = need.compute_buffer - need.logits_buffer
+    if requested is not None and requested >= 0:
+        count = min(requested, cpu_layers)
+        weights = [w.free_bytes for w in workers]
+    else:
+        excess = shortfall(need, gpu, free_ram)
+        count = 0
+        while count < cpu_layers and excess > 0:
+            excess -= costs[cpu_layers - 1 - count]
+            count += 1
+        weights = [max(0, w.free_bytes - SAFETY_MARGIN_BYTES - compute) for w in workers]
+        if sum(costs[cpu_layers - count:]) > sum(weights):
+            return NO_WORKERS  # the workers cannot take enough: the load fails saying so
+    if count == 0 or sum(weights) == 0:
+        return NO_WORKERS
+    shares = _shares(count, weights)
+    placed, layers, used = [], [], []
+    first = cpu_layers - count
+    for worker, share in zip(workers, shares):
+        if share:
+            placed.append(worker)
+            layers.append(share)
+            used.append(sum(costs[first:first + share]))
+            first += share
+    return WorkerPlan(tuple(placed), tuple(layers), tuple(used), compute)
+
+
+def shortfall(need: ModelFootprint, gpu: GpuPlan, free_ram: int) -> int:
+    """Bytes the CPU's share of a load lacks in free RAM (with the margin); 0 or less when it fits."""
+    return need.total - gpu.gpu_bytes + SAFETY_MARGIN_BYTES - free_ram
+
+
+def _shares(count: int, weights: list[int]) -> list[int]:
+    """``count`` split in proportion to ``weights``, the remainders to the largest fractions."""
+    total = sum(weights)
+    exact = [count * w / total for w in weights]
+    shares = [int(x) for x in exact]
+    by_fraction = sorted(range(len(weights)), key=lambda i: exact[i] - shares[i], reverse=True)
+    for i in by_fraction[: count - sum(shares)]:
+        shares[i] += 1
+    return shares
+
+
+@dataclass(frozen=True)
+class DeviceSplit:
+    """What llama.cpp is told when layers leave this machine: offload devices in order, repeating layers
+    (the last one: the output head) on each, as its ``devices``, ``tensor_split`` and ``n_gpu_layers``."""
+
+    devices: tuple[str, ...]  # a worker's "host:port#index", a local ggml device name ("CUDA0", "CPU")
+    split: tuple[int, ...]
+
+    @property
+    def n_gpu_layers(self) -> int:
+        return sum(self.split)
+
+
+def worker_offload(gpu: GpuPlan, gpus: list[Device], workers: WorkerPlan) -> DeviceSplit:
+    """The device list for a load with worker layers.
+
+    llama.cpp keeps the first layers on the CPU and gives the rest, output
+    head included, to the devices in order: workers first, then the GPUs,
+    then the CPU again for the head alone, so that logits (vocabulary-sized)
+    never cross the network, only activations (embedding-sized) do.
+    """
+    local = [(d.name, n) for d, n in zip(gpus, gpu.layers_per_device) if n]
+    devices = [w.spec for w in workers.devices] + [name for name, _ in local] + ["CPU"]
+    return DeviceSplit(tuple(devices), (*workers.layers, *(n for _, n in local), 1))
 
 
 def _gib(n: int) -> str:

@@ -294,6 +294,7 @@ async def running(request: Request) -> dict[str, Any]:
             "context_length": loaded.runner.config.n_ctx,
             "engine": loaded.engine,
             "engine_reason": loaded.engine_reason,
+            "split": list(loaded.split),
             "cache_tokens": health.get("cache_tokens", 0),
             "cache_hit_rate": health.get("cache_hit_rate", 0.0),
             "kv_blocks": health.get("kv_blocks", {}),

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -24,6 +26,7 @@ import httpx
 log = logging.getLogger("localllm.runner_client")
 
 LOAD_TIMEOUT_S = 120.0
+EXIT_GRACE_S = 1.0  # how long a runner whose connection broke may take to exit
 
 
 class RunnerError(RuntimeError):
@@ -44,10 +47,17 @@ class RunnerConfig:
     n_threads: int | None  # None: the runner uses the physical cores
     n_batch: int = 512
     n_gpu_layers: int = 0
+    devices: tuple[str, ...] = ()  # offload devices in order (workers' "host:port#i", local names); () llama.cpp's
+    tensor_split: tuple[int, ...] = ()  # layers on each of ``devices``
     embedding: bool = False
     adapters: tuple[Path, ...] = ()
     engine: str = "llama.cpp"
     kv_tokens: int | None = None  # native engine: positions in its KV block pool (None: the runner's default)
+
+    @property
+    def remote_workers(self) -> tuple[str, ...]:
+        """The workers (host:port) its ``devices`` name."""
+        return tuple(sorted({device.partition("#")[0] for device in self.devices if "#" in device}))
 
 
 @dataclass
@@ -60,6 +70,7 @@ class RunnerProcess:
     client: httpx.AsyncClient
     health: dict[str, Any] = field(default_factory=dict)
     stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=40))
+    stderr_pump: asyncio.Task | None = None  # done when the runner's stderr reached its end
 
     @property
     def alive(self) -> bool:
@@ -83,7 +94,10 @@ class RunnerProcess:
         else:
             how = f"exited with status {code}"
         tail = " | ".join(line for line in list(self.stderr_tail)[-3:] if line)
-        return f"model runner {how}" + (f": {tail}" if tail else "")
+        workers = self.config.remote_workers
+        lost = (f" (its layers were on workers {', '.join(workers)}: one that stops answering ends the runner; "
+                "the next load plans without it)") if workers else ""
+        return f"model runner {how}" + (f": {tail}" if tail else "") + lost
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Terminate the runner and wait for it; memory really comes back."""
@@ -112,7 +126,7 @@ class RunnerProcess:
         try:
             response = await self.client.post(path, json=body, timeout=timeout)
         except httpx.TransportError as exc:
-            raise RunnerError(self._gone_message(exc)) from None
+            raise RunnerError(await self._gone_message(exc)) from None
         return _checked_json(response)
 
     async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -126,9 +140,14 @@ class RunnerProcess:
                     if line.strip():
                         yield json.loads(line)
         except httpx.TransportError as exc:
-            raise RunnerError(self._gone_message(exc)) from None
+            raise RunnerError(await self._gone_message(exc)) from None
 
-    def _gone_message(self, exc: Exception) -> str:
+    async def _gone_message(self, exc: Exception) -> str:
+        """Why the connection broke: a runner that is exiting gets a moment to finish, so its last words
+        (a lost worker, say) reach the message."""
+        exited = [self.process.wait()] + ([self.stderr_pump] if self.stderr_pump else [])
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*exited)), EXIT_GRACE_S)
         if not self.alive:
             return self.exit_description()
         return f"lost connection to the model runner: {exc}"
@@ -173,18 +192,29 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
     ]
     if config.kv_tokens:
         args += ["--kv-tokens", str(config.kv_tokens)]
+    for device in config.devices:
+        args += ["--device", device]
+    if config.tensor_split:
+        args += ["--tensor-split", ",".join(map(str, config.tensor_split))]
+    if config.remote_workers:
+        # No host-RAM prefix tier: copying a sequence's KV off a worker takes a round trip per V row
+        # (thousands a prompt), slower over a real network than computing the prefix again.
+        args += ["--cache-ram-mb", "0"]
     if config.n_threads:
         args += ["--threads", str(config.n_threads)]
     if config.embedding:
         args.append("--embedding")
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
+    # ggml aborts a runner whose worker goes away: without a debugger's backtrace on its stderr
+    env = {**os.environ, "GGML_NO_BACKTRACE": "1"} if config.remote_workers else None
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
     client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(socket_path)), base_url="http://runner")
     runner = RunnerProcess(config=config, process=process, socket_path=socket_path, client=client)
-    asyncio.get_running_loop().create_task(_pump_stderr(runner))
+    runner.stderr_pump = asyncio.get_running_loop().create_task(_pump_stderr(runner))
     deadline = asyncio.get_running_loop().time() + LOAD_TIMEOUT_S
     while True:
         if not runner.alive:

@@ -20,19 +20,26 @@ from pathlib import Path
 from ..config import Settings
 from ..registry.models import read_model_summary
 from .memory import (
+    NO_WORKERS,
+    SAFETY_MARGIN_BYTES,
     Device,
     DoesNotFit,
     GpuPlan,
     ModelFootprint,
+    WorkerPlan,
     available_ram,
     check_fits_in_ram,
     footprint,
     gpu_devices,
     plan_gpu_layers,
+    plan_worker_layers,
+    shortfall,
+    worker_offload,
 )
 from ..runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
 from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
+from .workers import WorkerPool
 
 log = logging.getLogger("localllm.scheduler")
 
@@ -53,6 +60,9 @@ class LoadedModel:
     size_vram: int
     engine: str = "llama.cpp"
     engine_reason: str = ""
+    split: tuple[dict, ...] = ()  # where the layers are: {"host": "local" or a worker, "device", "layers", "size"}
+    workers: tuple[str, ...] = ()  # the workers holding its layers (host:port)
+    size_workers: int = 0  # bytes of ``size`` on workers, not on this machine
     keep_alive: float | None = None  # seconds; None keeps it forever
     active: int = 0
     expires_at: float | None = None  # time.monotonic(); None while in use or forever
@@ -77,17 +87,28 @@ class LoadRequest:
     num_thread: int | None = None
     num_batch: int | None = None
     num_gpu: int | None = None
+    num_worker_layers: int | None = None  # layers to put on workers; None or negative: only what does not fit here
     embedding: bool = False  # embedding runners are separate from generating ones
     engine: str | None = None  # forced by a setting or PARAMETER; None: chosen per load
 
 
 @dataclass(frozen=True)
 class LoadPlan:
-    """How a model will be loaded: on which engine, its GPU layers, and the memory it takes."""
+    """How a model will be loaded: on which engine, its GPU and worker layers, and the memory it takes."""
 
     choice: EngineChoice
     gpu: GpuPlan
     need: ModelFootprint
+    workers: WorkerPlan = NO_WORKERS
+
+    @property
+    def local_bytes(self) -> int:
+        """What it takes of this machine (its RAM and GPUs): all but the layers on workers."""
+        return self.need.total - self.workers.moved_bytes
+
+    @property
+    def worker_addresses(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(device.endpoint for device in self.workers.devices))
 
 
 def _mib(n: int) -> str:
@@ -104,6 +125,7 @@ class Scheduler:
         self._changed = asyncio.Condition()
         self._reaper: asyncio.Task | None = None
         self._gpus: list[Device] | None = None
+        self.workers = WorkerPool(settings.workers)
 
     def _devices(self) -> list[Device]:
         if self._gpus is None:
@@ -200,16 +222,45 @@ class Scheduler:
             return f"LOCALLLM_KV_CACHE_TYPE={s.kv_cache_type} / LOCALLLM_FLASH_ATTENTION={int(s.flash_attention)} apply to llama.cpp only"
         return None
 
-    def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan]:
-        """The engine for this load and the GPU plan it gets (none for an engine without GPU layers)."""
+    async def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan,
+                                                                                         WorkerPlan]:
+        """The engine for this load and the GPU and worker plans it gets (none for an engine without them)."""
         llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
-        choice = choose_engine(
-            Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
-            llama_plan.n_gpu_layers, self._llama_cpp_settings(),
-        )  # fmt: skip
-        if CAPABILITIES[choice.engine].gpu_layers:
-            return choice, llama_plan
-        return choice, plan_gpu_layers(need, [], 0)
+        workers = await self._plan_workers(request, need, llama_plan)
+        try:
+            choice = choose_engine(
+                Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
+                llama_plan.n_gpu_layers, self._llama_cpp_settings(), _describe_workers(workers),
+            )  # fmt: skip
+        except BaseException:
+            self.workers.release(device.endpoint for device in workers.devices)
+            raise
+        gpu = llama_plan if CAPABILITIES[choice.engine].gpu_layers else plan_gpu_layers(need, [], 0)
+        return choice, gpu, workers if CAPABILITIES[choice.engine].workers else NO_WORKERS
+
+    async def _plan_workers(self, request: LoadRequest, need: ModelFootprint, gpu: GpuPlan) -> WorkerPlan:
+        """Worker layers for this load: asked for (``num_worker_layers``), or what does not fit here (in free
+        RAM, or in LOCALLLM_MEMORY_LIMIT).
+
+        The workers that answer are reserved for this model while it loads; those the plan leaves out
+        are free again at once.
+        """
+        asked = request.num_worker_layers is not None and request.num_worker_layers >= 0
+        if not self.settings.workers or request.num_worker_layers == 0 or request.engine == NATIVE:
+            return NO_WORKERS
+        free_ram = available_ram()
+        if self.settings.memory_limit:  # this machine's budget too: what is over it may go to workers
+            free_ram = min(free_ram, self.settings.memory_limit + SAFETY_MARGIN_BYTES)
+        if not asked and shortfall(need, gpu, free_ram) <= 0:
+            return NO_WORKERS  # it fits this machine: no network in the way
+        offered = await self.workers.claim(request.name)
+        plan = plan_worker_layers(need, gpu, offered, free_ram, request.num_worker_layers if asked else None)
+        used = {device.endpoint for device in plan.devices}
+        self.workers.release(device.endpoint for device in offered if device.endpoint not in used)
+        if not plan.n_layers and offered and not asked:
+            log.warning("%s does not fit here and the workers that answered (%s) have too little free memory for "
+                        "the rest", request.name, ", ".join(sorted({d.endpoint for d in offered})))
+        return plan
 
     async def _acquire(self, request: LoadRequest) -> LoadedModel:
         key = self._key(request)
@@ -226,31 +277,36 @@ class Scheduler:
                 await self._unload(model)
                 model = None
             if model is None:
-                load = self._plan_load(request, wanted_ctx)
-                await self._make_room(request.name, load.need.total)
-                model = await self._load(key, request, wanted_ctx, load)
+                load = await self._plan_load(request, wanted_ctx)
+                try:
+                    await self._make_room(request.name, load.local_bytes)
+                    model = await self._load(key, request, wanted_ctx, load)
+                except BaseException:
+                    self.workers.release(load.worker_addresses)
+                    raise
             return model
 
     async def _wait_idle(self, model: LoadedModel) -> None:
         async with self._changed:
             await self._changed.wait_for(lambda: model.active == 0)
 
-    def _plan_load(self, request: LoadRequest, n_ctx: int) -> LoadPlan:
-        """The engine a load gets, its GPU plan and its memory (the native pool, or llama.cpp's streams)."""
+    async def _plan_load(self, request: LoadRequest, n_ctx: int) -> LoadPlan:
+        """The engine a load gets, its GPU and worker plans and its memory (the native pool, or llama.cpp's
+        streams)."""
         summary = read_model_summary(Path(request.model_path))
         n_batch = request.num_batch or 512
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, self.settings.kv_cache_type)
-        choice, gpu = self._choose_engine(request, streams)
+        choice, gpu, workers = await self._choose_engine(request, streams)
         if choice.engine == NATIVE:  # one pool of POOL_CONTEXTS contexts, however many sequences share it
             return LoadPlan(choice, gpu, footprint(summary, n_ctx, POOL_CONTEXTS, n_batch))
-        return LoadPlan(choice, gpu, streams)
+        return LoadPlan(choice, gpu, streams, workers)
 
     def _fits(self, need: int) -> bool:
         """Whether one more model of ``need`` bytes fits the model count and LOCALLLM_MEMORY_LIMIT."""
         if len(self.loaded) >= self.max_loaded:
             return False
         limit = self.settings.memory_limit
-        return not limit or sum(m.size for m in self.loaded.values()) + need <= limit
+        return not limit or sum(m.size - m.size_workers for m in self.loaded.values()) + need <= limit
 
     async def _make_room(self, name: str, need: int) -> None:
         """Evict idle models (soonest to expire first) until one more fits, then wait for busy
@@ -270,7 +326,7 @@ class Scheduler:
                     await asyncio.wait_for(self._changed.wait(), remaining)
 
     def _no_room_message(self, name: str, need: int) -> str:
-        held = sum(m.size for m in self.loaded.values())
+        held = sum(m.size - m.size_workers for m in self.loaded.values())
         limit = self.settings.memory_limit
         if limit and held + need > limit:
             why = (f"model {name} needs about {_mib(need)} of memory but only {_mib(max(0, limit - held))} "
@@ -282,19 +338,23 @@ class Scheduler:
         return why + "; retry later, unload models (localllm stop), or lower num_ctx / LOCALLLM_NUM_PARALLEL"
 
     async def _load(self, key: tuple, request: LoadRequest, n_ctx: int, load: LoadPlan) -> LoadedModel:
-        choice, plan, need = load.choice, load.gpu, load.need
+        choice, plan, need, workers = load.choice, load.gpu, load.need, load.workers
         n_batch = request.num_batch or 512
         try:
-            check_fits_in_ram(need, request.name, available_ram(), plan.gpu_bytes)
+            check_fits_in_ram(need, request.name, available_ram(), plan.gpu_bytes + workers.moved_bytes,
+                              self._workers_note(workers))
         except DoesNotFit as exc:
             raise RunnerError(str(exc)) from None
+        offload = worker_offload(plan, self._devices(), workers) if workers.n_layers else None
         config = RunnerConfig(
             model_path=request.model_path,
             n_ctx=n_ctx,
             n_parallel=self.num_parallel(choice.engine, n_ctx),
             n_threads=request.num_thread or self.settings.num_threads or None,  # None: the runner's physical cores
             n_batch=n_batch,
-            n_gpu_layers=plan.n_gpu_layers,
+            n_gpu_layers=offload.n_gpu_layers if offload else plan.n_gpu_layers,
+            devices=offload.devices if offload else (),
+            tensor_split=offload.split if offload else (),
             embedding=request.embedding,
             adapters=tuple(request.adapters),
             engine=choice.engine,
@@ -304,17 +364,42 @@ class Scheduler:
                  config.n_parallel)
         runner = await start_runner(config, request.name)
         model = LoadedModel(
-            key=key, name=request.name, digest=request.digest, runner=runner, size=need.total,
+            key=key, name=request.name, digest=request.digest, runner=runner,
+            size=load.local_bytes + workers.total_bytes,
             processor=plan.processor, size_vram=plan.gpu_bytes, engine=choice.engine, engine_reason=choice.reason,
+            split=self._split(need, plan, workers), workers=load.worker_addresses, size_workers=workers.total_bytes,
         )
         self.loaded[key] = model
         return model
+
+    def _workers_note(self, workers: WorkerPlan) -> str:
+        """For a load that does not fit: what the workers took, or why they could not help."""
+        if not self.settings.workers:
+            return ""
+        if workers.n_layers:
+            return f" even with {_describe_workers(workers)}"
+        return " and no worker could take the rest (see the daemon log)"
+
+    def _split(self, need: ModelFootprint, gpu: GpuPlan, workers: WorkerPlan) -> tuple[dict, ...]:
+        """Where a loaded model's repeating layers are, machine by machine, for ``ps``."""
+        gpu_layers = sum(gpu.layers_per_device)
+        entries = [{"host": "local", "device": "CPU", "layers": need.n_layers - gpu_layers - workers.n_layers,
+                    "size": need.total - gpu.gpu_bytes - workers.moved_bytes}]
+        for device, layers in zip(self._devices(), gpu.layers_per_device):
+            if layers:
+                entries.append({"host": "local", "device": device.name, "layers": layers,
+                                "size": gpu.gpu_bytes * layers // gpu_layers})
+        for device, layers, size in zip(workers.devices, workers.layers, workers.layer_bytes):
+            entries.append({"host": device.endpoint, "device": device.spec, "layers": layers,
+                            "size": size + workers.compute_bytes})
+        return tuple(entries)
 
     async def _unload(self, model: LoadedModel) -> None:
         if self.loaded.get(model.key) is model:
             del self.loaded[model.key]
         log.info("unloading %s", model.name)
         await model.runner.stop()
+        self.workers.release(model.workers)
         async with self._changed:
             self._changed.notify_all()
 
@@ -328,6 +413,14 @@ class Scheduler:
                     await self._unload(model)
             async with self._changed:
                 self._changed.notify_all()
+
+
+def _describe_workers(workers: WorkerPlan) -> str | None:
+    """``N layers on workers a, b`` for logs and ``engine_reason``; None when there are none."""
+    if not workers.n_layers:
+        return None
+    where = ", ".join(f"{device.spec} {layers}" for device, layers in zip(workers.devices, workers.layers))
+    return f"{workers.n_layers} layers on workers ({where})"
 
 
 __all__ = ["DEFAULT_NUM_CTX", "LoadRequest", "LoadedModel", "RunnerError", "Scheduler"]
