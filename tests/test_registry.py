@@ -172,7 +172,7 @@ def test_unknown_model_and_unknown_tag(tmp_path: Path, registry: RegistryServer,
         run(puller, "nosuchmodel:7b", insecure=True)
     assert excinfo.value.status == 404
     message = str(excinfo.value)
-    assert f"has no model library/nosuchmodel (built in: smollm2:135m" in message and "hf.co/" in message
+    assert "has no model library/nosuchmodel (built in: smollm2:135m" in message and "hf.co/" in message
     assert puller.store.list_models() == [] and blob_gets(registry) == []
 
 
