@@ -30,8 +30,10 @@ def generate(daemon, model: str, **extra) -> httpx.Response:
 
 
 def loaded(daemon, model: str) -> dict:
+    """The generating runner of ``model`` in /api/ps (an embedding runner of the same weights may be there too)."""
     models = httpx.get(f"{daemon.url}/api/ps").json()["models"]
-    return next(m for m in models if m["name"] in (model, f"{model}:latest"))
+    return next(m for m in models if m["name"] in (model, f"{model}:latest")
+                and m["engine_reason"] != "embeddings run on llama.cpp")
 
 
 def test_the_default_model_runs_on_the_native_engine(daemon) -> None:

@@ -168,6 +168,8 @@ class Scheduler:
     async def lease(self, request: LoadRequest, keep_alive: float | None) -> AsyncIterator[LoadedModel]:
         """Hold a loaded runner for ``request`` while the body runs."""
         model = await self._acquire(request)
+        # A copy of a model shares its runner: ps shows it by the name (and manifest) last asked for.
+        model.name, model.digest = request.name, request.digest
         model.active += 1
         model.expires_at = None
         model.keep_alive = keep_alive
