@@ -257,3 +257,28 @@ def test_client_that_hangs_up_stops_its_generation(daemon, path, body):
     assert _in_flight(daemon) == 0
     metrics = httpx.get(f"{daemon.url}/metrics").text
     assert f'localllm_requests_total{{model="{MODEL}",outcome="cancelled"}}' in metrics
+
+
+def _in_flight(daemon) -> float:
+    metrics = httpx.get(f"{daemon.url}/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("localllm_requests_in_flight{"))
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/api/generate", {"prompt": "Tell me a very long story.", "stream": False}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me a very long story."}]}),
+])
+def test_a_client_that_leaves_a_whole_answer_stops_its_generation(daemon, path, body):
+    """Without a stream nothing is written until the end, yet the client's leaving must stop the model."""
+    httpx.post(f"{daemon.url}/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False,
+                                                   "options": {"num_predict": 1}}, timeout=60)  # loaded
+    options = {"num_predict": 100000, "temperature": 0.8}
+    request = dict(body, model=MODEL, options=options) if path.startswith("/api") else \
+        dict(body, model=MODEL, max_tokens=100000)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{daemon.url}{path}", json=request, timeout=httpx.Timeout(60, read=1.5))
+    deadline = time.monotonic() + 10
+    while _in_flight(daemon) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _in_flight(daemon) == 0

@@ -17,6 +17,7 @@ from ..config import Settings, load_settings
 from .dialects import anthropic as anthropic_dialect
 from .dialects import ollama as ollama_dialect
 from .dialects import openai_chat, responses
+from .disconnect import CancelOnDisconnect
 from .errors import ApiError, error_body
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
@@ -93,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(anthropic_dialect.router)
     app.include_router(responses.router)
     app.add_middleware(JsonBodies)
+    app.add_middleware(CancelOnDisconnect)
     app.add_middleware(AccessGuard, settings=settings)
     return app
 
