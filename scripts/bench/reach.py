@@ -142,7 +142,13 @@ def main() -> None:
         results = {"rounds": args.rounds, "tokens": args.tokens, "prompt_words": args.prompt_words,
                    "worker_threads": args.threads, "models": {}}
         for name in ("smollm2:135m", "gemma3:270m"):
-            results["models"][name] = bench_model(daemon, name, ports, args.rounds, args.prompt_words, args.tokens)
+            r = results["models"][name] = bench_model(daemon, name, ports, args.rounds, args.prompt_words,
+                                                      args.tokens)
+            short = name.split(":")[0]  # the headline figures, at the top level
+            results[f"{short}_decode_ratio"] = r["decode_ratio"]
+            results[f"{short}_prefill_ratio"] = r["prefill_ratio"]
+            results[f"{short}_decode_bytes_per_token"] = round(r["two_workers"]["decode_request_bytes_per_token"])
+            results[f"{short}_prefill_bytes_per_token"] = round(r["two_workers"]["prefill_bytes_per_token"])
     finally:
         if daemon is not None:
             daemon.stop()
