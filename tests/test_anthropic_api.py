@@ -82,14 +82,15 @@ def test_translator_maps_blocks_to_core_messages():
     assert turn.options == {"temperature": 0.5, "top_p": 1.0, "num_predict": 16, "top_k": 40, "stop": ["###"]}
 
 
-@pytest.mark.parametrize(("choice", "expected"), [
-    (None, "auto"), ({"type": "auto"}, "auto"), ({"type": "any"}, "required"), ({"type": "none"}, "none"),
-    ({"type": "any", "disable_parallel_tool_use": True}, "required"),
+@pytest.mark.parametrize(("choice", "expected", "parallel"), [
+    (None, "auto", True), ({"type": "auto"}, "auto", True), ({"type": "any"}, "required", True),
+    ({"type": "none"}, "none", True), ({"type": "any", "disable_parallel_tool_use": True}, "required", False),
+    ({"type": "auto", "disable_parallel_tool_use": True}, "auto", False),
 ])
-def test_tool_choice(choice, expected):
+def test_tool_choice(choice, expected, parallel):
     turn = messages_turn(request(messages=[{"role": "user", "content": "hi"}], tools=[WEATHER_TOOL],
                                  tool_choice=choice))
-    assert turn.tool_choice == expected
+    assert turn.tool_choice == expected and turn.parallel_tool_calls is parallel
 
 
 @pytest.mark.parametrize(("config", "effort", "think"), [
@@ -123,8 +124,6 @@ def test_output_format_is_a_json_schema_constraint():
     ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "tool", "name": "get_time"}},
      "tool_choice.name 'get_time' is not among the tools"),
     ({"tool_choice": {"type": "any"}}, "tool_choice.type 'any' needs tools"),
-    ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}},
-     "tool_choice.disable_parallel_tool_use"),
     ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
     ({"thinking": {"type": "sometimes"}}, "thinking.type 'sometimes'"),
     ({"thinking": {"type": "adaptive", "display": "omitted"}}, "thinking.display 'omitted'"),

@@ -138,8 +138,6 @@ class LocalModel:
             caps.append("thinking")
         if self.projectors:
             caps.append("vision")
-        if self.thinking_tags:
-            caps.append("thinking")
         return caps
 
     @property

@@ -38,11 +38,16 @@ def anthropic_error(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
 
 
+def openai_error(status: int, message: str) -> dict[str, Any]:
+    """OpenAI's error object (also the data of a stream's error event)."""
+    return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"), "param": None,
+                      "code": None}}
+
+
 def error_body(path: str, status: int, message: str) -> dict[str, Any]:
     """Ollama's ``{"error": "..."}``, OpenAI's error object under ``/v1``, Anthropic's under ``/v1/messages``."""
     if path.startswith(ANTHROPIC_PATHS):
         return anthropic_error(status, message)
     if path.startswith("/v1"):
-        return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"), "param": None,
-                          "code": None}}
+        return openai_error(status, message)
     return {"error": message}

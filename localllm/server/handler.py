@@ -48,10 +48,6 @@ class PreparedTurn:
     tool_use: ToolUse | None = None
     parser_setup: ParserSetup = field(default_factory=ParserSetup)
 
-    @property
-    def model(self) -> LocalModel:
-        return self.job.model
-
 
 def thinking_tags(model: LocalModel, think: ThinkSetting) -> ThinkingTags | None:
     """The thinking block's tags to look for, after checking ``think`` against the model.

@@ -16,13 +16,12 @@ closing tag arrives, the other syntaxes at the end of the answer).
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..templates.thinking import ThinkingTags
 from .conversation import Content, Delta, Thinking, ToolCallDelta
-from .tools import CALL_MARKERS, HERMES, LLAMA3, parse_tool_calls
+from .tools import CALL_MARKERS, HERMES, LLAMA3, new_call_id, parse_tool_calls
 
 _CONTENT, _THINKING, _CALLS = "content", "thinking", "calls"
 _HERMES_CLOSE = "</tool_call>"
@@ -45,10 +44,6 @@ def _held_suffix(text: str, markers: Sequence[str]) -> int:
         if any(m.startswith(text[-k:]) for m in markers):
             return k
     return 0
-
-
-def _new_call_id() -> str:
-    return f"call_{secrets.token_hex(8)}"
 
 
 class OutputParser:
@@ -204,6 +199,6 @@ class OutputParser:
         if content.strip():
             self._emit_text(out, content)
         for call in calls:
-            out.append(ToolCallDelta(dataclasses.replace(call, id=call.id or _new_call_id()), self._calls))
+            out.append(ToolCallDelta(dataclasses.replace(call, id=call.id or new_call_id()), self._calls))
             self._calls += 1
         return out

@@ -60,6 +60,14 @@ def streamed(chunks: AsyncIterator[bytes], media_type: str) -> StreamingResponse
     return StreamingResponse(coalesced(chunks), media_type=media_type)
 
 
+def sse(payload: dict[str, Any] | str, event: str | None = None) -> bytes:
+    """One server-sent event: ``data`` only (OpenAI's chat stream), or named by ``event``
+    (Responses, Anthropic)."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    named = f"event: {event}\n" if event else ""
+    return f"{named}data: {data}\n\n".encode()
+
+
 async def ndjson(objects: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     """Objects as newline-delimited JSON (Ollama's streams)."""
     async for obj in objects:

@@ -23,6 +23,23 @@ from .formats import schema_grammar
 HERMES, LLAMA3, MISTRAL = "hermes", "llama3", "mistral"
 
 
+def new_call_id() -> str:
+    """An id for a call the model made, which clients send back with its result."""
+    return f"call_{secrets.token_hex(8)}"
+
+
+def call_arguments(value: Any, field: str, name: str = "") -> dict[str, Any]:
+    """A call's arguments sent back by a client, as an object or its JSON text; 400 naming ``field`` otherwise."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value or "{}")
+        except json.JSONDecodeError:
+            raise bad_request(f"{field}: arguments of {name!r} are not valid JSON") from None
+    if not isinstance(value, dict):
+        raise bad_request(f"{field}: arguments of {name!r} must be a JSON object")
+    return value
+
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str
@@ -33,7 +50,7 @@ class ToolCall:
         return {"function": {"name": self.name, "arguments": self.arguments}}
 
     def openai(self) -> dict[str, Any]:
-        return {"id": self.id or f"call_{secrets.token_hex(8)}", "type": "function",
+        return {"id": self.id or new_call_id(), "type": "function",
                 "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
 
 

@@ -42,7 +42,7 @@ from ..formats import Constraint
 from ..handler import ChatHandler, PreparedTurn
 from ..inference import parse_name
 from ..state import state_of
-from ..streaming import streamed
+from ..streaming import sse, streamed
 from ..tools import ToolCall
 from .openai_chat import response_format_constraint, sampling_options
 
@@ -235,9 +235,6 @@ def tool_choice_of(choice: dict[str, Any] | None, tools: list[dict[str, Any]] | 
     kind = choice.get("type")
     if kind not in ("auto", "any", "tool", "none"):
         raise bad_request(f"tool_choice.type {kind!r} is not supported; use auto, any, tool or none")
-    if kind == "auto" and choice.get("disable_parallel_tool_use"):
-        raise bad_request("tool_choice.disable_parallel_tool_use is only supported with type any or tool "
-                          "(which make the model write exactly one call)")
     names = [tool["function"]["name"] for tool in tools or []]
     if kind in ("any", "tool") and not names:
         raise bad_request(f"tool_choice.type {kind!r} needs tools")
@@ -292,6 +289,7 @@ def messages_turn(body: CountTokensRequest) -> ChatTurn:
     output = body.output_config or OutputConfig()
     turn = ChatTurn(model=body.model, messages=input_messages(body.system, body.messages), tools=tools,
                     tool_choice=tool_choice_of(body.tool_choice, tools),
+                    parallel_tool_calls=not (body.tool_choice or {}).get("disable_parallel_tool_use", False),
                     think=thinking_setting(body.thinking, output.effort),
                     constraint=output_constraint(output.format))
     if isinstance(body, MessagesRequest):
@@ -393,17 +391,12 @@ class MessagesRenderer:
         return [{"type": "content_block_stop", "index": self._index}]
 
 
-def sse(event: dict[str, Any]) -> bytes:
-    """One server-sent event named by its type, as Anthropic's streams are."""
-    return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
-
-
 async def _events(renderer: MessagesRenderer, deltas: AsyncIterator[Delta]) -> AsyncIterator[bytes]:
     for event in renderer.opening():
-        yield sse(event)
+        yield sse(event, event["type"])
     async for delta in deltas:
         for event in renderer.process(delta):
-            yield sse(event)
+            yield sse(event, event["type"])
 
 
 async def _respond(handler: ChatHandler, turn: PreparedTurn, model: str, stream: bool):

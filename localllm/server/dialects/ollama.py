@@ -3,7 +3,6 @@ and stream renderer over the conversation core."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
@@ -33,7 +32,7 @@ from ..inference import CompletionJob, template_errors_as_400
 from ..limits import check_request
 from ..state import DaemonState, state_of
 from ..streaming import NDJSON, ndjson, streamed
-from ..tools import ToolCall
+from ..tools import ToolCall, call_arguments
 
 router = APIRouter()
 
@@ -53,7 +52,8 @@ def chat_turn(body: ChatRequest) -> ChatTurn:
     for index, m in enumerate(body.messages):
         if m.role not in CHAT_ROLES:
             raise bad_request(f"messages[{index}]: invalid role {m.role!r}; use system, user, assistant or tool")
-        calls = [ToolCall(c.function.name, _arguments(c.function.arguments, index), c.id or "")
+        calls = [ToolCall(c.function.name, call_arguments(c.function.arguments, f"messages[{index}].tool_calls",
+                                                          c.function.name), c.id or "")
                  for c in m.tool_calls or []]
         messages.append(Message(role=m.role, content=m.content or "", images=list(m.images or []),
                                 thinking=m.thinking or "", tool_calls=calls, tool_name=m.tool_name or "",
@@ -62,18 +62,6 @@ def chat_turn(body: ChatRequest) -> ChatTurn:
                     options=dict(body.options or {}), constraint=format_constraint(body.format),
                     grammar=body.grammar, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
                     keep_alive=body.keep_alive)
-
-
-def _arguments(value: dict[str, Any] | str, index: int) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return value
-    try:
-        parsed = json.loads(value or "{}")
-    except json.JSONDecodeError:
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise bad_request(f"messages[{index}].tool_calls: arguments must be a JSON object")
-    return parsed
 
 
 # --- renderer -----------------------------------------------------------------------

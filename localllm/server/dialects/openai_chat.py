@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -32,14 +31,14 @@ from ..conversation import (
     ToolCallDelta,
     shaped_logprobs,
 )
-from ..errors import bad_request
+from ..errors import bad_request, openai_error
 from ..formats import JSON_OBJECT_GBNF, NO_CONSTRAINT, Constraint, checked_schema
 from ..handler import ChatHandler, PreparedTurn
 from ..inference import CompletionJob, parse_name
 from ..limits import check_request
 from ..state import state_of
-from ..streaming import streamed
-from ..tools import ToolCall
+from ..streaming import sse, streamed
+from ..tools import ToolCall, call_arguments
 
 router = APIRouter(prefix="/v1")
 
@@ -97,6 +96,7 @@ class ChatCompletionRequest(SamplingBody):
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
     reasoning_effort: str | None = None
 
 
@@ -193,15 +193,8 @@ def _content_of(content: str | list[ContentPart] | None, field: str) -> tuple[st
 def openai_tool_call(call: dict[str, Any], field: str) -> ToolCall:
     """A tool call as OpenAI clients send it back (arguments as a JSON string)."""
     function = call.get("function") or {}
-    arguments = function.get("arguments", "{}")
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments or "{}")
-        except json.JSONDecodeError:
-            raise bad_request(f"{field}: arguments of {function.get('name')!r} are not valid JSON") from None
-    if not isinstance(arguments, dict):
-        raise bad_request(f"{field}: arguments of {function.get('name')!r} must be a JSON object")
-    return ToolCall(str(function.get("name", "")), arguments, str(call.get("id") or ""))
+    name = str(function.get("name", ""))
+    return ToolCall(name, call_arguments(function.get("arguments", "{}"), field, name), str(call.get("id") or ""))
 
 
 def chat_messages(messages: list[ChatMessage]) -> list[Message]:
@@ -235,7 +228,8 @@ def chat_turn(body: ChatCompletionRequest) -> ChatTurn:
     parse_name(body.model)
     return ChatTurn(
         model=body.model, messages=chat_messages(body.messages), tools=body.tools,
-        tool_choice=tool_choice_of(body.tool_choice), think=reasoning_think(body.reasoning_effort),
+        tool_choice=tool_choice_of(body.tool_choice), parallel_tool_calls=body.parallel_tool_calls,
+        think=reasoning_think(body.reasoning_effort),
         options=_options(body, body.max_completion_tokens or body.max_tokens),
         constraint=response_format_constraint(body.response_format), grammar=body.grammar,
         logprobs=body.logprobs, top_logprobs=body.top_logprobs if body.logprobs else None,
@@ -257,6 +251,11 @@ def usage(finals: list[Final]) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": max((f.cached_tokens for f in finals), default=0)}}
 
 
+def chat_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A chat choice's ``logprobs`` object."""
+    return {"content": shaped_logprobs(entries), "refusal": None} if entries else None
+
+
 class ChatChoiceRenderer:
     """One choice's deltas as ``chat.completion.chunk`` choices, or its whole answer as a message."""
 
@@ -265,8 +264,7 @@ class ChatChoiceRenderer:
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None,
                logprobs: list[dict[str, Any]] = ()) -> dict[str, Any]:
-        shaped = {"content": shaped_logprobs(logprobs), "refusal": None} if logprobs else None
-        return {"index": self.index, "delta": delta, "logprobs": shaped, "finish_reason": finish}
+        return {"index": self.index, "delta": delta, "logprobs": chat_logprobs(logprobs), "finish_reason": finish}
 
     def opening(self) -> dict[str, Any]:
         return self._chunk({"role": "assistant", "content": ""})
@@ -290,9 +288,8 @@ class ChatChoiceRenderer:
             message["reasoning_content"] = answer.thinking
         if answer.tool_calls:
             message["tool_calls"] = [call.openai() for call in answer.tool_calls]
-        logprobs = answer.final.logprobs
-        shaped = {"content": shaped_logprobs(logprobs), "refusal": None} if logprobs else None
-        return {"index": self.index, "message": message, "logprobs": shaped, "finish_reason": finish_reason(answer.final)}
+        return {"index": self.index, "message": message, "logprobs": chat_logprobs(answer.final.logprobs),
+                "finish_reason": finish_reason(answer.final)}
 
 
 class TextChoiceRenderer:
@@ -330,17 +327,6 @@ class TextChoiceRenderer:
 
     def whole(self, answer: Answer) -> dict[str, Any]:
         return self._choice(self.echo + answer.content, finish_reason(answer.final), answer.final.logprobs)
-
-
-def sse(payload: dict[str, Any] | str, event: str | None = None) -> bytes:
-    """One server-sent event: ``data`` only (OpenAI's chat stream), or named by ``event`` (Responses)."""
-    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-    named = f"event: {event}\n" if event else ""
-    return f"{named}data: {data}\n\n".encode()
-
-
-def error_object(message: str, kind: str = "api_error") -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
 async def _merge(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int, Delta]]:
@@ -411,7 +397,7 @@ class Completion:
                 yield sse(self._envelope([opening], True))
         async for index, delta in _merge(streams):
             if isinstance(delta, Failure):
-                yield sse(error_object(delta.message))
+                yield sse(openai_error(500, delta.message))
                 return
             if isinstance(delta, Final):
                 finals.append(delta)

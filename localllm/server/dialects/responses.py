@@ -40,7 +40,7 @@ from ..conversation import (
 from ..errors import bad_request
 from ..inference import parse_name
 from ..state import state_of
-from ..streaming import streamed
+from ..streaming import sse, streamed
 from ..tools import ToolCall
 from .openai_chat import (
     image_data,
@@ -48,7 +48,6 @@ from .openai_chat import (
     reasoning_think,
     response_format_constraint,
     sampling_options,
-    sse,
     tool_choice_of,
 )
 
