@@ -179,3 +179,12 @@ def test_tool_choice_refusals(models, tools, choice, needle):
     with pytest.raises(openai.BadRequestError, match=needle):
         client.chat.completions.create(model="toolsmodel", messages=[{"role": "user", "content": "hi"}],
                                        tool_choice=choice, max_tokens=5, **extra)
+
+
+def test_logprobs_cover_the_answer_not_the_thinking(models):
+    body = {"model": "thinker", "messages": [{"role": "user", "content": "Say hi."}], "think": True,
+            "grammar": AFTER_OPENED_BLOCK, "stream": False, "logprobs": True, "options": {"num_predict": 64}}
+    answer = httpx.post(f"{models.url}/api/chat", json=body, timeout=120).json()
+    tokens = "".join(entry["token"] for entry in answer["logprobs"])
+    assert answer["message"]["content"] in tokens
+    assert answer["message"]["thinking"] not in tokens

@@ -135,7 +135,7 @@ class ChatHandler:
 
     # -- running -----------------------------------------------------------------------
 
-    async def open(self, turn: PreparedTurn) -> AsyncIterator[Delta]:
+    async def open(self, turn: PreparedTurn) -> "DeltaStream":
         """The turn's deltas, ending in one :class:`Final` or :class:`Failure`.
 
         Waits for the runner's first event, so a failure to load or to render
@@ -158,7 +158,8 @@ class ChatHandler:
             first = await events.__anext__()
         except StopAsyncIteration:
             raise ApiError(500, "model runner returned nothing") from None
-        return self._deltas(first, events, lambda: OutputParser(setup), drop_thinking=turn.think is False)
+        deltas = self._deltas(first, events, lambda: OutputParser(setup), drop_thinking=turn.think is False)
+        return DeltaStream(deltas, events)
 
     async def count_tokens(self, turn: PreparedTurn) -> int:
         """The tokens of the prompt the turn would send (Anthropic's ``count_tokens``)."""
@@ -173,15 +174,19 @@ class ChatHandler:
                       new_parser: Callable[[], OutputParser], drop_thinking: bool) -> AsyncIterator[Delta]:
         parser = new_parser()
         logprobs: list[dict[str, Any]] = []  # of text the parser holds back
-        every_logprob: list[dict[str, Any]] = []
+        answer_logprobs: list[dict[str, Any]] = []  # of the answer's text: thinking and calls have none
 
         def passed_on(deltas: list[Delta]) -> list[Delta]:
+            """``deltas`` to send; the pending log-probabilities go with the answer text among them,
+            and are dropped when the text they were for turned out to be thinking or a call."""
             nonlocal logprobs
-            kept = [d for d in deltas if not (drop_thinking and isinstance(d, Thinking))]
-            for delta in kept:
-                if isinstance(delta, Content) and logprobs:
-                    delta.logprobs, logprobs = logprobs, []
-            return kept
+            content = next((d for d in deltas if isinstance(d, Content)), None)
+            if content is not None and logprobs:
+                content.logprobs, logprobs = logprobs, []
+                answer_logprobs.extend(content.logprobs)
+            elif any(isinstance(d, (Thinking, ToolCallDelta)) for d in deltas):
+                logprobs = []
+            return [d for d in deltas if not (drop_thinking and isinstance(d, Thinking))]
 
         async def runner_events() -> AsyncIterator[dict[str, Any]]:
             yield first
@@ -194,23 +199,38 @@ class ChatHandler:
                     yield Failure(event["error"])
                     return
                 logprobs += event.get("logprobs", ())
-                every_logprob += event.get("logprobs", ())
                 if not event.get("done"):
                     for delta in passed_on(parser.feed(event.get("content", ""))):
                         yield delta
                     continue
                 for delta in passed_on(parser.finish()):
                     yield delta
-                if logprobs:
+                if logprobs:  # of tokens that wrote no text (the end of generation)
+                    answer_logprobs.extend(logprobs)
                     yield Content("", logprobs)
                 reason = "tool_calls" if parser.calls_made else event.get("done_reason", "stop")
                 metrics = {k: v for k, v in event.items() if isinstance(v, int) and not isinstance(v, bool)}
                 yield Final(reason=reason, stop_sequence=event.get("stop_sequence"), metrics=metrics,
-                            context=event.get("context", []), logprobs=every_logprob)
+                            context=event.get("context", []), logprobs=answer_logprobs)
                 return
             yield Failure("model runner ended the answer early")
         finally:
             await events.aclose()
+
+
+class DeltaStream:
+    """A turn's deltas (iterate it once); closing it ends the runner stream even when no delta was read."""
+
+    def __init__(self, deltas: AsyncIterator[Delta], events: AsyncIterator[dict[str, Any]]) -> None:
+        self._deltas = deltas
+        self._events = events
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        return self._deltas
+
+    async def aclose(self) -> None:
+        await self._deltas.aclose()
+        await self._events.aclose()
 
 
 async def gather(deltas: AsyncIterator[Delta]) -> Answer:

@@ -33,7 +33,11 @@ class WorkerPool:
         free = [address for address in self.addresses if address not in self._holders]
         for address in free:
             self._holders[address] = model
-        answers = await asyncio.gather(*(probe(address) for address in free), return_exceptions=True)
+        try:
+            answers = await asyncio.gather(*(probe(address) for address in free), return_exceptions=True)
+        except BaseException:  # the load was cancelled (its client left): nothing is held for it
+            self.release(free)
+            raise
         devices: list[WorkerDevice] = []
         for address, answer in zip(free, answers):
             if isinstance(answer, BaseException):

@@ -48,10 +48,12 @@ async def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> list[WorkerD
     try:
         out, err = await asyncio.wait_for(process.communicate(), timeout)
     except asyncio.TimeoutError:
-        process.kill()
-        await process.wait()
         raise WorkerUnreachable(f"worker {endpoint} did not answer within {timeout:.0f} s "
                                 "(busy serving another daemon, or a firewall drops the connection)") from None
+    finally:  # timed out, or the load was cancelled: the probe child never outlives its question
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
     if process.returncode != 0:
         raise WorkerUnreachable(_reason(endpoint, err.decode("utf-8", "replace")))
     return [WorkerDevice(endpoint, d["index"], d["free"], d["total"])

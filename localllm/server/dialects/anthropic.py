@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -391,7 +391,7 @@ class MessagesRenderer:
         return [{"type": "content_block_stop", "index": self._index}]
 
 
-async def _events(renderer: MessagesRenderer, deltas: AsyncIterator[Delta]) -> AsyncIterator[bytes]:
+async def _events(renderer: MessagesRenderer, deltas: AsyncIterable[Delta]) -> AsyncIterator[bytes]:
     for event in renderer.opening():
         yield sse(event, event["type"])
     async for delta in deltas:

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -33,7 +33,7 @@ from ..conversation import (
 )
 from ..errors import bad_request, openai_error
 from ..formats import JSON_OBJECT_GBNF, NO_CONSTRAINT, Constraint, checked_schema
-from ..handler import ChatHandler, PreparedTurn
+from ..handler import ChatHandler, DeltaStream, PreparedTurn
 from ..inference import CompletionJob, parse_name
 from ..limits import check_request
 from ..state import state_of
@@ -329,11 +329,11 @@ class TextChoiceRenderer:
         return self._choice(self.echo + answer.content, finish_reason(answer.final), answer.final.logprobs)
 
 
-async def _merge(streams: list[AsyncIterator[Delta]]) -> AsyncIterator[tuple[int, Delta]]:
+async def _merge(streams: list[AsyncIterable[Delta]]) -> AsyncIterator[tuple[int, Delta]]:
     """Interleave the deltas of ``n`` concurrent answers as (choice index, delta)."""
     queue: asyncio.Queue[tuple[int, Delta | None]] = asyncio.Queue()
 
-    async def pump(index: int, stream: AsyncIterator[Delta]) -> None:
+    async def pump(index: int, stream: AsyncIterable[Delta]) -> None:
         try:
             async for delta in stream:
                 await queue.put((index, delta))
@@ -383,14 +383,28 @@ class Completion:
 
     async def respond(self, stream: bool):
         if not stream:
-            answers = await asyncio.gather(*(self.handler.answer(t) for t in self.turns))
+            tasks = [asyncio.ensure_future(self.handler.answer(t)) for t in self.turns]
+            try:
+                answers = await asyncio.gather(*tasks)
+            except BaseException:  # one choice failed: the others stop too
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
             answer = self._envelope([r.whole(a) for r, a in zip(self.renderers, answers)], False)
             answer["usage"] = usage([a.final for a in answers])
             return JSONResponse(answer)
-        streams = [await self.handler.open(t) for t in self.turns]
+        streams: list[DeltaStream] = []
+        try:
+            for turn in self.turns:
+                streams.append(await self.handler.open(turn))
+        except BaseException:  # a later choice could not start: close those that did
+            for opened in streams:
+                await opened.aclose()
+            raise
         return streamed(self._events(streams), "text/event-stream")
 
-    async def _events(self, streams: list[AsyncIterator[Delta]]) -> AsyncIterator[bytes]:
+    async def _events(self, streams: list[AsyncIterable[Delta]]) -> AsyncIterator[bytes]:
         finals: list[Final] = []
         for renderer in self.renderers:
             if (opening := renderer.opening()) is not None:

@@ -18,7 +18,7 @@ import copy
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -463,7 +463,7 @@ class ResponseRenderer:
         return message
 
 
-async def _events(renderer: ResponseRenderer, deltas: AsyncIterator[Delta],
+async def _events(renderer: ResponseRenderer, deltas: AsyncIterable[Delta],
                   on_final: Callable[[], None]) -> AsyncIterator[bytes]:
     for event in renderer.opening():
         yield sse(event, event["type"])
