@@ -273,9 +273,12 @@ def test_a_client_that_leaves_a_whole_answer_stops_its_generation(daemon, path, 
     """Without a stream nothing is written until the end, yet the client's leaving must stop the model."""
     httpx.post(f"{daemon.url}/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False,
                                                    "options": {"num_predict": 1}}, timeout=60)  # loaded
-    options = {"num_predict": 100000, "temperature": 0.8}
-    request = dict(body, model=MODEL, options=options) if path.startswith("/api") else \
-        dict(body, model=MODEL, max_tokens=100000)
+    endless = 'root ::= "la " root'  # a grammar that never lets the answer end
+    request = dict(body, model=MODEL, grammar=endless)
+    if path.startswith("/api"):
+        request["options"] = {"num_predict": 100000}
+    else:
+        request["max_tokens"] = 100000
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{daemon.url}{path}", json=request, timeout=httpx.Timeout(60, read=1.5))
     deadline = time.monotonic() + 10
