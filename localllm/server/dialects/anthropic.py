@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -42,8 +41,9 @@ from ..formats import Constraint
 from ..handler import ChatHandler, PreparedTurn
 from ..inference import parse_name
 from ..state import state_of
-from ..streaming import sse, streamed
+from ..streaming import streamed
 from ..tools import ToolCall
+from .render import named_sse, rendered
 from .openai_chat import response_format_constraint, sampling_options
 
 router = APIRouter(prefix="/v1")
@@ -391,20 +391,12 @@ class MessagesRenderer:
         return [{"type": "content_block_stop", "index": self._index}]
 
 
-async def _events(renderer: MessagesRenderer, deltas: AsyncIterable[Delta]) -> AsyncIterator[bytes]:
-    for event in renderer.opening():
-        yield sse(event, event["type"])
-    async for delta in deltas:
-        for event in renderer.process(delta):
-            yield sse(event, event["type"])
-
-
 async def _respond(handler: ChatHandler, turn: PreparedTurn, model: str, stream: bool):
     renderer = MessagesRenderer(model)
     if not stream:
         return JSONResponse(renderer.whole(await handler.answer(turn)))
     deltas = await handler.open(turn)  # a failure before the first event is still an error status
-    return streamed(_events(renderer, deltas), "text/event-stream")
+    return streamed(named_sse(rendered(renderer, deltas)), "text/event-stream")
 
 
 # --- routes ---------------------------------------------------------------------------

@@ -3,7 +3,6 @@ and stream renderer over the conversation core."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -33,6 +32,7 @@ from ..limits import check_request
 from ..state import DaemonState, state_of
 from ..streaming import NDJSON, ndjson, streamed
 from ..tools import ToolCall, call_arguments
+from .render import rendered
 
 router = APIRouter()
 
@@ -93,6 +93,10 @@ class OllamaRenderer:
             base["logprobs"] = shaped_logprobs(logprobs)
         return base
 
+    def opening(self) -> list[dict[str, Any]]:
+        """Ollama's streams open with nothing but the answer."""
+        return []
+
     def process(self, delta: Delta) -> list[dict[str, Any]]:
         """The stream objects one delta becomes."""
         if isinstance(delta, Content):
@@ -128,13 +132,7 @@ async def _respond(handler: ChatHandler, turn: PreparedTurn, renderer: OllamaRen
     if not stream:
         return JSONResponse(renderer.whole(await handler.answer(turn)))
     deltas = await handler.open(turn)  # a failure before the first event is still a plain error status
-
-    async def objects() -> AsyncIterator[dict[str, Any]]:
-        async for delta in deltas:
-            for obj in renderer.process(delta):
-                yield obj
-
-    return streamed(ndjson(objects()), NDJSON)
+    return streamed(ndjson(rendered(renderer, deltas)), NDJSON)
 
 
 # --- loading without a prompt -------------------------------------------------------

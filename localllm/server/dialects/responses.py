@@ -40,8 +40,9 @@ from ..conversation import (
 from ..errors import bad_request
 from ..inference import parse_name
 from ..state import state_of
-from ..streaming import sse, streamed
+from ..streaming import streamed
 from ..tools import ToolCall
+from .render import named_sse, rendered
 from .openai_chat import (
     image_data,
     openai_tool_call,
@@ -463,15 +464,12 @@ class ResponseRenderer:
         return message
 
 
-async def _events(renderer: ResponseRenderer, deltas: AsyncIterable[Delta],
-                  on_final: Callable[[], None]) -> AsyncIterator[bytes]:
-    for event in renderer.opening():
-        yield sse(event, event["type"])
+async def _then_at_final(deltas: AsyncIterable[Delta], at_final: Callable[[], None]) -> AsyncIterator[Delta]:
+    """``deltas``; ``at_final`` runs once the final delta's events have been sent."""
     async for delta in deltas:
-        for event in renderer.process(delta):
-            yield sse(event, event["type"])
+        yield delta
         if isinstance(delta, Final):
-            on_final()
+            at_final()
 
 
 # --- routes ---------------------------------------------------------------------------
@@ -498,7 +496,7 @@ async def create_response(body: ResponsesRequest, request: Request):
         keep()
         return JSONResponse(response)
     deltas = await state.chat.open(prepared)  # a failure before the first event is still a plain error status
-    return streamed(_events(renderer, deltas, keep), "text/event-stream")
+    return streamed(named_sse(rendered(renderer, _then_at_final(deltas, keep))), "text/event-stream")
 
 
 @router.get("/responses/{response_id}")
