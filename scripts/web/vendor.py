@@ -20,16 +20,25 @@ HLJS = Path("/usr/share/nodejs/highlight.js")
 LANGUAGES = ("bash", "cpp", "cs", "css", "diff", "go", "java", "javascript", "json", "kotlin",
              "makefile", "markdown", "php", "plaintext", "python", "ruby", "rust", "shell", "sql", "swift",
              "typescript", "xml", "yaml", "dockerfile", "ini", "lua", "r")
-#: Debian package -> (file in it, name under vendor/).
-COPIED = {
-    "libjs-marked": ("/usr/share/javascript/marked/marked.umd.min.js", "marked.min.js"),
-    "node-dompurify": ("/usr/share/nodejs/dompurify/dist/purify.min.js", "purify.min.js"),
-}
+MARKED = "/usr/share/javascript/marked/marked.umd.min.js"
 
 
 def package_version(package: str) -> str:
     return subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], check=True, capture_output=True,
                           text=True).stdout
+
+
+#: Debian's backport of the CVE-2024-47875 fix to DOMPurify 2.4.1 (2.4.1+dfsg+~2.4.0-2+deb12u1) reads
+#: ``shadowNode`` outside the function that declares it, so every ``sanitize()`` of a string holding
+#: a tag throws a ReferenceError. The check is dropped from the vendored copy; the per-node depth
+#: check the same fix added to the node loop stays.
+PURIFY_BROKEN_CHECK = "(shadowNode.__depth>=st||k(shadowNode.__depth))&&vt(r.firstChild);"
+
+
+def purify() -> str:
+    """Debian's DOMPurify with the broken line of its security backport removed (see above)."""
+    source = Path("/usr/share/nodejs/dompurify/dist/purify.min.js").read_text()
+    return source.replace(PURIFY_BROKEN_CHECK, "")
 
 
 def highlight_subset() -> str:
@@ -46,8 +55,8 @@ def highlight_subset() -> str:
 
 def main() -> None:
     (VENDOR / "licenses").mkdir(parents=True, exist_ok=True)
-    for package, (source, target) in COPIED.items():
-        shutil.copyfile(source, VENDOR / target)
+    shutil.copyfile(MARKED, VENDOR / "marked.min.js")
+    (VENDOR / "purify.min.js").write_text(purify())
     (VENDOR / "highlight.js").write_text(highlight_subset())
     shutil.copyfile(HLJS / "styles" / "github.css", VENDOR / "highlight.css")
     rows = []
@@ -58,7 +67,8 @@ def main() -> None:
     (VENDOR / "VERSIONS.md").write_text(
         "# Vendored front-end libraries\n\nWritten by `scripts/web/vendor.py` from Debian's packages; their "
         "copyright files (naming each license: marked MIT, DOMPurify Apache-2.0 or MPL-2.0, highlight.js "
-        "BSD-3-Clause) are in `licenses/`.\n\n| Debian package | version |\n| --- | --- |\n" + "\n".join(rows)
+        "BSD-3-Clause) are in `licenses/`. DOMPurify has one line of Debian's security backport removed, which "
+        "referenced an undeclared variable and broke every sanitize() (see the script).\n\n| Debian package | version |\n| --- | --- |\n" + "\n".join(rows)
         + f"\n\nhighlight.js is a subset: the core and {', '.join(LANGUAGES)}.\n\n| file | bytes |\n| --- | --- |\n"
         + "\n".join(sizes) + "\n")
 

@@ -1,0 +1,289 @@
+"""The chat page (``localllm/web/``) in a real headless Chromium against the real daemon and SmolLM2.
+
+Answers with hostile or huge content come from the model itself: the page's
+"extra request fields" setting sends a GBNF grammar that holds SmolLM2 to them.
+Set ``LOCALLLM_WEB_SCREENSHOT=docs/chat.png`` to keep a screenshot of a chat.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+
+import httpx
+import pytest
+
+from browser_helpers import chromium_or_reason
+from daemon_helpers import Daemon
+
+SMOLLM2 = "smollm2:135m"
+XSS_ANSWER = ('<script>window.__xss=1</script> <img src=x onerror="window.__xss=2"> '
+              '[click me](javascript:window.__xss=3)\n\n```python\nprint("hi")\n```\n')
+#: Records Content-Security-Policy violations and uncaught errors for the test to read.
+WATCH_SCRIPT = """
+window.__problems = [];
+document.addEventListener('securitypolicyviolation', e => window.__problems.push('csp: ' + e.violatedDirective));
+window.addEventListener('error', e => window.__problems.push('error: ' + e.message));
+window.addEventListener('unhandledrejection', e => window.__problems.push('rejection: ' + e.reason));
+"""
+
+
+def gbnf_literal(text: str) -> str:
+    """A GBNF rule matching exactly ``text``."""
+    return 'root ::= "' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+# ---- the page over plain HTTP ----------------------------------------------------------------
+
+def test_root_keeps_the_liveness_text_for_clients_and_serves_the_page_to_browsers(daemon):
+    plain = httpx.get(daemon.url)
+    assert plain.text == "localllm is running" and plain.headers["content-type"].startswith("text/plain")
+    assert "Accept" in plain.headers["vary"]
+    page = httpx.get(daemon.url, headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe" not in policy and "default-src 'none'" in policy
+    assert "require-trusted-types-for 'script'" in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert not re.search(r"<script(?![^>]*\bsrc=)", page.text), "an inline script"
+    assert not re.search(r"\son\w+\s*=", page.text), "an inline event handler"
+    assert httpx.head(daemon.url).status_code == 200
+
+
+def test_assets_have_types_etags_and_nothing_outside_the_folder(daemon):
+    script = httpx.get(f"{daemon.url}/web/app.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert script.headers["cache-control"] == "no-cache"
+    again = httpx.get(f"{daemon.url}/web/app.js", headers={"If-None-Match": script.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+    assert httpx.get(f"{daemon.url}/web/style.css").headers["content-type"].startswith("text/css")
+    assert httpx.get(f"{daemon.url}/web/vendor/purify.min.js").status_code == 200
+    for name in ("nope.js", "../server/app.py", "%2e%2e/server/app.py", "vendor/VERSIONS.md"):
+        missing = httpx.get(f"{daemon.url}/web/{name}")
+        assert missing.status_code == 404, name
+        assert "not a file of the chat page" in missing.json()["error"] or "not found" in missing.text.lower()
+
+
+def test_page_answers_only_to_local_host_names(daemon):
+    refused = httpx.get(daemon.url, headers={"Host": "evil.example:80", "Accept": "text/html"})
+    assert refused.status_code == 403 and "host" in refused.json()["error"]
+
+
+# ---- the browser -------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install '.[dev]')")
+    executable, reason = chromium_or_reason()
+    if executable is None:
+        pytest.skip(reason)
+    with sync_api.sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=executable, headless=True,
+                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def open_page(browser):
+    """Opens a URL in a fresh browser context (its own storage) watching for CSP violations."""
+    contexts = []
+
+    def opened(url: str):
+        context = browser.new_context(viewport={"width": 1100, "height": 760})
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
+        context.add_init_script(WATCH_SCRIPT)
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(url)
+        return page
+
+    yield opened
+    for context in contexts:
+        context.close()
+
+
+def pick(page, model: str) -> None:
+    page.wait_for_selector(f'#model option[value="{model}"]', state="attached")
+    page.select_option("#model", model)
+
+
+def settings(page, **values: str) -> None:
+    if not page.is_visible("#temperature"):
+        page.click("#settings summary")
+    for name, value in values.items():
+        page.fill(f"#{name}", value)
+        page.dispatch_event(f"#{name}", "change")
+
+
+def send(page, text: str) -> None:
+    page.fill("#prompt", text)
+    page.click("#send")
+
+
+def finished_answer(page):
+    """The last answer, once its stream has ended."""
+    return page.wait_for_selector("article.message.assistant:last-of-type[data-done=true]", timeout=240_000)
+
+
+def problems(page) -> list[str]:
+    return page.evaluate("window.__problems")
+
+
+def test_chat_streams_shows_stats_and_survives_reload(daemon, open_page):
+    page = open_page(daemon.url)
+    pick(page, SMOLLM2)
+    page.wait_for_function("() => document.querySelector('#model-info').textContent.includes('completion')")
+    info = page.inner_text("#model-info")
+    assert "MB" in info and "Q4_1" in info
+    settings(page, temperature="0", seed="7", num_predict="48", system="You are a helpful assistant.")
+    page.evaluate("""() => {
+        window.__lengths = [];
+        new MutationObserver(() => {
+            const answers = document.querySelectorAll('article.message.assistant .content');
+            if (answers.length) window.__lengths.push(answers[answers.length - 1].textContent.length);
+        }).observe(document.querySelector('#messages'), {subtree: true, childList: true, characterData: true});
+    }""")
+    send(page, "Write two sentences about the sea.")
+    answer = finished_answer(page)
+    text = answer.query_selector(".content").inner_text()
+    assert text.strip()
+    lengths = [n for n in page.evaluate("window.__lengths") if n]
+    assert len(set(lengths)) >= 2, f"the answer did not arrive in pieces: {lengths}"
+    stats = answer.query_selector(".stats").inner_text()
+    assert re.search(r"\d+ tokens · [\d.]+ tokens/s · time to first token \d+ ms", stats), stats
+    assert problems(page) == []
+    if os.environ.get("LOCALLLM_WEB_SCREENSHOT"):
+        page.screenshot(path=os.environ["LOCALLLM_WEB_SCREENSHOT"])
+
+    page.reload()
+    page.wait_for_selector("#chats li.active")
+    assert "Write two sentences about the sea." in page.inner_text("#chats")
+    assert page.inner_text("article.message.assistant .content") == text
+    assert page.input_value("#system") == "You are a helpful assistant." and page.input_value("#seed") == "7"
+    exported = page.evaluate("JSON.parse(localStorage.getItem('localllm.chats'))")
+    assert exported[0]["messages"][1]["content"].strip() == text.strip()
+
+
+def test_stop_ends_a_generation_and_keeps_what_came(daemon, open_page):
+    page = open_page(daemon.url)
+    pick(page, SMOLLM2)
+    settings(page, num_predict="2000", extra=json.dumps({"grammar": 'root ::= ("and on " )+'}))
+    send(page, "Go on forever.")
+    page.wait_for_function("() => (document.querySelector('article.message.assistant .content')?.textContent.length ?? 0) > 20")
+    page.click("#stop")
+    answer = finished_answer(page)
+    assert "stopped" in answer.query_selector(".stats").inner_text()
+    kept = answer.query_selector(".content").inner_text()
+    assert kept.startswith("and on")
+    assert page.is_visible("#send") and not page.is_visible("#stop")
+    page.reload()
+    assert page.inner_text("article.message.assistant .content") == kept
+
+
+def test_model_output_with_html_script_and_links_renders_as_text(daemon, open_page):
+    page = open_page(daemon.url)
+    pick(page, SMOLLM2)
+    settings(page, extra=json.dumps({"grammar": gbnf_literal(XSS_ANSWER)}))
+    send(page, "Say something dangerous.")
+    content = finished_answer(page).query_selector(".content")
+    shown = content.inner_text()
+    assert "<script>window.__xss=1</script>" in shown
+    assert '<img src=x onerror="window.__xss=2">' in shown
+    assert "click me (javascript:window.__xss=3)" in shown
+    page.click("text=click me")
+    assert content.query_selector_all("script, img, iframe, [onerror], a[href^='javascript']") == []
+    assert page.evaluate("window.__xss") is None
+    code = content.query_selector("pre code")
+    assert code.inner_text().strip() == 'print("hi")'
+    assert code.query_selector("span[class^='hljs-']"), "the code block is not highlighted"
+    content.query_selector("pre button.copy").click()
+    page.wait_for_function("() => document.querySelector('pre button.copy').textContent === 'Copied'")
+    assert page.evaluate("navigator.clipboard.readText()").strip() == 'print("hi")'
+    assert problems(page) == []
+
+
+@pytest.mark.slow
+def test_a_100000_character_answer_keeps_the_page_responsive(daemon, open_page):
+    page = open_page(daemon.url)
+    pick(page, SMOLLM2)
+    settings(page, num_ctx="2048", num_predict="1900", extra=json.dumps({"grammar": 'root ::= ("' + "#" * 80 + '")+'}))
+    send(page, "Draw a long line.")
+    page.wait_for_function("() => (document.querySelector('article.message.assistant .content')?.textContent.length ?? 0) > 5000")
+    typed = 0
+    while not page.query_selector("article.message.assistant[data-done=true]"):
+        typed += 1  # the page takes typing while the answer streams and re-renders
+        page.fill("#prompt", f"still typing {typed}", timeout=10_000)
+        assert page.evaluate("document.querySelector('#prompt').value") == f"still typing {typed}"
+        time.sleep(0.5)
+    answer = finished_answer(page)
+    assert len(answer.query_selector(".content").text_content()) >= 100_000
+    assert typed >= 2 and problems(page) == []
+
+
+def test_a_missing_model_shows_the_daemons_error(daemon, open_page):
+    httpx.post(f"{daemon.url}/api/copy", json={"source": SMOLLM2, "destination": "gone:latest"}).raise_for_status()
+    page = open_page(daemon.url)
+    pick(page, "gone:latest")
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "gone:latest"}).raise_for_status()
+    settings(page, extra="{not json")
+    send(page, "Hello?")
+    page.wait_for_selector("#banner:has-text('Extra request fields')")
+    settings(page, extra="")
+    send(page, "Hello?")
+    error = finished_answer(page).query_selector(".error").inner_text()
+    assert "404" in error and "gone" in error and "not found" in error
+    assert "Hello?" in page.inner_text("article.message.user")
+
+
+@pytest.fixture
+def own_daemon(tmp_path, smollm2_path):
+    instance = Daemon(tmp_path).start()
+    try:
+        instance.create("tiny", f"FROM {smollm2_path}")
+        yield instance
+    finally:
+        instance.stop()
+
+
+def test_the_daemon_going_away_mid_stream_shows_an_error_and_keeps_the_conversation(own_daemon, open_page):
+    page = open_page(own_daemon.url)
+    pick(page, "tiny:latest")
+    settings(page, num_predict="4000", extra=json.dumps({"grammar": 'root ::= ("on and " )+'}))
+    send(page, "Keep going.")
+    page.wait_for_function("() => (document.querySelector('article.message.assistant .content')?.textContent.length ?? 0) > 20")
+    os.killpg(own_daemon.process.pid, signal.SIGKILL)
+    own_daemon.process.wait()
+    answer = finished_answer(page)
+    assert "connection to the daemon was lost" in answer.query_selector(".error").inner_text()
+    partial = answer.query_selector(".content").inner_text()
+    assert partial.startswith("on and")
+    kept = page.evaluate("JSON.parse(localStorage.getItem('localllm.chats'))")[0]["messages"]
+    assert kept[0]["content"] == "Keep going." and kept[1]["content"].startswith(partial.strip())
+    assert "connection to the daemon was lost" in kept[1]["error"]
+    send(page, "Are you there?")
+    assert "Cannot reach the localllm daemon" in finished_answer(page).query_selector(".error").inner_text()
+
+
+def test_the_page_asks_for_the_api_key_and_keeps_it_in_the_session_only(tmp_path, open_page):
+    keyed = Daemon(tmp_path, LOCALLLM_API_KEY="s3cret-key").start()
+    try:
+        assert httpx.get(f"{keyed.url}/web/app.js").status_code == 200
+        assert httpx.get(f"{keyed.url}/api/tags").status_code == 401
+        page = open_page(keyed.url)
+        page.wait_for_selector("#key-dialog[open]")
+        page.fill("#key-input", "wrong")
+        page.click("#key-ok")
+        page.wait_for_selector("#key-dialog[open]")
+        assert "401" in page.inner_text("#key-reason")
+        page.fill("#key-input", "s3cret-key")
+        page.click("#key-ok")
+        page.wait_for_selector("#banner:has-text('No models yet')")
+        assert page.evaluate("sessionStorage.getItem('localllm.apiKey')") == "s3cret-key"
+        assert "s3cret-key" not in page.evaluate("JSON.stringify(localStorage)")
+    finally:
+        keyed.stop()
