@@ -20,7 +20,8 @@ from browser_helpers import chromium_or_reason
 from daemon_helpers import Daemon
 
 SMOLLM2 = "smollm2:135m"
-XSS_ANSWER = ('<script>window.__xss=1</script> <img src=x onerror="window.__xss=2"> '
+#: A block of raw HTML, HTML inside a paragraph, a javascript: link and a code block.
+XSS_ANSWER = ('<script>window.__xss=1</script>\n\nLook <img src=x onerror="window.__xss=2"> here\n\n'
               '[click me](javascript:window.__xss=3)\n\n```python\nprint("hi")\n```\n')
 #: Records Content-Security-Policy violations and uncaught errors for the test to read.
 WATCH_SCRIPT = """
@@ -193,7 +194,7 @@ def test_model_output_with_html_script_and_links_renders_as_text(daemon, open_pa
     content = finished_answer(page).query_selector(".content")
     shown = content.inner_text()
     assert "<script>window.__xss=1</script>" in shown
-    assert '<img src=x onerror="window.__xss=2">' in shown
+    assert 'Look <img src=x onerror="window.__xss=2"> here' in shown
     assert "click me (javascript:window.__xss=3)" in shown
     page.click("text=click me")
     assert content.query_selector_all("script, img, iframe, [onerror], a[href^='javascript']") == []
