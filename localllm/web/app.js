@@ -1,7 +1,7 @@
 // The chat page: model picker, pull, conversations, streaming with stop, per-chat settings.
 
 import { Api, ApiError } from "./api.js";
-import { chatRequest, exportChats, loadChats, newChat, saveChats } from "./chats.js";
+import { chatRequest, exportChats, loadChats, newChat, parseExport, saveChats } from "./chats.js";
 import { renderMarkdown } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -150,6 +150,24 @@ function deleteChat(chat) {
   showChat();
 }
 
+async function importChats() {
+  const file = $("import-file").files[0];
+  $("import-file").value = "";
+  if (!file || state.generation) return;
+  let imported;
+  try {
+    imported = parseExport(await file.text());
+  } catch (error) {
+    showBanner(`Cannot import ${file.name}: ${error.message}`);
+    return;
+  }
+  const ids = new Set(imported.map((chat) => chat.id));
+  state.chats = [...imported, ...state.chats.filter((chat) => !ids.has(chat.id))];
+  state.current = imported[0] ?? state.current;
+  persist();
+  showChat();
+}
+
 function startChat() {
   if (state.generation) return;
   const chat = newChat($("model").value || state.models[0]?.name || "");
@@ -229,9 +247,10 @@ function statsLine(message) {
   const parts = [];
   if (message.stopped) parts.push("stopped");
   const stats = message.stats;
-  if (stats?.tokens) parts.push(`${stats.tokens} tokens`);
-  if (stats?.tokensPerSecond) parts.push(`${stats.tokensPerSecond.toFixed(1)} tokens/s`);
-  if (stats?.ttftMs !== undefined) parts.push(`time to first token ${Math.round(stats.ttftMs)} ms`);
+  const number = (name) => (Number.isFinite(stats?.[name]) ? stats[name] : null);
+  if (number("tokens")) parts.push(`${stats.tokens} tokens`);
+  if (number("tokensPerSecond")) parts.push(`${stats.tokensPerSecond.toFixed(1)} tokens/s`);
+  if (number("ttftMs") !== null) parts.push(`time to first token ${Math.round(stats.ttftMs)} ms`);
   return parts.join(" · ");
 }
 
@@ -343,6 +362,8 @@ $("prompt").addEventListener("keydown", (event) => {
 $("stop").addEventListener("click", () => state.generation?.controller.abort());
 $("new-chat").addEventListener("click", startChat);
 $("export").addEventListener("click", () => exportChats(state.chats));
+$("import").addEventListener("click", () => $("import-file").click());
+$("import-file").addEventListener("change", importChats);
 $("model").addEventListener("change", () => pickModel(true));
 $("pull-form").addEventListener("submit", pull);
 for (const name of [...SETTINGS, "think"]) {

@@ -41,6 +41,27 @@ export function exportChats(chats) {
   setTimeout(() => URL.revokeObjectURL(link.href), 1000);
 }
 
+// The chats of an exported file (or a bare list of chats); throws a message naming what is wrong.
+export function parseExport(text) {
+  const data = JSON.parse(text);
+  const chats = Array.isArray(data) ? data : data?.chats;
+  if (!Array.isArray(chats)) throw new Error("the file holds no \"chats\" list");
+  for (const [index, chat] of chats.entries()) {
+    if (typeof chat?.id !== "string" || !Array.isArray(chat.messages)) {
+      throw new Error(`chat ${index} has no "id" or no "messages" list`);
+    }
+    for (const message of chat.messages) {
+      if (!["user", "assistant"].includes(message?.role) || typeof message.content !== "string") {
+        throw new Error(`chat ${index} has a message without a user/assistant role and a text content`);
+      }
+    }
+    chat.title = String(chat.title ?? "Imported chat");
+    chat.updated = Number(chat.updated) || Date.now();
+    chat.settings = { ...newChat("").settings, ...chat.settings };
+  }
+  return chats;
+}
+
 // The /api/chat body for the chat's history, its settings and the chosen model.
 export function chatRequest(chat) {
   const { settings } = chat;
