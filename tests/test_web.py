@@ -255,7 +255,7 @@ def test_a_100000_character_answer_keeps_the_page_responsive(daemon, open_page, 
     assert problems(page) == []
 
 
-def test_a_missing_model_shows_the_daemons_error(daemon, open_page):
+def test_a_missing_model_and_a_refused_request_show_the_daemons_error(daemon, open_page):
     httpx.post(f"{daemon.url}/api/copy", json={"source": SMOLLM2, "destination": "gone:latest"}).raise_for_status()
     page = open_page(daemon.url)
     pick(page, "gone:latest")
@@ -268,6 +268,11 @@ def test_a_missing_model_shows_the_daemons_error(daemon, open_page):
     error = finished_answer(page).query_selector(".error").inner_text()
     assert "404" in error and "gone" in error and "not found" in error
     assert "Hello?" in page.inner_text("article.message.user")
+    pick(page, SMOLLM2)
+    settings(page, extra=json.dumps({"think": True}))
+    send(page, "Think first.")
+    refused = finished_answer(page).query_selector(".error").inner_text()
+    assert refused.startswith("400: ") and "think" in refused
 
 
 @pytest.fixture
