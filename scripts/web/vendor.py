@@ -63,6 +63,8 @@ def main() -> None:
     for package in ("libjs-marked", "node-dompurify", "node-highlight.js"):
         shutil.copyfile(f"/usr/share/doc/{package}/copyright", VENDOR / "licenses" / f"{package}.copyright")
         rows.append(f"| {package} | {package_version(package)} |")
+    # DOMPurify's copyright file names Apache-2.0 (our choice of its two) without its text
+    shutil.copyfile("/usr/share/common-licenses/Apache-2.0", VENDOR / "licenses" / "Apache-2.0.txt")
     sizes = [f"| {path.name} | {path.stat().st_size:,} |" for path in sorted(VENDOR.glob("*.*")) if path.suffix != ".md"]
     (VENDOR / "VERSIONS.md").write_text(
         "# Vendored front-end libraries\n\nWritten by `scripts/web/vendor.py` from Debian's packages; their "
