@@ -213,6 +213,27 @@ def test_model_output_with_html_script_and_links_renders_as_text(daemon, open_pa
     assert problems(page) == []
 
 
+def test_thinking_is_shown_collapsed_apart_from_the_answer(daemon, open_page):
+    from test_conversation import AFTER_OPENED_BLOCK, THINKING_TEMPLATE
+
+    daemon.create("web-thinker", f'FROM {SMOLLM2}\nTEMPLATE """{THINKING_TEMPLATE}"""\n')
+    page = open_page(daemon.url)
+    pick(page, "web-thinker:latest")
+    settings(page, num_predict="64", extra=json.dumps({"grammar": AFTER_OPENED_BLOCK}))
+    page.wait_for_selector("#think-label:not([hidden])")
+    page.check("#think")
+    page.dispatch_event("#think", "change")
+    send(page, "Say hi.")
+    answer = finished_answer(page)
+    thinking = answer.query_selector("details.thinking")
+    assert thinking.is_visible() and thinking.get_attribute("open") is None
+    assert len(thinking.text_content().removeprefix("Thinking").split()) == 3
+    content = answer.query_selector(".content").inner_text()
+    assert content[0].isupper() and "think" not in content
+    thinking.query_selector("summary").click()
+    assert thinking.get_attribute("open") is not None
+
+
 def huge_answer() -> str:
     """Over 100,000 characters of Markdown: prose, lists, code blocks and hostile HTML, repeated."""
     part = ("Here is a paragraph with **bold**, `code` and <b onmouseover=alert(1)>html</b>.\n\n"
