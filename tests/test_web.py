@@ -20,6 +20,9 @@ import fixtures
 from browser_helpers import chromium_or_reason
 from daemon_helpers import Daemon
 
+#: Room for the first browser test to install Chromium on a fresh machine (browser_helpers).
+pytestmark = pytest.mark.timeout(900)
+
 SMOLLM2 = "smollm2:135m"
 #: A block of raw HTML, HTML inside a paragraph, a javascript: link and a code block.
 XSS_ANSWER = ('<script>window.__xss=1</script>\n\nLook <img src=x onerror="window.__xss=2"> here\n\n'
