@@ -23,7 +23,6 @@ from .errors import not_found
 from .security import PAGE_ASSETS
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
-ASSET_PREFIX = PAGE_ASSETS
 READY_TEXT = "localllm is running"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -78,10 +77,10 @@ async def root(request: Request) -> Response:
     return Response(READY_TEXT, media_type="text/plain", headers={"vary": "Accept"})
 
 
-@router.get(ASSET_PREFIX + "{name:path}", include_in_schema=False)
-@router.head(ASSET_PREFIX + "{name:path}", include_in_schema=False)
+@router.get(PAGE_ASSETS + "{name:path}", include_in_schema=False)
+@router.head(PAGE_ASSETS + "{name:path}", include_in_schema=False)
 async def asset(name: str, request: Request) -> Response:
     found = assets().get(name)
     if found is None:
-        raise not_found(f"{ASSET_PREFIX}{name} is not a file of the chat page")
+        raise not_found(f"{PAGE_ASSETS}{name} is not a file of the chat page")
     return found.response(request)
