@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import time
 
@@ -297,6 +298,22 @@ def test_a_missing_model_and_a_refused_request_show_the_daemons_error(daemon, op
     send(page, "Think first.")
     refused = finished_answer(page).query_selector(".error").inner_text()
     assert refused.startswith("400: ") and "think" in refused
+
+
+def test_a_model_that_cannot_load_shows_the_daemons_error(open_page, tmp_path, smollm2_path):
+    linked = tmp_path / "replaced.gguf"
+    shutil.copyfile(smollm2_path, linked)
+    fresh = Daemon(tmp_path / "daemon").start()  # its own store: the model is a link to the copy
+    try:
+        fresh.create("replaced", f"FROM {linked}")
+        page = open_page(fresh.url)
+        pick(page, "replaced:latest")
+        linked.unlink()  # the file the model was registered from is gone
+        send(page, "Hello?")
+        error = finished_answer(page).query_selector(".error").inner_text()
+        assert error.startswith("409: ") and "replaced.gguf" in error
+    finally:
+        fresh.stop()
 
 
 @pytest.fixture
