@@ -221,21 +221,24 @@ def test_thinking_is_shown_collapsed_apart_from_the_answer(daemon, open_page):
     from test_conversation import AFTER_OPENED_BLOCK, THINKING_TEMPLATE
 
     daemon.create("web-thinker", f'FROM {SMOLLM2}\nTEMPLATE """{THINKING_TEMPLATE}"""\n')
-    page = open_page(daemon.url)
-    pick(page, "web-thinker:latest")
-    settings(page, num_predict="64", extra=json.dumps({"grammar": AFTER_OPENED_BLOCK}))
-    page.wait_for_selector("#think-label:not([hidden])")
-    page.check("#think")
-    page.dispatch_event("#think", "change")
-    send(page, "Say hi.")
-    answer = finished_answer(page)
-    thinking = answer.query_selector("details.thinking")
-    assert thinking.is_visible() and thinking.get_attribute("open") is None
-    assert len(thinking.text_content().removeprefix("Thinking").split()) == 3
-    content = answer.query_selector(".content").inner_text()
-    assert content[0].isupper() and "think" not in content
-    thinking.query_selector("summary").click()
-    assert thinking.get_attribute("open") is not None
+    try:
+        page = open_page(daemon.url)
+        pick(page, "web-thinker:latest")
+        settings(page, num_predict="64", extra=json.dumps({"grammar": AFTER_OPENED_BLOCK}))
+        page.wait_for_selector("#think-label:not([hidden])")
+        page.check("#think")
+        page.dispatch_event("#think", "change")
+        send(page, "Say hi.")
+        answer = finished_answer(page)
+        thinking = answer.query_selector("details.thinking")
+        assert thinking.is_visible() and thinking.get_attribute("open") is None
+        assert len(thinking.text_content().removeprefix("Thinking").split()) == 3
+        content = answer.query_selector(".content").inner_text()
+        assert content[0].isupper() and "think" not in content
+        thinking.query_selector("summary").click()
+        assert thinking.get_attribute("open") is not None
+    finally:  # the session's daemon goes on serving other tests: leave it as it was
+        httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "web-thinker"})
 
 
 def huge_answer() -> str:
