@@ -104,7 +104,8 @@ async function pull(event) {
     }
     status.textContent = `${name}: pulled`;
     await loadModels();
-    $("model").value = state.models.some((m) => m.name === name) ? name : $("model").value;
+    const pulled = state.models.find((m) => m.name === name || m.name === `${name}:latest`);
+    if (pulled) $("model").value = pulled.name;
     pickModel();
   } catch (error) {
     status.textContent = `Pull failed: ${error.message}`;
