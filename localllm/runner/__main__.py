@@ -79,6 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="host RAM for prefixes evicted from the KV cache (0: drop them)",
     )
     p.add_argument("--embedding", action="store_true", help="serve /embedding instead of /completion")
+    p.add_argument("--check-kv", action="store_true", help="check the KV books after every step (tests, soak runs)")
     p.add_argument("--verbose", action="store_true", help="pass llama.cpp's own log through to stderr")
     return p.parse_args(argv)
 
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     except (_Terminated, KeyboardInterrupt):
         return 0
     if rt.engine:
+        rt.engine.check_kv = args.check_kv
         rt.engine.start()
     _clear_stale_socket(args.socket)
     try:

@@ -141,6 +141,7 @@ class Engine:
         self._incoming: queue.SimpleQueue[CompletionRequest | None] = queue.SimpleQueue()
         self._waiting: deque[CompletionRequest] = deque()
         self._stopping = False
+        self.check_kv = False  # check the KV books after every step (``--check-kv``)
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
 
     # -- public, any thread -------------------------------------------------
@@ -214,6 +215,10 @@ class Engine:
         """Let go of ``slot``'s KV; with ``keep`` it stays as a cache entry where it can."""
         raise NotImplementedError
 
+    def _check_kv(self) -> None:
+        """Assert that the KV books agree with themselves and with the slots."""
+        raise NotImplementedError
+
     # -- engine thread ------------------------------------------------------
 
     def _run(self) -> None:
@@ -226,6 +231,8 @@ class Engine:
                 self._reap_cancelled()
                 if self._active:
                     self._step()
+                if self.check_kv:
+                    self._check_kv()
             except Exception as exc:  # a bug or a native failure: fail what runs, keep serving
                 log.exception("engine step failed")
                 self._fail_all(f"generation failed: {exc}")
