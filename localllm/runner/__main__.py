@@ -183,7 +183,10 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="runner[%(process)d] %(levelname)s %(message)s")
+    # Our log goes to a copy of stderr: captured_errors() lends fd 2 to llama.cpp for a moment (a grammar
+    # compiling on the HTTP thread), and the engine thread's lines must not vanish into that capture.
+    log_stream = os.fdopen(os.dup(2), "w", buffering=1)
+    logging.basicConfig(stream=log_stream, level=logging.INFO, format="runner[%(process)d] %(levelname)s %(message)s")
     if not args.model.is_file():
         print(f"runner: model file not found: {args.model}", file=sys.stderr)
         return 2
