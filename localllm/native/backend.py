@@ -44,10 +44,7 @@ class Model(llama_backend.Model):
         if not ptr:
             self.weights.close()
             raise BackendError(f"cannot load the vocabulary of {path}: {'; '.join(errors) or 'not a GGUF model'}")
-        self.ptr = ptr
-        self.path = Path(path)
-        self.vocab = ll.llama_model_get_vocab(ptr)
-        self.n_vocab: int = ll.llama_vocab_n_tokens(self.vocab)
+        self._open_vocab(ptr, path)
         hyper = self.weights.hyper
         if self.n_vocab != hyper.n_vocab:
             self.close()
@@ -55,11 +52,6 @@ class Model(llama_backend.Model):
         self.n_ctx_train: int = hyper.n_ctx_train
         self.n_embd: int = hyper.n_embd
         self.size: int = self.weights.nbytes
-        self.bos: int = ll.llama_vocab_bos(self.vocab)
-        self.eos: int = ll.llama_vocab_eos(self.vocab)
-        self._piece_buf = ctypes.create_string_buffer(256)
-        self._pieces: dict[int, bytes] = {}
-        self._eog = frozenset(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t))
         self.adapters = []
 
     def close(self) -> None:

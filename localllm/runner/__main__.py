@@ -79,6 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="host RAM for prefixes evicted from the KV cache (0: drop them)",
     )
     p.add_argument("--embedding", action="store_true", help="serve /embedding instead of /completion")
+    p.add_argument("--check-kv", action="store_true", help="check the KV books after every step (tests, soak runs)")
     p.add_argument("--verbose", action="store_true", help="pass llama.cpp's own log through to stderr")
     return p.parse_args(argv)
 
@@ -182,7 +183,10 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="runner[%(process)d] %(levelname)s %(message)s")
+    # Our log goes to a copy of stderr: captured_errors() lends fd 2 to llama.cpp for a moment (a grammar
+    # compiling on the HTTP thread), and the engine thread's lines must not vanish into that capture.
+    log_stream = os.fdopen(os.dup(2), "w", buffering=1)
+    logging.basicConfig(stream=log_stream, level=logging.INFO, format="runner[%(process)d] %(levelname)s %(message)s")
     if not args.model.is_file():
         print(f"runner: model file not found: {args.model}", file=sys.stderr)
         return 2
@@ -194,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     except (_Terminated, KeyboardInterrupt):
         return 0
     if rt.engine:
+        rt.engine.check_kv = args.check_kv
         rt.engine.start()
     _clear_stale_socket(args.socket)
     try:

@@ -31,6 +31,9 @@ _log_capture: list[str] | None = None
 _log_last_level = 0
 
 
+_PIECE_BYTES = 64  # most token texts fit; a longer one is rendered again into a buffer of its size
+
+
 class BackendError(RuntimeError):
     """llama.cpp refused an operation (load, context creation, decode)."""
 
@@ -204,18 +207,23 @@ class Model:
             ptr = ll.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
             raise BackendError(f"cannot load model {path}: {_detail(errors, 'not a loadable GGUF model')}")
+        self._open_vocab(ptr, path)
+        self.n_ctx_train: int = ll.llama_model_n_ctx_train(ptr)
+        self.n_embd: int = ll.llama_model_n_embd(ptr)
+        self.size: int = ll.llama_model_size(ptr)
+        self.adapters = [self._load_adapter(Path(a)) for a in adapters]
+
+    def _open_vocab(self, ptr: ll.llama_model_p, path: str | Path) -> None:
+        """Take the loaded model ``ptr``: its vocabulary, end tokens and their spelling."""
         self.ptr = ptr
         self.path = Path(path)
         self.vocab = ll.llama_model_get_vocab(ptr)
         self.n_vocab: int = ll.llama_vocab_n_tokens(self.vocab)
-        self.n_ctx_train: int = ll.llama_model_n_ctx_train(ptr)
-        self.n_embd: int = ll.llama_model_n_embd(ptr)
-        self.size: int = ll.llama_model_size(ptr)
         self.bos: int = ll.llama_vocab_bos(self.vocab)
         self.eos: int = ll.llama_vocab_eos(self.vocab)
-        self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
-        self.adapters = [self._load_adapter(Path(a)) for a in adapters]
+        self.bos_text = self.token_text(self.bos)  # spelled once: /health serves them to the daemon's templates
+        self.eos_text = self.token_text(self.eos)
 
     def _load_adapter(self, path: Path) -> ctypes.c_void_p:
         with captured_errors() as errors:
@@ -255,7 +263,9 @@ class Model:
     def piece(self, token: int) -> bytes:
         """The bytes a generated token contributes to the output (control tokens: none).
 
-        Cached per token: the engine calls this once per generated token.
+        Cached per token: the engine calls this once per generated token, the
+        HTTP thread for /detokenize. Any thread may fill an entry, with bytes
+        rendered in its own buffer, so an entry is always the token's text.
         """
         cached = self._pieces.get(token)
         if cached is None:
@@ -263,7 +273,13 @@ class Model:
         return cached
 
     def _render(self, token: int, special: bool) -> bytes:
-        buf = self._piece_buf
+        """A token's text, rendered into a buffer of this call's own.
+
+        llama.cpp writes the text with the GIL released: a buffer shared by the
+        engine thread and the HTTP thread once mixed two tokens' texts
+        ("inhosp<|im_e"), and the piece cache kept the result for good.
+        """
+        buf = ctypes.create_string_buffer(_PIECE_BYTES)
         n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)

@@ -141,28 +141,11 @@ class Engine:
         self._incoming: queue.SimpleQueue[CompletionRequest | None] = queue.SimpleQueue()
         self._waiting: deque[CompletionRequest] = deque()
         self._stopping = False
+        self.check_kv = False  # check the KV books after every step (``--check-kv``)
+        self.kv_state: dict[str, Any] = {}  # what /health reports of the KV, published by the engine thread
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
 
     # -- public, any thread -------------------------------------------------
-
-    @property
-    def kv_used_cells(self) -> int:
-        """KV cells held by sequences (read without locking: a snapshot for /health)."""
-        return sum(len(s.tokens) for s in self._slots)
-
-    @property
-    def cache_tokens(self) -> int:
-        """Tokens whose KV is kept for later requests."""
-        raise NotImplementedError
-
-    @property
-    def cache_ram_bytes(self) -> int:
-        """Host RAM holding KV moved out of the context."""
-        raise NotImplementedError
-
-    def kv_blocks(self) -> dict[str, int]:
-        """Block counts of a paged cache (empty for one without blocks)."""
-        return {}
 
     @property
     def alive(self) -> bool:
@@ -173,6 +156,7 @@ class Engine:
         return len(self._waiting) + self._incoming.qsize()
 
     def start(self) -> None:
+        self._publish()
         self._thread.start()
 
     def submit(self, request: CompletionRequest) -> None:
@@ -190,7 +174,21 @@ class Engine:
         self.batch.close()
         return True
 
-    # -- what subclasses provide ----------------------------------------------
+    # -- what subclasses provide (engine thread) -------------------------------
+
+    @property
+    def cache_tokens(self) -> int:
+        """Tokens whose KV is kept for later requests."""
+        raise NotImplementedError
+
+    @property
+    def cache_ram_bytes(self) -> int:
+        """Host RAM holding KV moved out of the context."""
+        raise NotImplementedError
+
+    def kv_blocks(self) -> dict[str, int]:
+        """Block counts of a paged cache (empty for one without blocks)."""
+        return {}
 
     def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> Slot | None:
         """A slot for ``request`` holding as much of ``prompt`` as the cache has (``slot.cached`` set).
@@ -214,6 +212,10 @@ class Engine:
         """Let go of ``slot``'s KV; with ``keep`` it stays as a cache entry where it can."""
         raise NotImplementedError
 
+    def _check_kv(self) -> None:
+        """Assert that the KV books agree with themselves and with the slots."""
+        raise NotImplementedError
+
     # -- engine thread ------------------------------------------------------
 
     def _run(self) -> None:
@@ -226,15 +228,28 @@ class Engine:
                 self._reap_cancelled()
                 if self._active:
                     self._step()
+                if self.check_kv:
+                    self._check_kv()
             except Exception as exc:  # a bug or a native failure: fail what runs, keep serving
                 log.exception("engine step failed")
                 self._fail_all(f"generation failed: {exc}")
+            self._publish()
         for slot in list(self._active):
             self._fail(slot, "the runner is shutting down")
         self._receive(block=False)
         for request in self._waiting:
             request.emit({"error": "the runner is shutting down"})
             request.sampler.close()
+
+    def _publish(self) -> None:
+        """Replace :attr:`kv_state` with the books as they are now, for /health to read from any thread."""
+        self.kv_state = {
+            "kv_used_cells": sum(len(s.tokens) for s in self._slots),
+            "cache_tokens": self.cache_tokens,
+            "cache_hit_rate": round(self.stats.hit_rate, 4),
+            "cache_ram_bytes": self.cache_ram_bytes,
+            "kv_blocks": self.kv_blocks(),
+        }
 
     def _receive(self, block: bool) -> None:
         try:

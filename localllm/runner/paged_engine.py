@@ -21,6 +21,7 @@ cached keys, so a shifted sequence's KV too is what a fresh computation gives.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 from localllm.native.backend import Context, Model
@@ -173,6 +174,15 @@ class PagedEngine(Engine):
         self.pool.release(slot.blocks, slot.nodes, slot.tokens, keep=keep)
         slot.blocks, slot.nodes, slot.tokens = [], [], []
         slot.parked = False
+
+    def _check_kv(self) -> None:
+        self.pool.check()
+        for slot in self._slots:
+            assert len(slot.tokens) <= len(slot.blocks) * self.pool.block_size, f"seq {slot.seq_id} outgrew its blocks"
+            assert not (slot.idle and slot.blocks), f"idle seq {slot.seq_id} holds blocks"
+            assert list(self.ctx.tables[slot.seq_id, : len(slot.blocks)]) == slot.blocks, f"seq {slot.seq_id}'s table"
+        held = Counter(block for slot in self._slots for block in slot.blocks)
+        assert held == {b: n for b, n in enumerate(self.pool.ref) if n}, "reference counts differ from the tables"
 
     def _sync_table(self, slot: PagedSlot) -> None:
         self.ctx.tables[slot.seq_id, : len(slot.blocks)] = slot.blocks

@@ -66,6 +66,9 @@ from localllm.runner.sampling import GrammarError, Sampler
 log = logging.getLogger("localllm.runner")
 
 
+NO_KV = {"kv_used_cells": 0, "cache_tokens": 0, "cache_hit_rate": 0.0, "cache_ram_bytes": 0, "kv_blocks": {}}
+
+
 class BadRequest(ValueError):
     """The request body is not what the endpoint accepts."""
 
@@ -142,15 +145,11 @@ def create_app(rt: Runtime) -> Starlette:
                 "n_ctx_train": model.n_ctx_train,
                 "n_parallel": rt.n_parallel,
                 "n_vocab": model.n_vocab,
-                "bos": model.token_text(model.bos),
-                "eos": model.token_text(model.eos),
+                "bos": model.bos_text,
+                "eos": model.eos_text,
                 "model_size": model.size,
-                "kv_used_cells": rt.engine.kv_used_cells if rt.engine else 0,
-                "cache_tokens": rt.engine.cache_tokens if rt.engine else 0,
-                "cache_hit_rate": round(rt.engine.stats.hit_rate, 4) if rt.engine else 0.0,
-                "cache_ram_bytes": rt.engine.cache_ram_bytes if rt.engine else 0,
+                **(rt.engine.kv_state if rt.engine else NO_KV),
                 "queue_depth": rt.engine.queue_depth if rt.engine else 0,
-                "kv_blocks": rt.engine.kv_blocks() if rt.engine else {},
                 "embedding": rt.embedder is not None,
             }
         )

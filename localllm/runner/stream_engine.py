@@ -172,6 +172,16 @@ class StreamEngine(Engine):
         log.info("context shift: seq=%d kept=%d discarded=%d", slot.seq_id, keep, discard)
         return True
 
+    def _check_kv(self) -> None:
+        self._tree.check()
+        for slot in self._slots:
+            assert slot.exact <= self.n_ctx_seq and len(slot.tokens) <= self.n_ctx_seq, f"seq {slot.seq_id} too long"
+            if slot.idle and slot in self._tree:
+                assert self._tree.tokens(slot) == tuple(slot.tokens), f"idle seq {slot.seq_id} is indexed wrongly"
+            if slot.tokens and not slot.copy_pending:
+                assert self.ctx.seq_pos_max(slot.seq_id) == len(slot.tokens) - 1, f"seq {slot.seq_id}'s KV cells"
+        assert all(entry in self._tree for entry in self._spill), "a spilled prefix outside the tree"
+
     def _free_kv(self, slot: StreamSlot, keep: bool) -> None:
         """A failed request's cells are not trusted (the decode that failed may have written some), nor
         are those of a copy llama.cpp has not run yet."""
