@@ -22,55 +22,58 @@ MODEL = "smollm2:135m"
 ENDLESS = 'root ::= "la " root'  # never lets an answer end: every request makes exactly num_predict tokens
 
 
-async def _stream(ac: httpx.AsyncClient, body: dict, started: asyncio.Event | None = None) -> dict:
-    """One streamed /completion; ``started`` is set once the runner has queued it (its headers came)."""
+async def _stream(ac: httpx.AsyncClient, body: dict, queued: asyncio.Event | None = None,
+                  running: asyncio.Event | None = None) -> dict:
+    """One streamed /completion; ``queued`` is set once the runner has queued it (its headers came),
+    ``running`` once its first piece came."""
     async with ac.stream("POST", "/completion", json=body) as r:
         assert r.status_code == 200, await r.aread()
-        if started is not None:
-            started.set()
-        _, final = parse_stream([line async for line in r.aiter_lines()])
+        if queued is not None:
+            queued.set()
+        lines = []
+        async for line in r.aiter_lines():
+            lines.append(line)
+            if running is not None:
+                running.set()
+        _, final = parse_stream(lines)
     assert final.get("done"), final
     return final
 
 
 def test_a_big_request_is_not_starved_by_a_stream_of_small_ones(smollm2_path: Path) -> None:
-    """A 200-token prompt in a pool of 24 blocks fits only while at most two small requests run; sixteen
-    small ones queued behind it would keep three or more running for as long as they last. The big one
-    lets at most MAX_BYPASS of them start first: the others finish after it."""
+    """A 194-token prompt (13 blocks) in a pool of 24 fits only while at most two small requests (3-4
+    blocks each) run. It arrives while five run, with sixteen more queued behind it that would keep
+    four or more running for as long as they last; it lets at most MAX_BYPASS of them start first."""
     big = {"prompt": chat_prompt("Summarise: " + "the tide rises and falls twice a day. " * 20),
            "options": {"temperature": 0, "num_predict": 1}}
-    smalls = [{"prompt": chat_prompt(f"Say la {i}."), "grammar": ENDLESS,
-               "options": {"temperature": 0, "num_predict": 40 + 4 * (i % 3)}} for i in range(20)]
+    smalls = [{"prompt": chat_prompt(f"Song {i}: " + "sing la, la, la, as the chorus goes. " * 2), "grammar": ENDLESS,
+               "options": {"temperature": 0, "num_predict": 18 + 2 * (i % 3)}} for i in range(21)]  # 3-4 blocks
     args = ("--engine", "native", "--ctx", "256", "--parallel", "6", "--kv-tokens", "384", "--threads",
             runner_threads())  # fmt: skip
     finished: list[str] = []  # in the order their final events arrive
 
-    async def run(name: str, ac: httpx.AsyncClient, body: dict, started: asyncio.Event) -> None:
-        await _stream(ac, body, started)
+    async def run(name: str, ac: httpx.AsyncClient, body: dict, **events: asyncio.Event) -> None:
+        await _stream(ac, body, **events)
         finished.append(name)
 
     async def traffic(runner) -> None:
         async with runner.async_client(timeout=600) as ac:
-            tasks = []
-            for i in range(4):  # ahead of the big one in the queue
-                queued = asyncio.Event()
-                tasks.append(asyncio.create_task(run(f"small {i}", ac, smalls[i], queued)))
-                await queued.wait()
+            first_wave = [asyncio.Event() for _ in range(5)]
+            tasks = [asyncio.create_task(run(f"small {i}", ac, smalls[i], running=first_wave[i])) for i in range(5)]
+            for started in first_wave:
+                await started.wait()
             big_queued = asyncio.Event()
-            tasks.append(asyncio.create_task(run("big", ac, big, big_queued)))
+            tasks.append(asyncio.create_task(run("big", ac, big, queued=big_queued)))
             await big_queued.wait()
-            for i in range(4, len(smalls)):  # behind it
-                queued = asyncio.Event()
-                tasks.append(asyncio.create_task(run(f"small {i}", ac, smalls[i], queued)))
-                await queued.wait()
+            tasks += [asyncio.create_task(run(f"small {i}", ac, smalls[i])) for i in range(5, len(smalls))]
             await asyncio.gather(*tasks)
 
     with running_runner(smollm2_path, *args) as runner, runner.client() as c:
         tokens = c.post("/tokenize", json={"content": big["prompt"], "prompt": True}).json()["tokens"]
-        assert 193 <= len(tokens) <= 240  # 13-15 blocks: more than the pool has beside three small requests
+        assert 193 <= len(tokens) <= 208  # 13 blocks: more than the pool has beside three small requests
         asyncio.run(traffic(runner))
     ahead = finished.index("big")
-    assert ahead <= 4 + MAX_BYPASS, finished  # the four queued before it, and at most MAX_BYPASS after it
+    assert ahead <= 5 + MAX_BYPASS, finished  # the five running before it, and at most MAX_BYPASS after it
 
 
 def test_preemptions_are_counted_per_request_and_do_not_thrash(smollm2_path: Path) -> None:
