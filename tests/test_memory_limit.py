@@ -94,4 +94,4 @@ def test_a_model_larger_than_the_limit_is_refused_at_once(tmp_path, smollm2_path
 
 def test_a_memory_limit_that_is_not_a_size_stops_the_daemon_with_a_message(tmp_path):
     with pytest.raises(RuntimeError, match="daemon exited.*LOCALLLM_MEMORY_LIMIT must be a size"):
-        Daemon(tmp_path, LOCALLLM_MEMORY_LIMIT="lots").start(timeout=10)
+        Daemon(tmp_path, LOCALLLM_MEMORY_LIMIT="lots").start(timeout=60)

@@ -151,7 +151,7 @@ def stream_all(runner: RunnerProcess, bodies: list[dict[str, Any]]) -> list[tupl
     return asyncio.run(all_())
 
 
-def idle_health(client: httpx.Client, timeout: float = 20.0) -> dict[str, Any]:
+def idle_health(client: httpx.Client, timeout: float = 60.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         health = client.get("/health").json()
