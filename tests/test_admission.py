@@ -125,3 +125,8 @@ def test_a_prompt_larger_than_the_whole_pool_is_refused_at_admission(small_pool_
     metrics = httpx.get(f"{url}/metrics", timeout=30).text
     assert f'localllm_request_preemptions_bucket{{model="{MODEL}",le="0"}} 1' in metrics, metrics
     assert f'localllm_request_preemptions_count{{model="{MODEL}"}} 1' in metrics
+
+
+def test_a_negative_pool_size_stops_the_daemon_with_a_message(tmp_path):
+    with pytest.raises(RuntimeError, match="daemon exited.*LOCALLLM_KV_TOKENS must not be negative"):
+        Daemon(tmp_path, LOCALLLM_KV_TOKENS="-16").start(timeout=60)
