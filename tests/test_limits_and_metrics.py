@@ -10,6 +10,7 @@ import pytest
 from daemon_helpers import Daemon
 
 MODEL = "smollm2:135m"
+ENDLESS = 'root ::= "la " root'  # no answer ends early: the burst's requests overlap however the model samples
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,8 @@ def test_limits_name_the_variable(limited, path, body, variable):
 
 
 def test_queue_overflow_is_503_with_retry_after(limited):
-    body = {"model": MODEL, "prompt": "Write a long story.", "stream": False, "options": {"num_predict": 60}}
+    body = {"model": MODEL, "prompt": "Write a long story.", "stream": False, "grammar": ENDLESS,
+            "options": {"num_predict": 60}}
 
     async def burst():
         async with httpx.AsyncClient(base_url=limited.url, timeout=300) as client:
@@ -64,7 +66,8 @@ def test_queue_overflow_is_503_with_retry_after(limited):
 def test_queue_limit_counts_requests_under_every_name_of_a_model(limited):
     """Requests under a copy wait for the same runner, so they count against the same queue."""
     httpx.post(f"{limited.url}/api/copy", json={"source": MODEL, "destination": "mine"}, timeout=30).raise_for_status()
-    body = {"model": "mine", "prompt": "Write a long story.", "stream": False, "options": {"num_predict": 60}}
+    body = {"model": "mine", "prompt": "Write a long story.", "stream": False, "grammar": ENDLESS,
+            "options": {"num_predict": 60}}
 
     async def burst():
         async with httpx.AsyncClient(base_url=limited.url, timeout=300) as client:

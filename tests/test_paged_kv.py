@@ -156,7 +156,7 @@ def answers(results: list[tuple[str, dict]]) -> list[tuple[str, list[int]]]:
     return [(text, done["context"]) for text, done in results]
 
 
-def idle_health(client: httpx.Client, timeout: float = 20.0) -> dict[str, Any]:
+def idle_health(client: httpx.Client, timeout: float = 60.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         health = client.get("/health").json()

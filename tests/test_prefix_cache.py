@@ -43,7 +43,7 @@ def tokens_of(client: httpx.Client, text: str, add_special: bool = True) -> list
     return client.post("/tokenize", json={"content": text, "add_special": add_special}).json()["tokens"]
 
 
-def wait_idle(client: httpx.Client, timeout: float = 20.0) -> dict[str, Any]:
+def wait_idle(client: httpx.Client, timeout: float = 60.0) -> dict[str, Any]:
     """/health once no sequence runs and no request waits."""
     deadline = time.monotonic() + timeout
     while True:

@@ -111,8 +111,11 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings
 
     model = NativeModel(args.model, args.adapter, args.gpu_layers)
     n_ctx = _fit_ctx(n_ctx, model.n_ctx_train)
-    pool_tokens = max(args.kv_tokens or POOL_CONTEXTS * n_ctx, n_ctx + BLOCK_SIZE)
+    pool_tokens = args.kv_tokens or POOL_CONTEXTS * n_ctx
     n_blocks = -(-pool_tokens // BLOCK_SIZE)
+    if n_blocks * BLOCK_SIZE <= n_ctx:
+        log.warning("the KV pool of %d positions is smaller than one context of %d: longer prompts are refused",
+                    n_blocks * BLOCK_SIZE, n_ctx)
     try:
         ctx = NativeContext(model, n_blocks, BLOCK_SIZE, n_ctx, args.parallel, args.batch, threads)
     except BaseException:

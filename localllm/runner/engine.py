@@ -11,7 +11,10 @@ One thread owns the context. Each step it
 5. samples every sequence whose logits were requested and hands the text to
    the request's ``emit`` callback (which the HTTP side makes thread-safe).
 
-Requests beyond the slots wait in arrival order. Where a sequence's KV lives
+Requests beyond the slots wait in arrival order. One that cannot start yet
+(its KV does not fit, or it waits for a prefill it will share) lets later
+arrivals start before it, but at most ``MAX_BYPASS`` of them: then it goes
+first, and nothing behind it starts until it does. Where a sequence's KV lives
 and how a new prompt reuses cached KV is the subclass's business:
 :class:`~localllm.runner.stream_engine.StreamEngine` keeps one llama.cpp KV
 stream per slot and copies shared prefixes between them;
@@ -41,6 +44,7 @@ log = logging.getLogger("localllm.runner")
 Emit = Callable[[dict[str, Any]], None]
 
 WAIT_FOR_PREFIX = 64  # a request waits for a running prefill that will share this many more tokens
+MAX_BYPASS = 4  # later arrivals that may start before a waiting request; then it goes first
 
 
 @dataclass(eq=False)
@@ -57,6 +61,7 @@ class CompletionRequest:
     sampler: Sampler
     emit: Emit
     cancelled: bool = False
+    bypassed: int = 0  # later arrivals started before it (fair admission: at most MAX_BYPASS)
 
 
 @dataclass(eq=False)
@@ -79,6 +84,7 @@ class Slot:
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # of tokens whose text is not sent yet
     cached: int = 0  # prompt tokens taken from the prefix cache
     parked: bool = False  # holds no KV and waits for room to resume (preempted)
+    preemptions: int = 0  # times its request was preempted (in the final stats, for /metrics)
 
     @property
     def idle(self) -> bool:
@@ -158,6 +164,10 @@ class Engine:
     def start(self) -> None:
         self._publish()
         self._thread.start()
+
+    def refusal(self, prompt: list[int]) -> str | None:
+        """Why a request with this prompt could never run here (None: it can); checked before it queues."""
+        return None
 
     def submit(self, request: CompletionRequest) -> None:
         """Queue a request; the engine admits it when a slot is free."""
@@ -262,6 +272,7 @@ class Engine:
             pass
 
     def _admit(self) -> None:
+        """Start waiting requests in arrival order; one that cannot start yet is bypassed a bounded number of times."""
         deferred: list[CompletionRequest] = []
         while self._waiting and len(self._active) < len(self._slots):
             request = self._waiting.popleft()
@@ -272,9 +283,13 @@ class Engine:
             slot = self._place(request, num_keep, prompt)
             if slot is None:
                 deferred.append(request)
-            else:
-                slot.num_keep = num_keep
-                self._start(slot, request, prompt)
+                if request.bypassed >= MAX_BYPASS:
+                    break  # its turn: nothing behind it starts before it does
+                continue
+            for earlier in deferred:
+                earlier.bypassed += 1
+            slot.num_keep = num_keep
+            self._start(slot, request, prompt)
         self._waiting.extendleft(reversed(deferred))
 
     def _fit(self, request: CompletionRequest) -> tuple[int, list[int]]:
@@ -310,6 +325,7 @@ class Engine:
         slot.text = TextStream(o.stop)
         slot.t_admit = time.perf_counter()
         slot.t_first = 0.0
+        slot.preemptions = 0
         self.stats.prompt_tokens += len(prompt)
         self.stats.cached_tokens += slot.cached
         request.sampler.accept_prompt(prompt)
@@ -427,6 +443,7 @@ class Engine:
                 "eval_count": len(slot.generated),
                 "eval_duration": int((now - first) * 1e9),
                 "cached_tokens": slot.cached,
+                "preemptions": slot.preemptions,
                 "context": slot.prompt + slot.generated,
                 **({"stop_sequence": slot.text.matched} if slot.text.matched else {}),
             }

@@ -26,8 +26,10 @@ bad input):
     "stream": true, "truncate": true}`` → NDJSON lines ``{"content": piece}``, then
     ``{"done": true, "done_reason": "stop" | "length", "prompt_eval_count",
     "prompt_eval_duration", "eval_count", "eval_duration", "cached_tokens",
-    "context": [int]}``; ``prompt_eval_count`` counts evaluated prompt tokens
-    only, ``cached_tokens`` those reused from the prefix cache; a failure mid-stream is a line ``{"error": msg}``.
+    "preemptions", "context": [int]}``; ``prompt_eval_count`` counts evaluated prompt tokens
+    only, ``cached_tokens`` those reused from the prefix cache, ``preemptions`` the times the
+    request gave its KV back to a full pool; a failure mid-stream is a line ``{"error": msg}``.
+    A prompt the whole KV pool could never hold is refused with 400 before it queues.
     A prompt longer than the context is cut as Ollama does (the first
     ``num_keep`` tokens and the most recent ones), or refused with 400 when
     ``truncate`` is false. With ``grammar_triggers`` the grammar is lazy: output is
@@ -195,6 +197,9 @@ def create_app(rt: Runtime) -> Starlette:
                 f"the prompt is {len(tokens)} tokens, more than the context length of {rt.n_ctx} tokens; "
                 "shorten it, raise num_ctx, or allow truncation"
             )
+        refusal = rt.engine.refusal(tokens)
+        if refusal:
+            raise BadRequest(refusal)
         sampler = Sampler(model, options, rt.n_ctx, grammar, triggers, schema)
         relay = EventRelay(asyncio.get_running_loop(), rt.stream_interval if stream else float("inf"))
         job = CompletionRequest(tokens, options, sampler, relay.emit)

@@ -140,7 +140,11 @@ class Scheduler:
         """Sequences a runner serves at once: llama.cpp's fixed streams, or as many as the native pool serves."""
         if self.settings.num_parallel:
             return self.settings.num_parallel
-        return native_parallel(POOL_CONTEXTS * n_ctx) if engine == NATIVE else DEFAULT_NUM_PARALLEL
+        return native_parallel(self.pool_tokens(n_ctx)) if engine == NATIVE else DEFAULT_NUM_PARALLEL
+
+    def pool_tokens(self, n_ctx: int) -> int:
+        """Positions in a native runner's KV block pool: LOCALLLM_KV_TOKENS, else POOL_CONTEXTS contexts."""
+        return self.settings.kv_tokens or POOL_CONTEXTS * n_ctx
 
     def capacity(self, request: LoadRequest) -> int:
         """Requests the runner ``request`` would use serves at once (before it is loaded: llama.cpp's default)."""
@@ -299,8 +303,8 @@ class Scheduler:
         n_batch = request.num_batch or 512
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, self.settings.kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
-        if choice.engine == NATIVE:  # one pool of POOL_CONTEXTS contexts, however many sequences share it
-            return LoadPlan(choice, gpu, footprint(summary, n_ctx, POOL_CONTEXTS, n_batch))
+        if choice.engine == NATIVE:  # one pool, however many sequences share it
+            return LoadPlan(choice, gpu, footprint(summary, n_ctx, 1, n_batch, kv_tokens=self.pool_tokens(n_ctx)))
         return LoadPlan(choice, gpu, streams, workers)
 
     def _fits(self, need: int) -> bool:
@@ -360,7 +364,7 @@ class Scheduler:
             embedding=request.embedding,
             adapters=tuple(request.adapters),
             engine=choice.engine,
-            kv_tokens=POOL_CONTEXTS * n_ctx if choice.engine == NATIVE else None,
+            kv_tokens=self.pool_tokens(n_ctx) if choice.engine == NATIVE else None,
         )
         log.info("loading %s on %s (%s), ctx %d, %d sequences", request.name, choice.engine, choice.reason, n_ctx,
                  config.n_parallel)
