@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,17 +26,18 @@ from ..templates.gotemplate import TemplateError
 from ..templates.prompt import PromptError
 from .errors import ApiError, bad_request, not_found
 from .formats import NO_CONSTRAINT, Constraint
+from .limits import check_request
 from .metrics import Metrics
-from .options import keep_alive_seconds, merge_options
+from .options import keep_alive_seconds, merge_options, validate_options
 from .engine_choice import EngineRefused
-from .runner_client import RunnerBadRequest, RunnerError
+from .runner_client import RunnerBadRequest, RunnerError, RunnerProcess
 from .scheduler import LoadedModel, LoadRequest, Scheduler
 from .tools import ToolUse
 
 log = logging.getLogger("localllm.inference")
 
-#: Builds the prompt once the runner is up: receives the runner's /health answer.
-PromptBuilder = Callable[[dict[str, Any]], "str | list[int]"]
+#: Builds the prompt (text or tokens) once the runner is up, which it may ask to tokenize.
+PromptBuilder = Callable[[RunnerProcess], Awaitable["str | list[int]"]]
 
 
 @dataclass
@@ -50,6 +51,8 @@ class CompletionJob:
     grammar_triggers: tuple[str, ...] = ()  # the grammar is lazy: it applies from the first of these words on
     json_schema: dict[str, Any] | None = None  # for llguidance (never together with a grammar)
     context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
+    shift: bool = False  # slide the context when the answer fills it (Ollama's dialect), else end with "length"
+    truncate: bool = True  # cut a prompt over the context (Ollama's way), else the runner answers 400
 
 
 def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse, parallel: bool = True) -> bool:
@@ -104,13 +107,16 @@ class Inference:
 
     def job(self, name: str, options: dict[str, Any] | None, keep_alive: Any,
             constraint: Constraint = NO_CONSTRAINT, raw_grammar: str | None = None) -> CompletionJob:
-        """Resolve a request: model, merged options, keep_alive and the output constraint.
+        """Resolve a request: model, merged options, keep_alive and the output constraint. The options are
+        checked against the request limits first, the same way on every endpoint.
 
         ``constraint`` comes from ``format``/``response_format``; ``raw_grammar`` is a
         GBNF text from a ``grammar`` field (top level or in ``options``).
         """
         options = dict(options or {})
         raw_grammar = raw_grammar or options.pop("grammar", None)
+        options = validate_options(options)
+        check_request(self.settings.limits, options=options)
         if raw_grammar is not None and not isinstance(raw_grammar, str):
             raise bad_request("grammar must be a string of GBNF rules")
         if raw_grammar and constraint != NO_CONSTRAINT:
@@ -186,9 +192,9 @@ class Inference:
         try:
             async with self._leased(job) as loaded:
                 load_duration = time.perf_counter_ns() - started
-                # A template (a stranger's code) may render for seconds: in a thread, the loop keeps answering.
-                prompt = await asyncio.to_thread(build_prompt, loaded.runner.health)
-                body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
+                prompt = await build_prompt(loaded.runner)
+                body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context,
+                        "shift": job.shift, "truncate": job.truncate}
                 if job.grammar_triggers:
                     body["grammar_triggers"] = list(job.grammar_triggers)
                 if job.json_schema is not None:
@@ -232,12 +238,13 @@ class Inference:
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer
 
-    async def count_prompt_tokens(self, job: CompletionJob, build_prompt: PromptBuilder) -> int:
+    async def count_prompt_tokens(self, job: CompletionJob, render: Callable[[dict[str, Any]], str]) -> int:
         """How many tokens the prompt takes, tokenized by the model's runner as a completion would
         tokenize it (before any cut to the context length)."""
         self.check_capacity(self.load_request(job))
         async with self._leased(job) as loaded:
-            prompt = await asyncio.to_thread(build_prompt, loaded.runner.health)
+            # A template (a stranger's code) may render for seconds: in a thread, the loop keeps answering.
+            prompt = await asyncio.to_thread(render, loaded.runner.health)
             try:
                 answer = await loaded.runner.post_json("/tokenize", {"content": prompt, "prompt": True})
             except RunnerError as exc:
