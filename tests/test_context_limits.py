@@ -25,6 +25,8 @@ MODEL = "tiny-ctx"
 N_CTX = 512
 ENDLESS = 'root ::= "la " root'  # a grammar that never lets the answer end
 GREEDY = {"temperature": 0, "top_k": 1}
+#: A question that takes most of the context, so an endless answer fills the rest soon.
+LONG_QUESTION = "Read these words, then sing: " + " ".join(f"word{i}" for i in range(100))
 SYSTEM = "You are Captain Quill, a pirate librarian of the Seven Seas who answers every question in rhyme."
 
 
@@ -82,7 +84,7 @@ def _wait_until(condition, what: str, timeout: float = 60) -> None:
 
 def test_ollama_without_shift_stops_at_the_context_end(engine_daemon):
     answer = _post(engine_daemon, "/api/chat", {
-        "messages": [{"role": "user", "content": "Sing."}], "grammar": ENDLESS, "shift": False,
+        "messages": [{"role": "user", "content": LONG_QUESTION}], "grammar": ENDLESS, "shift": False,
         "stream": False, "options": GREEDY})
     body = answer.json()
     assert answer.status_code == 200, body
@@ -92,20 +94,21 @@ def test_ollama_without_shift_stops_at_the_context_end(engine_daemon):
 
 def test_openai_never_shifts(native_daemon):
     client = openai.OpenAI(base_url=f"{native_daemon.url}/v1", api_key="unused", max_retries=0)
-    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Sing."}],
-                                          temperature=0, extra_body={"grammar": ENDLESS})
-    assert chat.choices[0].finish_reason == "length"
-    assert N_CTX - 2 <= chat.usage.prompt_tokens + chat.usage.completion_tokens <= N_CTX + 1
-    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Sing."}],
-                                            temperature=0, extra_body={"grammar": ENDLESS}, stream=True)
-    finishes = [c.choices[0].finish_reason for c in stream if c.choices and c.choices[0].finish_reason]
-    assert finishes == ["length"]
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": LONG_QUESTION}],
+                                            temperature=0, extra_body={"grammar": ENDLESS}, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+    usage = chunks[-1].usage
+    assert usage.prompt_tokens > N_CTX // 2
+    assert N_CTX - 2 <= usage.prompt_tokens + usage.completion_tokens <= N_CTX + 1
 
 
 def test_anthropic_never_shifts(native_daemon):
     client = anthropic.Anthropic(base_url=native_daemon.url, api_key="unused", max_retries=0)
-    message = client.messages.create(model=MODEL, max_tokens=100_000, temperature=0,
-                                     messages=[{"role": "user", "content": "Sing."}], extra_body={"grammar": ENDLESS})
+    with client.messages.stream(model=MODEL, max_tokens=100_000, messages=[{"role": "user", "content": LONG_QUESTION}],
+                                extra_body={"grammar": ENDLESS, "temperature": 0}) as stream:
+        message = stream.get_final_message()
     assert message.stop_reason == "max_tokens"
     assert N_CTX - 2 <= message.usage.input_tokens + message.usage.output_tokens <= N_CTX + 1
 
