@@ -26,7 +26,7 @@ N_CTX = 512
 ENDLESS = 'root ::= "la " root'  # a grammar that never lets the answer end
 GREEDY = {"temperature": 0, "top_k": 1}
 #: A question that takes most of the context, so an endless answer fills the rest soon.
-LONG_QUESTION = "Read these words, then sing: " + " ".join(f"word{i}" for i in range(100))
+LONG_QUESTION = "Read these words, then sing: " + " ".join(f"word{i}" for i in range(115))
 SYSTEM = "You are Captain Quill, a pirate librarian of the Seven Seas who answers every question in rhyme."
 
 

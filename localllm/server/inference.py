@@ -31,7 +31,7 @@ from .metrics import Metrics
 from .options import keep_alive_seconds, merge_options, validate_options
 from .engine_choice import EngineRefused
 from .runner_client import RunnerBadRequest, RunnerError, RunnerProcess
-from .scheduler import LoadedModel, LoadRequest, Scheduler
+from .scheduler import LoadedModel, LoadRequest, NoRoom, Scheduler
 from .tools import ToolUse
 
 log = logging.getLogger("localllm.inference")
@@ -172,10 +172,8 @@ class Inference:
         started = time.perf_counter_ns()
         try:
             loaded = await self.scheduler.ensure_loaded(self.load_request(job), job.keep_alive)
-        except EngineRefused as exc:
-            raise ApiError(400, str(exc)) from None
-        except RunnerError as exc:
-            raise ApiError(500, str(exc)) from None
+        except (EngineRefused, RunnerError) as exc:
+            raise load_failure(exc) from None
         return loaded, time.perf_counter_ns() - started
 
     async def stream(self, job: CompletionJob, build_prompt: PromptBuilder) -> AsyncIterator[dict[str, Any]]:
@@ -232,8 +230,8 @@ class Inference:
                 answer = await loaded.runner.post_json("/embedding", {"content": texts, "truncate": truncate})
         except RunnerBadRequest as exc:
             raise bad_request(str(exc)) from None
-        except RunnerError as exc:
-            raise ApiError(500, str(exc)) from None
+        except (EngineRefused, RunnerError) as exc:
+            raise load_failure(exc) from None
         answer["load_duration"] = load_duration
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer
@@ -267,10 +265,8 @@ class Inference:
         lease = self.scheduler.lease(self.load_request(job), job.keep_alive)
         try:
             loaded = await lease.__aenter__()
-        except EngineRefused as exc:
-            raise ApiError(400, str(exc)) from None
-        except RunnerError as exc:
-            raise ApiError(500, str(exc)) from None
+        except (EngineRefused, RunnerError) as exc:
+            raise load_failure(exc) from None
         try:
             yield loaded
         finally:
@@ -294,6 +290,15 @@ class Inference:
             yield {"error": str(exc)}
         finally:
             await events.aclose()
+
+
+def load_failure(exc: EngineRefused | RunnerError) -> ApiError:
+    """A failed load or runner as the client's answer: an engine refused for the model, or a context too
+    large for the memory there is, is the request's 400; memory or model slots the machine lacks now is a
+    503 with the figures; a runner that failed is a 500."""
+    if isinstance(exc, EngineRefused):
+        return bad_request(str(exc))
+    return ApiError(exc.status if isinstance(exc, NoRoom) else 500, str(exc))
 
 
 @contextlib.contextmanager
