@@ -174,6 +174,16 @@ def test_one_message_longer_than_the_context_is_cut_and_the_answer_says_so(nativ
         assert "message_stop" in streamed.read().decode()
 
 
+def test_responses_truncation_is_openais(native_daemon):
+    client = openai.OpenAI(base_url=f"{native_daemon.url}/v1", api_key="unused", max_retries=0)
+    chat = [{"role": m["role"], "content": m["content"]} for m in _long_chat(200)[1:]]
+    with pytest.raises(openai.BadRequestError, match=f"more than the context length of {N_CTX} tokens"):
+        client.responses.create(model=MODEL, instructions=SYSTEM, input=chat, max_output_tokens=16)
+    fitted = client.responses.create(model=MODEL, instructions=SYSTEM, input=chat, max_output_tokens=16,
+                                     truncation="auto", temperature=0)
+    assert fitted.truncation == "auto" and fitted.usage.input_tokens <= N_CTX - 16
+
+
 # --- one set of request limits ----------------------------------------------------------
 
 

@@ -167,7 +167,7 @@ class ChatHandler:
             else:
                 fitted = await fit_history(turn.history, runner, turn.job.options.get("num_predict"),
                                            turn.job.truncate)
-                prompt, text, notes.truncated = fitted.tokens, fitted.text, fitted.truncated
+                prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
             if setup.thinking_tags and turn.think is not False:
                 # A template that opens the block itself leaves the answer inside it.
                 opened = setup.thinking_tags.opened_by(text)

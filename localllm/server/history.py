@@ -47,9 +47,14 @@ class FittedPrompt:
     """The prompt a chat gets: its text and tokens, and what was left out to fit."""
 
     text: str
-    tokens: list[int]
+    tokens: list[int] | None  # None: not tokenized (too short to need it)
     dropped: int = 0  # messages left out
     truncated: bool = False  # one message was cut inside
+
+    @property
+    def prompt(self) -> str | list[int]:
+        """What the runner gets: the tokens where they were counted (no second tokenization), else the text."""
+        return self.text if self.tokens is None else self.tokens
 
 
 def answer_room(n_ctx: int, num_predict: int | None) -> int:
@@ -65,9 +70,12 @@ class _Counter:
         self.history = history
         self.runner = runner
 
-    async def prompt(self, messages: list[dict[str, Any]]) -> tuple[str, list[int]]:
+    async def render(self, messages: list[dict[str, Any]]) -> str:
         # A template (a stranger's code) may render for seconds: in a thread, the loop keeps answering.
-        text = await asyncio.to_thread(self.history.render, self.runner.health, messages)
+        return await asyncio.to_thread(self.history.render, self.runner.health, messages)
+
+    async def prompt(self, messages: list[dict[str, Any]]) -> tuple[str, list[int]]:
+        text = await self.render(messages)
         return text, await self.tokenize(text, prompt=True)
 
     async def tokenize(self, text: str, prompt: bool) -> list[int]:
@@ -101,7 +109,10 @@ async def fit_history(history: ChatHistory, runner: RunnerProcess, num_predict: 
     n_ctx = int(runner.health["n_ctx"])
     budget = n_ctx - answer_room(n_ctx, num_predict)
     messages = history.messages
-    text, tokens = await counter.prompt(messages)
+    text = await counter.render(messages)
+    if len(text.encode("utf-8")) < budget:  # a token holds at least a byte (a BOS, none): it surely fits
+        return FittedPrompt(text, None)
+    tokens = await counter.tokenize(text, prompt=True)
     if len(tokens) <= budget:
         return FittedPrompt(text, tokens)
     if not truncate:
