@@ -26,7 +26,7 @@ N_CTX = 512
 ENDLESS = 'root ::= "la " root'  # a grammar that never lets the answer end
 GREEDY = {"temperature": 0, "top_k": 1}
 #: A question that takes most of the context, so an endless answer fills the rest soon.
-LONG_QUESTION = "Read these words, then sing: " + " ".join(f"word{i}" for i in range(115))
+LONG_QUESTION = "Read these words, then sing: " + " ".join(f"word{i}" for i in range(110))
 SYSTEM = "You are Captain Quill, a pirate librarian of the Seven Seas who answers every question in rhyme."
 
 
@@ -91,6 +91,7 @@ def test_ollama_without_shift_stops_at_the_context_end(engine_daemon):
     body = answer.json()
     assert answer.status_code == 200, body
     assert body["done_reason"] == "length" and body["message"]["content"].startswith("la la")
+    assert "truncated" not in body  # the question fits whole: only the answer reaches the context's end
     assert N_CTX - 2 <= body["prompt_eval_count"] + body["eval_count"] <= N_CTX + 1
 
 
@@ -116,7 +117,8 @@ def test_anthropic_never_shifts(native_daemon):
                                 extra_body={"grammar": ENDLESS, "temperature": 0}) as stream:
         message = stream.get_final_message()
     assert message.stop_reason == "max_tokens"
-    assert N_CTX - 2 <= message.usage.input_tokens + message.usage.output_tokens <= N_CTX + 1
+    used = message.usage.input_tokens + message.usage.cache_read_input_tokens + message.usage.output_tokens
+    assert N_CTX - 2 <= used <= N_CTX + 1
 
 
 # --- long chats keep their shape ----------------------------------------------------------
