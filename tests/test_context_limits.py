@@ -42,7 +42,7 @@ def engine_daemon(request, tmp_path_factory, smollm2_path):
 
 
 @pytest.fixture(scope="module")
-def native_daemon(engine_daemon, request):
+def native_daemon(engine_daemon):
     """:func:`engine_daemon` on the native engine only: for what does not depend on the engine."""
     if engine_daemon.env["LOCALLLM_ENGINE"] != "native":
         pytest.skip("engine-independent: run on the native engine")
@@ -59,13 +59,14 @@ def _runner_health(daemon: Daemon) -> dict:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         if "--embedding" in args:
             continue
-        socket = args[args.index("--socket") + 1]
-        with httpx.Client(transport=httpx.HTTPTransport(uds=socket), base_url="http://runner") as client:
+        socket_path = args[args.index("--socket") + 1]
+        with httpx.Client(transport=httpx.HTTPTransport(uds=socket_path), base_url="http://runner") as client:
             return client.get("/health", timeout=10).json()
     raise AssertionError("no generating runner")
 
 
 def _generating(daemon: Daemon) -> bool:
+    """Whether the runner holds a running sequence (native: blocks in use; llama.cpp: cells beyond the cache)."""
     health = _runner_health(daemon)
     blocks = health["kv_blocks"]
     holding = blocks["in_use"] > 0 if blocks else health["kv_used_cells"] > health["cache_tokens"]
