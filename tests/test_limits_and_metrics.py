@@ -42,6 +42,12 @@ def _error(daemon, path, body):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "y" * 300}]}, "LOCALLLM_MAX_PROMPT_CHARS"),
     ("/v1/completions", {"prompt": "hi", "max_tokens": 100}, "LOCALLLM_MAX_NUM_PREDICT"),
     ("/api/embed", {"input": ["a", "b", "c", "d"]}, "LOCALLLM_MAX_MESSAGES"),
+    # every endpoint that takes options checks them the same way, before any work (no load, no 500)
+    ("/api/embed", {"input": "hi", "options": {"num_ctx": 10**12}}, "LOCALLLM_MAX_NUM_CTX"),
+    ("/api/embeddings", {"prompt": "hi", "options": {"num_ctx": 10**12}}, "LOCALLLM_MAX_NUM_CTX"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "options": {"num_ctx": 1e12}},
+     "LOCALLLM_MAX_NUM_CTX"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 65}, "LOCALLLM_MAX_NUM_PREDICT"),
 ])
 def test_limits_name_the_variable(limited, path, body, variable):
     assert variable in _error(limited, path, {"model": MODEL, **body})

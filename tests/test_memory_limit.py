@@ -69,7 +69,7 @@ def test_a_busy_model_is_waited_for_then_the_load_is_refused(tmp_path, smollm2_p
             assert '"done": false' in next(lines)  # generating: busy before the embedding runner asks for room
             refused = httpx.post(f"{daemon.url}/api/embed", json=EMBED, timeout=120)
             error = refused.json()["error"]
-            assert refused.status_code == 500, error
+            assert refused.status_code == 503, error  # the machine's shortfall, not the request's
             assert "needs about" in error and "LOCALLLM_MEMORY_LIMIT" in error and "LOCALLLM_LOAD_TIMEOUT" in error
         deadline = time.monotonic() + 60  # its client left: the model goes idle
         while _in_flight(daemon) and time.monotonic() < deadline:
@@ -84,9 +84,22 @@ def test_a_model_larger_than_the_limit_is_refused_at_once(tmp_path, smollm2_path
     daemon = _daemon(tmp_path, smollm2_path, one_model // 2)
     try:
         refused = httpx.post(f"{daemon.url}/api/generate", json=GENERATE, timeout=120)
-        assert refused.status_code == 500
+        assert refused.status_code == 503  # the machine's limit, not the request, is why
         error = refused.json()["error"]
         assert f"needs about {one_model / (1 << 20):.0f} MiB" in error and "LOCALLLM_MEMORY_LIMIT" in error, error
+        assert _loaded(daemon) == [] and daemon.runner_pids() == []
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize("path,body", [("/api/generate", GENERATE), ("/api/embed", EMBED)])
+def test_a_context_too_large_for_the_memory_is_the_requests_400(tmp_path, smollm2_path, one_model, path, body):
+    daemon = _daemon(tmp_path, smollm2_path, one_model * 3 // 2)
+    try:
+        refused = httpx.post(f"{daemon.url}{path}", json=dict(body, options={"num_ctx": 65536}), timeout=120)
+        error = refused.json()["error"]
+        assert refused.status_code == 400, error
+        assert "num_ctx 65536" in error and "needs about" in error and "LOCALLLM_MEMORY_LIMIT" in error
         assert _loaded(daemon) == [] and daemon.runner_pids() == []
     finally:
         daemon.stop()

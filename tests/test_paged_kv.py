@@ -299,6 +299,20 @@ def test_a_prompt_longer_than_the_context_without_truncation_is_refused(smollm2_
         assert idle_health(c)["kv_blocks"]["in_use"] == 0
 
 
+def test_a_full_context_shifts_or_ends_the_answer_as_asked(smollm2_path: Path) -> None:
+    args = ("--engine", "native", "--ctx", "128", "--parallel", "2", "--threads", runner_threads())
+    endless = 'root ::= [0-9]+ ", " root'  # the model cannot end it
+    body = {"prompt": chat("Count from 1 to 100, separated by commas."), "grammar": endless, "stream": False}
+    with running_runner(smollm2_path, *args) as r, r.client() as c:
+        shifted = c.post("/completion", json=dict(body, options=dict(GREEDY, num_predict=200, num_keep=5))).json()
+        assert shifted["done_reason"] == "length" and shifted["eval_count"] == 200
+        stopped = c.post("/completion", json=dict(body, shift=False, options=dict(GREEDY, num_predict=200))).json()
+        assert stopped["done_reason"] == "length" and stopped["prompt_eval_count"] + stopped["cached_tokens"] + \
+            stopped["eval_count"] == 128 + 1  # the context's last token is sampled, and ends the answer
+        assert idle_health(c)["kv_blocks"]["in_use"] == 0
+        assert "context shift" in r.stderr
+
+
 def test_gemma3_sampled_text_is_the_same_alone_cached_and_batched(gemma3_path: Path) -> None:
     """Gemma 3's sliding-window layers too: a 600-token prompt is past their 512-position window."""
     text = "The lighthouse keeper wrote in his log every night. " * 60

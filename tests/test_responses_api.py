@@ -126,7 +126,7 @@ def test_tools_choice_format_and_reasoning():
     ({"input": "hi", "text": {"format": {"type": "yaml"}}}, "text.format.type 'yaml'"),
     ({"input": "hi", "text": {"verbosity": "low"}}, "text.verbosity"),
     ({"input": "hi", "include": ["file_search_call.results"]}, "include[0]"),
-    ({"input": "hi", "truncation": "auto"}, "truncation 'auto'"),
+    ({"input": "hi", "truncation": "middle"}, "truncation 'middle'"),
     ({"input": "hi", "background": True}, "background"),
     ({"input": "hi", "max_tool_calls": 2}, "max_tool_calls"),
     ({"input": []}, "input is required"),

@@ -54,6 +54,8 @@ class CompletionRequest:
     ``emit`` is called from the engine thread with ``{"content": str}`` pieces,
     then exactly one ``{"done": True, ...}`` or ``{"error": str}``.
     Setting ``cancelled`` (from any thread) frees the sequence at the next step.
+    ``shift``: when generation fills the context, slide it (bounded by ten
+    contexts of output) instead of ending the answer with ``"length"``.
     """
 
     prompt: list[int]
@@ -61,6 +63,7 @@ class CompletionRequest:
     sampler: Sampler
     emit: Emit
     cancelled: bool = False
+    shift: bool = True  # slide a full context (Ollama's default); False ends the answer with "length"
     bypassed: int = 0  # later arrivals started before it (fair admission: at most MAX_BYPASS)
 
 
@@ -83,6 +86,7 @@ class Slot:
     t_first: float = 0.0
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # of tokens whose text is not sent yet
     cached: int = 0  # prompt tokens taken from the prefix cache
+    truncated: bool = False  # the prompt was cut to fit the context
     parked: bool = False  # holds no KV and waits for room to resume (preempted)
     preemptions: int = 0  # times its request was preempted (in the final stats, for /metrics)
 
@@ -214,8 +218,8 @@ class Engine:
     def _committed(self, plan: list[Step]) -> None:
         """The planned tokens are now in KV."""
 
-    def _room_to_decode(self, slot: Slot) -> bool:
-        """Whether ``slot`` can take its pending token (shifting its context if needed)."""
+    def _shift(self, slot: Slot) -> bool:
+        """Make room at the end of ``slot``'s full context; whether its pending token can go in this step."""
         raise NotImplementedError
 
     def _free_kv(self, slot: Slot, keep: bool) -> None:
@@ -227,6 +231,16 @@ class Engine:
         raise NotImplementedError
 
     # -- engine thread ------------------------------------------------------
+
+    def _room_to_decode(self, slot: Slot) -> bool:
+        """Whether ``slot`` can take its pending token now. A full context is shifted, or, for a request
+        that may not shift, ends the answer with ``"length"``."""
+        if len(slot.tokens) < self.n_ctx_seq:
+            return True
+        if not slot.request.shift:
+            self._finish(slot, "length")
+            return False
+        return self._shift(slot)
 
     def _run(self) -> None:
         while True:
@@ -317,6 +331,7 @@ class Engine:
             slot.limit = o.num_predict
         slot.request = request
         slot.prompt = prompt
+        slot.truncated = len(prompt) < len(request.prompt)
         slot.feed = prompt
         slot.prefilled = slot.cached
         slot.pending = -1
@@ -445,6 +460,7 @@ class Engine:
                 "cached_tokens": slot.cached,
                 "preemptions": slot.preemptions,
                 "context": slot.prompt + slot.generated,
+                **({"truncated": True} if slot.truncated else {}),
                 **({"stop_sequence": slot.text.matched} if slot.text.matched else {}),
             }
         )

@@ -177,14 +177,9 @@ class PagedEngine(Engine):
         for step in plan:
             self.pool.commit(step.slot.blocks, step.slot.nodes, step.slot.tokens)
 
-    def _room_to_decode(self, slot: PagedSlot) -> bool:
-        if len(slot.tokens) < self.n_ctx_seq:
-            return True
-        self._shift(slot)
-        return False
-
-    def _shift(self, slot: PagedSlot) -> None:
-        """Make room at the context end: keep ``num_keep`` tokens and the newer half of the rest, recomputed."""
+    def _shift(self, slot: PagedSlot) -> bool:
+        """Make room at the context end: keep ``num_keep`` tokens and the newer half of the rest, recomputed
+        (so the pending token waits for that recomputation)."""
         keep, n = slot.num_keep, len(slot.tokens)
         discard = (n - keep) // 2
         kept = slot.tokens[:keep] + slot.tokens[keep + discard :]
@@ -197,6 +192,7 @@ class PagedEngine(Engine):
         slot.prefilled = len(slot.tokens)
         slot.pending = -1
         self._sync_table(slot)
+        return False
 
     # -- release -----------------------------------------------------------------
 

@@ -23,17 +23,19 @@ bad input):
 ``POST /completion``
     ``{"prompt": str | [int], "context": [int] | null, "options": {Ollama
     options}, "grammar": GBNF | null, "grammar_triggers": [str], "json_schema": {} | null,
-    "stream": true, "truncate": true}`` → NDJSON lines ``{"content": piece}``, then
+    "stream": true, "truncate": true, "shift": true}`` → NDJSON lines ``{"content": piece}``, then
     ``{"done": true, "done_reason": "stop" | "length", "prompt_eval_count",
     "prompt_eval_duration", "eval_count", "eval_duration", "cached_tokens",
-    "preemptions", "context": [int]}``; ``prompt_eval_count`` counts evaluated prompt tokens
-    only, ``cached_tokens`` those reused from the prefix cache, ``preemptions`` the times the
-    request gave its KV back to a full pool; a failure mid-stream is a line ``{"error": msg}``.
-    A prompt the whole KV pool could never hold is refused with 400 before it queues.
-    A prompt longer than the context is cut as Ollama does (the first
-    ``num_keep`` tokens and the most recent ones), or refused with 400 when
-    ``truncate`` is false. With ``grammar_triggers`` the grammar is lazy: output is
-    free until one of those words appears, and the grammar holds from that word on
+    "preemptions", "context": [int]}`` (and ``"truncated": true`` when the prompt was cut);
+    ``prompt_eval_count`` counts evaluated prompt tokens only, ``cached_tokens`` those reused from
+    the prefix cache, ``preemptions`` the times the request gave its KV back to a full pool; a
+    failure mid-stream is a line ``{"error": msg}``. A prompt the whole KV pool could never hold is
+    refused with 400 before it queues. A prompt longer than the context is cut as Ollama does (the
+    first ``num_keep`` tokens and the most recent ones), or refused with 400 when ``truncate`` is
+    false. When generation fills the context it slides (``shift``, at most ten contexts of output in
+    all), or with ``"shift": false`` the answer ends there with ``"done_reason": "length"``. With
+    ``grammar_triggers`` the grammar is lazy: output is free until one of those words appears, and
+    the grammar holds from that word on
     (a tool call's start marker). ``json_schema`` holds the output to a JSON
     schema with llguidance. ``context`` (tokens of an earlier exchange, Ollama's ``/api/generate``
     ``context``) goes before the prompt. Pieces never split a UTF-8
@@ -192,6 +194,7 @@ def create_app(rt: Runtime) -> Starlette:
         if schema is not None and grammar:
             raise BadRequest("send either a 'grammar' or a 'json_schema', not both")
         stream = _flag(body, "stream", True)
+        shift = _flag(body, "shift", True)
         if not _flag(body, "truncate", True) and len(tokens) > rt.n_ctx:
             raise BadRequest(
                 f"the prompt is {len(tokens)} tokens, more than the context length of {rt.n_ctx} tokens; "
@@ -202,7 +205,7 @@ def create_app(rt: Runtime) -> Starlette:
             raise BadRequest(refusal)
         sampler = Sampler(model, options, rt.n_ctx, grammar, triggers, schema)
         relay = EventRelay(asyncio.get_running_loop(), rt.stream_interval if stream else float("inf"))
-        job = CompletionRequest(tokens, options, sampler, relay.emit)
+        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift)
         rt.engine.submit(job)
         if stream:
             return StreamingResponse(_ndjson(job, relay), media_type="application/x-ndjson")

@@ -155,9 +155,6 @@ class StreamEngine(Engine):
         self._spill.discard(entry)
         self._tree.remove(entry)
 
-    def _room_to_decode(self, slot: StreamSlot) -> bool:
-        return len(slot.tokens) < self.n_ctx_seq or self._shift(slot)
-
     def _shift(self, slot: StreamSlot) -> bool:
         """Make room at the context end: drop half of the tokens after ``num_keep``."""
         if not self.ctx.can_shift:

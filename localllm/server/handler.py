@@ -9,6 +9,7 @@ become :mod:`~localllm.server.conversation` deltas, split by the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +30,11 @@ from .conversation import (
     ToolCallDelta,
 )
 from .errors import ApiError, bad_request
+from .history import ChatHistory, fit_history
 from .inference import CompletionJob, Inference, constrain_tool_calls, template_errors_as_400
 from .limits import check_request
 from .output_parser import OutputParser, ParserSetup
+from .runner_client import RunnerProcess
 from .tools import ToolUse
 
 #: Renders the prompt once the runner is up (receives its /health answer) for a think setting.
@@ -47,6 +50,14 @@ class PreparedTurn:
     think: ThinkSetting = None
     tool_use: ToolUse | None = None
     parser_setup: ParserSetup = field(default_factory=ParserSetup)
+    history: ChatHistory | None = None  # a chat's messages: older ones are left out when they do not fit
+
+
+@dataclass
+class PromptNotes:
+    """What fitting the prompt into the context did, for the answer to report."""
+
+    truncated: bool = False  # a message (or a plain prompt) was cut inside
 
 
 def thinking_tags(model: LocalModel, think: ThinkSetting) -> ThinkingTags | None:
@@ -104,8 +115,9 @@ class ChatHandler:
         limits = self.inference.settings.limits
         check_request(limits, texts=[m.content for m in turn.messages], messages=len(turn.messages),
                       tools=turn.tools, constraint=turn.constraint.json_schema or turn.constraint.grammar
-                      or turn.grammar, options=turn.options)
+                      or turn.grammar)
         job = self.inference.job(turn.model, turn.options, turn.keep_alive, turn.constraint, turn.grammar)
+        job.shift, job.truncate = turn.shift, turn.truncate
         self.inference.want_logprobs(job, turn.logprobs, turn.top_logprobs)
         model = job.model
         if any(m.images for m in turn.messages):
@@ -116,18 +128,20 @@ class ChatHandler:
         messages = [m.for_template() for m in turn.messages]
         tools = tool_use.tools if tool_use else None
 
-        def render(health: dict[str, Any]) -> str:
+        def render(health: dict[str, Any], kept: list[dict[str, Any]]) -> str:
             with template_errors_as_400(model):
                 return prompts.build_prompt(
-                    messages=model.messages + messages, system=model.system, model_template=model.template,
+                    messages=kept, system=model.system, model_template=model.template,
                     gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
                     eos_token=health.get("eos", ""), tools=tools, think=turn.think,
                 )
 
+        history = ChatHistory(model.messages + messages, render)
         setup = ParserSetup(thinking_tags=thinking_tags(model, turn.think),
                             call_syntax=tool_use.syntax if tool_use else None,
                             tool_names=frozenset(tool_use.names) if tool_use else frozenset())
-        return PreparedTurn(job, render, turn.think, tool_use, setup)
+        return PreparedTurn(job, lambda health: render(health, history.messages), turn.think, tool_use, setup,
+                            history)
 
     def prepare_generate(self, job: CompletionJob, render: PromptRenderer, think: ThinkSetting) -> PreparedTurn:
         """A completion of a plain prompt (``/api/generate``): thinking is split out, no tools."""
@@ -143,13 +157,20 @@ class ChatHandler:
         has sent anything.
         """
         setup = turn.parser_setup
+        notes = PromptNotes()
 
-        def build(health: dict[str, Any]) -> str:
+        async def build(runner: RunnerProcess) -> str | list[int]:
             nonlocal setup
-            prompt = turn.render(health)
+            prompt: str | list[int]
+            if turn.history is None:
+                prompt = text = await asyncio.to_thread(turn.render, runner.health)
+            else:
+                fitted = await fit_history(turn.history, runner, turn.job.options.get("num_predict"),
+                                           turn.job.truncate)
+                prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
             if setup.thinking_tags and turn.think is not False:
                 # A template that opens the block itself leaves the answer inside it.
-                opened = setup.thinking_tags.opened_by(prompt)
+                opened = setup.thinking_tags.opened_by(text)
                 setup = ParserSetup(setup.thinking_tags, opened, setup.call_syntax, setup.tool_names)
             return prompt
 
@@ -158,8 +179,8 @@ class ChatHandler:
             first = await events.__anext__()
         except StopAsyncIteration:
             raise ApiError(500, "model runner returned nothing") from None
-        deltas = self._deltas(first, events, lambda: OutputParser(setup), drop_thinking=turn.think is False)
-        return DeltaStream(deltas, events)
+        deltas = self._deltas(first, events, lambda: OutputParser(setup), turn.think is False, notes)
+        return DeltaStream(deltas, events, notes)
 
     async def count_tokens(self, turn: PreparedTurn) -> int:
         """The tokens of the prompt the turn would send (Anthropic's ``count_tokens``)."""
@@ -171,7 +192,8 @@ class ChatHandler:
 
     @staticmethod
     async def _deltas(first: dict[str, Any], events: AsyncIterator[dict[str, Any]],
-                      new_parser: Callable[[], OutputParser], drop_thinking: bool) -> AsyncIterator[Delta]:
+                      new_parser: Callable[[], OutputParser], drop_thinking: bool,
+                      notes: PromptNotes) -> AsyncIterator[Delta]:
         parser = new_parser()
         logprobs: list[dict[str, Any]] = []  # of text the parser holds back
         answer_logprobs: list[dict[str, Any]] = []  # of the answer's text: thinking and calls have none
@@ -210,8 +232,10 @@ class ChatHandler:
                     yield Content("", logprobs)
                 reason = "tool_calls" if parser.calls_made else event.get("done_reason", "stop")
                 metrics = {k: v for k, v in event.items() if isinstance(v, int) and not isinstance(v, bool)}
+                notes.truncated = notes.truncated or bool(event.get("truncated"))  # the runner cut a plain prompt
                 yield Final(reason=reason, stop_sequence=event.get("stop_sequence"), metrics=metrics,
-                            context=event.get("context", []), logprobs=answer_logprobs)
+                            context=event.get("context", []), logprobs=answer_logprobs,
+                            truncated=notes.truncated)
                 return
             yield Failure("model runner ended the answer early")
         finally:
@@ -219,11 +243,16 @@ class ChatHandler:
 
 
 class DeltaStream:
-    """A turn's deltas (iterate it once); closing it ends the runner stream even when no delta was read."""
+    """A turn's deltas (iterate it once); closing it ends the runner stream even when no delta was read.
 
-    def __init__(self, deltas: AsyncIterator[Delta], events: AsyncIterator[dict[str, Any]]) -> None:
+    ``notes`` says already, before the first delta, whether a chat's prompt was cut to fit.
+    """
+
+    def __init__(self, deltas: AsyncIterator[Delta], events: AsyncIterator[dict[str, Any]],
+                 notes: PromptNotes) -> None:
         self._deltas = deltas
         self._events = events
+        self.notes = notes
 
     def __aiter__(self) -> AsyncIterator[Delta]:
         return self._deltas

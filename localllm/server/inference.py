@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,17 +26,18 @@ from ..templates.gotemplate import TemplateError
 from ..templates.prompt import PromptError
 from .errors import ApiError, bad_request, not_found
 from .formats import NO_CONSTRAINT, Constraint
+from .limits import check_request
 from .metrics import Metrics
-from .options import keep_alive_seconds, merge_options
+from .options import keep_alive_seconds, merge_options, validate_options
 from .engine_choice import EngineRefused
-from .runner_client import RunnerBadRequest, RunnerError
-from .scheduler import LoadedModel, LoadRequest, Scheduler
+from .runner_client import RunnerBadRequest, RunnerError, RunnerProcess
+from .scheduler import LoadedModel, LoadRequest, NoRoom, Scheduler
 from .tools import ToolUse
 
 log = logging.getLogger("localllm.inference")
 
-#: Builds the prompt once the runner is up: receives the runner's /health answer.
-PromptBuilder = Callable[[dict[str, Any]], "str | list[int]"]
+#: Builds the prompt (text or tokens) once the runner is up, which it may ask to tokenize.
+PromptBuilder = Callable[[RunnerProcess], Awaitable["str | list[int]"]]
 
 
 @dataclass
@@ -50,6 +51,8 @@ class CompletionJob:
     grammar_triggers: tuple[str, ...] = ()  # the grammar is lazy: it applies from the first of these words on
     json_schema: dict[str, Any] | None = None  # for llguidance (never together with a grammar)
     context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
+    shift: bool = False  # slide the context when the answer fills it (Ollama's dialect), else end with "length"
+    truncate: bool = True  # cut a prompt over the context (Ollama's way), else the runner answers 400
 
 
 def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse, parallel: bool = True) -> bool:
@@ -104,13 +107,16 @@ class Inference:
 
     def job(self, name: str, options: dict[str, Any] | None, keep_alive: Any,
             constraint: Constraint = NO_CONSTRAINT, raw_grammar: str | None = None) -> CompletionJob:
-        """Resolve a request: model, merged options, keep_alive and the output constraint.
+        """Resolve a request: model, merged options, keep_alive and the output constraint. The options are
+        checked against the request limits first, the same way on every endpoint.
 
         ``constraint`` comes from ``format``/``response_format``; ``raw_grammar`` is a
         GBNF text from a ``grammar`` field (top level or in ``options``).
         """
         options = dict(options or {})
         raw_grammar = raw_grammar or options.pop("grammar", None)
+        options = validate_options(options)
+        check_request(self.settings.limits, options=options)
         if raw_grammar is not None and not isinstance(raw_grammar, str):
             raise bad_request("grammar must be a string of GBNF rules")
         if raw_grammar and constraint != NO_CONSTRAINT:
@@ -166,10 +172,8 @@ class Inference:
         started = time.perf_counter_ns()
         try:
             loaded = await self.scheduler.ensure_loaded(self.load_request(job), job.keep_alive)
-        except EngineRefused as exc:
-            raise ApiError(400, str(exc)) from None
-        except RunnerError as exc:
-            raise ApiError(500, str(exc)) from None
+        except (EngineRefused, RunnerError) as exc:
+            raise load_failure(exc) from None
         return loaded, time.perf_counter_ns() - started
 
     async def stream(self, job: CompletionJob, build_prompt: PromptBuilder) -> AsyncIterator[dict[str, Any]]:
@@ -186,9 +190,9 @@ class Inference:
         try:
             async with self._leased(job) as loaded:
                 load_duration = time.perf_counter_ns() - started
-                # A template (a stranger's code) may render for seconds: in a thread, the loop keeps answering.
-                prompt = await asyncio.to_thread(build_prompt, loaded.runner.health)
-                body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
+                prompt = await build_prompt(loaded.runner)
+                body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context,
+                        "shift": job.shift, "truncate": job.truncate}
                 if job.grammar_triggers:
                     body["grammar_triggers"] = list(job.grammar_triggers)
                 if job.json_schema is not None:
@@ -226,18 +230,19 @@ class Inference:
                 answer = await loaded.runner.post_json("/embedding", {"content": texts, "truncate": truncate})
         except RunnerBadRequest as exc:
             raise bad_request(str(exc)) from None
-        except RunnerError as exc:
-            raise ApiError(500, str(exc)) from None
+        except (EngineRefused, RunnerError) as exc:
+            raise load_failure(exc) from None
         answer["load_duration"] = load_duration
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer
 
-    async def count_prompt_tokens(self, job: CompletionJob, build_prompt: PromptBuilder) -> int:
+    async def count_prompt_tokens(self, job: CompletionJob, render: Callable[[dict[str, Any]], str]) -> int:
         """How many tokens the prompt takes, tokenized by the model's runner as a completion would
         tokenize it (before any cut to the context length)."""
         self.check_capacity(self.load_request(job))
         async with self._leased(job) as loaded:
-            prompt = await asyncio.to_thread(build_prompt, loaded.runner.health)
+            # A template (a stranger's code) may render for seconds: in a thread, the loop keeps answering.
+            prompt = await asyncio.to_thread(render, loaded.runner.health)
             try:
                 answer = await loaded.runner.post_json("/tokenize", {"content": prompt, "prompt": True})
             except RunnerError as exc:
@@ -260,10 +265,8 @@ class Inference:
         lease = self.scheduler.lease(self.load_request(job), job.keep_alive)
         try:
             loaded = await lease.__aenter__()
-        except EngineRefused as exc:
-            raise ApiError(400, str(exc)) from None
-        except RunnerError as exc:
-            raise ApiError(500, str(exc)) from None
+        except (EngineRefused, RunnerError) as exc:
+            raise load_failure(exc) from None
         try:
             yield loaded
         finally:
@@ -287,6 +290,15 @@ class Inference:
             yield {"error": str(exc)}
         finally:
             await events.aclose()
+
+
+def load_failure(exc: EngineRefused | RunnerError) -> ApiError:
+    """A failed load or runner as the client's answer: an engine refused for the model, or a context too
+    large for the memory there is, is the request's 400; memory or model slots the machine lacks now is a
+    503 with the figures; a runner that failed is a 500."""
+    if isinstance(exc, EngineRefused):
+        return bad_request(str(exc))
+    return ApiError(exc.status if isinstance(exc, NoRoom) else 500, str(exc))
 
 
 @contextlib.contextmanager

@@ -115,6 +115,17 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.0f} MiB"
 
 
+class NoRoom(RunnerError):
+    """A load that memory (or the model slots) cannot take: ``status`` 503 when the machine is why, 400 when
+    the request's own context is (the model would fit at the default context). ``room``: the bytes that
+    were free for it, when memory was the limit."""
+
+    def __init__(self, message: str, room: int | None = None, status: int = 503) -> None:
+        super().__init__(message)
+        self.room = room
+        self.status = status
+
+
 class Scheduler:
     """Owns every runner process of the daemon."""
 
@@ -287,10 +298,24 @@ class Scheduler:
                 try:
                     await self._make_room(request.name, load.local_bytes)
                     model = await self._load(key, request, wanted_ctx, load)
+                except NoRoom as exc:
+                    self.workers.release(load.worker_addresses)
+                    if exc.room is not None and self._context_is_why(load, wanted_ctx, exc.room):
+                        raise NoRoom(f"num_ctx {wanted_ctx} asks for more memory than there is: {exc}; the model "
+                                     f"would fit with num_ctx {DEFAULT_NUM_CTX}", exc.room, 400) from None
+                    raise
                 except BaseException:
                     self.workers.release(load.worker_addresses)
                     raise
             return model
+
+    @staticmethod
+    def _context_is_why(load: LoadPlan, n_ctx: int, room: int) -> bool:
+        """Whether a load that does not fit ``room`` bytes would fit at the default context (KV scales with it)."""
+        if n_ctx <= DEFAULT_NUM_CTX:
+            return False
+        kv = load.need.kv_per_layer * load.need.n_layers
+        return load.local_bytes - kv + kv * DEFAULT_NUM_CTX // n_ctx <= room
 
     async def _wait_idle(self, model: LoadedModel) -> None:
         async with self._changed:
@@ -312,7 +337,7 @@ class Scheduler:
         if len(self.loaded) >= self.max_loaded:
             return False
         limit = self.settings.memory_limit
-        return not limit or sum(m.size - m.size_workers for m in self.loaded.values()) + need <= limit
+        return not limit or self._held() + need <= limit
 
     async def _make_room(self, name: str, need: int) -> None:
         """Evict idle models (soonest to expire first) until one more fits, then wait for busy
@@ -326,13 +351,18 @@ class Scheduler:
                 continue
             remaining = deadline - time.monotonic()
             if not self.loaded or remaining <= 0:
-                raise RunnerError(self._no_room_message(name, need))
+                limit, held = self.settings.memory_limit, self._held()
+                raise NoRoom(self._no_room_message(name, need), limit - held if limit and held + need > limit else None)
             async with self._changed:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), remaining)
 
+    def _held(self) -> int:
+        """Bytes the loaded models take of this machine."""
+        return sum(m.size - m.size_workers for m in self.loaded.values())
+
     def _no_room_message(self, name: str, need: int) -> str:
-        held = sum(m.size - m.size_workers for m in self.loaded.values())
+        held = self._held()
         limit = self.settings.memory_limit
         if limit and held + need > limit:
             why = (f"model {name} needs about {_mib(need)} of memory but only {_mib(max(0, limit - held))} "
@@ -346,11 +376,12 @@ class Scheduler:
     async def _load(self, key: tuple, request: LoadRequest, n_ctx: int, load: LoadPlan) -> LoadedModel:
         choice, plan, need, workers = load.choice, load.gpu, load.need, load.workers
         n_batch = request.num_batch or 512
+        free = available_ram()
         try:
-            check_fits_in_ram(need, request.name, available_ram(), plan.gpu_bytes + workers.moved_bytes,
+            check_fits_in_ram(need, request.name, free, plan.gpu_bytes + workers.moved_bytes,
                               self._workers_note(workers))
         except DoesNotFit as exc:
-            raise RunnerError(str(exc)) from None
+            raise NoRoom(str(exc), free - SAFETY_MARGIN_BYTES + plan.gpu_bytes) from None
         offload = worker_offload(plan, self._devices(), workers) if workers.n_layers else None
         config = RunnerConfig(
             model_path=request.model_path,
@@ -429,4 +460,4 @@ def _describe_workers(workers: WorkerPlan) -> str | None:
     return f"{workers.n_layers} layers on workers ({where})"
 
 
-__all__ = ["DEFAULT_NUM_CTX", "LoadRequest", "LoadedModel", "RunnerError", "Scheduler"]
+__all__ = ["DEFAULT_NUM_CTX", "LoadRequest", "LoadedModel", "NoRoom", "RunnerError", "Scheduler"]

@@ -43,7 +43,7 @@ from ..inference import parse_name
 from ..state import state_of
 from ..streaming import streamed
 from ..tools import ToolCall
-from .render import named_sse, rendered
+from .render import named_sse, rendered, truncation_headers
 from .openai_chat import response_format_constraint, sampling_options
 
 router = APIRouter(prefix="/v1")
@@ -101,6 +101,7 @@ class MessagesRequest(CountTokensRequest):
     top_k: int | None = Field(default=None, ge=0)
     metadata: Metadata | None = None
     stream: bool = False
+    grammar: str | None = None  # extension: GBNF rules, as on /api/chat and /v1/chat/completions
 
 
 # --- translator -----------------------------------------------------------------------
@@ -295,6 +296,7 @@ def messages_turn(body: CountTokensRequest) -> ChatTurn:
     if isinstance(body, MessagesRequest):
         turn.options = sampling_options(body.temperature, body.top_p, body.max_tokens, body.stop_sequences,
                                         top_k=body.top_k)
+        turn.grammar = body.grammar
     return turn
 
 
@@ -394,9 +396,11 @@ class MessagesRenderer:
 async def _respond(handler: ChatHandler, turn: PreparedTurn, model: str, stream: bool):
     renderer = MessagesRenderer(model)
     if not stream:
-        return JSONResponse(renderer.whole(await handler.answer(turn)))
+        answer = await handler.answer(turn)
+        return JSONResponse(renderer.whole(answer), headers=truncation_headers(answer.final.truncated))
     deltas = await handler.open(turn)  # a failure before the first event is still an error status
-    return streamed(named_sse(rendered(renderer, deltas)), "text/event-stream")
+    return streamed(named_sse(rendered(renderer, deltas)), "text/event-stream",
+                    truncation_headers(deltas.notes.truncated))
 
 
 # --- routes ---------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def chat_turn(body: ChatRequest) -> ChatTurn:
     return ChatTurn(model=body.model, messages=messages, tools=body.tools, think=check_think(body.think),
                     options=dict(body.options or {}), constraint=format_constraint(body.format),
                     grammar=body.grammar, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
-                    keep_alive=body.keep_alive)
+                    keep_alive=body.keep_alive, shift=body.shift is not False, truncate=body.truncate is not False)
 
 
 # --- renderer -----------------------------------------------------------------------
@@ -122,6 +122,8 @@ class OllamaRenderer:
         body["done_reason"] = "length" if final.reason == "length" else "stop"
         if self.kind == "generate":
             body["context"] = final.context
+        if final.truncated:
+            body["truncated"] = True
         for key in ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration",
                     "eval_count", "eval_duration"):
             body[key] = final.metrics.get(key, 0)
@@ -159,12 +161,13 @@ async def generate(body: GenerateRequest, request: Request):
     state = state_of(request)
     check_request(state.settings.limits, texts=[body.prompt, body.system or "", body.suffix or "",
                                                  body.template or ""],
-                  constraint=body.format or body.grammar, options=body.options)
+                  constraint=body.format or body.grammar)
     think = check_think(body.think)
     job = state.inference.job(body.model, body.options, body.keep_alive, format_constraint(body.format),
                               body.grammar)
     state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
     job.context = body.context
+    job.shift, job.truncate = body.shift is not False, body.truncate is not False
     model = job.model
     renderer = OllamaRenderer(body.model, "generate")
     if body.images:

@@ -39,6 +39,7 @@ from ..limits import check_request
 from ..state import state_of
 from ..streaming import sse, streamed
 from ..tools import ToolCall, call_arguments
+from .render import truncation_headers
 
 router = APIRouter(prefix="/v1")
 
@@ -393,7 +394,7 @@ class Completion:
                 raise
             answer = self._envelope([r.whole(a) for r, a in zip(self.renderers, answers)], False)
             answer["usage"] = usage([a.final for a in answers])
-            return JSONResponse(answer)
+            return JSONResponse(answer, headers=truncation_headers(any(a.final.truncated for a in answers)))
         streams: list[DeltaStream] = []
         try:
             for turn in self.turns:
@@ -402,7 +403,8 @@ class Completion:
             for opened in streams:
                 await opened.aclose()
             raise
-        return streamed(self._events(streams), "text/event-stream")
+        return streamed(self._events(streams), "text/event-stream",
+                        truncation_headers(any(s.notes.truncated for s in streams)))
 
     async def _events(self, streams: list[AsyncIterable[Delta]]) -> AsyncIterator[bytes]:
         finals: list[Final] = []
@@ -432,7 +434,7 @@ def completion_job(request: Request, body: CompletionRequest) -> CompletionJob:
     parse_name(body.model)
     options = _options(body, body.max_tokens if body.max_tokens is not None else 16)
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-    check_request(state.settings.limits, texts=prompts, options=options, constraint=body.grammar)
+    check_request(state.settings.limits, texts=prompts, constraint=body.grammar)
     return state.inference.job(body.model, options, None, NO_CONSTRAINT, body.grammar)
 
 

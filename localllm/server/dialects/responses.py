@@ -42,7 +42,7 @@ from ..inference import parse_name
 from ..state import state_of
 from ..streaming import streamed
 from ..tools import ToolCall
-from .render import named_sse, rendered
+from .render import named_sse, rendered, truncation_headers
 from .openai_chat import (
     image_data,
     openai_tool_call,
@@ -94,8 +94,8 @@ class ResponsesRequest(_Body):
     store: bool = True
     previous_response_id: str | None = None
     user: str | None = None
+    truncation: str | None = None  # "disabled" (the default): an input over the context is a 400; "auto" fits it
     # Fields we cannot honour: a request setting one is refused (see refuse_unsupported).
-    truncation: str | None = None
     background: bool | None = None
     conversation: Any = None
     prompt: Any = None
@@ -107,8 +107,8 @@ class ResponsesRequest(_Body):
 
 def refuse_unsupported(body: ResponsesRequest) -> None:
     """400 naming the first field set to something we cannot do."""
-    if body.truncation not in (None, "disabled"):
-        raise bad_request(f"truncation {body.truncation!r} is not supported: only \"disabled\"")
+    if body.truncation not in (None, "disabled", "auto"):
+        raise bad_request(f"invalid truncation {body.truncation!r}: use \"disabled\" or \"auto\"")
     if body.background:
         raise bad_request("background responses are not supported: send the request with background false")
     for name in ("conversation", "prompt", "max_tool_calls"):
@@ -274,7 +274,7 @@ def responses_turn(body: ResponsesRequest, history: list[Message] = ()) -> ChatT
         options=sampling_options(body.temperature, body.top_p, body.max_output_tokens),
         constraint=response_format_constraint(text_format, "text.format"),
         logprobs=logprobs, top_logprobs=body.top_logprobs if logprobs else None,
-        parallel_tool_calls=body.parallel_tool_calls,
+        parallel_tool_calls=body.parallel_tool_calls, truncate=body.truncation == "auto",
     )
 
 
@@ -299,7 +299,8 @@ def response_object(body: ResponsesRequest, response_id: str, created_at: int) -
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "text": {"format": (body.text.format if body.text else None) or {"type": "text"}, "verbosity": "medium"},
         "tool_choice": body.tool_choice or "auto", "tools": echoed_tools, "top_logprobs": body.top_logprobs or 0,
-        "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": "disabled", "usage": None,
+        "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": body.truncation or "disabled",
+        "usage": None,
         "user": body.user, "metadata": body.metadata or {}, "background": False, "service_tier": "default",
     }
 
@@ -492,11 +493,13 @@ async def create_response(body: ResponsesRequest, request: Request):
                                  renderer.response)
 
     if not body.stream:
-        response = renderer.whole(await state.chat.answer(prepared))
+        answer = await state.chat.answer(prepared)
+        response = renderer.whole(answer)
         keep()
-        return JSONResponse(response)
+        return JSONResponse(response, headers=truncation_headers(answer.final.truncated))
     deltas = await state.chat.open(prepared)  # a failure before the first event is still a plain error status
-    return streamed(named_sse(rendered(renderer, _then_at_final(deltas, keep))), "text/event-stream")
+    return streamed(named_sse(rendered(renderer, _then_at_final(deltas, keep))), "text/event-stream",
+                    truncation_headers(deltas.notes.truncated))
 
 
 @router.get("/responses/{response_id}")
