@@ -296,7 +296,7 @@ class TortureTotals:
     polls: int = 0
     differences: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    per_engine: Counter[str] = field(default_factory=Counter)
+    per_engine: dict[str, int] = field(default_factory=dict)  # rounds on each engine
 
 
 def torture_soak(minutes: float, engines: list[str], requests: int, model_path: Path | None) -> TortureTotals:
@@ -311,7 +311,7 @@ def torture_soak(minutes: float, engines: list[str], requests: int, model_path: 
         engine = engines[totals.rounds % len(engines)]
         report = torture(model, engine, seed=1000 + totals.rounds, n_requests=requests)
         totals.rounds += 1
-        totals.per_engine[engine] += 1
+        totals.per_engine[engine] = totals.per_engine.get(engine, 0) + 1
         totals.requests += report.requests
         totals.finished += report.finished
         totals.left += report.left
