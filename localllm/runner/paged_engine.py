@@ -42,6 +42,8 @@ class PagedSlot(Slot):
 class PagedEngine(Engine):
     """Continuous batching over the native engine's paged KV pool; see the module docstring."""
 
+    speculates = True  # the native engine's logits are batch-invariant: a verified draft is plain decoding's
+
     def __init__(self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int, pool: BlockPool) -> None:
         if pool.n_blocks < pool.blocks_for(n_ctx_seq + 1):
             raise ValueError(f"a KV pool of {pool.n_blocks} blocks cannot hold one context of {n_ctx_seq} tokens")
@@ -165,6 +167,14 @@ class PagedEngine(Engine):
         slot.prefilled = len(slot.tokens)
         slot.pending = -1
         self._sync_table(slot)
+
+    def _trim(self, slot: PagedSlot, n: int) -> None:
+        """Drop a rejected draft: its blocks past the kept tokens are private (not yet committed) and go back."""
+        del slot.tokens[-n:]
+        keep = self.pool.blocks_for(len(slot.tokens))
+        if len(slot.blocks) > keep:
+            self.pool.release(slot.blocks[keep:], slot.nodes[keep:], (), keep=False)
+            del slot.blocks[keep:], slot.nodes[keep:]
 
     # -- release -----------------------------------------------------------------
 
