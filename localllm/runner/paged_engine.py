@@ -114,6 +114,11 @@ class PagedEngine(Engine):
         def short(step: Step) -> int:
             return self.pool.blocks_for(len(step.slot.tokens) + len(step.tokens)) - len(step.slot.blocks)
 
+        if sum(short(step) for step in plan) > self.pool.available:  # drafts go first: they never preempt
+            for step in plan:
+                if step.draft:
+                    del step.tokens[len(step.tokens) - len(step.draft) :]
+                    step.draft = []
         while sum(short(step) for step in plan) > self.pool.available:
             running = [s for s in self._active if not s.parked]
             assert len(running) > 1, "one sequence alone always fits: the pool holds a whole context"
