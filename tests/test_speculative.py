@@ -36,18 +36,19 @@ SEEDED = {"temperature": 0.8, "seed": 7}
 
 
 def generate(client: httpx.Client, prompt: str, n: int = 40, **options: Any) -> tuple[list[dict], dict]:
-    """The tokens' log-probability entries (ids, logprobs, top alternatives) and the final object."""
-    body = {"prompt": prompt, "stream": False,
-            "options": {"num_predict": n, "logprobs": True, "top_logprobs": 2, **options}}
-    r = client.post("/completion", json=body)
-    assert r.status_code == 200, r.text
-    answer = r.json()
-    tokens = []
-    with client.stream("POST", "/completion", json={**body, "stream": True}) as s:
-        for line in s.iter_lines():
+    """The tokens' log-probability entries (ids, logprobs, top alternatives) and the final object (with the text)."""
+    body = {"prompt": prompt, "options": {"num_predict": n, "logprobs": True, "top_logprobs": 2, **options}}
+    tokens, pieces, final = [], [], {}
+    with client.stream("POST", "/completion", json=body) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
             if line.strip():
-                tokens.extend(json.loads(line).get("logprobs", []))
-    return tokens, answer
+                item = json.loads(line)
+                tokens.extend(item.get("logprobs", []))
+                pieces.append(item.get("content", ""))
+                final = item
+    assert final.get("done"), final
+    return tokens, {**final, "content": "".join(pieces)}
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
