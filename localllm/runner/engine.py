@@ -430,8 +430,7 @@ class Engine:
                 if k > 0:
                     wanting.append((step, k))
                     budget -= k
-        by_model: dict[int, list[tuple[int, list[int], int]]] = {}
-        drafters: dict[int, Drafter] = {}
+        by_model: dict[Drafter, list[tuple[int, list[int], int]]] = {}
         for step, k in wanting:
             slot = step.slot
             index = slot.spec.index
@@ -440,10 +439,9 @@ class Engine:
             if drafter is None:
                 step.draft = index.draft(k)
             else:
-                drafters[id(drafter)] = drafter
-                by_model.setdefault(id(drafter), []).append((slot.seq_id, slot.tokens + step.tokens, k))
-        for key, wants in by_model.items():
-            drafts = drafters[key].propose(wants)
+                by_model.setdefault(drafter, []).append((slot.seq_id, slot.tokens + step.tokens, k))
+        for drafter, wants in by_model.items():
+            drafts = drafter.propose(wants)
             for step, _ in wanting:
                 step.draft = drafts.get(step.slot.seq_id, step.draft)
         added = 0
