@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from gguf_builders import fewer_layers, tiny_model
+from localllm.runner.speculation import MAX_DRAFT, PAUSE_TOKENS, NgramIndex, Speculation
 from runner_helpers import chat_prompt, complete, running_runner, runner_threads
 
 PARAGRAPH = (
@@ -49,6 +50,39 @@ def generate(client: httpx.Client, prompt: str, n: int = 40, **options: Any) -> 
                 final = item
     assert final.get("done"), final
     return tokens, {**final, "content": "".join(pieces)}
+
+
+def test_prompt_lookup_continues_the_latest_longest_match() -> None:
+    index = NgramIndex()
+    index.extend([1, 2, 3, 4, 9, 2, 3, 5, 6, 7, 2, 3])
+    assert index.draft(3) == [5, 6, 7]  # "2 3" last came before 5 (earlier, before 4)
+    index.extend([1, 2, 3])
+    assert index.draft(3) == [4, 9, 2]  # "1 2 3" came only before 4: the longer match wins over "2 3"
+    index.extend([4])
+    assert index.draft(2) == [9, 2]
+    index.extend([8])
+    assert index.draft(4) == []  # "4 8" never occurred
+    assert index.draft(0) == []
+
+
+def test_draft_length_adapts_and_auto_pauses_on_low_acceptance() -> None:
+    spec = Speculation("auto")
+    assert spec.wants(0, 1) and not spec.wants(0, 8)  # many streams decoding: auto stays off
+    spec.record(4, 4, 10)
+    assert spec.length == 8 and spec.limit(3) == 3  # grown; cut to the room left
+    for _ in range(6):
+        spec.record(8, 8, 20)
+    assert spec.length == MAX_DRAFT
+    spec.record(16, 2, 40)
+    assert spec.length == 3
+    for _ in range(5):
+        spec.record(3, 0, 50)
+    assert not spec.wants(50, 1) and spec.wants(50 + PAUSE_TOKENS, 1)
+    forced = Speculation("on")
+    for _ in range(5):
+        forced.record(3, 0, 50)
+    assert forced.wants(50, 8)
+    assert (spec.drafted, spec.accepted) == (4 + 48 + 16 + 15, 4 + 48 + 2)
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
