@@ -118,13 +118,11 @@ def test_drafted_tokens_are_plain_decodings_alone_and_batched(runner, sampling: 
 
 def test_a_draft_stops_at_num_predict_and_at_the_context_end(smollm2_path: Path) -> None:
     """Drafts are cut to what the request may still generate and to the context left (here it shifts)."""
-    prompt = chat_prompt("Rewrite this, changing Tomas to Peter: Its keeper, a quiet man named Tomas, climbed the "
-                         "spiral stairs every evening to light the lamp, and every morning he wrote the weather in "
-                         "a thick leather book.")
+    prompt = chat_prompt("Repeat exactly: " + ", ".join(["the cat sat on the mat"] * 4) + ".")
     with running_runner(smollm2_path, "--engine", "native", "--ctx", "64", "--parallel", "2",
                         "--threads", runner_threads()) as r, r.client(timeout=600) as client:
         n_prompt = len(client.post("/tokenize", json={"content": prompt, "prompt": True}).json()["tokens"])
-        assert n_prompt < 62
+        assert n_prompt < 48
         for n in (3, 64 - n_prompt + 12):  # within num_predict; past the context end (a shift)
             plain, plain_final = generate(client, prompt, n, speculative="off", **GREEDY)
             drafted, final = generate(client, prompt, n, speculative="on", **GREEDY)
