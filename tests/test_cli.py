@@ -249,7 +249,8 @@ def test_run_reads_piped_stdin_and_verbose_prints_stats(env: CliEnv, terse: str)
 
 def test_run_verbose_shows_the_draft_acceptance_rate(env: CliEnv, smollm2_path: Path) -> None:
     (env.root / "Modelfile.spec").write_text(f"FROM {smollm2_path}\nPARAMETER engine native\n"
-                                             "PARAMETER speculative on\nPARAMETER num_predict 24\n")
+                                             "PARAMETER speculative on\nPARAMETER num_predict 24\n"
+                                             "PARAMETER temperature 0\n")
     assert env.run("create", "speculating", "-f", "Modelfile.spec").returncode == 0
     text = "The red fox ran over the hill, and the red fox ran over the hill again."
     result = env.run("run", "speculating", "--verbose", f"Repeat this sentence exactly: {text}")
