@@ -280,6 +280,7 @@ def bench_model(name: str, path: Path, args: argparse.Namespace, peer: bool) -> 
             "drafted": last["drafted"],
             "same_text_as_llama_generate": samples["llama_generate"][-1]["text"] == last["text"],
         }
+        print(f"{name}/{task}: {tasks[task]['tokens_per_s']}", file=sys.stderr)  # progress: a run takes long
     ours.runner.cleanup()
     if server is not None:
         server.server.stop()
