@@ -101,3 +101,33 @@ def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: flo
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def fewer_layers(source: Path, path: Path, layers: int, context_length: int | None = None) -> Path:
+    """``source`` with only its first ``layers`` blocks (its vocabulary, embeddings and output head
+    unchanged): a smaller model that shares the source's vocabulary, as a draft model does.
+    ``context_length`` other than None replaces the training context."""
+    from gguf import GGUFReader, GGUFValueType, Keys
+
+    reader = GGUFReader(source)
+    arch = reader.fields[Keys.General.ARCHITECTURE].contents()
+    w = GGUFWriter(str(path), arch)
+    replaced = {f"{arch}.block_count": layers}
+    if context_length is not None:
+        replaced[f"{arch}.context_length"] = context_length
+    for field in reader.fields.values():
+        if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub_type = field.types[-1] if kind == GGUFValueType.ARRAY else None
+        w.add_key_value(field.name, replaced.get(field.name, field.contents()), kind, sub_type=sub_type)
+    kept = [t for t in reader.tensors if not t.name.startswith("blk.") or int(t.name.split(".")[1]) < layers]
+    for t in kept:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in kept:
+        w.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    w.close()
+    return path

@@ -249,6 +249,17 @@ def test_run_reads_piped_stdin_and_verbose_prints_stats(env: CliEnv, terse: str)
     assert re.search(r"eval rate:\s+[\d.]+ tokens/s", result.stderr)
 
 
+def test_run_verbose_shows_the_draft_acceptance_rate(env: CliEnv, smollm2_path: Path) -> None:
+    (env.root / "Modelfile.spec").write_text(f"FROM {smollm2_path}\nPARAMETER engine native\n"
+                                             "PARAMETER speculative on\nPARAMETER num_predict 24\n"
+                                             "PARAMETER temperature 0\n")
+    assert env.run("create", "speculating", "-f", "Modelfile.spec").returncode == 0
+    text = "The red fox ran over the hill, and the red fox ran over the hill again."
+    result = env.run("run", "speculating", "--verbose", f"Repeat this sentence exactly: {text}")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"draft tokens:\s+\d+/\d+ accepted \([\d.]+%\)", result.stderr), result.stderr
+
+
 def test_run_format_json_answers_json(env: CliEnv, terse: str) -> None:
     result = env.run("run", terse, "--format", "json", "--keepalive", "1m",
                      "Give a JSON object with a key named color.")

@@ -28,6 +28,8 @@ MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 #: Ollama's options (api/types.go ``Options`` and ``Runner``) and their types; ``stop`` repeats.
 PARAMETER_TYPES: dict[str, type] = {
     "engine": str,  # localllm: "llama.cpp" or "native" for this model
+    "speculative": str,  # localllm: "auto", "on" or "off" (exact speculative decoding, native engine)
+    "draft": str,  # localllm: the name of a smaller model with the same vocabulary that drafts tokens
     "num_ctx": int,
     "num_batch": int,
     "num_gpu": int,

@@ -102,6 +102,7 @@ def _clear_stale_socket(path: Path) -> None:
 def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings: Settings) -> tuple[Runtime, Any]:
     """The native engine: a paged KV pool shared by ``--parallel`` sequences."""
     from localllm.native.backend import Context as NativeContext, Model as NativeModel
+    from localllm.runner.draft_model import DraftModels
     from localllm.runner.kv_blocks import BlockPool
     from localllm.runner.paged_engine import PagedEngine
 
@@ -124,6 +125,7 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings
     pool = BlockPool(ctx, n_blocks, BLOCK_SIZE, host_budget=args.cache_ram_mb << 20)
     rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=args.parallel, stream_interval=settings.stream_interval)
     rt.engine = PagedEngine(model, ctx, args.parallel, n_ctx, pool)
+    rt.drafts = DraftModels(model, n_ctx, args.parallel, args.batch, threads)
     log.info(
         "loaded %s on the native engine: ctx=%d, up to %d sequences over %d KV blocks of %d (%d MiB), "
         "batch=%d, threads=%d",
@@ -220,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if rt.embedder:
             rt.embedder.close()
+        if rt.drafts:
+            rt.drafts.close()
         ctx.close()
         rt.model.close()
         _clear_stale_socket(args.socket)

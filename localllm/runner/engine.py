@@ -11,6 +11,10 @@ One thread owns the context. Each step it
 5. samples every sequence whose logits were requested and hands the text to
    the request's ``emit`` callback (which the HTTP side makes thread-safe).
 
+An engine whose logits are batch-invariant may put a draft after a decoding
+sequence's token and keep what sampling confirms (exact speculative decoding,
+:mod:`localllm.runner.speculation`): several tokens for one pass over the weights.
+
 Requests beyond the slots wait in arrival order. One that cannot start yet
 (its KV does not fit, or it waits for a prefill it will share) lets later
 arrivals start before it, but at most ``MAX_BYPASS`` of them: then it goes
@@ -37,11 +41,13 @@ from typing import Any, Protocol
 from localllm.runner.backend import Batch
 from localllm.runner.options import CompletionOptions
 from localllm.runner.sampling import Sampler
+from localllm.runner.speculation import Speculation
 from localllm.runner.textstream import TextStream
 
 log = logging.getLogger("localllm.runner")
 
 Emit = Callable[[dict[str, Any]], None]
+Logprob = tuple[float, list[tuple[int, float]]]  # a token's log-probability and the top alternatives
 
 WAIT_FOR_PREFIX = 64  # a request waits for a running prefill that will share this many more tokens
 MAX_BYPASS = 4  # later arrivals that may start before a waiting request; then it goes first
@@ -56,6 +62,7 @@ class CompletionRequest:
     Setting ``cancelled`` (from any thread) frees the sequence at the next step.
     ``shift``: when generation fills the context, slide it (bounded by ten
     contexts of output) instead of ending the answer with ``"length"``.
+    ``draft`` proposes speculative tokens instead of prompt lookup (a draft model).
     """
 
     prompt: list[int]
@@ -65,6 +72,7 @@ class CompletionRequest:
     cancelled: bool = False
     shift: bool = True  # slide a full context (Ollama's default); False ends the answer with "length"
     bypassed: int = 0  # later arrivals started before it (fair admission: at most MAX_BYPASS)
+    draft: Drafter | None = None
 
 
 @dataclass(eq=False)
@@ -89,6 +97,7 @@ class Slot:
     truncated: bool = False  # the prompt was cut to fit the context
     parked: bool = False  # holds no KV and waits for room to resume (preempted)
     preemptions: int = 0  # times its request was preempted (in the final stats, for /metrics)
+    spec: Speculation | None = None  # drafting state, where the engine and the request speculate
 
     @property
     def idle(self) -> bool:
@@ -118,6 +127,15 @@ class Step:
     tokens: list[int]
     sample: bool  # sample after the last token
     decode: bool
+    draft: list[int] = field(default_factory=list)  # the tail of ``tokens`` that is a guess, sampled at every row
+
+
+class Drafter(Protocol):
+    """A source of drafts besides prompt lookup (:class:`localllm.runner.draft_model.DraftModel`)."""
+
+    def propose(self, wants: list[tuple[int, list[int], int]]) -> dict[int, list[int]]:
+        """For (sequence id, its tokens so far, most tokens to draft) each: its draft, by sequence id."""
+        ...
 
 
 class DecodeContext(Protocol):
@@ -139,6 +157,8 @@ def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
 
 class Engine:
     """Continuous-batching generation over one context; subclasses own the KV (see the module docstring)."""
+
+    speculates = False  # whether the engine verifies drafts (batch-invariant logits and :meth:`_trim`)
 
     def __init__(self, model: Any, ctx: DecodeContext, slots: list[Slot], n_ctx_seq: int, stats: CacheStats) -> None:
         self.model = model
@@ -228,6 +248,10 @@ class Engine:
 
     def _check_kv(self) -> None:
         """Assert that the KV books agree with themselves and with the slots."""
+        raise NotImplementedError
+
+    def _trim(self, slot: Slot, n: int) -> None:
+        """Forget the last ``n`` tokens of ``slot``'s KV (a rejected draft), before they are committed."""
         raise NotImplementedError
 
     # -- engine thread ------------------------------------------------------
@@ -343,6 +367,10 @@ class Engine:
         slot.preemptions = 0
         self.stats.prompt_tokens += len(prompt)
         self.stats.cached_tokens += slot.cached
+        slot.spec = None
+        if self.speculates and o.speculative != "off":
+            slot.spec = Speculation(o.speculative)
+            slot.spec.index.extend(prompt)
         request.sampler.accept_prompt(prompt)
         self._active.append(slot)
 
@@ -360,14 +388,14 @@ class Engine:
             return
         batch = self.batch
         batch.clear()
-        rows: list[tuple[Slot, int]] = []  # slots to sample, with their logits row
+        rows: list[tuple[Step, int]] = []  # steps to sample, with the logits row of their first sample
         for step in sorted(plan, key=lambda p: p.slot.seq_id):
             slot, seq, pos = step.slot, step.slot.seq_id, len(step.slot.tokens)
+            first = len(step.tokens) - 1 - len(step.draft)  # the token whose logits are sampled first
             for j, token in enumerate(step.tokens):
-                row = batch.add(token, pos + j, seq, False)
-            if step.sample:
-                batch.request_logits(row)
-                rows.append((slot, row))
+                row = batch.add(token, pos + j, seq, step.sample and j >= first)
+                if j == first and step.sample:
+                    rows.append((step, row))
             slot.tokens.extend(step.tokens)
         rc = self.ctx.decode(batch)
         if rc != 0:
@@ -375,12 +403,38 @@ class Engine:
             for step in plan:
                 self._fail(step.slot, f"generation failed: {reason}")
             return
+        picked = [(step.slot, self._verify(step, row)) for step, row in rows]
         self._committed(plan)
         now = time.perf_counter()
-        for slot, row in rows:
+        for slot, tokens in picked:
             if not slot.t_first:
                 slot.t_first = now
-            self._on_token(slot, slot.request.sampler.sample(self.ctx, row))
+            for token, logprob in tokens:
+                if slot.request is None:  # finished by an earlier token of the same step
+                    break
+                self._on_token(slot, token, logprob)
+
+    def _verify(self, step: Step, row: int) -> list[tuple[int, Logprob | None]]:
+        """Sample ``step``'s rows from ``row`` on, in order, while each sample equals the draft token after it.
+
+        Every sample is the sampler's next call, as in one-at-a-time decoding,
+        so the tokens (seeded ones too) are plain decoding's. The rejected
+        rest of the draft leaves the KV before it is committed.
+        """
+        slot, draft = step.slot, step.draft
+        sampler = slot.request.sampler
+        picks: list[tuple[int, Logprob | None]] = []
+        for i in range(len(draft) + 1):
+            token = sampler.sample(self.ctx, row + i)
+            picks.append((token, sampler.last_logprobs))
+            if i == len(draft) or token != draft[i] or self.model.is_eog(token):
+                break
+        kept = len(picks) - 1
+        if draft:
+            if kept < len(draft):
+                self._trim(slot, len(draft) - kept)
+            slot.spec.record(len(draft), kept, len(slot.generated) + len(picks))
+        return picks
 
     def _plan(self) -> list[Step]:
         """What each slot puts in this step's batch.
@@ -396,6 +450,8 @@ class Engine:
                 plan.append(Step(slot, [slot.pending], sample=True, decode=True))
                 slot.pending = -1
         budget = self.batch.capacity - len(plan)
+        if self.speculates:
+            budget -= self._add_drafts(plan, budget)
         for slot in self._active:
             n = 0 if slot.parked else min(len(slot.feed) - slot.prefilled, budget)
             if n > 0:
@@ -405,7 +461,42 @@ class Engine:
                 budget -= n
         return plan
 
-    def _on_token(self, slot: Slot, token: int) -> None:
+    def _add_drafts(self, plan: list[Step], budget: int) -> int:
+        """Put drafts after the decoding steps that want one; how many tokens they add.
+
+        A draft never runs past the context, the request's ``num_predict``
+        or the batch.
+        """
+        wanting: list[tuple[Step, int]] = []
+        for step in plan:
+            slot = step.slot
+            if slot.spec is not None and slot.spec.wants(len(slot.generated), len(plan)):
+                room = min(self.n_ctx_seq - len(slot.tokens) - 1, slot.limit - len(slot.generated) - 1, budget)
+                k = slot.spec.limit(room)
+                if k > 0:
+                    wanting.append((step, k))
+                    budget -= k
+        by_model: dict[Drafter, list[tuple[int, list[int], int]]] = {}
+        for step, k in wanting:
+            slot = step.slot
+            index = slot.spec.index
+            index.extend(slot.generated[len(index.tokens) - len(slot.prompt) :])
+            drafter = slot.request.draft
+            if drafter is None:
+                step.draft = index.draft(k)
+            else:
+                by_model.setdefault(drafter, []).append((slot.seq_id, slot.tokens + step.tokens, k))
+        for drafter, wants in by_model.items():
+            drafts = drafter.propose(wants)
+            for step, _ in wanting:
+                step.draft = drafts.get(step.slot.seq_id, step.draft)
+        added = 0
+        for step, _ in wanting:
+            step.tokens = step.tokens + step.draft
+            added += len(step.draft)
+        return added
+
+    def _on_token(self, slot: Slot, token: int, logprob: Logprob | None = None) -> None:
         if self.model.is_eog(token):
             self._finish(slot, "stop")
             return
@@ -413,8 +504,8 @@ class Engine:
             self._finish(slot, "length")
             return
         slot.generated.append(token)
-        if slot.request.sampler.last_logprobs is not None:
-            slot.logprobs.append(self._logprob_entry(token, *slot.request.sampler.last_logprobs))
+        if logprob is not None:
+            slot.logprobs.append(self._logprob_entry(token, *logprob))
         text = slot.text.feed(self.model.piece(token))
         if text:
             slot.request.emit(self._content(slot, text))
@@ -461,10 +552,18 @@ class Engine:
                 "preemptions": slot.preemptions,
                 "context": slot.prompt + slot.generated,
                 **({"truncated": True} if slot.truncated else {}),
+                **self._draft_counts(slot),
                 **({"stop_sequence": slot.text.matched} if slot.text.matched else {}),
             }
         )
         self._release(slot, keep=True)
+
+    @staticmethod
+    def _draft_counts(slot: Slot) -> dict[str, int]:
+        """Drafted and kept tokens of a request that could speculate (llama-server's ``draft_n``, ``draft_n_accepted``)."""
+        if slot.spec is None:
+            return {}
+        return {"draft_count": slot.spec.drafted, "draft_accepted_count": slot.spec.accepted}
 
     def _fail_all(self, message: str) -> None:
         """Fail every running request; if even that fails the KV books are beyond repair: end the process

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from localllm.runner.speculation import MODES as SPECULATIVE_MODES
+
 
 class OptionError(ValueError):
     """An option has a value of the wrong type or outside its range."""
@@ -38,6 +40,8 @@ class CompletionOptions:
     stop: tuple[str, ...] = field(default_factory=tuple)
     logprobs: bool = False  # report each token's log-probability
     top_logprobs: int = 0  # and this many most likely alternatives
+    speculative: str = "auto"  # draft and verify several tokens a step: auto (where it pays), on, off
+    draft: str = ""  # the draft model's file (the daemon resolves the model name); empty: prompt lookup
 
     @classmethod
     def from_dict(cls, options: dict[str, Any] | None) -> CompletionOptions:
@@ -55,6 +59,10 @@ class CompletionOptions:
             raise OptionError("option 'top_logprobs' must be between 0 and 20")
         if values.get("mirostat", 0) not in (0, 1, 2):
             raise OptionError("option 'mirostat' must be 0, 1 or 2")
+        if values.get("speculative", "auto") not in SPECULATIVE_MODES:
+            raise OptionError(
+                f"option 'speculative' must be one of {', '.join(SPECULATIVE_MODES)}, got {values['speculative']!r}"
+            )
         return cls(**values)
 
 
@@ -71,6 +79,10 @@ def _coerce(name: str, kind: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise OptionError(f"option {name!r} must be a number, got {value!r}")
         return float(value)
+    if kind == "str":
+        if not isinstance(value, str):
+            raise OptionError(f"option {name!r} must be a string, got {value!r}")
+        return value
     # stop: a list of strings (a single string is accepted, as Ollama's clients send both)
     if isinstance(value, str):
         value = [value]

@@ -47,6 +47,8 @@ class PagedSlot(Slot):
 class PagedEngine(Engine):
     """Continuous batching over the native engine's paged KV pool; see the module docstring."""
 
+    speculates = True  # the native engine's logits are batch-invariant: a verified draft is plain decoding's
+
     def __init__(self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int, pool: BlockPool) -> None:
         super().__init__(model, ctx, [PagedSlot(seq_id=i) for i in range(n_parallel)], n_ctx_seq, pool.stats)
         self.pool = pool
@@ -136,6 +138,11 @@ class PagedEngine(Engine):
         def short(step: Step) -> int:
             return self.pool.blocks_for(len(step.slot.tokens) + len(step.tokens)) - len(step.slot.blocks)
 
+        if sum(short(step) for step in plan) > self.pool.available:  # drafts go first: they never preempt
+            for step in plan:
+                if step.draft:
+                    del step.tokens[len(step.tokens) - len(step.draft) :]
+                    step.draft = []
         while sum(short(step) for step in plan) > self.pool.available:
             running = [s for s in self._active if not s.parked]
             victim = max(running, key=lambda s: s.admitted)
@@ -193,6 +200,14 @@ class PagedEngine(Engine):
         slot.pending = -1
         self._sync_table(slot)
         return False
+
+    def _trim(self, slot: PagedSlot, n: int) -> None:
+        """Drop a rejected draft: its blocks past the kept tokens are private (not yet committed) and go back."""
+        del slot.tokens[-n:]
+        keep = self.pool.blocks_for(len(slot.tokens))
+        if len(slot.blocks) > keep:
+            self.pool.release(slot.blocks[keep:], slot.nodes[keep:], (), keep=False)
+            del slot.blocks[keep:], slot.nodes[keep:]
 
     # -- release -----------------------------------------------------------------
 

@@ -61,6 +61,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from localllm.runner.backend import Model
+from localllm.runner.draft_model import DraftModel, DraftModels, DraftRefused
 from localllm.runner.embed import Embedder, InputTooLong
 from localllm.runner.engine import CompletionRequest, Engine
 from localllm.runner.options import CompletionOptions, OptionError
@@ -87,6 +88,7 @@ class Runtime:
     stream_interval: float  # seconds between hand-overs of streamed pieces (LOCALLLM_STREAM_INTERVAL; relay.py)
     engine: Engine | None = None
     embedder: Embedder | None = None
+    drafts: DraftModels | None = None  # draft models for speculation (native engine only)
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -203,9 +205,10 @@ def create_app(rt: Runtime) -> Starlette:
         refusal = rt.engine.refusal(tokens)
         if refusal:
             raise BadRequest(refusal)
+        draft = await _draft_model(rt, options)
         sampler = Sampler(model, options, rt.n_ctx, grammar, triggers, schema)
         relay = EventRelay(asyncio.get_running_loop(), rt.stream_interval if stream else float("inf"))
-        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift)
+        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift, draft=draft)
         rt.engine.submit(job)
         if stream:
             return StreamingResponse(_ndjson(job, relay), media_type="application/x-ndjson")
@@ -247,6 +250,20 @@ def create_app(rt: Runtime) -> Starlette:
             Exception: internal_error,
         },
     )
+
+
+async def _draft_model(rt: Runtime, options: CompletionOptions) -> DraftModel | None:
+    """The request's draft model (loaded on first use), after checking the engine can speculate at all."""
+    if not rt.engine.speculates and (options.speculative == "on" or options.draft):
+        asked = "option 'draft'" if options.draft else "option 'speculative' = 'on'"
+        raise BadRequest(f"{asked} needs the native engine (speculative decoding relies on its batch-invariant "
+                         "logits); use PARAMETER engine native or leave speculative on 'auto'")
+    if not options.draft or options.speculative == "off":
+        return None
+    try:
+        return await asyncio.to_thread(rt.drafts.get, options.draft)
+    except DraftRefused as exc:
+        raise BadRequest(f"option 'draft' names a model that cannot draft for this one: {exc}") from None
 
 
 async def _ndjson(job: CompletionRequest, relay: EventRelay):

@@ -126,13 +126,23 @@ class Inference:
             model.check_runnable()
         except ModelTooNew as exc:
             raise ApiError(412, str(exc)) from None  # Ollama's status for a model that needs a newer version
+        merged = merge_options(model.parameters, options)
+        if merged.get("draft"):
+            merged["draft"] = self._draft_path(merged["draft"])
         return CompletionJob(
             model=model,
-            options=merge_options(model.parameters, options),
+            options=merged,
             keep_alive=keep_alive_seconds(keep_alive, self.settings.keep_alive),
             grammar=constraint.grammar or raw_grammar or None,
             json_schema=constraint.json_schema,
         )
+
+    def _draft_path(self, name: str) -> str:
+        """The file of the draft model called ``name``; the runner checks it fits (400 from it otherwise)."""
+        try:
+            return str(self.resolve(name).model_path)
+        except ApiError as exc:
+            raise bad_request(f"option 'draft': {exc.message}") from None
 
     @staticmethod
     def want_logprobs(job: CompletionJob, logprobs: bool, top_logprobs: int | None) -> None:

@@ -50,6 +50,8 @@ class ModelMetrics:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
+    draft_tokens: int = 0  # speculative decoding: tokens drafted ...
+    draft_accepted_tokens: int = 0  # ... and kept
     in_flight: int = 0
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     token_latency: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
@@ -78,6 +80,8 @@ class Metrics:
             entry.preemptions.observe(done.get("preemptions", 0))
             generated = done.get("eval_count", 0)
             entry.generated_tokens += generated
+            entry.draft_tokens += done.get("draft_count", 0)
+            entry.draft_accepted_tokens += done.get("draft_accepted_count", 0)
             if generated:
                 entry.token_latency.observe(done.get("eval_duration", 0) / 1e9 / generated)
 
@@ -103,6 +107,8 @@ class Metrics:
             ("localllm_prompt_tokens_total", "prompt_tokens", "Prompt tokens, cached or evaluated."),
             ("localllm_prompt_cached_tokens_total", "cached_tokens", "Prompt tokens served from the prefix cache."),
             ("localllm_generated_tokens_total", "generated_tokens", "Tokens generated."),
+            ("localllm_draft_tokens_total", "draft_tokens", "Speculative draft tokens verified."),
+            ("localllm_draft_accepted_tokens_total", "draft_accepted_tokens", "Speculative draft tokens kept."),
         ):
             family(name, "counter", help_text)
             for model, m in self.models.items():

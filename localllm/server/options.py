@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config import ENGINES, SettingsError, parse_duration
 from ..registry.modelfile import PARAMETER_TYPES
+from ..runner.speculation import MODES as SPECULATIVE_MODES
 from .errors import bad_request
 
 log = logging.getLogger("localllm.options")
@@ -54,6 +55,9 @@ def validate_options(options: dict[str, Any] | None) -> dict[str, Any]:
         result[name] = _typed(name, value, list if kind is list or name == "stop" else kind)
     if result.get("engine") not in (None, *ENGINES):
         raise bad_request(f"option 'engine' must be one of {', '.join(ENGINES)}, got {result['engine']!r}")
+    if result.get("speculative") not in (None, *SPECULATIVE_MODES):
+        raise bad_request(f"option 'speculative' must be one of {', '.join(SPECULATIVE_MODES)}, "
+                          f"got {result['speculative']!r}")
     return result
 
 

@@ -127,6 +127,9 @@ class OllamaRenderer:
         for key in ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration",
                     "eval_count", "eval_duration"):
             body[key] = final.metrics.get(key, 0)
+        for key in ("draft_count", "draft_accepted_count"):  # localllm: speculative decoding's drafts
+            if key in final.metrics:
+                body[key] = final.metrics[key]
         return body
 
 
