@@ -1,15 +1,14 @@
-/* Internal: GGUF block layouts, half-float conversion, the kernel table. */
+/* Internal: GGUF block layouts and the kernel table. */
 #ifndef LLK_COMMON_H
 #define LLK_COMMON_H
 
 #include <stdint.h>
 #include <string.h>
+#include "floats.h"
 #include "llk.h"
 
 #define QK 32   /* elements per block of the 32-formats */
 #define QKK 256 /* elements per super-block of the K-formats */
-
-typedef uint16_t f16_t;
 
 typedef struct { f16_t d; uint8_t qs[16]; } block_q4_0;
 typedef struct { f16_t d, m; uint8_t qs[16]; } block_q4_1;
@@ -40,7 +39,6 @@ _Static_assert(sizeof(block_q4_k) == 144, "q4_k");
 _Static_assert(sizeof(block_q5_k) == 176, "q5_k");
 _Static_assert(sizeof(block_q6_k) == 210, "q6_k");
 
-extern float llk_f16_table[65536];
 
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
 static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
@@ -66,19 +64,6 @@ static inline void scales_q3_k(const uint8_t *packed, int8_t *scales) {
     memcpy(scales, aux, 16);
     for (int j = 0; j < 16; j++) scales[j] = (int8_t)(scales[j] - 32);
 }
-
-static inline float f16_to_f32(f16_t h) { return llk_f16_table[h]; }
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-f16_t llk_f32_to_f16(float f);
-/* x as ggml stores it in a half-precision field: the activation scales of Q8_0/Q8_1. */
-static inline float round_f16(float x) { return f16_to_f32(llk_f32_to_f16(x)); }
 
 /* Which activation layout a weight type's dot product takes. */
 enum act_kind { ACT_F32 = 0, ACT_Q8A = 1, ACT_Q8K = 2 };

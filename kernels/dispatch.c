@@ -60,6 +60,18 @@ int llk_isa_set(int isa) {
     return isa_current;
 }
 
+int llk_quantize_act(int wtype, const float *x, void *dst, int64_t n) {
+    int bs = llk_block_size(wtype);
+    if (!bs || n < 0 || n % bs) return -1;
+    const kernel_table *k = llk_kernels();
+    switch (llk_act_kind(wtype)) {
+    case ACT_Q8K: k->quantize_q8k(x, dst, n); break;
+    case ACT_Q8A: k->quantize_q8a(x, dst, n); break;
+    default: memcpy(dst, x, (size_t)n * sizeof(float));
+    }
+    return 0;
+}
+
 float llk_vec_dot(int wtype, const void *w, const void *act, int64_t n) {
     int bs = llk_block_size(wtype);
     if (!bs || n % bs) return NAN;
