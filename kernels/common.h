@@ -21,6 +21,22 @@ typedef struct { f16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_
 typedef struct { f16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_k;
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; f16_t d; } block_q6_k;
 
+/* Repacked K-formats: 16 rows interleaved per super-block, so one int8 dot instruction holds one 4-value
+ * group of each of 16 rows in its 16 lanes (each lane one row: no horizontal sums), the activations'
+ * group broadcast to all of them, and the scales ready as bytes (unpacked once, at load).
+ * Codes of sub-block s: vector j of 64 bytes, lane r (4 bytes) holds row r's values 8j..8j+3 in its low
+ * nibbles and 8j+4..8j+7 in its high nibbles (Q6_K: the two top bits of those in a third vector). */
+typedef struct {
+    f16_t d[16], dmin[16];
+    uint8_t scales[8][16], mins[8][16]; /* [sub-block of 32][row] */
+    uint8_t qs[8][256];                 /* [sub-block of 32]: four vectors */
+} block_q4_k_r16;
+typedef struct {
+    f16_t d[16];
+    int8_t scales[16][16]; /* [sub-block of 16][row] */
+    uint8_t qs[16][192];   /* [sub-block of 16]: two nibble vectors, then the top-bits vector */
+} block_q6_k_r16;
+
 /* Activations for the 32-formats (as ggml's Q8_0/Q8_1).
  * d: the scale, s: d * (sum of qs), both rounded to half precision as ggml's Q8_1
  * (the min term of Q4_1/Q5_1 uses s). */
@@ -38,6 +54,9 @@ _Static_assert(sizeof(block_q3_k) == 110, "q3_k");
 _Static_assert(sizeof(block_q4_k) == 144, "q4_k");
 _Static_assert(sizeof(block_q5_k) == 176, "q5_k");
 _Static_assert(sizeof(block_q6_k) == 210, "q6_k");
+_Static_assert(sizeof(block_q4_k_r16) == 16 * 148, "q4_k_r16");
+_Static_assert(sizeof(block_q6_k_r16) == 16 * 210, "q6_k_r16");
+#define GROUP_ROWS 16 /* rows of a repacked group */
 
 
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
@@ -97,12 +116,19 @@ typedef void (*dot_cols_fn)(const void *w, const void *act, size_t act_row, int 
  * units busy (and, with eight, reads their scales together). */
 typedef void (*dot_rows_fn)(const void *w, size_t w_row, const void *act, int64_t n, float *out);
 
+/* A repacked group of GROUP_ROWS rows against n_tok (<= DOT_MAX_COLS) activation rows act_row bytes apart:
+ * out[t * out_stride + r]. Each token's arithmetic is the same whatever n_tok is (the codes are unpacked
+ * once for all of them), so a row's result never depends on the batch. */
+typedef void (*dot_group_fn)(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                             size_t out_stride);
+
 /* One ISA level's kernels; NULL entries fall back to the scalar reference. */
 typedef struct {
-    dot_fn dot[31];
-    dot_cols_fn dot_cols[31]; /* NULL: matmul calls dot once per activation row */
-    dot_rows_fn dot_rows2[31]; /* NULL: a decode matmul calls dot once per weight row */
-    dot_rows_fn dot_rows8[31]; /* the same for eight rows (out[0..7]), where a level has it */
+    dot_fn dot[LLK_TYPE_SLOTS];
+    dot_cols_fn dot_cols[LLK_TYPE_SLOTS]; /* NULL: matmul calls dot once per activation row */
+    dot_rows_fn dot_rows2[LLK_TYPE_SLOTS]; /* NULL: a decode matmul calls dot once per weight row */
+    dot_rows_fn dot_rows8[LLK_TYPE_SLOTS]; /* the same for eight rows (out[0..7]), where a level has it */
+    dot_group_fn dot_group[LLK_TYPE_SLOTS]; /* the repacked types' only kernel */
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8k)(const float *x, block_q8k *y, int64_t n);
     float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);
@@ -115,6 +141,7 @@ typedef struct {
 } kernel_table;
 
 extern kernel_table llk_ref_kernels;
+void llk_fill_repacked_ref(kernel_table *t);
 void llk_fill_avx2(kernel_table *t);
 void llk_fill_avxvnni(kernel_table *t);
 void llk_fill_avx512(kernel_table *t);

@@ -17,6 +17,7 @@ int llk_block_size(int type) {
     case LLK_F32: case LLK_F16: case LLK_BF16: return 1;
     case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: return QK;
     case LLK_Q2_K: case LLK_Q3_K: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K: return QKK;
+    case LLK_Q4_K_R16: case LLK_Q6_K_R16: return QKK;
     default: return 0;
     }
 }
@@ -35,11 +36,13 @@ static size_t block_bytes(int type) {
     case LLK_Q4_K: return sizeof(block_q4_k);
     case LLK_Q5_K: return sizeof(block_q5_k);
     case LLK_Q6_K: return sizeof(block_q6_k);
+    case LLK_Q4_K_R16: return sizeof(block_q4_k_r16) / GROUP_ROWS;
+    case LLK_Q6_K_R16: return sizeof(block_q6_k_r16) / GROUP_ROWS;
     default: return 0;
     }
 }
 
-int llk_type_supported(int type) { return llk_block_size(type) != 0; }
+int llk_type_supported(int type) { return type < LLK_Q4_K_R16 && llk_block_size(type) != 0; }
 
 size_t llk_row_size(int type, int64_t n) {
     int bs = llk_block_size(type);
@@ -228,6 +231,7 @@ int llk_dequantize(int type, const void *src, float *dst, int64_t n) {
         return 0;
     }
     unpack_fn unpack = unpacker(type);
+    if (!unpack) return -1; /* a repacked layout: its rows are interleaved */
     size_t bb = block_bytes(type);
     int8_t q[QKK];
     float sc[16], bias[16];
@@ -393,6 +397,6 @@ kernel_table llk_ref_kernels = {
 
 float llk_vec_dot_ref(int wtype, const void *w, const void *act, int64_t n) {
     int bs = llk_block_size(wtype);
-    if (!bs || n % bs) return NAN;
+    if (!llk_type_supported(wtype) || n % bs) return NAN;
     return llk_ref_kernels.dot[wtype](w, act, n);
 }

@@ -1,0 +1,191 @@
+/* Repacking at load: K-format matrices into 16-row interleaved groups (block_q4_k_r16, block_q6_k_r16
+ * in common.h), and the scalar reference of their kernels.
+ *
+ * A repacked row's result is its own: each row's integer sums are exact, and its float sum takes one
+ * fixed chain per row (super-block after super-block), the same at every level and for any number of
+ * tokens, so the SIMD kernels equal this reference bit for bit and batch invariance holds by
+ * construction. Matrices that do not fit (rows not a multiple of 16) keep their GGUF layout and the
+ * per-row kernels: the mmap path.
+ */
+#include <math.h>
+
+#include "common.h"
+
+const char *llk_type_name(int type) {
+    switch (type) {
+    case LLK_F32: return "F32";
+    case LLK_F16: return "F16";
+    case LLK_BF16: return "BF16";
+    case LLK_Q4_0: return "Q4_0";
+    case LLK_Q4_1: return "Q4_1";
+    case LLK_Q5_0: return "Q5_0";
+    case LLK_Q5_1: return "Q5_1";
+    case LLK_Q8_0: return "Q8_0";
+    case LLK_Q2_K: return "Q2_K";
+    case LLK_Q3_K: return "Q3_K";
+    case LLK_Q4_K: return "Q4_K";
+    case LLK_Q5_K: return "Q5_K";
+    case LLK_Q6_K: return "Q6_K";
+    case LLK_Q4_K_R16: return "Q4_K_R16";
+    case LLK_Q6_K_R16: return "Q6_K_R16";
+    default: return "?";
+    }
+}
+
+static int repacked_of(int type) {
+    switch (type) {
+    case LLK_Q4_K: return LLK_Q4_K_R16;
+    case LLK_Q6_K: return LLK_Q6_K_R16;
+    default: return type;
+    }
+}
+
+static int fits(int type, int64_t ne0, int64_t ne1) {
+    return repacked_of(type) != type && ne0 > 0 && ne0 % QKK == 0 && ne1 > 0 && ne1 % GROUP_ROWS == 0;
+}
+
+int llk_repack_type(int type, int64_t ne0, int64_t ne1) {
+    int r = repacked_of(type);
+    /* only where the level has a kernel of its own: the scalar one would be slower than the per-row path */
+    if (!fits(type, ne0, ne1) || llk_kernels()->dot_group[r] == llk_ref_kernels.dot_group[r]) return type;
+    return r;
+}
+
+size_t llk_repack_size(int type, int64_t ne0, int64_t ne1) {
+    return fits(type, ne0, ne1) ? llk_row_size(repacked_of(type), ne0) * (size_t)ne1 : 0;
+}
+
+/* The 256 unsigned codes of a Q4_K super-block (value = d*sc*code - dmin*m). */
+static void codes_q4_k(const block_q4_k *b, uint8_t *q) {
+    for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * j + l] = b->qs[32 * j + l] & 0xF;
+            q[64 * j + 32 + l] = b->qs[32 * j + l] >> 4;
+        }
+}
+
+/* The 256 unsigned 6-bit codes of a Q6_K super-block (value = d*sc*(code - 32)). */
+static void codes_q6_k(const block_q6_k *b, uint8_t *q) {
+    const uint8_t *ql = b->ql, *qh = b->qh;
+    for (int n = 0; n < QKK; n += 128, ql += 64, qh += 32)
+        for (int l = 0; l < 32; l++) {
+            q[n + l] = (uint8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+            q[n + l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+            q[n + l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            q[n + l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+}
+
+/* Row r's codes of one sub-block (`len` values from q) as two nibble vectors at v: lane r of vector j
+ * holds values 8j..8j+3 in its low nibbles and 8j+4..8j+7 in its high ones. */
+static void put_nibbles(uint8_t *v, int r, const uint8_t *q, int len) {
+    for (int j = 0; j < len / 8; j++)
+        for (int b = 0; b < 4; b++) v[64 * j + 4 * r + b] = (uint8_t)((q[8 * j + b] & 0xF) | ((q[8 * j + 4 + b] & 0xF) << 4));
+}
+
+static void repack_q4_k(const block_q4_k *src, int64_t nb, block_q4_k_r16 *dst) {
+    uint8_t q[QKK];
+    for (int r = 0; r < GROUP_ROWS; r++)
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const block_q4_k *b = src + r * nb + ib;
+            block_q4_k_r16 *g = dst + ib;
+            g->d[r] = b->d;
+            g->dmin[r] = b->dmin;
+            codes_q4_k(b, q);
+            for (int s = 0; s < 8; s++) {
+                scale_min_k4(s, b->scales, &g->scales[s][r], &g->mins[s][r]);
+                put_nibbles(g->qs[s], r, q + 32 * s, 32);
+            }
+        }
+}
+
+static void repack_q6_k(const block_q6_k *src, int64_t nb, block_q6_k_r16 *dst) {
+    uint8_t q[QKK];
+    for (int r = 0; r < GROUP_ROWS; r++)
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const block_q6_k *b = src + r * nb + ib;
+            block_q6_k_r16 *g = dst + ib;
+            g->d[r] = b->d;
+            codes_q6_k(b, q);
+            for (int s = 0; s < 16; s++) {
+                const uint8_t *qs = q + 16 * s;
+                g->scales[s][r] = b->scales[s];
+                put_nibbles(g->qs[s], r, qs, 16);
+                for (int k = 0; k < 4; k++) /* the top bits: of values b, 4+b, 8+b, 12+b at bits 0, 2, 4, 6 */
+                    g->qs[s][128 + 4 * r + k] = (uint8_t)((qs[k] >> 4) | ((qs[4 + k] >> 4) << 2) |
+                                                          ((qs[8 + k] >> 4) << 4) | ((qs[12 + k] >> 4) << 6));
+            }
+        }
+}
+
+int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst) {
+    if (!fits(type, ne0, ne1)) return -1;
+    const int64_t nb = ne0 / QKK;
+    const size_t src_group = llk_row_size(type, ne0) * GROUP_ROWS;
+    for (int64_t g = 0; g < ne1 / GROUP_ROWS; g++) {
+        const void *s = (const uint8_t *)src + g * src_group;
+        if (type == LLK_Q4_K) repack_q4_k(s, nb, (block_q4_k_r16 *)dst + g * nb);
+        else repack_q6_k(s, nb, (block_q6_k_r16 *)dst + g * nb);
+    }
+    return 0;
+}
+
+/* ---- scalar reference: the SIMD kernels' integers and float chains, one lane at a time ------------- */
+
+/* Row r's code of value i (< 8 * vectors) of one sub-block's nibble vectors. */
+static inline int nibble(const uint8_t *v, int r, int i) {
+    uint8_t byte = v[64 * (i / 8) + 4 * r + i % 4];
+    return i % 8 < 4 ? byte & 0xF : byte >> 4;
+}
+
+static void dot_group_q4_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                               size_t out_stride) {
+    for (int t = 0; t < n_tok; t++) {
+        const block_q8k *y = (const block_q8k *)((const uint8_t *)act + t * act_row);
+        float acc[GROUP_ROWS] = {0};
+        for (int64_t ib = 0; ib < n / QKK; ib++) {
+            const block_q4_k_r16 *g = (const block_q4_k_r16 *)w + ib;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int32_t isum = 0, msum = 0;
+                for (int s = 0; s < 8; s++) {
+                    int32_t p = 0;
+                    for (int i = 0; i < 32; i++) p += nibble(g->qs[s], r, i) * y[ib].qs[32 * s + i];
+                    isum += p * g->scales[s][r];
+                    msum += g->mins[s][r] * (y[ib].bsums[2 * s] + y[ib].bsums[2 * s + 1]);
+                }
+                acc[r] = fmaf((float)isum, f16_to_f32(g->d[r]) * y[ib].d, acc[r]);
+                acc[r] = fmaf(-(float)msum, f16_to_f32(g->dmin[r]) * y[ib].d, acc[r]);
+            }
+        }
+        memcpy(out + t * out_stride, acc, sizeof acc);
+    }
+}
+
+static void dot_group_q6_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                               size_t out_stride) {
+    for (int t = 0; t < n_tok; t++) {
+        const block_q8k *y = (const block_q8k *)((const uint8_t *)act + t * act_row);
+        float acc[GROUP_ROWS] = {0};
+        for (int64_t ib = 0; ib < n / QKK; ib++) {
+            const block_q6_k_r16 *g = (const block_q6_k_r16 *)w + ib;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int32_t isum = 0;
+                for (int s = 0; s < 16; s++) {
+                    int32_t p = -32 * y[ib].bsums[s];
+                    for (int i = 0; i < 16; i++) {
+                        int top = (g->qs[s][128 + 4 * r + i % 4] >> (2 * (i / 4))) & 3;
+                        p += (nibble(g->qs[s], r, i) | top << 4) * y[ib].qs[16 * s + i];
+                    }
+                    isum += p * g->scales[s][r];
+                }
+                acc[r] = fmaf((float)isum, f16_to_f32(g->d[r]) * y[ib].d, acc[r]);
+            }
+        }
+        memcpy(out + t * out_stride, acc, sizeof acc);
+    }
+}
+
+void llk_fill_repacked_ref(kernel_table *t) {
+    t->dot_group[LLK_Q4_K_R16] = dot_group_q4_k_ref;
+    t->dot_group[LLK_Q6_K_R16] = dot_group_q6_k_ref;
+}
