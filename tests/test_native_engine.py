@@ -1,18 +1,19 @@
 """The native engine against llama.cpp on the fixture models, its KV operations, and bad input.
 
-Parity: first-step logits cosine >= 0.999 with llama.cpp, and greedy
-continuations that agree for 64 tokens, a divergence allowed only where
-llama.cpp's top two logits are within 0.1 of each other. SmolLM2's logits are
-llama.cpp's bit for bit, token by token, where both run the AVX-512 forms;
-Gemma 3's are not (cosine 0.9994-0.9999): llama.cpp repacks its Q4_K weights and
-sums them in that layout's order.
+Parity is a stated tolerance, not bit for bit (batch invariance is the promise, see
+test_batch_invariance.py): first-step logits cosine >= 0.999 with llama.cpp on SmolLM2 (>= 0.997 on
+Gemma 3, or where this CPU lacks the AVX-512 forms), and greedy continuations that agree for 64 tokens,
+a divergence allowed only where llama.cpp's top two logits are within 0.1 of each other (0.25 without
+AVX-512). SmolLM2's formats (Q4_1, Q8_0) keep ggml's summation order, so its logits are llama.cpp's
+bit for bit, token by token, where both run the AVX-512 forms.
 
-Elsewhere the tolerance is wider. On an AMD EPYC (Zen 3, AVX2 only) the native
-dot kernels still equal ggml's vec_dot bit for bit (test_kernels.py) and its
-activations ggml's, yet llama.cpp's forward pass rounds differently there (its
-own batched and one-token logits differ by as much, cosine 0.99967): measured
-first-step cosines 0.99795-1.0 and divergences where llama.cpp's top two logits
-were up to 0.161 apart.
+Gemma 3's Q4_K and Q6_K matrices are repacked at load (kernels/repack.c) and summed in that layout's
+order, as llama.cpp sums its own repacked Q4_K in another: measured first-step cosines 0.9983-0.9998
+(0.9994-0.9998 before the repacking; between the native engine's own two layouts 0.9992, every matrix
+product agreeing to 3e-7 of its largest value: Gemma 3 carries residuals of 1e4 and more, and small
+roundings reach its logits). On an AMD EPYC (Zen 3, AVX2 only) llama.cpp's forward pass rounds
+differently again (its own batched and one-token logits differ by as much, cosine 0.99967): measured
+first-step cosines 0.99795-1.0 and divergences where llama.cpp's top two logits were up to 0.161 apart.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from gguf_builders import tiny_model
 from native_helpers import Side, cosine, top2_gap
 
 EXACT_ISA = kernels.isa() == "avx512"
-MIN_COSINE = 0.999 if EXACT_ISA else 0.997
+MIN_COSINE = {"smollm2_path": 0.999 if EXACT_ISA else 0.997, "gemma3_path": 0.997}
 MAX_GAP = 0.1 if EXACT_ISA else 0.25
 
 PROMPTS = [
@@ -46,6 +47,7 @@ PROMPTS = [
 def sides(request: pytest.FixtureRequest):
     path = request.getfixturevalue(request.param)
     native, reference = Side("native", path), Side("llama.cpp", path)
+    native.min_cosine = MIN_COSINE[request.param]
     yield native, reference
     native.close()
     reference.close()
@@ -57,7 +59,7 @@ def test_first_step_logits_match_llama_cpp(sides, prompt: str) -> None:
     tokens = reference.model.tokenize_prompt(prompt)
     native.reset()
     reference.reset()
-    assert cosine(native.eval(tokens, 0), reference.eval(tokens, 0)) >= MIN_COSINE
+    assert cosine(native.eval(tokens, 0), reference.eval(tokens, 0)) >= native.min_cosine
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
