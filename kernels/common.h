@@ -24,8 +24,15 @@ typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; f16_t d; } 
 /* Repacked K-formats: 16 rows interleaved per super-block, so one int8 dot instruction holds one 4-value
  * group of each of 16 rows in its 16 lanes (each lane one row: no horizontal sums), the activations'
  * group broadcast to all of them, and the scales ready as bytes (unpacked once, at load).
- * Codes of sub-block s: vector j of 64 bytes, lane r (4 bytes) holds row r's values 8j..8j+3 in its low
- * nibbles and 8j+4..8j+7 in its high nibbles (Q6_K: the two top bits of those in a third vector). */
+ * Codes of a (sub-)block: vector j of 64 bytes, lane r (4 bytes) holds row r's values 8j..8j+3 in its low
+ * nibbles and 8j+4..8j+7 in its high nibbles (Q6_K: the two top bits of those in a third vector; Q5_0/Q5_1:
+ * bit k of byte b of lane r is the fifth bit of value 4k+b). The 32-formats keep one scale per block
+ * and row; their codes are stored unsigned, the offset taken out through the activations' sum. */
+typedef struct { f16_t d[16]; uint8_t qs[256]; } block_q4_0_r16;                 /* codes + 8 */
+typedef struct { f16_t d[16], m[16]; uint8_t qs[256]; } block_q4_1_r16;
+typedef struct { f16_t d[16]; uint8_t qh[64]; uint8_t qs[256]; } block_q5_0_r16;  /* codes + 16 */
+typedef struct { f16_t d[16], m[16]; uint8_t qh[64]; uint8_t qs[256]; } block_q5_1_r16;
+typedef struct { f16_t d[16]; uint8_t qs[512]; } block_q8_0_r16;                 /* codes + 128, 8 vectors */
 typedef struct {
     f16_t d[16], dmin[16];
     uint8_t scales[8][16], mins[8][16]; /* [sub-block of 32][row] */
@@ -40,7 +47,7 @@ typedef struct {
 /* Activations for the 32-formats (as ggml's Q8_0/Q8_1).
  * d: the scale, s: d * (sum of qs), both rounded to half precision as ggml's Q8_1
  * (the min term of Q4_1/Q5_1 uses s). */
-typedef struct { float d, s; int8_t qs[32]; } block_q8a;
+typedef struct { float d, s; int32_t sum; int8_t qs[32]; } block_q8a; /* sum: of qs, exact (repacked kernels) */
 /* Activations for the K-formats (as ggml's Q8_K): bsums are sums of 16 qs each. */
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8k;
 
@@ -55,6 +62,9 @@ _Static_assert(sizeof(block_q4_k) == 144, "q4_k");
 _Static_assert(sizeof(block_q5_k) == 176, "q5_k");
 _Static_assert(sizeof(block_q6_k) == 210, "q6_k");
 _Static_assert(sizeof(block_q4_k_r16) == 16 * 148, "q4_k_r16");
+_Static_assert(sizeof(block_q4_0_r16) == 16 * 18 && sizeof(block_q4_1_r16) == 16 * 20, "q4_r16");
+_Static_assert(sizeof(block_q5_0_r16) == 16 * 22 && sizeof(block_q5_1_r16) == 16 * 24, "q5_r16");
+_Static_assert(sizeof(block_q8_0_r16) == 16 * 34, "q8_0_r16");
 _Static_assert(sizeof(block_q6_k_r16) == 16 * 210, "q6_k_r16");
 #define GROUP_ROWS 16 /* rows of a repacked group */
 

@@ -18,7 +18,8 @@ enum llk_type {
     LLK_F32 = 0, LLK_F16 = 1, LLK_Q4_0 = 2, LLK_Q4_1 = 3, LLK_Q5_0 = 6, LLK_Q5_1 = 7,
     LLK_Q8_0 = 8, LLK_Q2_K = 10, LLK_Q3_K = 11, LLK_Q4_K = 12, LLK_Q5_K = 13,
     LLK_Q6_K = 14, LLK_BF16 = 30,
-    /* Repacked layouts (never in a file): 16 rows interleaved, scales unpacked (see repack.c). */
+    /* Repacked layouts (never in a file): 16 rows interleaved (see repack.c); 100 + the GGUF type's id. */
+    LLK_Q4_0_R16 = 102, LLK_Q4_1_R16 = 103, LLK_Q5_0_R16 = 106, LLK_Q5_1_R16 = 107, LLK_Q8_0_R16 = 108,
     LLK_Q4_K_R16 = 112, LLK_Q6_K_R16 = 114,
 };
 #define LLK_TYPE_SLOTS 128 /* type ids below this */

@@ -17,6 +17,7 @@ int llk_block_size(int type) {
     case LLK_F32: case LLK_F16: case LLK_BF16: return 1;
     case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: return QK;
     case LLK_Q2_K: case LLK_Q3_K: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K: return QKK;
+    case LLK_Q4_0_R16: case LLK_Q4_1_R16: case LLK_Q5_0_R16: case LLK_Q5_1_R16: case LLK_Q8_0_R16: return QK;
     case LLK_Q4_K_R16: case LLK_Q6_K_R16: return QKK;
     default: return 0;
     }
@@ -36,13 +37,18 @@ static size_t block_bytes(int type) {
     case LLK_Q4_K: return sizeof(block_q4_k);
     case LLK_Q5_K: return sizeof(block_q5_k);
     case LLK_Q6_K: return sizeof(block_q6_k);
+    case LLK_Q4_0_R16: return sizeof(block_q4_0_r16) / GROUP_ROWS;
+    case LLK_Q4_1_R16: return sizeof(block_q4_1_r16) / GROUP_ROWS;
+    case LLK_Q5_0_R16: return sizeof(block_q5_0_r16) / GROUP_ROWS;
+    case LLK_Q5_1_R16: return sizeof(block_q5_1_r16) / GROUP_ROWS;
+    case LLK_Q8_0_R16: return sizeof(block_q8_0_r16) / GROUP_ROWS;
     case LLK_Q4_K_R16: return sizeof(block_q4_k_r16) / GROUP_ROWS;
     case LLK_Q6_K_R16: return sizeof(block_q6_k_r16) / GROUP_ROWS;
     default: return 0;
     }
 }
 
-int llk_type_supported(int type) { return type < LLK_Q4_K_R16 && llk_block_size(type) != 0; }
+int llk_type_supported(int type) { return type < LLK_Q4_0_R16 && llk_block_size(type) != 0; }
 
 size_t llk_row_size(int type, int64_t n) {
     int bs = llk_block_size(type);
@@ -261,6 +267,7 @@ static void quantize_q8a_ref(const float *x, block_q8a *y, int64_t n) {
         }
         y[ib].d = round_f16(d);
         y[ib].s = round_f16(d * (float)sum);
+        y[ib].sum = sum;
     }
 }
 

@@ -26,6 +26,11 @@ const char *llk_type_name(int type) {
     case LLK_Q4_K: return "Q4_K";
     case LLK_Q5_K: return "Q5_K";
     case LLK_Q6_K: return "Q6_K";
+    case LLK_Q4_0_R16: return "Q4_0_R16";
+    case LLK_Q4_1_R16: return "Q4_1_R16";
+    case LLK_Q5_0_R16: return "Q5_0_R16";
+    case LLK_Q5_1_R16: return "Q5_1_R16";
+    case LLK_Q8_0_R16: return "Q8_0_R16";
     case LLK_Q4_K_R16: return "Q4_K_R16";
     case LLK_Q6_K_R16: return "Q6_K_R16";
     default: return "?";
@@ -34,14 +39,15 @@ const char *llk_type_name(int type) {
 
 static int repacked_of(int type) {
     switch (type) {
-    case LLK_Q4_K: return LLK_Q4_K_R16;
-    case LLK_Q6_K: return LLK_Q6_K_R16;
+    case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: case LLK_Q4_K: case LLK_Q6_K:
+        return type + 100;
     default: return type;
     }
 }
 
 static int fits(int type, int64_t ne0, int64_t ne1) {
-    return repacked_of(type) != type && ne0 > 0 && ne0 % QKK == 0 && ne1 > 0 && ne1 % GROUP_ROWS == 0;
+    int bs = llk_block_size(type);
+    return repacked_of(type) != type && ne0 > 0 && ne0 % bs == 0 && ne1 > 0 && ne1 % GROUP_ROWS == 0;
 }
 
 int llk_repack_type(int type, int64_t ne0, int64_t ne1) {
@@ -118,14 +124,70 @@ static void repack_q6_k(const block_q6_k *src, int64_t nb, block_q6_k_r16 *dst) 
         }
 }
 
+/* The 32 unsigned codes of a block of a 32-format (what the repacked layout stores), its scale and min
+ * (0 where it has none): value = d * (code - offset) + m, offset 8 (Q4_0), 16 (Q5_0), 128 (Q8_0) or 0. */
+static void codes32(int type, const void *block, uint8_t *q, f16_t *d, f16_t *m) {
+    const uint8_t *nibbles = NULL, *qh = NULL;
+    *m = 0;
+    switch (type) {
+    case LLK_Q4_0: { const block_q4_0 *b = block; *d = b->d; nibbles = b->qs; break; }
+    case LLK_Q4_1: { const block_q4_1 *b = block; *d = b->d; *m = b->m; nibbles = b->qs; break; }
+    case LLK_Q5_0: { const block_q5_0 *b = block; *d = b->d; nibbles = b->qs; qh = b->qh; break; }
+    case LLK_Q5_1: { const block_q5_1 *b = block; *d = b->d; *m = b->m; nibbles = b->qs; qh = b->qh; break; }
+    default: { const block_q8_0 *b = block; *d = b->d; for (int i = 0; i < QK; i++) q[i] = (uint8_t)(b->qs[i] + 128); return; }
+    }
+    uint32_t high = 0;
+    if (qh) memcpy(&high, qh, 4);
+    for (int i = 0; i < 16; i++) {
+        q[i] = (uint8_t)((nibbles[i] & 0xF) | (((high >> i) & 1) << 4));
+        q[i + 16] = (uint8_t)((nibbles[i] >> 4) | (((high >> (i + 16)) & 1) << 4));
+    }
+}
+
+/* Row r of a repacked 32-format block at g: codes as nibble vectors (and fifth bits), or bytes (Q8_0). */
+static void put32(int type, uint8_t *g, int r, const uint8_t *q, f16_t d, f16_t m) {
+    f16_t *scales = (f16_t *)g;
+    scales[r] = d;
+    int has_min = type == LLK_Q4_1 || type == LLK_Q5_1, has_fifth = type == LLK_Q5_0 || type == LLK_Q5_1;
+    if (has_min) scales[GROUP_ROWS + r] = m;
+    uint8_t *codes = g + (has_min ? 64 : 32);
+    if (type == LLK_Q8_0) {
+        for (int k = 0; k < 8; k++) memcpy(codes + 64 * k + 4 * r, q + 4 * k, 4);
+        return;
+    }
+    if (has_fifth) {
+        for (int b = 0; b < 4; b++) {
+            uint8_t bits = 0;
+            for (int k = 0; k < 8; k++) bits |= (uint8_t)(((q[4 * k + b] >> 4) & 1) << k);
+            codes[4 * r + b] = bits;
+        }
+        codes += 64;
+    }
+    put_nibbles(codes, r, q, 32);
+}
+
 int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst) {
     if (!fits(type, ne0, ne1)) return -1;
-    const int64_t nb = ne0 / QKK;
-    const size_t src_group = llk_row_size(type, ne0) * GROUP_ROWS;
+    const int64_t nb = ne0 / llk_block_size(type);
+    const size_t src_row = llk_row_size(type, ne0), src_block = src_row / (size_t)nb;
+    const size_t group_block = llk_row_size(repacked_of(type), ne0) / (size_t)nb * GROUP_ROWS;
     for (int64_t g = 0; g < ne1 / GROUP_ROWS; g++) {
-        const void *s = (const uint8_t *)src + g * src_group;
-        if (type == LLK_Q4_K) repack_q4_k(s, nb, (block_q4_k_r16 *)dst + g * nb);
-        else repack_q6_k(s, nb, (block_q6_k_r16 *)dst + g * nb);
+        const uint8_t *s = (const uint8_t *)src + g * src_row * GROUP_ROWS;
+        uint8_t *out = (uint8_t *)dst + g * group_block * nb;
+        if (type == LLK_Q4_K) {
+            repack_q4_k((const block_q4_k *)s, nb, (block_q4_k_r16 *)out);
+        } else if (type == LLK_Q6_K) {
+            repack_q6_k((const block_q6_k *)s, nb, (block_q6_k_r16 *)out);
+        } else {
+            memset(out, 0, group_block * nb);
+            uint8_t q[QK];
+            f16_t d, m;
+            for (int r = 0; r < GROUP_ROWS; r++)
+                for (int64_t ib = 0; ib < nb; ib++) {
+                    codes32(type, s + r * src_row + ib * src_block, q, &d, &m);
+                    put32(type, out + ib * group_block, r, q, d, m);
+                }
+        }
     }
     return 0;
 }
@@ -185,7 +247,53 @@ static void dot_group_q6_k_ref(const void *w, const void *act, size_t act_row, i
     }
 }
 
+/* The 32-formats: one integer dot per block and row (the offset taken out through the activations'
+ * exact sum), then the block's scale, then its min against the activations' s. */
+static void dot_group_32_ref(int type, const void *w, const void *act, size_t act_row, int n_tok, int64_t n,
+                             float *out, size_t out_stride) {
+    const int has_min = type == LLK_Q4_1_R16 || type == LLK_Q5_1_R16, has_fifth = type == LLK_Q5_0_R16 || type == LLK_Q5_1_R16;
+    const int offset = type == LLK_Q4_0_R16 ? 8 : type == LLK_Q5_0_R16 ? 16 : type == LLK_Q8_0_R16 ? 128 : 0;
+    const size_t group_block = llk_row_size(type, QK) * GROUP_ROWS;
+    for (int t = 0; t < n_tok; t++) {
+        const block_q8a *y = (const block_q8a *)((const uint8_t *)act + t * act_row);
+        float acc[GROUP_ROWS] = {0};
+        for (int64_t ib = 0; ib < n / QK; ib++) {
+            const uint8_t *g = (const uint8_t *)w + ib * group_block;
+            const f16_t *d = (const f16_t *)g, *m = d + GROUP_ROWS;
+            const uint8_t *codes = g + (has_min ? 64 : 32), *qh = codes;
+            if (has_fifth) codes += 64;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int32_t p = -offset * y[ib].sum;
+                for (int i = 0; i < QK; i++) {
+                    int code = type == LLK_Q8_0_R16 ? codes[64 * (i / 4) + 4 * r + i % 4] : nibble(codes, r, i);
+                    if (has_fifth) code |= ((qh[4 * r + i % 4] >> (i / 4)) & 1) << 4;
+                    p += code * y[ib].qs[i];
+                }
+                acc[r] = fmaf((float)p, f16_to_f32(d[r]) * y[ib].d, acc[r]);
+                if (has_min) acc[r] = fmaf(f16_to_f32(m[r]), y[ib].s, acc[r]);
+            }
+        }
+        memcpy(out + t * out_stride, acc, sizeof acc);
+    }
+}
+
+#define DOT_GROUP_32_REF(NAME, TYPE)                                                                         \
+    static void NAME(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,        \
+                     size_t out_stride) {                                                                   \
+        dot_group_32_ref(TYPE, w, act, act_row, n_tok, n, out, out_stride);                                 \
+    }
+DOT_GROUP_32_REF(dot_group_q4_0_ref, LLK_Q4_0_R16)
+DOT_GROUP_32_REF(dot_group_q4_1_ref, LLK_Q4_1_R16)
+DOT_GROUP_32_REF(dot_group_q5_0_ref, LLK_Q5_0_R16)
+DOT_GROUP_32_REF(dot_group_q5_1_ref, LLK_Q5_1_R16)
+DOT_GROUP_32_REF(dot_group_q8_0_ref, LLK_Q8_0_R16)
+
 void llk_fill_repacked_ref(kernel_table *t) {
+    t->dot_group[LLK_Q4_0_R16] = dot_group_q4_0_ref;
+    t->dot_group[LLK_Q4_1_R16] = dot_group_q4_1_ref;
+    t->dot_group[LLK_Q5_0_R16] = dot_group_q5_0_ref;
+    t->dot_group[LLK_Q5_1_R16] = dot_group_q5_1_ref;
+    t->dot_group[LLK_Q8_0_R16] = dot_group_q8_0_ref;
     t->dot_group[LLK_Q4_K_R16] = dot_group_q4_k_ref;
     t->dot_group[LLK_Q6_K_R16] = dot_group_q6_k_ref;
 }

@@ -1,4 +1,5 @@
-"""Weights repacked at load (kernels/repack.c): Q4_K and Q6_K matrices in 16-row interleaved groups.
+"""Weights repacked at load (kernels/repack.c): matrices of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K
+in 16-row interleaved groups.
 
 A repacked matrix gives the same bits at every ISA level (the scalar one included, forced), agrees
 with its GGUF layout to rounding, and gives each row a result that does not depend on which tokens
@@ -23,9 +24,12 @@ from localllm.native.model import NativeWeights
 from localllm.registry.gguf import GGML_TYPES
 from native_helpers import Side, cosine
 
-SCALE_FIELDS = {Q.Q4_K: (0, 2), Q.Q6_K: (208,)}  # byte offsets of the half-float scales in a block
+SCALE_FIELDS = {  # byte offsets of the half-float scales in a block
+    Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q8_0: (0,), Q.Q4_K: (0, 2), Q.Q6_K: (208,),
+}  # fmt: skip
 ISAS = kernels.available_isas()
 REPACKING = kernels.repacked_type(int(Q.Q4_K), 256, 16) != int(Q.Q4_K)  # this CPU's best level has the kernels
+Q8_0_LAYOUT = "Q8_0_R16" if kernels.repacked_type(int(Q.Q8_0), 256, 16) != int(Q.Q8_0) else "GGUF in place"
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +41,7 @@ def _restore_isa():
 
 def random_matrix(t: Q, rows: int, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
     """Raw GGUF bytes of a ``rows`` x ``n_blocks * 256`` matrix: random codes, sane half-float scales."""
+    n_blocks *= 256 // GGML_TYPES[int(t)][1]
     size = GGML_TYPES[int(t)][2]
     raw = rng.integers(0, 256, size=(rows * n_blocks, size), dtype=np.uint8)
     for offset in SCALE_FIELDS[t]:
@@ -100,8 +105,8 @@ def test_gemma3_layouts_are_named_and_logged(gemma3_path: Path, caplog: pytest.L
         weights = NativeWeights(gemma3_path)
     try:
         assert weights.layouts == {
-            "Q4_K": "Q4_K_R16 (27 matrices)", "Q5_0": "GGUF in place (81 matrices)",
-            "Q6_K": "Q6_K_R16 (9 matrices)", "Q8_0": "GGUF in place (10 matrices)",
+            "Q4_K": "Q4_K_R16 (27 matrices)", "Q5_0": "Q5_0_R16 (81 matrices)",
+            "Q6_K": "Q6_K_R16 (9 matrices)", "Q8_0": f"{Q8_0_LAYOUT} (10 matrices)",
         }  # fmt: skip
         assert "Q4_K: Q4_K_R16 (27 matrices)" in caplog.text
     finally:
@@ -120,7 +125,7 @@ def test_forced_scalar_level_keeps_the_gguf_layout(gemma3_path: Path) -> None:
 
 @pytest.mark.skipif(not REPACKING, reason="this CPU's level has no repacked kernels (NEON or scalar)")
 def test_a_repack_over_the_budget_is_refused_with_the_figure(gemma3_path: Path) -> None:
-    with pytest.raises(NativeError, match=r"needs 22 MiB of memory but only 1 MiB is available"):
+    with pytest.raises(NativeError, match=r"needs [1-9][0-9]+ MiB of memory but only 1 MiB is available"):
         NativeWeights(gemma3_path, repack_budget=1 << 20)
 
 
@@ -132,7 +137,7 @@ def test_a_q4_k_m_model_with_a_matrix_that_does_not_fit_matches_llama_cpp(tmp_pa
     native, reference = Side("native", path, n_ctx=64), Side("llama.cpp", path, n_ctx=64)
     try:
         layouts = native.model.weights.layouts
-        assert "GGUF in place (1 matrix)" in layouts["Q6_K"]
+        assert layouts["Q6_K"].startswith("GGUF in place (1 matrix)")
         if REPACKING:
             assert layouts["Q4_K"] == "Q4_K_R16 (5 matrices)"
         tokens = [1, 7, 19, 4, 28, 11, 3, 22, 9, 30, 5, 17, 2, 25, 14, 8]

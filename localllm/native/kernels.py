@@ -119,7 +119,8 @@ def repack(ggml_type: int, data: np.ndarray, ne0: int, ne1: int) -> tuple[int, n
 
 
 def repacked_type_of(ggml_type: int) -> int:
-    return {12: 112, 14: 114}[ggml_type]
+    """The id of a type's repacked layout (kernels/llk.h: 100 + the GGUF id)."""
+    return ggml_type + 100
 
 
 def gemm(ggml_type: int, data: np.ndarray, ne0: int, ne1: int, x: np.ndarray) -> np.ndarray:
