@@ -26,7 +26,7 @@ typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; f16_t d; } 
  * group broadcast to all of them, and the scales ready as bytes (unpacked once, at load).
  * Codes of a (sub-)block: vector j of 64 bytes, lane r (4 bytes) holds row r's values 8j..8j+3 in its low
  * nibbles and 8j+4..8j+7 in its high nibbles (Q6_K: the two top bits of those in a third vector; Q5_0/Q5_1:
- * bit k of byte b of lane r is the fifth bit of value 4k+b). The 32-formats keep one scale per block
+ * and Q5_K: bit k of byte b of lane r is the fifth bit of value 4k+b). The 32-formats keep one scale per block
  * and row; their codes are stored unsigned, the offset taken out through the activations' sum. */
 typedef struct { f16_t d[16]; uint8_t qs[256]; } block_q4_0_r16;                 /* codes + 8 */
 typedef struct { f16_t d[16], m[16]; uint8_t qs[256]; } block_q4_1_r16;
@@ -38,6 +38,12 @@ typedef struct {
     uint8_t scales[8][16], mins[8][16]; /* [sub-block of 32][row] */
     uint8_t qs[8][256];                 /* [sub-block of 32]: four vectors */
 } block_q4_k_r16;
+typedef struct { /* Q4_K's group, then the fifth bits of each sub-block's values */
+    f16_t d[16], dmin[16];
+    uint8_t scales[8][16], mins[8][16];
+    uint8_t qs[8][256];
+    uint8_t qh[8][64];
+} block_q5_k_r16;
 typedef struct {
     f16_t d[16];
     int8_t scales[16][16]; /* [sub-block of 16][row] */
@@ -66,6 +72,7 @@ _Static_assert(sizeof(block_q4_0_r16) == 16 * 18 && sizeof(block_q4_1_r16) == 16
 _Static_assert(sizeof(block_q5_0_r16) == 16 * 22 && sizeof(block_q5_1_r16) == 16 * 24, "q5_r16");
 _Static_assert(sizeof(block_q8_0_r16) == 16 * 34, "q8_0_r16");
 _Static_assert(sizeof(block_q6_k_r16) == 16 * 210, "q6_k_r16");
+_Static_assert(sizeof(block_q5_k_r16) == 16 * 180, "q5_k_r16");
 #define GROUP_ROWS 16 /* rows of a repacked group */
 
 

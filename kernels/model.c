@@ -2,7 +2,8 @@
  *
  * One llk_decode call evaluates a whole batch (tokens of several sequences at
  * their positions) through every layer; Python is not involved per layer.
- * Weights are read in place from the mapped GGUF.
+ * Weights are read in place from the mapped GGUF, or from the copies repacked at
+ * load (repack.c).
  *
  * The KV cache is a pool of fixed-size blocks of half floats.  A sequence is a
  * block table: the token at position p lives in cell p % block_size of block
@@ -15,7 +16,8 @@
  *
  * Batch invariance: every step reduces in an order fixed by the token's own
  * position, never by the batch.  Matrix rows are dotted one at a time (the
- * multi-row and multi-column kernels give each row its single-row result),
+ * multi-row and multi-column kernels give each row its single-row result, and
+ * a repacked group's kernel takes each token through the same operations),
  * and attention sums a token's cells in 64 lanes chosen by position (ggml's
  * one-token decode layout), whatever block each cell sits in, however the
  * prompt was chunked and whatever else is in the batch.

@@ -1,5 +1,5 @@
-/* Repacking at load: K-format matrices into 16-row interleaved groups (block_q4_k_r16, block_q6_k_r16
- * in common.h), and the scalar reference of their kernels.
+/* Repacking at load: quantized matrices into 16-row interleaved groups (block_*_r16 in common.h), and
+ * the scalar reference of their kernels.
  *
  * A repacked row's result is its own: each row's integer sums are exact, and its float sum takes one
  * fixed chain per row (super-block after super-block), the same at every level and for any number of
@@ -32,6 +32,7 @@ const char *llk_type_name(int type) {
     case LLK_Q5_1_R16: return "Q5_1_R16";
     case LLK_Q8_0_R16: return "Q8_0_R16";
     case LLK_Q4_K_R16: return "Q4_K_R16";
+    case LLK_Q5_K_R16: return "Q5_K_R16";
     case LLK_Q6_K_R16: return "Q6_K_R16";
     default: return "?";
     }
@@ -39,7 +40,7 @@ const char *llk_type_name(int type) {
 
 static int repacked_of(int type) {
     switch (type) {
-    case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: case LLK_Q4_K: case LLK_Q6_K:
+    case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K:
         return type + 100;
     default: return type;
     }
@@ -61,12 +62,12 @@ size_t llk_repack_size(int type, int64_t ne0, int64_t ne1) {
     return fits(type, ne0, ne1) ? llk_row_size(repacked_of(type), ne0) * (size_t)ne1 : 0;
 }
 
-/* The 256 unsigned codes of a Q4_K super-block (value = d*sc*code - dmin*m). */
-static void codes_q4_k(const block_q4_k *b, uint8_t *q) {
+/* The 256 unsigned codes of a Q4_K or Q5_K super-block (qh: Q5_K's fifth bits; value = d*sc*code - dmin*m). */
+static void codes_q45_k(const uint8_t *qs, const uint8_t *qh, uint8_t *q) {
     for (int j = 0; j < 4; j++)
         for (int l = 0; l < 32; l++) {
-            q[64 * j + l] = b->qs[32 * j + l] & 0xF;
-            q[64 * j + 32 + l] = b->qs[32 * j + l] >> 4;
+            q[64 * j + l] = (uint8_t)((qs[32 * j + l] & 0xF) | (qh ? ((qh[l] >> (2 * j)) & 1) << 4 : 0));
+            q[64 * j + 32 + l] = (uint8_t)((qs[32 * j + l] >> 4) | (qh ? ((qh[l] >> (2 * j + 1)) & 1) << 4 : 0));
         }
 }
 
@@ -83,24 +84,38 @@ static void codes_q6_k(const block_q6_k *b, uint8_t *q) {
 }
 
 /* Row r's codes of one sub-block (`len` values from q) as two nibble vectors at v: lane r of vector j
- * holds values 8j..8j+3 in its low nibbles and 8j+4..8j+7 in its high ones. */
+ * holds values 8j..8j+3 in its low nibbles and 8j+4..8j+7 in its high nibbles. */
 static void put_nibbles(uint8_t *v, int r, const uint8_t *q, int len) {
     for (int j = 0; j < len / 8; j++)
         for (int b = 0; b < 4; b++) v[64 * j + 4 * r + b] = (uint8_t)((q[8 * j + b] & 0xF) | ((q[8 * j + 4 + b] & 0xF) << 4));
 }
 
-static void repack_q4_k(const block_q4_k *src, int64_t nb, block_q4_k_r16 *dst) {
+/* Row r's fifth bits of 32 codes: bit k of byte b of lane r is the fifth bit of value 4k+b. */
+static void put_fifth_bits(uint8_t *v, int r, const uint8_t *q) {
+    for (int b = 0; b < 4; b++) {
+        uint8_t bits = 0;
+        for (int k = 0; k < 8; k++) bits |= (uint8_t)(((q[4 * k + b] >> 4) & 1) << k);
+        v[4 * r + b] = bits;
+    }
+}
+
+/* Q4_K (fifth 0) or Q5_K (fifth 1): Q5_K's group is Q4_K's with the fifth bits after it. */
+static void repack_q45_k(const uint8_t *src, int64_t nb, int fifth, uint8_t *dst) {
+    const size_t src_block = fifth ? sizeof(block_q5_k) : sizeof(block_q4_k);
+    const size_t group = fifth ? sizeof(block_q5_k_r16) : sizeof(block_q4_k_r16);
     uint8_t q[QKK];
     for (int r = 0; r < GROUP_ROWS; r++)
         for (int64_t ib = 0; ib < nb; ib++) {
-            const block_q4_k *b = src + r * nb + ib;
-            block_q4_k_r16 *g = dst + ib;
-            g->d[r] = b->d;
-            g->dmin[r] = b->dmin;
-            codes_q4_k(b, q);
+            const uint8_t *b = src + (r * nb + ib) * src_block;
+            const block_q5_k *b5 = (const block_q5_k *)b; /* d, dmin and scales: the same place in both */
+            block_q5_k_r16 *g = (block_q5_k_r16 *)(dst + ib * group);
+            g->d[r] = b5->d;
+            g->dmin[r] = b5->dmin;
+            codes_q45_k(fifth ? b5->qs : ((const block_q4_k *)b)->qs, fifth ? b5->qh : NULL, q);
             for (int s = 0; s < 8; s++) {
-                scale_min_k4(s, b->scales, &g->scales[s][r], &g->mins[s][r]);
+                scale_min_k4(s, b5->scales, &g->scales[s][r], &g->mins[s][r]);
                 put_nibbles(g->qs[s], r, q + 32 * s, 32);
+                if (fifth) put_fifth_bits(g->qh[s], r, q + 32 * s);
             }
         }
 }
@@ -156,11 +171,7 @@ static void put32(int type, uint8_t *g, int r, const uint8_t *q, f16_t d, f16_t 
         return;
     }
     if (has_fifth) {
-        for (int b = 0; b < 4; b++) {
-            uint8_t bits = 0;
-            for (int k = 0; k < 8; k++) bits |= (uint8_t)(((q[4 * k + b] >> 4) & 1) << k);
-            codes[4 * r + b] = bits;
-        }
+        put_fifth_bits(codes, r, q);
         codes += 64;
     }
     put_nibbles(codes, r, q, 32);
@@ -174,8 +185,8 @@ int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst) {
     for (int64_t g = 0; g < ne1 / GROUP_ROWS; g++) {
         const uint8_t *s = (const uint8_t *)src + g * src_row * GROUP_ROWS;
         uint8_t *out = (uint8_t *)dst + g * group_block * nb;
-        if (type == LLK_Q4_K) {
-            repack_q4_k((const block_q4_k *)s, nb, (block_q4_k_r16 *)out);
+        if (type == LLK_Q4_K || type == LLK_Q5_K) {
+            repack_q45_k(s, nb, type == LLK_Q5_K, out);
         } else if (type == LLK_Q6_K) {
             repack_q6_k((const block_q6_k *)s, nb, (block_q6_k_r16 *)out);
         } else {
@@ -200,18 +211,22 @@ static inline int nibble(const uint8_t *v, int r, int i) {
     return i % 8 < 4 ? byte & 0xF : byte >> 4;
 }
 
-static void dot_group_q4_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
-                               size_t out_stride) {
+static void dot_group_q45_k_ref(int fifth, const void *w, const void *act, size_t act_row, int n_tok, int64_t n,
+                                float *out, size_t out_stride) {
+    const size_t group = fifth ? sizeof(block_q5_k_r16) : sizeof(block_q4_k_r16);
     for (int t = 0; t < n_tok; t++) {
         const block_q8k *y = (const block_q8k *)((const uint8_t *)act + t * act_row);
         float acc[GROUP_ROWS] = {0};
         for (int64_t ib = 0; ib < n / QKK; ib++) {
-            const block_q4_k_r16 *g = (const block_q4_k_r16 *)w + ib;
+            const block_q5_k_r16 *g = (const block_q5_k_r16 *)((const uint8_t *)w + ib * group);
             for (int r = 0; r < GROUP_ROWS; r++) {
                 int32_t isum = 0, msum = 0;
                 for (int s = 0; s < 8; s++) {
                     int32_t p = 0;
-                    for (int i = 0; i < 32; i++) p += nibble(g->qs[s], r, i) * y[ib].qs[32 * s + i];
+                    for (int i = 0; i < 32; i++) {
+                        int code = nibble(g->qs[s], r, i) | (fifth ? ((g->qh[s][4 * r + i % 4] >> (i / 4)) & 1) << 4 : 0);
+                        p += code * y[ib].qs[32 * s + i];
+                    }
                     isum += p * g->scales[s][r];
                     msum += g->mins[s][r] * (y[ib].bsums[2 * s] + y[ib].bsums[2 * s + 1]);
                 }
@@ -221,6 +236,16 @@ static void dot_group_q4_k_ref(const void *w, const void *act, size_t act_row, i
         }
         memcpy(out + t * out_stride, acc, sizeof acc);
     }
+}
+
+static void dot_group_q4_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                               size_t out_stride) {
+    dot_group_q45_k_ref(0, w, act, act_row, n_tok, n, out, out_stride);
+}
+
+static void dot_group_q5_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                               size_t out_stride) {
+    dot_group_q45_k_ref(1, w, act, act_row, n_tok, n, out, out_stride);
 }
 
 static void dot_group_q6_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
@@ -295,5 +320,6 @@ void llk_fill_repacked_ref(kernel_table *t) {
     t->dot_group[LLK_Q5_1_R16] = dot_group_q5_1_ref;
     t->dot_group[LLK_Q8_0_R16] = dot_group_q8_0_ref;
     t->dot_group[LLK_Q4_K_R16] = dot_group_q4_k_ref;
+    t->dot_group[LLK_Q5_K_R16] = dot_group_q5_k_ref;
     t->dot_group[LLK_Q6_K_R16] = dot_group_q6_k_ref;
 }
