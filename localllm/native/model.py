@@ -12,9 +12,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import os
 import re
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -361,17 +363,21 @@ class NativeWeights:
                 f"but only {budget >> 20} MiB is available; free memory or use the llama.cpp engine"
             )
         counts: Counter[tuple[str, str]] = Counter()
-        start = time.perf_counter()
+        copies = []
         for t, target in plan:
             name = lib.llk_type_name(t.type).decode()
             counts[name, lib.llk_type_name(target).decode() if target != t.type else "GGUF in place"] += 1
             if target != t.type:
-                copy = np.empty(lib.llk_repack_size(t.type, t.ne0, t.ne1), dtype=np.uint8)
-                lib.llk_repack(t.type, ctypes.c_void_p(t.data), t.ne0, t.ne1, ctypes.c_void_p(copy.ctypes.data))
-                self._repacked.append(copy)
-                self._weight_bytes += copy.nbytes - lib.llk_row_size(t.type, t.ne0) * t.ne1
-                t.data, t.type = copy.ctypes.data, target
+                copies.append((t, target, np.empty(lib.llk_repack_size(t.type, t.ne0, t.ne1), dtype=np.uint8)))
+        start = time.perf_counter()
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # ctypes lets go of the GIL: one matrix a core
+            list(pool.map(lambda job: lib.llk_repack(job[0].type, ctypes.c_void_p(job[0].data), job[0].ne0, job[0].ne1,
+                                                     ctypes.c_void_p(job[2].ctypes.data)), copies))
         self.repack_seconds = time.perf_counter() - start
+        for t, target, copy in copies:
+            self._repacked.append(copy)
+            self._weight_bytes += copy.nbytes - lib.llk_row_size(t.type, t.ne0) * t.ne1
+            t.data, t.type = copy.ctypes.data, target
         for (name, layout), n in sorted(counts.items()):
             entry = f"{layout} ({n} {'matrix' if n == 1 else 'matrices'})"
             self.layouts[name] = f"{self.layouts[name]}, {entry}" if name in self.layouts else entry
