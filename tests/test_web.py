@@ -80,8 +80,10 @@ def test_page_answers_only_to_local_host_names(daemon):
 
 # ---- the browser -------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Chromium for this module only: Playwright's sync API keeps an event loop running in this thread
+    until it stops, and later modules' ``asyncio.run`` must not find one."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install '.[dev]')")
     executable, reason = chromium_or_reason()
     if executable is None:
