@@ -22,6 +22,7 @@ from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_
 from .gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
 from .links import LinkedFileError
 from .names import ModelName
+from .projector import InvalidProjector, read_projector
 from .requires import check_requires
 from .store import (
     CONFIG_MEDIA_TYPE,
@@ -136,9 +137,19 @@ class LocalModel:
             caps.append("tools")
         if self.thinking_tags:
             caps.append("thinking")
-        if self.projectors:
+        if self.vision:
             caps.append("vision")
         return caps
+
+    @property
+    def vision(self) -> bool:
+        """Whether the model takes images: it has a projector layer that reads as a vision projector."""
+        if not self.projectors:
+            return False
+        try:
+            return read_projector(self.projectors[0]).vision
+        except (InvalidProjector, OSError):
+            return False
 
     @property
     def thinking_tags(self) -> ThinkingTags | None:

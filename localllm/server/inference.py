@@ -161,6 +161,7 @@ class Inference:
             digest=model.digest,
             model_path=model.model_path,
             adapters=tuple(model.adapters),
+            projector=model.projectors[0] if model.projectors else None,
             num_ctx=job.options.get("num_ctx"),
             num_thread=job.options.get("num_thread"),
             num_batch=job.options.get("num_batch"),

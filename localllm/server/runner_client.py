@@ -51,6 +51,7 @@ class RunnerConfig:
     tensor_split: tuple[int, ...] = ()  # layers on each of ``devices``
     embedding: bool = False
     adapters: tuple[Path, ...] = ()
+    projector: Path | None = None  # vision projector GGUF: images in
     engine: str = "llama.cpp"
     kv_tokens: int | None = None  # native engine: positions in its KV block pool (None: the runner's default)
 
@@ -206,6 +207,8 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         args.append("--embedding")
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
+    if config.projector is not None:
+        args += ["--projector", str(config.projector)]
     # ggml aborts a runner whose worker goes away: without a debugger's backtrace on its stderr
     env = {**os.environ, "GGML_NO_BACKTRACE": "1"} if config.remote_workers else None
     process = await asyncio.create_subprocess_exec(

@@ -38,6 +38,7 @@ def modelfile_of(model: LocalModel) -> str:
         adapters=[str(p) for p in model.adapters],
         license=model.license,
         requires=model.requires,
+        projectors=[str(p) for p in model.projectors],
     )
     try:
         body = format_modelfile(modelfile)
