@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
+MARKER = "<__media__>"  # where an image stands in a prompt (libmtmd's default media marker)
 MAX_PIXELS = 50_000_000  # a 7000 x 7000 photo passes; a decompression bomb does not
 MAX_BYTES = 32 << 20  # of an encoded image
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")

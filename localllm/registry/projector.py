@@ -51,3 +51,11 @@ def check_projector(path: Path, embedding_length: int | None) -> ProjectorInfo:
         raise InvalidProjector(f"it writes embeddings of {info.projection_dim} values, but the model's are "
                                f"{embedding_length} wide: a projector for another model")
     return info
+
+
+def is_projector(path: Path) -> bool:
+    """Whether ``path`` is a GGUF of a projector architecture (how an uploaded file is told apart)."""
+    try:
+        return read_gguf(path, skip_arrays_over=64).metadata.get("general.architecture") in PROJECTOR_ARCHITECTURES
+    except (InvalidGGUF, OSError):
+        return False

@@ -25,12 +25,10 @@ from pathlib import Path
 import llama_cpp as ll
 import llama_cpp.mtmd_cpp as mtmd
 
-from localllm.images import DecodedImage
+from localllm.images import MARKER, DecodedImage
 from localllm.runner.backend import BackendError, Context, Model, _detail, _on_log, captured_errors
 
 log = logging.getLogger("localllm.runner")
-
-MARKER = mtmd.mtmd_default_marker().decode()  # where an image goes in a prompt ("<__media__>")
 
 
 def is_placeholder(token: int) -> bool:
@@ -89,6 +87,7 @@ class Projector:
         params.n_threads = n_threads
         params.print_timings = False
         params.warmup = False  # the first image pays for it, not every load
+        params.media_marker = MARKER.encode()
         with captured_errors() as errors:
             ptr = mtmd.mtmd_init_from_file(str(path).encode(), model.ptr, params)
         if not ptr:

@@ -36,6 +36,7 @@ from .limits import check_request
 from .output_parser import OutputParser, ParserSetup
 from .runner_client import RunnerProcess
 from .tools import ToolUse
+from .vision import check_images
 
 #: Renders the prompt once the runner is up (receives its /health answer) for a think setting.
 PromptRenderer = Callable[[dict[str, Any]], str]
@@ -120,8 +121,8 @@ class ChatHandler:
         job.shift, job.truncate = turn.shift, turn.truncate
         self.inference.want_logprobs(job, turn.logprobs, turn.top_logprobs)
         model = job.model
-        if any(m.images for m in turn.messages):
-            raise bad_request(f"{model.name.display!r} does not support images")
+        check_images(model, ((f"messages[{i}].images[{j}]", data) for i, m in enumerate(turn.messages)
+                             for j, data in enumerate(m.images)))
         check_tool_results(turn.messages)
         tool_use = apply_tool_choice(job, ToolUse.for_model(model, turn.tools), turn.tool_choice,
                                      turn.parallel_tool_calls)
@@ -168,6 +169,7 @@ class ChatHandler:
                 fitted = await fit_history(turn.history, runner, turn.job.options.get("num_predict"),
                                            turn.job.truncate)
                 prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
+                turn.job.images = fitted.images
             if setup.thinking_tags and turn.think is not False:
                 # A template that opens the block itself leaves the answer inside it.
                 opened = setup.thinking_tags.opened_by(text)
@@ -183,8 +185,9 @@ class ChatHandler:
         return DeltaStream(deltas, events, notes)
 
     async def count_tokens(self, turn: PreparedTurn) -> int:
-        """The tokens of the prompt the turn would send (Anthropic's ``count_tokens``)."""
-        return await self.inference.count_prompt_tokens(turn.job, turn.render)
+        """The tokens of the prompt the turn would send (Anthropic's ``count_tokens``), its images' too."""
+        images = [image for m in turn.history.messages for image in m.get("images", ())] if turn.history else []
+        return await self.inference.count_prompt_tokens(turn.job, turn.render, images)
 
     async def answer(self, turn: PreparedTurn) -> Answer:
         """The whole answer of a turn (clients that did not ask for a stream)."""

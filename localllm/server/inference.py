@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
@@ -53,6 +53,7 @@ class CompletionJob:
     context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
     shift: bool = False  # slide the context when the answer fills it (Ollama's dialect), else end with "length"
     truncate: bool = True  # cut a prompt over the context (Ollama's way), else the runner answers 400
+    images: list[str] = field(default_factory=list)  # base64, one per image marker of the prompt, in order
 
 
 def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse, parallel: bool = True) -> bool:
@@ -208,6 +209,8 @@ class Inference:
                     body["grammar_triggers"] = list(job.grammar_triggers)
                 if job.json_schema is not None:
                     body["json_schema"] = job.json_schema
+                if job.images:
+                    body["images"] = job.images
                 async for event in self._relay(loaded, body, first=True):
                     if first_token_at is None:
                         first_token_at = time.perf_counter_ns()
@@ -247,15 +250,19 @@ class Inference:
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer
 
-    async def count_prompt_tokens(self, job: CompletionJob, render: Callable[[dict[str, Any]], str]) -> int:
+    async def count_prompt_tokens(self, job: CompletionJob, render: Callable[[dict[str, Any]], str],
+                                  images: list[str] = ()) -> int:
         """How many tokens the prompt takes, tokenized by the model's runner as a completion would
-        tokenize it (before any cut to the context length)."""
+        tokenize it (before any cut to the context length), with the positions its ``images`` take."""
         self.check_capacity(self.load_request(job))
         async with self._leased(job) as loaded:
             # A template (a stranger's code) may render for seconds: in a thread, the loop keeps answering.
             prompt = await asyncio.to_thread(render, loaded.runner.health)
             try:
-                answer = await loaded.runner.post_json("/tokenize", {"content": prompt, "prompt": True})
+                answer = await loaded.runner.post_json("/tokenize", {"content": prompt, "prompt": True,
+                                                                     **({"images": images} if images else {})})
+            except RunnerBadRequest as exc:
+                raise bad_request(str(exc)) from None
             except RunnerError as exc:
                 raise ApiError(500, str(exc)) from None
         return len(answer["tokens"])

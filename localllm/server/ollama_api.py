@@ -18,6 +18,7 @@ from ..registry.names import InvalidName
 from ..registry.pull import PullError, parse_pull_target
 from ..registry.remote import RegistryError
 from ..registry.models import load_local_model
+from ..registry.projector import is_projector
 from ..registry.requires import normalize_requires
 from ..registry.store import CorruptManifest, DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from . import show
@@ -184,8 +185,10 @@ def create_spec(body: CreateRequest, store, may_read_files: bool) -> CreateSpec:
         raise ApiError(403, f"{paths[0]}: a model can be created from a file on the daemon's machine only by a "
                             "client on that machine or one holding LOCALLLM_API_KEY; upload the file with "
                             "POST /api/blobs/<digest> and name it in 'files' instead")
-    if body.modelfile is None and body.files:
-        spec.from_ = str(_uploaded_blob(store, next(iter(body.files.values())), "files"))
+    if body.modelfile is None and body.files:  # a projector among them (clip architecture) is one, as in Ollama
+        blobs = [str(_uploaded_blob(store, digest, "files")) for digest in body.files.values()]
+        spec.projectors = [blob for blob in blobs if is_projector(Path(blob))]
+        spec.from_ = next((blob for blob in blobs if blob not in spec.projectors), "")
     if body.modelfile is None and body.adapters:
         spec.adapters = [str(_uploaded_blob(store, d, "adapters")) for d in body.adapters.values()]
     if not spec.from_:

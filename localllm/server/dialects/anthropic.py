@@ -36,6 +36,7 @@ from ..conversation import (
     ThinkSetting,
     ToolCallDelta,
 )
+from ...images import MEDIA_TYPES
 from ..errors import anthropic_error, bad_request
 from ..formats import Constraint
 from ..handler import ChatHandler, PreparedTurn
@@ -122,6 +123,10 @@ def _image(block: dict[str, Any], field: str) -> str:
     if source.get("type") != "base64":
         raise bad_request(f"{field}.source: image source type {source.get('type')!r} is not supported; "
                           "send the image as base64 (nothing is downloaded)")
+    media_type = source.get("media_type")
+    if media_type not in MEDIA_TYPES:
+        raise bad_request(f"{field}.source.media_type {media_type!r} is not an image type this server reads "
+                          f"({', '.join(sorted(MEDIA_TYPES))})")
     return _text(source, "data", f"{field}.source")
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from ...images import MARKER
 from ...templates import prompt as prompts
 from ..api_types import ChatRequest, GenerateRequest
 from ..conversation import (
@@ -32,6 +33,7 @@ from ..limits import check_request
 from ..state import DaemonState, state_of
 from ..streaming import NDJSON, ndjson, streamed
 from ..tools import ToolCall, call_arguments
+from ..vision import check_images
 from .render import rendered
 
 router = APIRouter()
@@ -173,15 +175,16 @@ async def generate(body: GenerateRequest, request: Request):
     job.shift, job.truncate = body.shift is not False, body.truncate is not False
     model = job.model
     renderer = OllamaRenderer(body.model, "generate")
-    if body.images:
-        raise bad_request(f"{model.name.display!r} does not support images")
+    check_images(model, ((f"images[{i}]", data) for i, data in enumerate(body.images or [])))
+    job.images = list(body.images or [])
+    prompt = MARKER * len(job.images) + body.prompt if job.images else body.prompt  # Ollama: images first
     if not body.prompt and not body.suffix and body.context is None:
         return await _load_only(state, job, renderer)
 
     def render(health: dict[str, Any]) -> str:
         with template_errors_as_400(model):
             return prompts.build_generate_prompt(
-                prompt=body.prompt, system=body.system if body.system is not None else model.system,
+                prompt=prompt, system=body.system if body.system is not None else model.system,
                 suffix=body.suffix, template_override=body.template, model_template=model.template,
                 gguf_chat_template=model.chat_template, bos=health.get("bos", ""), eos=health.get("eos", ""),
                 raw=body.raw, history=model.messages, think=think,
