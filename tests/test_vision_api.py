@@ -106,6 +106,7 @@ def test_responses_input_image(vision):
     assert "blue" in ask("blue").lower() and ask("blue") != ask("red")
 
 
+@pytest.mark.slow  # some 1,000 tokens of prefill with twenty images
 def test_older_messages_with_images_are_dropped_whole_to_fit(vision):
     messages = []
     for colour in ("red", "green", "blue", "white", "black") * 8:  # some 1,500 tokens: over the context
