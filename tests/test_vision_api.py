@@ -181,3 +181,28 @@ def test_create_refuses_a_projector_that_cannot_work(vision, smollm2_path, tmp_p
             "model": "broken-vision", "modelfile": f"FROM {smollm2_path}\nFROM {path}\n", "stream": False})
         assert r.status_code == 400, r.text
         assert str(path) in r.json()["error"] and problem in r.json()["error"]
+
+
+def test_a_projector_for_another_model_is_refused_at_create(vision, gemma3_path, projector_path):
+    r = httpx.post(f"{vision.url}/api/create", timeout=60, json={
+        "model": "mismatched-vision", "modelfile": f"FROM {gemma3_path}\nFROM {projector_path}\n", "stream": False})
+    assert r.status_code == 400, r.text
+    assert str(projector_path) in r.json()["error"] and "576" in r.json()["error"] and "640" in r.json()["error"]
+
+
+def test_a_projector_that_fails_to_load_is_an_error_naming_it(vision, smollm2_path, tmp_path):
+    from gguf import GGUFWriter
+
+    hollow = tmp_path / "hollow-mmproj.gguf"  # a projector's header and no weights: libmtmd cannot load it
+    w = GGUFWriter(str(hollow), "clip")
+    w.add_clip_has_vision_encoder(True)
+    w.add_clip_projector_type("mlp")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    vision.create("hollow-vision", f"FROM {smollm2_path}\nFROM {hollow}\n")
+    r = httpx.post(f"{vision.url}/api/chat", timeout=120, json={"model": "hollow-vision", "stream": False,
+                                                                "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code >= 400 and "cannot load projector" in r.json()["error"], r.text
+    assert "sha256-" in r.json()["error"]  # the projector's file in the store
