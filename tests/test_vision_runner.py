@@ -98,3 +98,12 @@ def test_a_runner_without_projector_refuses_images(smollm2_path):
         with runner.client() as c:
             r = c.post("/completion", json={"prompt": chat_prompt(MARKER + "hi"), "images": [b64(picture("red"))]})
     assert r.status_code == 400 and "does not support images" in r.json()["error"]
+
+
+def test_placeholders_are_negative_and_differ_between_images():
+    from localllm.runner.projector import placeholders
+
+    a, b = "ab" * 32, "ab" * 31 + "ac"  # digests differing in their last bits only
+    run_a, run_b = placeholders(a, 576), placeholders(b, 576)
+    assert all(t < 0 for t in run_a + run_b) and run_a == placeholders(a, 576)
+    assert run_a[0] != run_b[0] and run_a != run_b  # the first nine carry every bit of the digest
