@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...images import MEDIA_TYPES
 from ..conversation import (
     Answer,
     ChatTurn,
@@ -36,7 +37,6 @@ from ..conversation import (
     ThinkSetting,
     ToolCallDelta,
 )
-from ...images import MEDIA_TYPES
 from ..errors import anthropic_error, bad_request
 from ..formats import Constraint
 from ..handler import ChatHandler, PreparedTurn

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...images import ImageError, data_url_image
 from ..conversation import (
     Answer,
     ChatTurn,
@@ -31,7 +32,6 @@ from ..conversation import (
     ToolCallDelta,
     shaped_logprobs,
 )
-from ...images import ImageError, data_url_image
 from ..errors import bad_request, openai_error
 from ..formats import JSON_OBJECT_GBNF, NO_CONSTRAINT, Constraint, checked_schema
 from ..handler import ChatHandler, DeltaStream, PreparedTurn
