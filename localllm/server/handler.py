@@ -30,7 +30,7 @@ from .conversation import (
     ToolCallDelta,
 )
 from .errors import ApiError, bad_request
-from .history import ChatHistory, fit_history
+from .history import ChatHistory, fit_history, images_of
 from .inference import CompletionJob, Inference, constrain_tool_calls, template_errors_as_400
 from .limits import check_request
 from .output_parser import OutputParser, ParserSetup
@@ -186,7 +186,7 @@ class ChatHandler:
 
     async def count_tokens(self, turn: PreparedTurn) -> int:
         """The tokens of the prompt the turn would send (Anthropic's ``count_tokens``), its images' too."""
-        images = [image for m in turn.history.messages for image in m.get("images", ())] if turn.history else []
+        images = images_of(turn.history.messages) if turn.history else []
         return await self.inference.count_prompt_tokens(turn.job, turn.render, images)
 
     async def answer(self, turn: PreparedTurn) -> Answer:

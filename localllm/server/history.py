@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,11 +81,11 @@ class _Counter:
         text = await self.render(messages)
         return text, await self.tokenize(text, prompt=True, images=images_of(messages))
 
-    async def tokenize(self, text: str, prompt: bool, images: list[str] = ()) -> list[int]:
+    async def tokenize(self, text: str, prompt: bool, images: Sequence[str] = ()) -> list[int]:
         body = {"content": text, "prompt": True} if prompt else {"content": text, "add_special": False,
                                                                     "parse_special": False}
         if images:
-            body["images"] = images
+            body["images"] = list(images)
         return (await self._post("/tokenize", body))["tokens"]
 
     async def detokenize(self, tokens: list[int]) -> str:

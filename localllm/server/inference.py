@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,7 +251,7 @@ class Inference:
         return answer
 
     async def count_prompt_tokens(self, job: CompletionJob, render: Callable[[dict[str, Any]], str],
-                                  images: list[str] = ()) -> int:
+                                  images: Sequence[str] = ()) -> int:
         """How many tokens the prompt takes, tokenized by the model's runner as a completion would
         tokenize it (before any cut to the context length), with the positions its ``images`` take."""
         self.check_capacity(self.load_request(job))
@@ -260,7 +260,7 @@ class Inference:
             prompt = await asyncio.to_thread(render, loaded.runner.health)
             try:
                 answer = await loaded.runner.post_json("/tokenize", {"content": prompt, "prompt": True,
-                                                                     **({"images": images} if images else {})})
+                                                                     **({"images": list(images)} if images else {})})
             except RunnerBadRequest as exc:
                 raise bad_request(str(exc)) from None
             except RunnerError as exc:
