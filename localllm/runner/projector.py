@@ -105,10 +105,10 @@ class Projector:
     def tokenize(self, text: str, images: list[DecodedImage], add_special: bool = True) -> ImagePrompt:
         """``text`` with ``images`` at its markers, in order, as tokens and image chunks.
 
-        Runs on the HTTP side while the engine thread encodes: libmtmd's tokenizer only reads the
-        projector's settings (it resizes and normalises the pixels into the new chunk), the encoder's
-        buffers are the engine thread's alone. Raises ValueError when the markers and the images do
-        not pair up.
+        Runs on the HTTP side while the engine thread encodes, as llama-server tokenizes in its HTTP
+        threads while its loop encodes: the tokenizer resizes and normalises the pixels into the new
+        chunk from the projector's settings; the encoder's buffers are the engine thread's alone.
+        Raises ValueError when the markers and the images do not pair up.
         """
         count = text.count(MARKER)
         if count != len(images):
