@@ -113,7 +113,7 @@ def test_older_messages_with_images_are_dropped_whole_to_fit(vision):
         messages += [{"role": "user", "content": QUESTION, "images": [b64(picture(colour))]},
                      {"role": "assistant", "content": colour}]
     messages.append({"role": "user", "content": QUESTION, "images": [b64(picture("red"))]})
-    r = httpx.post(f"{vision.url}/api/chat", timeout=120, json={
+    r = httpx.post(f"{vision.url}/api/chat", timeout=900, json={
         "model": VISION, "messages": messages, "stream": False, "options": {"num_predict": 12}})
     assert r.status_code == 200, r.text
     assert r.json()["prompt_eval_count"] <= 1024 - 12  # the model's num_ctx, less the answer's room
