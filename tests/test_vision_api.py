@@ -48,8 +48,10 @@ def test_show_lists_vision_only_with_a_projector(vision):
     assert "vision" in shown["capabilities"]
     froms = [line for line in shown["modelfile"].splitlines() if line.startswith("FROM ")]
     assert len(froms) == 2 and "sha256-" in froms[1]  # the model, then its projector layer
+    assert shown["projector_info"]["clip.projector_type"] == "mlp"
+    assert shown["projector_info"]["clip.vision.projection_dim"] == shown["model_info"]["llama.embedding_length"]
     plain = httpx.post(f"{vision.url}/api/show", json={"model": TEXT_ONLY}).json()
-    assert "vision" not in plain["capabilities"]
+    assert "vision" not in plain["capabilities"] and "projector_info" not in plain
 
 
 def test_ollama_client_sends_images_and_the_answer_follows_them(vision):

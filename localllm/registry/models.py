@@ -174,6 +174,17 @@ def model_info(model: LocalModel, *, verbose: bool = False) -> dict[str, Any]:
     return info
 
 
+def projector_info(model: LocalModel) -> dict[str, Any] | None:
+    """Ollama's ``projector_info``: the projector's GGUF metadata (long arrays null); None without one."""
+    if not model.projectors:
+        return None
+    try:
+        gguf = read_gguf(model.projectors[0], skip_arrays_over=SUMMARY_ARRAY_LIMIT)
+    except (InvalidGGUF, OSError):
+        return None
+    return {k: (None if isinstance(v, SkippedArray) else v) for k, v in gguf.metadata.items()}
+
+
 def load_local_model(store: Store, name: ModelName, *, verify_links: bool = True) -> LocalModel:
     """Resolve ``name`` to a LocalModel; ModelNotFound if it is not installed, LinkedFileError if
     a file it links vanished or changed (unless ``verify_links`` is off: deleting needs no check)."""
