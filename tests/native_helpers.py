@@ -8,8 +8,8 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
-from localllm.native import backend as native
-from localllm.runner import backend as llama
+from localllm.backends.native import backend as native
+from localllm.backends import llama_cpp as llama
 
 
 BLOCK = 16

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localllm.native import backend as native
-from localllm.runner.backend import Batch, init_backend
+from localllm.backends.native import backend as native
+from localllm.backends.llama_cpp import Batch, init_backend
 
 BLOCK = 16
 N_SEQ = 8

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from localllm.native import kernels
+from localllm.backends.native import kernels
 from localllm.server.engine_choice import MEASURED_ISAS
 
 from cli_helpers import SMOLLM2_SHA256, CliEnv, write_ollama_model

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from gguf_builders import lora_adapter, tiny_model
-from localllm.native import kernels
+from localllm.backends.native import kernels
 from localllm.server.engine_choice import MEASURED_ISAS, EngineRefused, choose_engine
 
 SMOLLM2_EMBD, SMOLLM2_LAYERS = 576, 30

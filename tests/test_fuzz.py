@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_gguf import build_gguf, gguf_string, kv_string, kv_u32, tensor_info
 
-from localllm.registry.gguf import InvalidGGUF, read_gguf
+from localllm.gguf import InvalidGGUF, read_gguf
 
 EXAMPLES_PER_OPERATION = 40
 

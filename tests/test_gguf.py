@@ -9,7 +9,7 @@ from pathlib import Path
 import gguf as gguf_py
 import pytest
 
-from localllm.registry.gguf import FILE_TYPES, GGML_TYPES, InvalidGGUF, SkippedArray, read_gguf
+from localllm.gguf import FILE_TYPES, GGML_TYPES, InvalidGGUF, SkippedArray, read_gguf
 
 
 def gguf_string(text: str | bytes) -> bytes:

@@ -14,9 +14,9 @@ from gguf import quants
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localllm.native import kernels
-from localllm.native.lib import NativeError
-from localllm.registry.gguf import GGML_TYPES, read_gguf
+from localllm.backends.native import kernels
+from localllm.backends.native.lib import NativeError
+from localllm.gguf import GGML_TYPES, read_gguf
 
 # type -> byte offsets of the half-float scale fields inside one block
 SCALE_FIELDS = {

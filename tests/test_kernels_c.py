@@ -36,7 +36,7 @@ def _check(cmd: list[str], levels: int) -> None:
 def test_host_levels_agree_with_the_reference(tmp_path: Path) -> None:
     compiler = shutil.which("cc") or shutil.which("gcc")
     assert compiler, "no C compiler"
-    from localllm.native import kernels
+    from localllm.backends.native import kernels
 
     best = {name: level for level, name in kernels.ISA_NAMES.items()}[kernels.best_isa()]
     _check([str(_build(compiler, tmp_path / "check"))], best)

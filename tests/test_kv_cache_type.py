@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from daemon_helpers import Daemon
-from localllm.registry.gguf import read_gguf
+from localllm.gguf import read_gguf
 from localllm.server.memory import footprint
 
 MODEL = "smollm2:135m"

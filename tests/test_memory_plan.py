@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from localllm.registry.gguf import read_gguf
-from localllm.server.ggml_devices import BackendDevice, backend_devices
+from localllm.gguf import read_gguf
+from localllm.backends.ggml_devices import BackendDevice, backend_devices
 from localllm.server.memory import (
     SAFETY_MARGIN_BYTES, Device, DoesNotFit, ModelFootprint, check_fits_in_ram, footprint, gpu_devices,
     plan_gpu_layers,

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localllm.native import kernels
-from localllm.native.backend import BackendError, Model
-from localllm.native.lib import NativeError
-from localllm.native.model import NativeWeights
+from localllm.backends.native import kernels
+from localllm.backends.native.backend import BackendError, Model
+from localllm.backends.native.lib import NativeError
+from localllm.backends.native.model import NativeWeights
 from gguf_builders import tiny_model
 from native_helpers import Side, cosine, top2_gap
 

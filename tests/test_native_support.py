@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
-from localllm.native.lib import NativeError
-from localllm.native.model import NativeWeights, native_support
+from localllm.backends.native.lib import NativeError
+from localllm.backends.native.model import NativeWeights, native_support
 from gguf_builders import tiny_model
 
 

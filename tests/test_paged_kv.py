@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from gguf_builders import tiny_model
-from localllm.native import backend as native
-from localllm.runner.backend import init_backend
+from localllm.backends.native import backend as native
+from localllm.backends.llama_cpp import init_backend
 from localllm.runner.kv_blocks import BlockPool
 from runner_helpers import RunnerProcess, cancellation_storm, complete, parse_stream, running_runner, runner_threads
 from test_prefix_cache import SYSTEM, chat, tokens_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from gguf_builders import F16, tiny_model
-from localllm.registry.gguf import read_gguf
+from localllm.gguf import read_gguf
 
 
 def test_quantize_f16_model_to_q8_0(daemon, tmp_path):

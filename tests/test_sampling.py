@@ -7,7 +7,7 @@ from pathlib import Path
 import llama_cpp as ll
 import pytest
 
-from localllm.runner.backend import Batch, Context, Model, init_backend
+from localllm.backends.llama_cpp import Batch, Context, Model, init_backend
 from localllm.runner.options import CompletionOptions
 from localllm.runner.sampling import Sampler
 

@@ -28,7 +28,7 @@ from localllm.config import SettingsError, parse_worker_address, parse_workers
 from localllm.server.engine_choice import EngineRefused, choose_engine
 from localllm.server.memory import Device, GpuPlan, ModelFootprint, plan_worker_layers, worker_offload
 from localllm.workers.probe import WorkerDevice, WorkerUnreachable, probe
-from localllm.workers.rpc import protocol_version
+from localllm.backends.rpc import protocol_version
 
 MIB = 1 << 20
 GIB = 1 << 30

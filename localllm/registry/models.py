@@ -19,7 +19,7 @@ from typing import Any
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import ollama_template
 from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_tags
-from .gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
+from ..gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
 from .links import LinkedFileError
 from .names import ModelName
 from .requires import check_requires

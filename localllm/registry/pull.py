@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlsplit
 from ..config import Settings
 from . import catalog
 from .events import Emit, Job, merged_events
-from .gguf import InvalidGGUF, read_gguf
+from ..gguf import InvalidGGUF, read_gguf
 from .models import SUMMARY_ARRAY_LIMIT, json_layer, register_model, text_layer
 from .names import DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG, MAX_PART_LENGTH, ModelName
 from .sources import (

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .gguf import read_gguf
+from ..gguf import read_gguf
 
 #: Ollama's names for the targets (lower-case) → llama.cpp's ``llama_ftype``.
 QUANT_TYPES = {

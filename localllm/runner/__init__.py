@@ -5,9 +5,9 @@ for the arguments and :mod:`localllm.runner.server` for the HTTP API).
 
 Modules, one concern each:
 
-- :mod:`~localllm.runner.engines`: the engine contract (what each engine declares it can do);
-- :mod:`~localllm.runner.backend`: llama.cpp's low-level API (model, context, batch);
-  the native engine's is :mod:`localllm.native.backend`;
+- :mod:`~localllm.backends.capabilities`: the engine contract (what each engine declares it can do);
+- :mod:`~localllm.backends.llama_cpp`: llama.cpp's low-level API (model, context, batch);
+  the native engine's is :mod:`localllm.backends.native.backend`;
 - :mod:`~localllm.runner.engine`: the continuous-batching loop over sequence slots;
 - :mod:`~localllm.runner.stream_engine`: its KV on llama.cpp (a stream per slot, prefixes copied);
 - :mod:`~localllm.runner.prefix_cache`: the stream engine's radix tree and host-RAM spill;

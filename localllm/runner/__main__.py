@@ -24,8 +24,8 @@ from typing import Any
 import uvicorn
 
 from localllm.config import ENGINES, Settings, load_settings
-from localllm.runner.engines import POOL_CONTEXTS
-from localllm.runner.backend import (
+from localllm.backends.capabilities import POOL_CONTEXTS
+from localllm.backends.llama_cpp import (
     BackendError, Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores,
 )
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
@@ -100,7 +100,7 @@ def _clear_stale_socket(path: Path) -> None:
 
 def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings: Settings) -> tuple[Runtime, Any]:
     """The native engine: a paged KV pool shared by ``--parallel`` sequences."""
-    from localllm.native.backend import Context as NativeContext, Model as NativeModel
+    from localllm.backends.native.backend import Context as NativeContext, Model as NativeModel
     from localllm.runner.kv_blocks import BlockPool
     from localllm.runner.paged_engine import PagedEngine
 

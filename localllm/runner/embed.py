@@ -14,7 +14,7 @@ import math
 import threading
 from collections.abc import Iterator, Sequence
 
-from localllm.runner.backend import Batch, BackendError, Context, Model
+from localllm.backends.llama_cpp import Batch, BackendError, Context, Model
 
 SEQUENCES = 16  # inputs embedded together in one decode at most (the context's n_seq_max)
 

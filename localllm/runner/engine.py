@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from localllm.runner.backend import Batch
+from localllm.backends.llama_cpp import Batch
 from localllm.runner.options import CompletionOptions
 from localllm.runner.sampling import Sampler
 from localllm.runner.textstream import TextStream

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from localllm.native.backend import Context, Model
+from localllm.backends.native.backend import Context, Model
 from localllm.runner.engine import WAIT_FOR_PREFIX, CompletionRequest, Engine, Slot, Step
 from localllm.runner.kv_blocks import BlockPool, Node
 

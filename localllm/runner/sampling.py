@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import llama_cpp as ll
 import numpy as np
 
-from localllm.runner.backend import Context, Model, captured_errors
+from localllm.backends.llama_cpp import Context, Model, captured_errors
 from localllm.runner.options import CompletionOptions
 
 log = logging.getLogger("localllm.runner")

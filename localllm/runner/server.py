@@ -56,7 +56,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from localllm.runner.backend import Model
+from localllm.backends.llama_cpp import Model
 from localllm.runner.embed import Embedder, InputTooLong
 from localllm.runner.engine import CompletionRequest, Engine
 from localllm.runner.options import CompletionOptions, OptionError

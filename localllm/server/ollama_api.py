@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from .. import __version__
 from ..registry.create import CreateError, CreateSpec, check_spec, local_files, spec_from_modelfile
-from ..registry.gguf import InvalidGGUF
+from ..gguf import InvalidGGUF
 from ..registry.names import InvalidName
 from ..registry.pull import PullError, parse_pull_target
 from ..registry.remote import RegistryError

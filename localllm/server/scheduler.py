@@ -36,10 +36,10 @@ from .memory import (
     shortfall,
     worker_offload,
 )
-from ..runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
+from ..backends.capabilities import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
 from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
-from .workers import WorkerPool
+from .worker_pool import WorkerPool
 
 log = logging.getLogger("localllm.scheduler")
 

@@ -34,7 +34,7 @@ import jsonschema
 import numpy as np
 
 from common import fixtures, report
-from localllm.runner.backend import Batch, Context, Model, init_backend
+from localllm.backends.llama_cpp import Batch, Context, Model, init_backend
 from localllm.runner.options import CompletionOptions
 from localllm.runner.sampling import GrammarError, Sampler
 from localllm.server.errors import ApiError

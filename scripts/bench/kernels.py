@@ -39,8 +39,8 @@ from native_helpers import Side  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from common import alternating  # noqa: E402
 
-from localllm.native import kernels  # noqa: E402
-from localllm.native.lib import Tensor, library  # noqa: E402
+from localllm.backends.native import kernels  # noqa: E402
+from localllm.backends.native.lib import Tensor, library  # noqa: E402
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 FORMATS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12,

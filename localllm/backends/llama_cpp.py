@@ -135,8 +135,8 @@ class Offload:
         """Resolve ``names`` (connecting to workers; a worker that cannot be reached aborts the process)."""
         if not names:
             return None
-        from localllm.server.ggml_devices import describe, device_handles
-        from localllm.workers import rpc
+        from localllm.backends.ggml_devices import describe, device_handles
+        from localllm.backends import rpc
 
         local = {describe(handle).name: handle for handle in device_handles()}
         handles, workers = [], []

@@ -1,9 +1,9 @@
-"""The native engine as a runner backend: the same surface as :mod:`localllm.runner.backend`.
+"""The native engine as a runner backend: the same surface as :mod:`localllm.backends.llama_cpp`.
 
 :class:`Model` keeps llama.cpp for the vocabulary only (a vocab-only load:
 tokenize, pieces, end-of-generation tokens), and maps the weights for our own
 forward pass.  :class:`Context` owns the C context (KV cache, thread pool)
-and takes the runner's own :class:`~localllm.runner.backend.Batch`
+and takes the runner's own :class:`~localllm.backends.llama_cpp.Batch`
 (a ``llama_batch``) unchanged; its KV is a pool of blocks that
 :class:`~localllm.runner.paged_engine.PagedEngine` shares between
 sequences.  Logits come back as NumPy rows (:meth:`Context.logits`) for the
@@ -19,10 +19,10 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
-from localllm.native.lib import NativeError, library
-from localllm.native.model import HINT, NativeWeights
-from localllm.runner import backend as llama_backend
-from localllm.runner.backend import Batch, BackendError, captured_errors
+from localllm.backends.native.lib import NativeError, library
+from localllm.backends.native.model import HINT, NativeWeights
+from localllm.backends import llama_cpp as llama_backend
+from localllm.backends.llama_cpp import Batch, BackendError, captured_errors
 
 __all__ = ["Batch", "BackendError", "Context", "Model"]
 

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from localllm.native.lib import LAYER_TENSORS, Layer, ModelParams, NativeError, Tensor, library
-from localllm.registry.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gguf
+from localllm.backends.native.lib import LAYER_TENSORS, Layer, ModelParams, NativeError, Tensor, library
+from localllm.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gguf
 
 HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
 ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4}

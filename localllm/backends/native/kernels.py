@@ -1,7 +1,7 @@
 """NumPy-facing wrappers of the kernels: dequantize rows, quantize activations, dot products.
 
 Used by the tests and the benchmark; the forward pass calls the same C
-functions directly.  Types are ggml type ids (``localllm.registry.gguf.GGML_TYPES``).
+functions directly.  Types are ggml type ids (``localllm.gguf.GGML_TYPES``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import ctypes
 
 import numpy as np
 
-from localllm.native.lib import NativeError, library
+from localllm.backends.native.lib import NativeError, library
 
 ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avxvnni", 3: "avx512", 4: "neon", 5: "neon_dotprod"}
 

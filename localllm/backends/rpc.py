@@ -13,7 +13,7 @@ import ctypes
 import functools
 import re
 
-from localllm.server.ggml_devices import library_dir, register
+from localllm.backends.ggml_devices import library_dir, register
 
 REBUILD = ('CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall --no-cache-dir --no-deps '
            "llama-cpp-python=={version}")

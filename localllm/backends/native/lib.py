@@ -22,7 +22,7 @@ from pathlib import Path
 import platformdirs
 
 _HERE = Path(__file__).resolve().parent
-_SOURCES = _HERE.parent.parent / "kernels"
+_SOURCES = _HERE.parents[2] / "kernels"
 _LIB_NAME = "libllk.so"
 _C_FLAGS = ["-O3", "-std=gnu11", "-shared", "-fPIC", "-fno-math-errno", "-pthread"]
 
@@ -73,7 +73,7 @@ def _sources() -> list[Path]:
 
 def _installed() -> Path | None:
     """The library a ``pip install`` put next to the package (or in site-packages, for editable installs)."""
-    candidates = [_HERE / _LIB_NAME] + [Path(p) / "localllm" / "native" / _LIB_NAME for p in sys.path if p]
+    candidates = [_HERE / _LIB_NAME] + [Path(p) / "localllm" / "backends" / "native" / _LIB_NAME for p in sys.path if p]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         return None
