@@ -43,7 +43,7 @@ class Side:
         if self.kind == "native":
             return self.ctx.logits(row).copy()
         ptr = ll.llama_get_logits_ith(self.ctx.ptr, row)
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
+        return np.ctypeslib.as_array(ptr, shape=(self.model.vocab.n_vocab,)).copy()
 
     def eval(self, tokens: Sequence[int], start: int, seq: int = 0) -> np.ndarray:
         """Evaluate ``tokens`` at positions ``start``...; the logits after the last one."""

@@ -67,7 +67,7 @@ def prompt_tokens(model: native.Model, n: int, salt: str) -> list[int]:
     text = f"{salt}: " + " ".join(f"The {w} of the {v} is not the {u}." for w, v, u in zip(
         ["colour", "shape", "weight", "sound", "taste"] * 200, ["sea", "sky", "hill", "bird"] * 250,
         ["answer", "question", "point"] * 334))  # fmt: skip
-    return model.tokenize_prompt(text)[:n]
+    return model.vocab.tokenize_prompt(text)[:n]
 
 
 CASES = [("smollm2_path", 200, 1024), ("gemma3_path", 560, 1024)]  # Gemma 3's window is 512 positions

@@ -54,7 +54,7 @@ def sides(request: pytest.FixtureRequest):
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_first_step_logits_match_llama_cpp(sides, prompt: str) -> None:
     native, reference = sides
-    tokens = reference.model.tokenize_prompt(prompt)
+    tokens = reference.model.vocab.tokenize_prompt(prompt)
     native.reset()
     reference.reset()
     assert cosine(native.eval(tokens, 0), reference.eval(tokens, 0)) >= MIN_COSINE
@@ -63,7 +63,7 @@ def test_first_step_logits_match_llama_cpp(sides, prompt: str) -> None:
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_greedy_continuation_agrees_with_llama_cpp(sides, prompt: str) -> None:
     native, reference = sides
-    tokens = reference.model.tokenize_prompt(prompt)
+    tokens = reference.model.vocab.tokenize_prompt(prompt)
     ours, _ = native.greedy(tokens, 64)
     theirs, their_logits = reference.greedy(tokens, 64)
     first = next((i for i in range(64) if ours[i] != theirs[i]), None)
@@ -80,7 +80,7 @@ def test_smollm2_logits_are_llama_cpps_bit_for_bit(smollm2_path: Path) -> None:
     engine keeps one lane layout for batch invariance.)"""
     native, reference = Side("native", smollm2_path), Side("llama.cpp", smollm2_path)
     try:
-        tokens = reference.model.tokenize_prompt(PROMPTS[1] + " lived in a cave near the sea, and every morning he flew")
+        tokens = reference.model.vocab.tokenize_prompt(PROMPTS[1] + " lived in a cave near the sea, and every morning he flew")
         for position, token in enumerate(tokens):
             ours, theirs = native.eval([token], position), reference.eval([token], position)
             assert np.array_equal(ours, theirs), position
@@ -136,8 +136,8 @@ def test_batched_sequences_match_each_alone_bit_for_bit(smollm2_path: Path) -> N
     """Two sequences prefilled in one batch get exactly the logits each gets alone."""
     side = Side("native", smollm2_path, n_seq=2)
     try:
-        a = side.model.tokenize_prompt("The sky is")
-        b = side.model.tokenize_prompt("Fish live in the")
+        a = side.model.vocab.tokenize_prompt("The sky is")
+        b = side.model.vocab.tokenize_prompt("Fish live in the")
         alone_a = side.eval(a, 0, seq=0)
         alone_b = side.eval(b, 0, seq=1)
         batch = side.batch
@@ -158,7 +158,7 @@ def test_kv_block_operations(smollm2_path: Path) -> None:
     side = Side("native", smollm2_path, n_ctx=64, n_seq=2)
     ctx = side.ctx
     try:
-        prompt = side.model.tokenize_prompt("A list of fruits: apple, banana, cherry, grape, mango, peach, plum,")
+        prompt = side.model.vocab.tokenize_prompt("A list of fruits: apple, banana, cherry, grape, mango, peach, plum,")
         assert 17 < len(prompt) < 32
         full = side.eval(prompt, 0)
         ctx.copy_block(int(ctx.tables[1, 0]), int(ctx.tables[0, 0]))  # sequence 1 gets block 0's 16 positions

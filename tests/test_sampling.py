@@ -28,7 +28,7 @@ def _llama_cpp_chain(model: Model, o: CompletionOptions) -> ll.llama_sampler_p:
     """The chain llama.cpp's common sampler builds: its penalties sampler first."""
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
     ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_penalties(
-        model.n_vocab, o.repeat_last_n, o.repeat_penalty, o.frequency_penalty, o.presence_penalty))
+        model.vocab.n_vocab, o.repeat_last_n, o.repeat_penalty, o.frequency_penalty, o.presence_penalty))
     if o.temperature <= 0:
         ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
     else:
@@ -65,7 +65,7 @@ def _generate(ctx: Context, prompt: list[int], pick, n: int = 48) -> list[int]:
 def test_penalties_pick_what_llama_cpps_sampler_picks(model_and_context, options: dict) -> None:
     model, ctx = model_and_context
     o = CompletionOptions.from_dict(options)
-    prompt = model.tokenize_prompt(PROMPT)
+    prompt = model.vocab.tokenize_prompt(PROMPT)
     ours = Sampler(model, o, 512)
     ours.accept_prompt(prompt)
     theirs = _llama_cpp_chain(model, o)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import llama_cpp as ll
 
+from localllm.backends.contract import BackendError
+
 _GGML_LOG_LEVEL_WARN = 3  # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT
 _GGML_LOG_LEVEL_CONT = 5
 
@@ -29,10 +31,6 @@ _backend_ready = False
 _log_verbose = False
 _log_capture: list[str] | None = None
 _log_last_level = 0
-
-
-class BackendError(RuntimeError):
-    """llama.cpp refused an operation (load, context creation, decode)."""
 
 
 @ll.llama_log_callback
@@ -92,6 +90,14 @@ def _detail(lines: list[str], fallback: str) -> str:
     return "; ".join(line.strip() for line in lines if line.strip()) or fallback
 
 
+def quantize_file(source: str, target: str, ftype: int) -> int:
+    """llama.cpp's quantizer (``llama_model_quantize``) from ``source`` to ``target``; 0 on success."""
+    ll.llama_backend_init()
+    params = ll.llama_model_quantize_default_params()
+    params.ftype = ftype
+    return int(ll.llama_model_quantize(source.encode(), target.encode(), params))
+
+
 def physical_cores() -> int:
     """Number of physical CPU cores (llama.cpp is slower on hyperthreads)."""
     try:
@@ -135,8 +141,8 @@ class Offload:
         """Resolve ``names`` (connecting to workers; a worker that cannot be reached aborts the process)."""
         if not names:
             return None
-        from localllm.backends.ggml_devices import describe, device_handles
         from localllm.backends import rpc
+        from localllm.backends.ggml_devices import describe, device_handles
 
         local = {describe(handle).name: handle for handle in device_handles()}
         handles, workers = [], []
@@ -188,41 +194,16 @@ class DecodeWatchdog:
                 os._exit(3)
 
 
-class Model:
-    """Weights (memory-mapped) and vocabulary of one GGUF file."""
+class Vocabulary:
+    """A model's tokens through llama.cpp's vocabulary: both engines tokenize with it."""
 
-    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0,
-                 offload: Offload | None = None) -> None:
-        params = ll.llama_model_default_params()
-        params.use_mmap = True
-        params.n_gpu_layers = n_gpu_layers  # ignored by CPU-only builds
-        self.offload = offload
-        if offload is not None:  # devices in order, layers on each (llama.cpp's --device and --tensor-split)
-            params.devices = ctypes.cast(offload.devices, ctypes.c_void_p).value
-            params.tensor_split = offload.split
-        with captured_errors() as errors:
-            ptr = ll.llama_model_load_from_file(str(path).encode(), params)
-        if not ptr:
-            raise BackendError(f"cannot load model {path}: {_detail(errors, 'not a loadable GGUF model')}")
-        self.ptr = ptr
-        self.path = Path(path)
-        self.vocab = ll.llama_model_get_vocab(ptr)
-        self.n_vocab: int = ll.llama_vocab_n_tokens(self.vocab)
-        self.n_ctx_train: int = ll.llama_model_n_ctx_train(ptr)
-        self.n_embd: int = ll.llama_model_n_embd(ptr)
-        self.size: int = ll.llama_model_size(ptr)
-        self.bos: int = ll.llama_vocab_bos(self.vocab)
-        self.eos: int = ll.llama_vocab_eos(self.vocab)
+    def __init__(self, model_ptr: int) -> None:
+        self.ptr = ll.llama_model_get_vocab(model_ptr)
+        self.n_vocab: int = ll.llama_vocab_n_tokens(self.ptr)
+        self.bos: int = ll.llama_vocab_bos(self.ptr)
+        self.eos: int = ll.llama_vocab_eos(self.ptr)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
-        self.adapters = [self._load_adapter(Path(a)) for a in adapters]
-
-    def _load_adapter(self, path: Path) -> ctypes.c_void_p:
-        with captured_errors() as errors:
-            adapter = ll.llama_adapter_lora_init(self.ptr, str(path).encode())
-        if not adapter:
-            raise BackendError(f"cannot load adapter {path}: {_detail(errors, 'not a LoRA adapter for this model')}")
-        return adapter
 
     def token_text(self, token: int) -> str:
         """A special token's text as the model spells it (e.g. ``<|im_end|>``)."""
@@ -234,11 +215,11 @@ class Model:
         data = text.encode("utf-8")
         capacity = len(data) + 8
         buf = (ll.llama_token * capacity)()
-        n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        n = ll.llama_tokenize(self.ptr, data, len(data), buf, capacity, add_special, parse_special)
         if n < 0:  # cannot happen with len+8, but llama.cpp's contract allows it
             capacity = -n
             buf = (ll.llama_token * capacity)()
-            n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+            n = ll.llama_tokenize(self.ptr, data, len(data), buf, capacity, add_special, parse_special)
         return list(buf[:n])
 
     def tokenize_prompt(self, text: str) -> list[int]:
@@ -264,10 +245,10 @@ class Model:
 
     def _render(self, token: int, special: bool) -> bytes:
         buf = self._piece_buf
-        n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        n = ll.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            n = ll.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, special)
         return buf.raw[:n]
 
     def detokenize(self, tokens: Sequence[int]) -> str:
@@ -275,7 +256,45 @@ class Model:
 
     def is_eog(self, token: int) -> bool:
         """End of generation: EOS, EOT and the like."""
-        return bool(ll.llama_vocab_is_eog(self.vocab, token))
+        return bool(ll.llama_vocab_is_eog(self.ptr, token))
+
+
+class Model:
+    """Weights (memory-mapped) and vocabulary of one GGUF file.
+
+    ``vocab_only`` loads the vocabulary alone: the native engine's model holds
+    one of these for its tokens and maps the weights itself.
+    """
+
+    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0,
+                 offload: Offload | None = None, vocab_only: bool = False) -> None:
+        params = ll.llama_model_default_params()
+        params.use_mmap = True
+        params.vocab_only = vocab_only
+        params.n_gpu_layers = n_gpu_layers  # ignored by CPU-only builds
+        self.offload = offload
+        if offload is not None:  # devices in order, layers on each (llama.cpp's --device and --tensor-split)
+            params.devices = ctypes.cast(offload.devices, ctypes.c_void_p).value
+            params.tensor_split = offload.split
+        with captured_errors() as errors:
+            ptr = ll.llama_model_load_from_file(str(path).encode(), params)
+        if not ptr:
+            what = "the vocabulary of" if vocab_only else "model"
+            raise BackendError(f"cannot load {what} {path}: {_detail(errors, 'not a loadable GGUF model')}")
+        self.ptr = ptr
+        self.path = Path(path)
+        self.vocab = Vocabulary(ptr)
+        self.n_ctx_train: int = ll.llama_model_n_ctx_train(ptr)
+        self.n_embd: int = ll.llama_model_n_embd(ptr)
+        self.size: int = ll.llama_model_size(ptr)
+        self.adapters = [self._load_adapter(Path(a)) for a in adapters]
+
+    def _load_adapter(self, path: Path) -> ctypes.c_void_p:
+        with captured_errors() as errors:
+            adapter = ll.llama_adapter_lora_init(self.ptr, str(path).encode())
+        if not adapter:
+            raise BackendError(f"cannot load adapter {path}: {_detail(errors, 'not a LoRA adapter for this model')}")
+        return adapter
 
     def close(self) -> None:
         for adapter in self.adapters:

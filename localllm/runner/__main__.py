@@ -25,9 +25,8 @@ import uvicorn
 
 from localllm.config import ENGINES, Settings, load_settings
 from localllm.backends.capabilities import POOL_CONTEXTS
-from localllm.backends.llama_cpp import (
-    BackendError, Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores,
-)
+from localllm.backends.contract import BackendError
+from localllm.backends.llama_cpp import Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
 from localllm.runner.stream_engine import StreamEngine
 from localllm.runner.server import Runtime, create_app

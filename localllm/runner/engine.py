@@ -360,7 +360,7 @@ class Engine:
         return plan
 
     def _on_token(self, slot: Slot, token: int) -> None:
-        if self.model.is_eog(token):
+        if self.model.vocab.is_eog(token):
             self._finish(slot, "stop")
             return
         if len(slot.generated) >= slot.limit:
@@ -369,7 +369,7 @@ class Engine:
         slot.generated.append(token)
         if slot.request.sampler.last_logprobs is not None:
             slot.logprobs.append(self._logprob_entry(token, *slot.request.sampler.last_logprobs))
-        text = slot.text.feed(self.model.piece(token))
+        text = slot.text.feed(self.model.vocab.piece(token))
         if text:
             slot.request.emit(self._content(slot, text))
         if slot.text.stopped:
@@ -381,7 +381,7 @@ class Engine:
 
     def _logprob_entry(self, token: int, logprob: float, top: list[tuple[int, float]]) -> dict[str, Any]:
         def describe(tok: int, value: float) -> dict[str, Any]:
-            piece = self.model.piece(tok)
+            piece = self.model.vocab.piece(tok)
             return {"id": tok, "token": piece.decode("utf-8", "replace"), "bytes": list(piece), "logprob": value}
 
         entry = describe(token, logprob)

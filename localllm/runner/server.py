@@ -114,14 +114,14 @@ def _token_list(value: Any, name: str, n_vocab: int) -> list[int]:
 
 def _prompt_tokens(model: Model, prompt: Any, context: Any) -> list[int]:
     """The tokens to evaluate: an earlier exchange's ``context`` (if any), then the prompt."""
-    earlier = [] if context is None else _token_list(context, "context", model.n_vocab)
+    earlier = [] if context is None else _token_list(context, "context", model.vocab.n_vocab)
     if isinstance(prompt, str):
         if earlier:  # a continuation: no second BOS in the middle
-            tokens = model.tokenize(prompt, add_special=False, parse_special=True)
+            tokens = model.vocab.tokenize(prompt, add_special=False, parse_special=True)
         else:
-            tokens = model.tokenize_prompt(prompt)
+            tokens = model.vocab.tokenize_prompt(prompt)
     else:
-        tokens = _token_list(prompt, "prompt", model.n_vocab)
+        tokens = _token_list(prompt, "prompt", model.vocab.n_vocab)
     tokens = earlier + tokens
     if not tokens:
         raise BadRequest("the prompt is empty")
@@ -141,9 +141,9 @@ def create_app(rt: Runtime) -> Starlette:
                 "n_ctx": rt.n_ctx,
                 "n_ctx_train": model.n_ctx_train,
                 "n_parallel": rt.n_parallel,
-                "n_vocab": model.n_vocab,
-                "bos": model.token_text(model.bos),
-                "eos": model.token_text(model.eos),
+                "n_vocab": model.vocab.n_vocab,
+                "bos": model.vocab.token_text(model.vocab.bos),
+                "eos": model.vocab.token_text(model.vocab.eos),
                 "model_size": model.size,
                 "kv_used_cells": rt.engine.kv_used_cells if rt.engine else 0,
                 "cache_tokens": rt.engine.cache_tokens if rt.engine else 0,
@@ -161,15 +161,15 @@ def create_app(rt: Runtime) -> Starlette:
         if not isinstance(content, str):
             raise BadRequest("'content' must be a string")
         if _flag(body, "prompt", False):
-            return JSONResponse({"tokens": model.tokenize_prompt(content)})
+            return JSONResponse({"tokens": model.vocab.tokenize_prompt(content)})
         add_special = _flag(body, "add_special", True)
         parse_special = _flag(body, "parse_special", True)
-        return JSONResponse({"tokens": model.tokenize(content, add_special, parse_special)})
+        return JSONResponse({"tokens": model.vocab.tokenize(content, add_special, parse_special)})
 
     async def detokenize(request: Request) -> Response:
         body = await _body(request)
-        tokens = _token_list(body.get("tokens"), "tokens", model.n_vocab)
-        return JSONResponse({"content": model.detokenize(tokens)})
+        tokens = _token_list(body.get("tokens"), "tokens", model.vocab.n_vocab)
+        return JSONResponse({"content": model.vocab.detokenize(tokens)})
 
     async def completion(request: Request) -> Response:
         if rt.engine is None:

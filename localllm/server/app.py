@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..config import Settings, load_settings
+from ..config import Settings, is_loopback_host, load_settings
 from .dialects import anthropic as anthropic_dialect
 from .dialects import ollama as ollama_dialect
 from .dialects import openai_chat, responses
@@ -21,7 +21,7 @@ from .disconnect import CancelOnDisconnect
 from .errors import ApiError, error_body
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
-from .security import AccessGuard, is_loopback_host
+from .security import AccessGuard
 from .state import DaemonState
 
 log = logging.getLogger("localllm.server")

@@ -21,7 +21,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..config import Settings
+from ..config import Settings, is_loopback_host
 from .errors import error_body
 
 Scope = dict[str, Any]
@@ -41,17 +41,6 @@ UNLIMITED_BODY_PATHS = ("/api/blobs/",)
 MODEL_CHANGING_PATHS = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete")
 #: Scope key the guard sets: True for a client on this machine or one that sent the API key.
 TRUSTED_CLIENT = "localllm.trusted_client"
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for names and addresses that can only mean this machine."""
-    host = host.strip("[]").lower()
-    if host in ("localhost", "") or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def changes_models(method: str, path: str) -> bool:

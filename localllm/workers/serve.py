@@ -14,8 +14,8 @@ import signal
 import sys
 
 from localllm.backends.ggml_devices import BackendDevice, describe, device_handles
-from localllm.server.security import is_loopback_host
 from localllm.backends import rpc
+from localllm.config import is_loopback_host
 
 _IOLBF = 1
 

@@ -132,7 +132,7 @@ def run(threads: int, tokens: int, rounds: int) -> dict:
     result: dict = {"threads": threads, "tokens": tokens, "rounds": rounds, "isa": kernels.isa()}
     for label, path in (("smollm2", fixtures.smollm2_gguf()), ("gemma3", fixtures.gemma3_gguf())):
         native, reference = Side("native", path, threads=threads), Side("llama.cpp", path, threads=threads)
-        prompt = reference.model.tokenize_prompt(PROMPT)
+        prompt = reference.model.vocab.tokenize_prompt(PROMPT)
         theirs, ours = medians(rounds, lambda: llama_decode_rate(reference, prompt, tokens),
                                    lambda: native_decode_rate(native, prompt, tokens))
         result[f"llama_decode_tps_{label}"] = theirs

@@ -1,7 +1,7 @@
-"""The native engine as a runner backend: the same surface as :mod:`localllm.backends.llama_cpp`.
+"""The native engine as a runner backend: the contract of :mod:`localllm.backends.contract`.
 
-:class:`Model` keeps llama.cpp for the vocabulary only (a vocab-only load:
-tokenize, pieces, end-of-generation tokens), and maps the weights for our own
+:class:`Model` holds a vocab-only llama.cpp model for its tokens (tokenize,
+pieces, end-of-generation tokens), and maps the weights for our own
 forward pass.  :class:`Context` owns the C context (KV cache, thread pool)
 and takes the runner's own :class:`~localllm.backends.llama_cpp.Batch`
 (a ``llama_batch``) unchanged; its KV is a pool of blocks that
@@ -16,19 +16,19 @@ import ctypes
 from collections.abc import Sequence
 from pathlib import Path
 
-import llama_cpp as ll
 import numpy as np
 
 from localllm.backends.native.lib import NativeError, library
 from localllm.backends.native.model import HINT, NativeWeights
-from localllm.backends import llama_cpp as llama_backend
-from localllm.backends.llama_cpp import Batch, BackendError, captured_errors
+from localllm.backends import llama_cpp
+from localllm.backends.contract import BackendError
+from localllm.backends.llama_cpp import Batch
 
 __all__ = ["Batch", "BackendError", "Context", "Model"]
 
 
-class Model(llama_backend.Model):
-    """Vocabulary from llama.cpp (vocab-only), weights mapped for the native forward pass."""
+class Model:
+    """Weights mapped for the native forward pass; the vocabulary from a vocab-only llama.cpp model it holds."""
 
     def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0) -> None:
         if adapters:
@@ -37,33 +37,23 @@ class Model(llama_backend.Model):
             self.weights = NativeWeights(path)
         except NativeError as exc:
             raise BackendError(str(exc)) from None
-        params = ll.llama_model_default_params()
-        params.vocab_only = True
-        with captured_errors() as errors:
-            ptr = ll.llama_model_load_from_file(str(path).encode(), params)
-        if not ptr:
+        try:
+            self._tokens = llama_cpp.Model(path, vocab_only=True)
+        except BackendError:
             self.weights.close()
-            raise BackendError(f"cannot load the vocabulary of {path}: {'; '.join(errors) or 'not a GGUF model'}")
-        self.ptr = ptr
+            raise
         self.path = Path(path)
-        self.vocab = ll.llama_model_get_vocab(ptr)
-        self.n_vocab: int = ll.llama_vocab_n_tokens(self.vocab)
+        self.vocab = self._tokens.vocab
         hyper = self.weights.hyper
-        if self.n_vocab != hyper.n_vocab:
+        if self.vocab.n_vocab != hyper.n_vocab:
             self.close()
-            raise BackendError(f"the vocabulary has {self.n_vocab} tokens but token_embd has {hyper.n_vocab} rows")
+            raise BackendError(f"the vocabulary has {self.vocab.n_vocab} tokens but token_embd has {hyper.n_vocab} rows")
         self.n_ctx_train: int = hyper.n_ctx_train
         self.n_embd: int = hyper.n_embd
         self.size: int = self.weights.nbytes
-        self.bos: int = ll.llama_vocab_bos(self.vocab)
-        self.eos: int = ll.llama_vocab_eos(self.vocab)
-        self._piece_buf = ctypes.create_string_buffer(256)
-        self._pieces: dict[int, bytes] = {}
-        self._eog = frozenset(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t))
-        self.adapters = []
 
     def close(self) -> None:
-        super().close()
+        self._tokens.close()
         self.weights.close()
 
 
@@ -93,7 +83,7 @@ class Context:
         if not self._ctx:
             raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: out of memory")
         self.block_bytes: int = self._lib.llk_kv_block_bytes(self._ctx)
-        self._logits = np.empty((0, model.n_vocab), dtype=np.float32)
+        self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
 
     def decode(self, batch: Batch) -> int:
@@ -102,7 +92,7 @@ class Context:
         raw = batch.raw
         want = [i for i in range(n) if raw.logits[i]]
         if len(want) > len(self._logits):
-            self._logits = np.empty((max(len(want), len(self.tables)), self.model.n_vocab), dtype=np.float32)
+            self._logits = np.empty((max(len(want), len(self.tables)), self.model.vocab.n_vocab), dtype=np.float32)
         out = self._logits.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         tables = self.tables.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
         n_seq, table_len = self.tables.shape
