@@ -36,7 +36,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # daemon_helpers / fixtures: start a daemon, find the model
+sys.path.insert(0, str(ROOT / "tests"))  # support.daemon / support.fixtures: start a daemon, find the model
 
 MODEL = "smollm2:135m"
 MAX_RSS_GROWTH = 0.05
@@ -228,9 +228,9 @@ def check(report: Report, requested: int, concurrency: int) -> None:
 
 
 def soak(requests: int, minutes: float, concurrency: int, model_path: Path | None) -> Report:
-    from daemon_helpers import Daemon
+    from support.daemon import Daemon
 
-    import fixtures
+    from support import fixtures
 
     report = Report()
     started = time.monotonic()

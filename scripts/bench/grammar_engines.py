@@ -39,7 +39,7 @@ from localllm.runner.options import CompletionOptions
 from localllm.runner.sampling import GrammarError, Sampler
 from localllm.server.errors import ApiError
 from localllm.server.formats import checked_schema, schema_grammar
-from runner_helpers import chat_prompt
+from support.runner import chat_prompt
 
 SCHEMAS = Path(__file__).with_name("schemas.json")
 GREEDY = CompletionOptions(temperature=0, repeat_penalty=1.0)

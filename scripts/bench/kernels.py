@@ -33,8 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import fixtures  # noqa: E402
-from native_helpers import Side  # noqa: E402
+from support import fixtures  # noqa: E402
+from support.native import Side  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import alternating  # noqa: E402
