@@ -17,7 +17,7 @@ import pytest
 from localllm.backends.native import kernels
 from localllm.server.engine_choice import MEASURED_ISAS
 
-from support.cli import SMOLLM2_SHA256, CliEnv, write_ollama_model
+from support.cli import SMOLLM2_SHA256, CliEnv, assert_clean_error, write_ollama_model
 
 from localllm import __version__
 
@@ -48,16 +48,6 @@ def terse(env: CliEnv) -> str:
     assert result.returncode == 0, result.stderr
     assert "success" in result.stderr
     return "terse"
-
-
-def assert_clean_error(result, *needles: str) -> None:
-    """Failed with exit code 1 and one line a person can act on, no traceback."""
-    assert result.returncode == 1, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 # --- daemon start-up ---------------------------------------------------------

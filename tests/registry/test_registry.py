@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 from support.gguf_builders import lora_adapter, tiny_model
-from support.registry_servers import RegistryServer
-from test_pull import new_puller, run
+from support.registry_servers import RegistryServer, new_puller, run
 
 from localllm.config import SettingsError, load_settings
 from localllm.registry.models import load_local_model

@@ -26,8 +26,9 @@ from support.gguf_builders import tiny_model
 from localllm.backends.native import backend as native
 from localllm.backends.llama_cpp import init_backend
 from localllm.runner.kv_blocks import BlockPool
-from support.runner import RunnerProcess, cancellation_storm, complete, parse_stream, running_runner, runner_threads
-from test_prefix_cache import SYSTEM, chat, tokens_of
+from support.runner import (
+    SYSTEM, RunnerProcess, cancellation_storm, chat, complete, parse_stream, running_runner, runner_threads, tokens_of,
+)
 
 BS = 16
 

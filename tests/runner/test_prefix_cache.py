@@ -18,29 +18,13 @@ import httpx
 import pytest
 
 from localllm.runner.prefix_cache import HostSpill, RadixTree, Spilled
-from support.runner import RunnerProcess, cancellation_storm, complete, parse_stream, running_runner, runner_threads
-
-GREEDY = {"temperature": 0}
-SYSTEM = (
-    "You are Orbit, the assistant of a small astronomy club. Members ask about telescopes, star charts, "
-    "moon phases, planets, meteor showers and how to photograph the night sky. Answer in plain words, "
-    "in two or three sentences, and never invent dates of events you do not know. "
+from support.runner import (
+    SYSTEM, RunnerProcess, cancellation_storm, chat, complete, parse_stream, running_runner, runner_threads, tokens_of,
 )
 
-
-def chat(user: str, system: str = SYSTEM, history: str = "") -> str:
-    return (
-        f"<|im_start|>system\n{system}<|im_end|>\n{history}"
-        f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
-    )
-
-
+GREEDY = {"temperature": 0}
 def shared_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def tokens_of(client: httpx.Client, text: str, add_special: bool = True) -> list[int]:
-    return client.post("/tokenize", json={"content": text, "add_special": add_special}).json()["tokens"]
 
 
 def wait_idle(client: httpx.Client, timeout: float = 20.0) -> dict[str, Any]:

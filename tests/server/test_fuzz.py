@@ -22,7 +22,7 @@ from schemathesis import GenerationMode
 from support.daemon import Daemon, free_port
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from test_gguf import build_gguf, gguf_string, kv_string, kv_u32, tensor_info
+from support.gguf_builders import build_gguf, gguf_string, kv_string, kv_u32, tensor_info
 
 from localllm.gguf import InvalidGGUF, read_gguf
 

@@ -231,3 +231,13 @@ class PtySession:
             except (ProcessLookupError, ChildProcessError):
                 pass
         os.close(self.fd)
+
+
+def assert_clean_error(result, *needles: str) -> None:
+    """Failed with exit code 1 and one line a person can act on, no traceback."""
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]

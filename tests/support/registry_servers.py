@@ -14,6 +14,7 @@ after N bytes (the connection closes mid-body), to test resumed downloads.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -25,6 +26,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from localllm.config import load_settings
+from localllm.registry.pull import Puller, parse_pull_target
+from localllm.registry.store import Store
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 
@@ -475,3 +480,16 @@ class RegistryServer(_Base):
             return
         self.add_blob(data)
         handler.send_bytes(201, b"", headers={"Location": f"/v2/{repository}/blobs/{digest}"})
+
+
+async def collect(puller: Puller, target: str, **kwargs: Any) -> list[dict[str, Any]]:
+    name, url = parse_pull_target(target)
+    return [event async for event in puller.pull(name, url=url, **kwargs)]
+
+
+def run(puller: Puller, target: str, **kwargs: Any) -> list[dict[str, Any]]:
+    return asyncio.run(collect(puller, target, **kwargs))
+
+
+def new_puller(root: Path) -> Puller:
+    return Puller(Store(root), load_settings())

@@ -157,3 +157,21 @@ def cancellation_storm(runner: RunnerProcess, prompt_of: Callable[[int], str], s
             return await asyncio.gather(*tasks, return_exceptions=True)
 
     return asyncio.run(run())
+
+
+SYSTEM = (
+    "You are Orbit, the assistant of a small astronomy club. Members ask about telescopes, star charts, "
+    "moon phases, planets, meteor showers and how to photograph the night sky. Answer in plain words, "
+    "in two or three sentences, and never invent dates of events you do not know. "
+)
+
+
+def chat(user: str, system: str = SYSTEM, history: str = "") -> str:
+    return (
+        f"<|im_start|>system\n{system}<|im_end|>\n{history}"
+        f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def tokens_of(client: httpx.Client, text: str, add_special: bool = True) -> list[int]:
+    return client.post("/tokenize", json={"content": text, "add_special": add_special}).json()["tokens"]

@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-import gguf
 import pytest
+from support.fixtures import metadata_string
 
 from localllm.templates.chat import ChatTemplate
 from localllm.templates.gotemplate import TemplateError
@@ -16,14 +16,9 @@ from localllm.templates.prompt import PromptError, build_generate_prompt, build_
 SMOL_DEFAULT_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
 
 
-def gguf_string(path: Path, key: str) -> str:
-    field = gguf.GGUFReader(path).fields[key]
-    return bytes(field.parts[field.data[0]]).decode("utf-8")
-
-
 @pytest.fixture(scope="module")
 def smol_template(smollm2_path: Path) -> str:
-    return gguf_string(smollm2_path, "tokenizer.chat_template")
+    return metadata_string(smollm2_path, "tokenizer.chat_template")
 
 
 def test_smollm2_template_renders_chatml(smol_template: str) -> None:

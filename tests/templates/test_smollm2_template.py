@@ -14,7 +14,7 @@ from localllm.registry.catalog import SMOLLM2_TEMPLATE, lookup
 from localllm.registry.names import ModelName
 from localllm.templates.prompt import build_prompt, ollama_template
 from localllm.templates.thinking import go_thinking_tags
-from test_chat_template import gguf_string
+from support.fixtures import metadata_string
 
 ENTRY = lookup(ModelName.parse("smollm2:135m"))
 WEATHER_TOOL = {
@@ -42,7 +42,7 @@ CONVERSATIONS = {
 
 @pytest.fixture(scope="module")
 def gguf_template(smollm2_path: Path) -> str:
-    return gguf_string(smollm2_path, "tokenizer.chat_template")
+    return metadata_string(smollm2_path, "tokenizer.chat_template")
 
 
 def catalog_prompt(messages: list[dict], tools: list[dict] | None = None) -> str:
