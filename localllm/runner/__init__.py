@@ -14,7 +14,6 @@ Modules, one concern each:
 - :mod:`~localllm.runner.paged_engine`: its KV on the native engine (shared block tables);
 - :mod:`~localllm.runner.kv_blocks`: the native engine's blocks, prefix index and host-RAM tier;
 - :mod:`~localllm.runner.sampling`: per-sequence sampler chains (and GBNF grammars);
-- :mod:`~localllm.runner.options`: the Ollama options the runner honours;
 - :mod:`~localllm.runner.textstream`: UTF-8-safe, stop-string-safe streaming text;
 - :mod:`~localllm.runner.relay`: engine-thread events to the HTTP side, in bursts;
 - :mod:`~localllm.runner.embed`: embeddings (``--embedding`` runners);

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from localllm.backends.llama_cpp import Batch
-from localllm.runner.options import CompletionOptions
+from localllm.options import CompletionOptions
 from localllm.runner.sampling import Sampler
 from localllm.runner.textstream import TextStream
 

@@ -34,7 +34,7 @@ import llama_cpp as ll
 import numpy as np
 
 from localllm.backends.llama_cpp import Context, Model, captured_errors
-from localllm.runner.options import CompletionOptions
+from localllm.options import CompletionOptions
 
 log = logging.getLogger("localllm.runner")
 

@@ -59,7 +59,7 @@ from starlette.routing import Route
 from localllm.backends.llama_cpp import Model
 from localllm.runner.embed import Embedder, InputTooLong
 from localllm.runner.engine import CompletionRequest, Engine
-from localllm.runner.options import CompletionOptions, OptionError
+from localllm.options import CompletionOptions, OptionError
 from localllm.runner.relay import EventRelay
 from localllm.runner.sampling import GrammarError, Sampler
 

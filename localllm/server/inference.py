@@ -27,7 +27,7 @@ from ..templates.prompt import PromptError
 from .errors import ApiError, bad_request, not_found
 from .formats import NO_CONSTRAINT, Constraint
 from .metrics import Metrics
-from .options import keep_alive_seconds, merge_options
+from .request_options import keep_alive_seconds, merge_options
 from .engine_choice import EngineRefused
 from .runner_client import RunnerBadRequest, RunnerError
 from .scheduler import LoadedModel, LoadRequest, Scheduler

@@ -36,7 +36,7 @@ from .errors import ApiError, bad_request, not_found
 from .inference import parse_name
 from .limits import check_request
 from .security import is_trusted_client
-from .options import validate_options
+from .request_options import validate_options
 from .state import details_at, state_of
 from .streaming import NDJSON, ndjson, streamed
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from common import fixtures, report
 from localllm.backends.llama_cpp import Batch, Context, Model, init_backend
-from localllm.runner.options import CompletionOptions
+from localllm.options import CompletionOptions
 from localllm.runner.sampling import GrammarError, Sampler
 from localllm.server.errors import ApiError
 from localllm.server.formats import checked_schema, schema_grammar

@@ -8,7 +8,7 @@ import llama_cpp as ll
 import pytest
 
 from localllm.backends.llama_cpp import Batch, Context, Model, init_backend
-from localllm.runner.options import CompletionOptions
+from localllm.options import CompletionOptions
 from localllm.runner.sampling import Sampler
 
 PROMPT = "<|im_start|>user\nList the colours of the rainbow, again and again.<|im_end|>\n<|im_start|>assistant\n"
