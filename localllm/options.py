@@ -1,19 +1,114 @@
-"""The Ollama request options the runner honours, with Ollama's defaults.
+"""Ollama's model options, named and typed once: ``options`` in requests, ``PARAMETER`` in Modelfiles.
 
-The daemon validates names and types for the user (warning on unknown
-names); the runner still checks the types of the options it uses, so a bad
-value is a 400 naming the option instead of a crash in the engine thread.
+The Modelfile parser types PARAMETER lines by :data:`OPTION_TYPES`; the daemon
+types a request's options with :func:`checked` (an unknown name is warned
+about and dropped, as Ollama does) and plans a load from :class:`LoadOptions`;
+the runner builds :class:`CompletionOptions`, checking the types again so a
+bad value is a 400 naming the option instead of a crash in the engine thread.
+A known option of the wrong type is an :class:`OptionError` naming it.
 Defaults follow ollama ``api/types.go`` ``DefaultOptions``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from localllm.config import ENGINES
+
+log = logging.getLogger("localllm.options")
 
 
 class OptionError(ValueError):
     """An option has a value of the wrong type or outside its range."""
+
+
+#: Ollama's options (api/types.go ``Options`` and ``Runner``) and their types; ``stop`` repeats.
+OPTION_TYPES: dict[str, type] = {
+    "engine": str,  # localllm: "llama.cpp" or "native" for this model
+    "num_ctx": int,
+    "num_batch": int,
+    "num_gpu": int,
+    "num_worker_layers": int,  # localllm: layers on RPC workers (-1: only what does not fit this machine)
+    "main_gpu": int,
+    "use_mmap": bool,
+    "num_thread": int,
+    "num_keep": int,
+    "seed": int,
+    "num_predict": int,
+    "top_k": int,
+    "top_p": float,
+    "min_p": float,
+    "typical_p": float,
+    "repeat_last_n": int,
+    "temperature": float,
+    "repeat_penalty": float,
+    "presence_penalty": float,
+    "frequency_penalty": float,
+    "mirostat": int,
+    "mirostat_tau": float,
+    "mirostat_eta": float,
+    "stop": list,
+}
+#: What the daemon adds to a completion's options for the runner (from API fields, not Ollama options).
+_RUNNER_TYPES = {**OPTION_TYPES, "logprobs": bool, "top_logprobs": int}
+_NOUNS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", list: "a list of strings"}
+
+
+def coerce(name: str, value: Any, kind: type) -> Any:
+    """A decoded JSON ``value`` as option ``name`` of type ``kind`` (a single string is a one-item list)."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+    elif kind is list:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+    raise OptionError(f"option {name!r} must be {_NOUNS[kind]}, got {value!r}")
+
+
+def checked(options: dict[str, Any] | None) -> dict[str, Any]:
+    """A request's options typed; unknown names are logged and dropped, nulls dropped."""
+    result: dict[str, Any] = {}
+    for name, value in (options or {}).items():
+        kind = OPTION_TYPES.get(name)
+        if kind is None:
+            log.warning("invalid option provided: %s (ignored)", name)
+            continue
+        if value is not None:
+            result[name] = coerce(name, value, kind)
+    if result.get("engine") not in (None, *ENGINES):
+        raise OptionError(f"option 'engine' must be one of {', '.join(ENGINES)}, got {result['engine']!r}")
+    return result
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What a completion's (checked) options ask of the model's load; ``None``: the daemon decides."""
+
+    engine: str | None = None
+    num_ctx: int | None = None
+    num_batch: int | None = None
+    num_gpu: int | None = None
+    num_worker_layers: int | None = None
+    num_thread: int | None = None
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> LoadOptions:
+        return cls(**{f.name: options.get(f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -48,32 +143,12 @@ class CompletionOptions:
             raise OptionError("options must be an object")
         values: dict[str, Any] = {}
         for f in fields(cls):
-            if f.name not in options or options[f.name] is None:
-                continue
-            values[f.name] = _coerce(f.name, f.type, options[f.name])
+            if options.get(f.name) is not None:
+                values[f.name] = coerce(f.name, options[f.name], _RUNNER_TYPES[f.name])
+        if "stop" in values:
+            values["stop"] = tuple(s for s in values["stop"] if s)
         if not 0 <= values.get("top_logprobs", 0) <= 20:
             raise OptionError("option 'top_logprobs' must be between 0 and 20")
         if values.get("mirostat", 0) not in (0, 1, 2):
             raise OptionError("option 'mirostat' must be 0, 1 or 2")
         return cls(**values)
-
-
-def _coerce(name: str, kind: str, value: Any) -> Any:
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise OptionError(f"option {name!r} must be true or false, got {value!r}")
-        return value
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
-            raise OptionError(f"option {name!r} must be an integer, got {value!r}")
-        return int(value)
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise OptionError(f"option {name!r} must be a number, got {value!r}")
-        return float(value)
-    # stop: a list of strings (a single string is accepted, as Ollama's clients send both)
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise OptionError(f"option {name!r} must be a list of strings, got {value!r}")
-    return tuple(s for s in value if s)

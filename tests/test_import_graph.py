@@ -15,8 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "localllm"
 
 # Each top-level module or package of localllm and its floor; imports go only to lower floors.
 FLOORS = {
-    "config": 0, "gguf": 0, "options": 0,
-    "backends": 1, "templates": 1,
+    "config": 0, "gguf": 0,
+    "options": 1, "backends": 1, "templates": 1,
     "registry": 2,
     "runner": 3, "workers": 3,
     "server": 4, "client": 4,
@@ -87,3 +87,13 @@ def test_an_upward_import_is_found(tmp_path: Path, line: str) -> None:
     (root / "runner" / "engine.py").write_text(line + "\n", encoding="utf-8")
     [arrow] = upward_arrows(root)
     assert arrow.startswith(f"localllm/runner/engine.py:{line.count(chr(10)) + 1}: runner (floor 3) imports localllm.server")
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared builders and fixtures live in tests/support/, so test modules stay independent."""
+    tests = Path(__file__).resolve().parent
+    found = [f"{path.relative_to(tests)}:{line}: {module}"
+             for path in sorted(tests.rglob("test_*.py"))
+             for module, line in _imports(path, tests)
+             if module.rsplit(".", 1)[-1].startswith("test_")]
+    assert found == []

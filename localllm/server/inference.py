@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
+from ..options import LoadOptions
 from ..registry.links import LinkedFileError
 from ..registry.models import LocalModel, load_local_model
 from ..registry.names import InvalidName, ModelName
@@ -139,27 +140,24 @@ class Inference:
 
     def load_request(self, job: CompletionJob, embedding: bool = False) -> LoadRequest:
         model = job.model
+        load = LoadOptions.of(job.options)
+        layers = load.num_worker_layers
+        if layers and layers > 0 and not self.settings.workers:
+            raise bad_request(f"option 'num_worker_layers' asks for {layers} layers on workers, but this daemon has "
+                              "none (set LOCALLLM_WORKERS=host:port,... or start it with localllm serve --worker)")
         return LoadRequest(
             embedding=embedding,
             name=model.name.display,
             digest=model.digest,
             model_path=model.model_path,
             adapters=tuple(model.adapters),
-            num_ctx=job.options.get("num_ctx"),
-            num_thread=job.options.get("num_thread"),
-            num_batch=job.options.get("num_batch"),
-            num_gpu=job.options.get("num_gpu"),
-            num_worker_layers=self._worker_layers(job),
-            engine=job.options.get("engine") or self.settings.engine,
+            num_ctx=load.num_ctx,
+            num_thread=load.num_thread,
+            num_batch=load.num_batch,
+            num_gpu=load.num_gpu,
+            num_worker_layers=layers,
+            engine=load.engine or self.settings.engine,
         )
-
-    def _worker_layers(self, job: CompletionJob) -> int | None:
-        """The ``num_worker_layers`` option, refused when it asks for workers the daemon does not have."""
-        layers = job.options.get("num_worker_layers")
-        if layers and layers > 0 and not self.settings.workers:
-            raise bad_request(f"option 'num_worker_layers' asks for {layers} layers on workers, but this daemon has "
-                              "none (set LOCALLLM_WORKERS=host:port,... or start it with localllm serve --worker)")
-        return layers
 
     async def load(self, job: CompletionJob) -> tuple[LoadedModel, int]:
         """Load the model (or refresh its keep_alive); returns it and the load time in ns."""

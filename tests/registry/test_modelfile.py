@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from localllm.options import OPTION_TYPES
 from localllm.registry.modelfile import (
-    PARAMETER_TYPES,
     Modelfile,
     ModelfileError,
     convert_parameters,
@@ -114,8 +114,8 @@ def test_parameter_types_cover_ollama_options() -> None:
     for name in ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "presence_penalty",
                  "frequency_penalty", "mirostat", "mirostat_tau", "mirostat_eta", "seed", "num_predict", "stop", "num_ctx",
                  "num_batch", "num_keep", "num_thread", "num_gpu"):
-        assert name in PARAMETER_TYPES
-    assert PARAMETER_TYPES["num_ctx"] is int and PARAMETER_TYPES["temperature"] is float and PARAMETER_TYPES["stop"] is list
+        assert name in OPTION_TYPES
+    assert OPTION_TYPES["num_ctx"] is int and OPTION_TYPES["temperature"] is float and OPTION_TYPES["stop"] is list
 
 
 def test_convert_parameters_types_values() -> None:
