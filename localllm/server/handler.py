@@ -9,8 +9,8 @@ become :mod:`~localllm.server.conversation` deltas, split by the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..registry.models import LocalModel
@@ -29,14 +29,11 @@ from .conversation import (
     ToolCallDelta,
 )
 from .errors import ApiError, bad_request
-from .inference import CompletionJob, Inference, constrain_tool_calls, template_errors_as_400
+from .inference import CompletionJob, Inference, PromptRenderer, constrain_tool_calls, template_errors_as_400
 from .limits import check_request
 from .output_parser import OutputParser, ParserSetup
+from .runner_client import Health
 from .tools import ToolUse
-
-#: Renders the prompt once the runner is up (receives its /health answer) for a think setting.
-PromptRenderer = Callable[[dict[str, Any]], str]
-
 
 @dataclass
 class PreparedTurn:
@@ -116,12 +113,12 @@ class ChatHandler:
         messages = [m.for_template() for m in turn.messages]
         tools = tool_use.tools if tool_use else None
 
-        def render(health: dict[str, Any]) -> str:
+        def render(health: Health) -> str:
             with template_errors_as_400(model):
                 return prompts.build_prompt(
                     messages=model.messages + messages, system=model.system, model_template=model.template,
-                    gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
-                    eos_token=health.get("eos", ""), tools=tools, think=turn.think,
+                    gguf_chat_template=model.chat_template, bos_token=health.bos,
+                    eos_token=health.eos, tools=tools, think=turn.think,
                 )
 
         setup = ParserSetup(thinking_tags=thinking_tags(model, turn.think),
@@ -142,23 +139,15 @@ class ChatHandler:
         the prompt is raised here as an :class:`ApiError`, before a dialect
         has sent anything.
         """
+        lease = await self.inference.lease(turn.job)
+        prompt = await lease.render(turn.render)
         setup = turn.parser_setup
-
-        def build(health: dict[str, Any]) -> str:
-            nonlocal setup
-            prompt = turn.render(health)
-            if setup.thinking_tags and turn.think is not False:
-                # A template that opens the block itself leaves the answer inside it.
-                opened = setup.thinking_tags.opened_by(prompt)
-                setup = ParserSetup(setup.thinking_tags, opened, setup.call_syntax, setup.tool_names)
-            return prompt
-
-        events = self.inference.stream(turn.job, build)
-        try:
-            first = await events.__anext__()
-        except StopAsyncIteration:
-            raise ApiError(500, "model runner returned nothing") from None
-        deltas = self._deltas(first, events, lambda: OutputParser(setup), drop_thinking=turn.think is False)
+        if setup.thinking_tags and turn.think is not False:
+            # A template that opens the block itself leaves the answer inside it.
+            setup = replace(setup, starts_thinking=setup.thinking_tags.opened_by(prompt))
+        events = lease.complete(prompt)
+        first = await anext(events)  # a failure to start is raised here, before a dialect sends anything
+        deltas = self._deltas(first, events, OutputParser(setup), drop_thinking=turn.think is False)
         return DeltaStream(deltas, events)
 
     async def count_tokens(self, turn: PreparedTurn) -> int:
@@ -171,8 +160,7 @@ class ChatHandler:
 
     @staticmethod
     async def _deltas(first: dict[str, Any], events: AsyncIterator[dict[str, Any]],
-                      new_parser: Callable[[], OutputParser], drop_thinking: bool) -> AsyncIterator[Delta]:
-        parser = new_parser()
+                      parser: OutputParser, drop_thinking: bool) -> AsyncIterator[Delta]:
         logprobs: list[dict[str, Any]] = []  # of text the parser holds back
         answer_logprobs: list[dict[str, Any]] = []  # of the answer's text: thinking and calls have none
 

@@ -295,9 +295,9 @@ async def running(request: Request) -> dict[str, Any]:
             "engine": loaded.engine,
             "engine_reason": loaded.engine_reason,
             "split": list(loaded.split),
-            "cache_tokens": health.get("cache_tokens", 0),
-            "cache_hit_rate": health.get("cache_hit_rate", 0.0),
-            "kv_blocks": health.get("kv_blocks", {}),
+            "cache_tokens": health.cache_tokens,
+            "cache_hit_rate": health.cache_hit_rate,
+            "kv_blocks": health.kv_blocks,
         })
     return {"models": models}
 

@@ -229,9 +229,9 @@ class Scheduler:
         """The engine for this load and the GPU and worker plans it gets (none for an engine without them)."""
         llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
         workers = await self._plan_workers(request, need, llama_plan)
-        try:
-            choice = choose_engine(
-                Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
+        try:  # off the loop: it reads the model's tensors and may load (or build, for minutes) the kernels library
+            choice = await asyncio.to_thread(
+                choose_engine, Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
                 llama_plan.n_gpu_layers, self._llama_cpp_settings(), _describe_workers(workers),
             )  # fmt: skip
         except BaseException:
@@ -295,7 +295,7 @@ class Scheduler:
     async def _plan_load(self, request: LoadRequest, n_ctx: int) -> LoadPlan:
         """The engine a load gets, its GPU and worker plans and its memory (the native pool, or llama.cpp's
         streams)."""
-        summary = read_model_summary(Path(request.model_path))
+        summary = await asyncio.to_thread(read_model_summary, Path(request.model_path))
         n_batch = request.num_batch or 512
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, self.settings.kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
@@ -361,6 +361,10 @@ class Scheduler:
             adapters=tuple(request.adapters),
             engine=choice.engine,
             kv_tokens=POOL_CONTEXTS * n_ctx if choice.engine == NATIVE else None,
+            kv_cache_type=self.settings.kv_cache_type,
+            flash_attention=self.settings.flash_attention,
+            worker_timeout=self.settings.worker_timeout,
+            stream_interval=self.settings.stream_interval,
         )
         log.info("loading %s on %s (%s), ctx %d, %d sequences", request.name, choice.engine, choice.reason, n_ctx,
                  config.n_parallel)

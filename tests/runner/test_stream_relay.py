@@ -1,4 +1,5 @@
-"""Streamed pieces reach the HTTP side in bursts (``LOCALLLM_STREAM_INTERVAL``), one event each, none lost."""
+"""Streamed pieces reach the HTTP side in bursts (``LOCALLLM_STREAM_INTERVAL``, the runner's
+``--stream-interval``), one event each, none lost."""
 
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ def test_relay_never_holds_back_the_final_event() -> None:
 
 def _stream_reads(smollm2_path: Path, interval: str) -> tuple[int, int, float]:
     """(pieces, socket reads that carried them, seconds) of a 96-token stream from a real runner."""
-    env = {"LOCALLLM_STREAM_INTERVAL": interval}
-    with running_runner(smollm2_path, "--ctx", "512", "--parallel", "1", "--threads", runner_threads(), env=env) as r:
+    with running_runner(smollm2_path, "--ctx", "512", "--parallel", "1", "--threads", runner_threads(),
+                        "--stream-interval", interval) as r:
         body = {"prompt": chat_prompt("Tell me a long story about a fox."),
                 "options": {"temperature": 0, "num_predict": 96, "stop": []}}
         reads = 0
@@ -77,7 +78,7 @@ def _stream_reads(smollm2_path: Path, interval: str) -> tuple[int, int, float]:
 
 @pytest.mark.slow
 def test_runner_streams_in_bursts_only_when_asked(smollm2_path: Path) -> None:
-    pieces, reads, elapsed = _stream_reads(smollm2_path, "250ms")
+    pieces, reads, elapsed = _stream_reads(smollm2_path, "0.25")
     assert pieces >= 60  # still one event per piece
     assert reads <= elapsed / 0.25 + 3, (reads, elapsed)
     every_piece, every_reads, _ = _stream_reads(smollm2_path, "0")

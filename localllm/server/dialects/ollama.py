@@ -29,6 +29,7 @@ from ..formats import format_constraint
 from ..handler import ChatHandler, PreparedTurn
 from ..inference import CompletionJob, template_errors_as_400
 from ..limits import check_request
+from ..runner_client import Health
 from ..state import DaemonState, state_of
 from ..streaming import NDJSON, ndjson, streamed
 from ..tools import ToolCall, call_arguments
@@ -172,12 +173,12 @@ async def generate(body: GenerateRequest, request: Request):
     if not body.prompt and not body.suffix and body.context is None:
         return await _load_only(state, job, renderer)
 
-    def render(health: dict[str, Any]) -> str:
+    def render(health: Health) -> str:
         with template_errors_as_400(model):
             return prompts.build_generate_prompt(
                 prompt=body.prompt, system=body.system if body.system is not None else model.system,
                 suffix=body.suffix, template_override=body.template, model_template=model.template,
-                gguf_chat_template=model.chat_template, bos=health.get("bos", ""), eos=health.get("eos", ""),
+                gguf_chat_template=model.chat_template, bos=health.bos, eos=health.eos,
                 raw=body.raw, history=model.messages, think=think,
             )
 
