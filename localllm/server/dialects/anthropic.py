@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api_types import RequestBody
 from ..conversation import (
     Answer,
     ChatTurn,
@@ -44,7 +45,7 @@ from ..state import state_of
 from ..streaming import streamed
 from ..tools import ToolCall
 from .render import named_sse, rendered
-from .openai_chat import response_format_constraint, sampling_options
+from .openai_family import response_format_constraint, sampling_options
 
 router = APIRouter(prefix="/v1")
 
@@ -57,11 +58,7 @@ REFUSED_FIELDS = {
 EFFORT_THINK = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class InputMessage(_Body):
+class InputMessage(RequestBody):
     role: Literal["user", "assistant"]
     content: str | list[dict[str, Any]]
 

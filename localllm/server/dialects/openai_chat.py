@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ..api_types import RequestBody
 from ..conversation import (
     Answer,
     ChatTurn,
@@ -27,18 +28,19 @@ from ..conversation import (
     Final,
     Message,
     Thinking,
-    ThinkSetting,
     ToolCallDelta,
     shaped_logprobs,
 )
 from ..errors import bad_request, openai_error
-from ..formats import JSON_OBJECT_GBNF, NO_CONSTRAINT, Constraint, checked_schema
+from ..formats import NO_CONSTRAINT
 from ..handler import ChatHandler, DeltaStream, PreparedTurn
 from ..inference import CompletionJob, parse_name
 from ..limits import check_request
 from ..state import state_of
 from ..streaming import sse, streamed
-from ..tools import ToolCall, call_arguments
+from .openai_family import (
+    image_data, openai_tool_call, reasoning_think, response_format_constraint, sampling_options, tool_choice_of,
+)
 
 router = APIRouter(prefix="/v1")
 
@@ -46,17 +48,13 @@ MAX_CHOICES = 8
 MAX_TOP_LOGPROBS = 20
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class ContentPart(_Body):
+class ContentPart(RequestBody):
     type: str
     text: str | None = None
     image_url: dict[str, Any] | str | None = None
 
 
-class ChatMessage(_Body):
+class ChatMessage(RequestBody):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -65,11 +63,11 @@ class ChatMessage(_Body):
     reasoning_content: str | None = None
 
 
-class StreamOptions(_Body):
+class StreamOptions(RequestBody):
     include_usage: bool = False
 
 
-class SamplingBody(_Body):
+class SamplingBody(RequestBody):
     """Fields every OpenAI generation request shares."""
 
     model: str
@@ -110,23 +108,6 @@ class CompletionRequest(SamplingBody):
 # --- translator -----------------------------------------------------------------------
 
 
-def sampling_options(temperature: float | None, top_p: float | None, max_tokens: int | None,
-                     stop: str | list[str] | None = None, seed: int | None = None,
-                     top_k: int | None = None) -> dict[str, Any]:
-    """OpenAI-style sampling fields as Ollama options; temperature and top_p default to 1, as OpenAI's."""
-    options: dict[str, Any] = {"temperature": 1.0 if temperature is None else temperature,
-                               "top_p": 1.0 if top_p is None else top_p}
-    if max_tokens is not None:
-        options["num_predict"] = max_tokens
-    if seed is not None:
-        options["seed"] = seed
-    if top_k is not None:
-        options["top_k"] = top_k
-    if stop:
-        options["stop"] = [stop] if isinstance(stop, str) else list(stop)
-    return options
-
-
 def _options(body: SamplingBody, max_tokens: int | None) -> dict[str, Any]:
     options = sampling_options(body.temperature, body.top_p, max_tokens, body.stop, body.seed)
     options["frequency_penalty"] = body.frequency_penalty or 0.0
@@ -134,43 +115,6 @@ def _options(body: SamplingBody, max_tokens: int | None) -> dict[str, Any]:
     if body.logit_bias:
         raise bad_request("logit_bias is not supported")
     return options
-
-
-def response_format_constraint(response_format: dict[str, Any] | None, field: str = "response_format") -> Constraint:
-    """OpenAI's ``response_format`` (chat) or ``text.format`` (Responses) as an output constraint."""
-    if not response_format:
-        return NO_CONSTRAINT
-    kind = response_format.get("type")
-    if kind in (None, "text"):
-        return NO_CONSTRAINT
-    if kind == "json_object":
-        return Constraint(grammar=JSON_OBJECT_GBNF)
-    if kind == "json_schema":
-        # chat nests the schema under json_schema; Responses puts it beside the type
-        spec = response_format.get("json_schema", response_format)
-        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-            raise bad_request(f"{field}.json_schema must be an object with a 'schema' object")
-        return Constraint(json_schema=checked_schema(spec.get("schema") or {}))
-    raise bad_request(f"{field}.type {kind!r} is not supported: use text, json_object or json_schema")
-
-
-def reasoning_think(effort: str | None, field: str = "reasoning_effort") -> ThinkSetting:
-    """OpenAI's reasoning effort as a think setting (``none`` turns thinking off)."""
-    if effort is None:
-        return None
-    if effort == "none":
-        return False
-    if effort in ("low", "medium", "high"):
-        return effort
-    raise bad_request(f"invalid {field} {effort!r}: use none, low, medium or high")
-
-
-def image_data(url: str, field: str) -> str:
-    """The base64 data of an image given as a ``data:`` URL (we fetch nothing from the network)."""
-    head, comma, data = url.partition(",")
-    if not (head.startswith("data:image/") and head.endswith(";base64") and comma):
-        raise bad_request(f"{field}: only data:image/...;base64 URLs are supported (nothing is downloaded)")
-    return data
 
 
 def _content_of(content: str | list[ContentPart] | None, field: str) -> tuple[str, list[str]]:
@@ -190,13 +134,6 @@ def _content_of(content: str | list[ContentPart] | None, field: str) -> tuple[st
     return "".join(texts), images
 
 
-def openai_tool_call(call: dict[str, Any], field: str) -> ToolCall:
-    """A tool call as OpenAI clients send it back (arguments as a JSON string)."""
-    function = call.get("function") or {}
-    name = str(function.get("name", ""))
-    return ToolCall(name, call_arguments(function.get("arguments", "{}"), field, name), str(call.get("id") or ""))
-
-
 def chat_messages(messages: list[ChatMessage]) -> list[Message]:
     converted = []
     for index, m in enumerate(messages):
@@ -209,19 +146,6 @@ def chat_messages(messages: list[ChatMessage]) -> list[Message]:
             tool_call_id=m.tool_call_id or "", tool_name=m.name if m.role == "tool" and m.name else "",
         ))
     return converted
-
-
-def tool_choice_of(choice: str | dict[str, Any] | None) -> str:
-    """OpenAI's ``tool_choice`` as the core's: auto, none, required or a function name."""
-    if choice is None:
-        return "auto"
-    if choice in ("auto", "none", "required"):
-        return choice
-    if isinstance(choice, dict) and isinstance(choice.get("function"), dict) and choice["function"].get("name"):
-        return choice["function"]["name"]
-    if isinstance(choice, dict) and choice.get("type") == "function" and choice.get("name"):
-        return choice["name"]  # the Responses API's flat form
-    raise bad_request(f"invalid tool_choice {choice!r}: use none, auto, required or a function")
 
 
 def chat_turn(body: ChatCompletionRequest) -> ChatTurn:

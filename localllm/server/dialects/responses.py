@@ -23,8 +23,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ..api_types import RequestBody
 from ..conversation import (
     Answer,
     ChatTurn,
@@ -43,7 +44,7 @@ from ..state import state_of
 from ..streaming import streamed
 from ..tools import ToolCall
 from .render import named_sse, rendered
-from .openai_chat import (
+from .openai_family import (
     image_data,
     openai_tool_call,
     reasoning_think,
@@ -61,21 +62,17 @@ REASONING_INCLUDE = "reasoning.encrypted_content"
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class TextConfig(_Body):
+class TextConfig(RequestBody):
     format: dict[str, Any] | None = None
     verbosity: str | None = None
 
 
-class ReasoningConfig(_Body):
+class ReasoningConfig(RequestBody):
     effort: str | None = None
     summary: str | None = None
 
 
-class ResponsesRequest(_Body):
+class ResponsesRequest(RequestBody):
     model: str
     input: str | list[dict[str, Any]] = Field(default_factory=list)
     instructions: str | None = None
