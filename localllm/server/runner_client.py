@@ -253,8 +253,10 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
              "--stream-interval", str(config.stream_interval)]
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
-    # ggml aborts a runner whose worker goes away: without a debugger's backtrace on its stderr
-    env = {**os.environ, "GGML_NO_BACKTRACE": "1"} if config.remote_workers else None
+    # Every setting of the runner is on its command line: it reads none of the daemon's LOCALLLM_* variables.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LOCALLLM_")}
+    if config.remote_workers:  # ggml aborts a runner whose worker goes away: without a debugger's backtrace
+        env["GGML_NO_BACKTRACE"] = "1"
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env=env,

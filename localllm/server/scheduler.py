@@ -227,6 +227,8 @@ class Scheduler:
     async def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan,
                                                                                          WorkerPlan]:
         """The engine for this load and the GPU and worker plans it gets (none for an engine without them)."""
+        if self._gpus is None:  # the first look loads ggml's libraries: off the loop
+            self._gpus = await asyncio.to_thread(gpu_devices)
         llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
         workers = await self._plan_workers(request, need, llama_plan)
         try:  # off the loop: it reads the model's tensors and may load (or build, for minutes) the kernels library
