@@ -24,19 +24,8 @@ from .links import LinkedFileError
 from .names import ModelName
 from .requires import check_requires
 from .store import (
-    CONFIG_MEDIA_TYPE,
-    MEDIA_ADAPTER,
-    MEDIA_LICENSE,
-    MEDIA_MESSAGES,
-    MEDIA_MODEL,
-    MEDIA_PARAMS,
-    MEDIA_PROJECTOR,
-    MEDIA_SYSTEM,
-    MEDIA_TEMPLATE,
-    CorruptManifest,
-    Store,
-    build_manifest,
-    layer,
+    CONFIG_MEDIA_TYPE, MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR,
+    MEDIA_SYSTEM, MEDIA_TEMPLATE, CorruptManifest, Store, build_manifest, layer
 )
 
 # Arrays longer than this (tokenizer vocabularies) are not decoded for show/list.

@@ -14,9 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..config import Settings, is_loopback_host, load_settings
-from .dialects import anthropic as anthropic_dialect
-from .dialects import ollama as ollama_dialect
-from .dialects import openai_chat, responses
+from .anthropic_api import router as anthropic_router
 from .disconnect import CancelOnDisconnect
 from .errors import ApiError, error_body
 from .ollama_api import router as ollama_router
@@ -88,11 +86,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}")
 
     app.include_router(ollama_router)
-    app.include_router(ollama_dialect.router)
     app.include_router(openai_router)
-    app.include_router(openai_chat.router)
-    app.include_router(anthropic_dialect.router)
-    app.include_router(responses.router)
+    app.include_router(anthropic_router)
     app.add_middleware(JsonBodies)
     app.add_middleware(CancelOnDisconnect)
     app.add_middleware(AccessGuard, settings=settings)

@@ -17,16 +17,7 @@ from ..registry.models import LocalModel
 from ..templates import prompt as prompts
 from ..templates.thinking import ThinkingTags
 from .conversation import (
-    Answer,
-    ChatTurn,
-    Content,
-    Delta,
-    Failure,
-    Final,
-    Message,
-    Thinking,
-    ThinkSetting,
-    ToolCallDelta,
+    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta
 )
 from .errors import ApiError, bad_request
 from .inference import CompletionJob, Inference, PromptRenderer, constrain_tool_calls, template_errors_as_400

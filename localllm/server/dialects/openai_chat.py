@@ -14,35 +14,20 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from ..api_types import RequestBody
 from ..conversation import (
-    Answer,
-    ChatTurn,
-    Content,
-    Delta,
-    Failure,
-    Final,
-    Message,
-    Thinking,
-    ToolCallDelta,
-    shaped_logprobs,
+    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ToolCallDelta, shaped_logprobs
 )
 from ..errors import bad_request, openai_error
-from ..formats import NO_CONSTRAINT
 from ..handler import ChatHandler, DeltaStream, PreparedTurn
-from ..inference import CompletionJob, parse_name
-from ..limits import check_request
-from ..state import state_of
+from ..inference import parse_name
 from ..streaming import sse, streamed
 from .openai_family import (
     image_data, openai_tool_call, reasoning_think, response_format_constraint, sampling_options, tool_choice_of,
 )
-
-router = APIRouter(prefix="/v1")
 
 MAX_CHOICES = 8
 MAX_TOP_LOGPROBS = 20
@@ -108,7 +93,8 @@ class CompletionRequest(SamplingBody):
 # --- translator -----------------------------------------------------------------------
 
 
-def _options(body: SamplingBody, max_tokens: int | None) -> dict[str, Any]:
+def completion_options(body: SamplingBody, max_tokens: int | None) -> dict[str, Any]:
+    """A chat or text completion's sampling fields as Ollama options."""
     options = sampling_options(body.temperature, body.top_p, max_tokens, body.stop, body.seed)
     options["frequency_penalty"] = body.frequency_penalty or 0.0
     options["presence_penalty"] = body.presence_penalty or 0.0
@@ -154,7 +140,7 @@ def chat_turn(body: ChatCompletionRequest) -> ChatTurn:
         model=body.model, messages=chat_messages(body.messages), tools=body.tools,
         tool_choice=tool_choice_of(body.tool_choice), parallel_tool_calls=body.parallel_tool_calls,
         think=reasoning_think(body.reasoning_effort),
-        options=_options(body, body.max_completion_tokens or body.max_tokens),
+        options=completion_options(body, body.max_completion_tokens or body.max_tokens),
         constraint=response_format_constraint(body.response_format), grammar=body.grammar,
         logprobs=body.logprobs, top_logprobs=body.top_logprobs if body.logprobs else None,
     )
@@ -346,40 +332,3 @@ class Completion:
             usage_chunk["usage"] = usage(finals)
             yield sse(usage_chunk)
         yield sse("[DONE]")
-
-
-# --- routes ---------------------------------------------------------------------------
-
-
-def completion_job(request: Request, body: CompletionRequest) -> CompletionJob:
-    state = state_of(request)
-    parse_name(body.model)
-    options = _options(body, body.max_tokens if body.max_tokens is not None else 16)
-    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-    check_request(state.settings.limits, texts=prompts, options=options, constraint=body.grammar)
-    return state.inference.job(body.model, options, None, NO_CONSTRAINT, body.grammar)
-
-
-@router.post("/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request):
-    state = state_of(request)
-    turn = state.chat.prepare(chat_turn(body))
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await Completion(state.chat, turn, body.model, "chat", n=body.n,
-                            include_usage=include_usage).respond(body.stream)
-
-
-@router.post("/completions")
-async def completions(body: CompletionRequest, request: Request):
-    if isinstance(body.prompt, list) and len(body.prompt) != 1:
-        raise bad_request("prompt: send one prompt string per request")
-    prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
-    if body.suffix:
-        raise bad_request("suffix is not supported by /v1/completions; use /api/generate with suffix")
-    state = state_of(request)
-    job = completion_job(request, body)
-    state.inference.want_logprobs(job, body.logprobs is not None, body.logprobs)
-    turn = PreparedTurn(job, lambda health: prompt)  # the prompt as it is: no template, no parsing
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await Completion(state.chat, turn, body.model, "text", n=body.n, include_usage=include_usage,
-                            echo=prompt if body.echo else "").respond(body.stream)
