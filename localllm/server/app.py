@@ -21,6 +21,7 @@ from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
 from .security import AccessGuard
 from .state import DaemonState
+from .web import router as web_router
 
 log = logging.getLogger("localllm.server")
 
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.exception("unexpected error in %s %s", request.method, request.url.path)
         return error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}")
 
+    app.include_router(web_router)
     app.include_router(ollama_router)
     app.include_router(openai_router)
     app.include_router(anthropic_router)

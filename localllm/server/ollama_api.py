@@ -74,12 +74,6 @@ async def stream_or_last(events: AsyncIterator[dict[str, Any]], stream: bool) ->
     return JSONResponse(final)
 
 
-@router.get("/", include_in_schema=False)
-@router.head("/", include_in_schema=False)
-async def root() -> Response:
-    return Response("localllm is running", media_type="text/plain")
-
-
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
     state = state_of(request)

@@ -39,6 +39,8 @@ DEFAULT_ORIGINS = (
 UNLIMITED_BODY_PATHS = ("/api/blobs/",)
 #: Endpoints that change the store or make the daemon fetch or read model files (and ``POST /api/blobs/…``).
 MODEL_CHANGING_PATHS = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete")
+#: Where the chat page's files are served (readable without the API key, like ``/``).
+PAGE_ASSETS = "/web/"
 #: Scope key the guard sets: True for a client on this machine or one that sent the API key.
 TRUSTED_CLIENT = "localllm.trusted_client"
 
@@ -47,6 +49,11 @@ def changes_models(method: str, path: str) -> bool:
     """True for the requests that only trusted clients may make unless LOCALLLM_ALLOW_REMOTE_CHANGES is set."""
     path = path.rstrip("/")
     return path in MODEL_CHANGING_PATHS or (path.startswith("/api/blobs/") and method not in ("GET", "HEAD"))
+
+
+def is_public(method: str, path: str) -> bool:
+    """The liveness answer and the chat page's files: no key needed, since the page asks for it."""
+    return method in ("GET", "HEAD") and (path == "/" or path.startswith(PAGE_ASSETS))
 
 
 def is_trusted_client(scope: Scope) -> bool:
@@ -96,7 +103,7 @@ class AccessGuard:
         if scope["method"] == "OPTIONS" and origin is not None:
             await _preflight(send, origin, headers)
             return
-        if self.settings.api_key and not (scope["method"] in ("GET", "HEAD") and path == "/"):
+        if self.settings.api_key and not is_public(scope["method"], path):
             if not self._key_matches(headers):
                 await _deny(send, path, 401, "missing or wrong API key: send 'Authorization: Bearer "
                                              "<LOCALLLM_API_KEY>' or 'x-api-key: <LOCALLLM_API_KEY>'")
