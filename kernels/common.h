@@ -1,15 +1,14 @@
-/* Internal: GGUF block layouts, half-float conversion, the kernel table. */
+/* Internal: GGUF block layouts and the kernel table. */
 #ifndef LLK_COMMON_H
 #define LLK_COMMON_H
 
 #include <stdint.h>
 #include <string.h>
+#include "floats.h"
 #include "llk.h"
 
 #define QK 32   /* elements per block of the 32-formats */
 #define QKK 256 /* elements per super-block of the K-formats */
-
-typedef uint16_t f16_t;
 
 typedef struct { f16_t d; uint8_t qs[16]; } block_q4_0;
 typedef struct { f16_t d, m; uint8_t qs[16]; } block_q4_1;
@@ -22,10 +21,39 @@ typedef struct { f16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_
 typedef struct { f16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_k;
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; f16_t d; } block_q6_k;
 
+/* Repacked K-formats: 16 rows interleaved per super-block, so one int8 dot instruction holds one 4-value
+ * group of each of 16 rows in its 16 lanes (each lane one row: no horizontal sums), the activations'
+ * group broadcast to all of them, and the scales ready as bytes (unpacked once, at load).
+ * Codes of a (sub-)block: vector j of 64 bytes, lane r (4 bytes) holds row r's values 8j..8j+3 in its low
+ * nibbles and 8j+4..8j+7 in its high nibbles (Q6_K: the two top bits of those in a third vector; Q5_0/Q5_1:
+ * and Q5_K: bit k of byte b of lane r is the fifth bit of value 4k+b). The 32-formats keep one scale per block
+ * and row; their codes are stored unsigned, the offset taken out through the activations' sum. */
+typedef struct { f16_t d[16]; uint8_t qs[256]; } block_q4_0_r16;                 /* codes + 8 */
+typedef struct { f16_t d[16], m[16]; uint8_t qs[256]; } block_q4_1_r16;
+typedef struct { f16_t d[16]; uint8_t qh[64]; uint8_t qs[256]; } block_q5_0_r16;  /* codes + 16 */
+typedef struct { f16_t d[16], m[16]; uint8_t qh[64]; uint8_t qs[256]; } block_q5_1_r16;
+typedef struct { f16_t d[16]; uint8_t qs[512]; } block_q8_0_r16;                 /* codes + 128, 8 vectors */
+typedef struct {
+    f16_t d[16], dmin[16];
+    uint8_t scales[8][16], mins[8][16]; /* [sub-block of 32][row] */
+    uint8_t qs[8][256];                 /* [sub-block of 32]: four vectors */
+} block_q4_k_r16;
+typedef struct { /* Q4_K's group, then the fifth bits of each sub-block's values */
+    f16_t d[16], dmin[16];
+    uint8_t scales[8][16], mins[8][16];
+    uint8_t qs[8][256];
+    uint8_t qh[8][64];
+} block_q5_k_r16;
+typedef struct {
+    f16_t d[16];
+    int8_t scales[16][16]; /* [sub-block of 16][row] */
+    uint8_t qs[16][192];   /* [sub-block of 16]: two nibble vectors, then the top-bits vector */
+} block_q6_k_r16;
+
 /* Activations for the 32-formats (as ggml's Q8_0/Q8_1).
  * d: the scale, s: d * (sum of qs), both rounded to half precision as ggml's Q8_1
  * (the min term of Q4_1/Q5_1 uses s). */
-typedef struct { float d, s; int8_t qs[32]; } block_q8a;
+typedef struct { float d, s; int32_t sum; int8_t qs[32]; } block_q8a; /* sum: of qs, exact (repacked kernels) */
 /* Activations for the K-formats (as ggml's Q8_K): bsums are sums of 16 qs each. */
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } block_q8k;
 
@@ -39,8 +67,14 @@ _Static_assert(sizeof(block_q3_k) == 110, "q3_k");
 _Static_assert(sizeof(block_q4_k) == 144, "q4_k");
 _Static_assert(sizeof(block_q5_k) == 176, "q5_k");
 _Static_assert(sizeof(block_q6_k) == 210, "q6_k");
+_Static_assert(sizeof(block_q4_k_r16) == 16 * 148, "q4_k_r16");
+_Static_assert(sizeof(block_q4_0_r16) == 16 * 18 && sizeof(block_q4_1_r16) == 16 * 20, "q4_r16");
+_Static_assert(sizeof(block_q5_0_r16) == 16 * 22 && sizeof(block_q5_1_r16) == 16 * 24, "q5_r16");
+_Static_assert(sizeof(block_q8_0_r16) == 16 * 34, "q8_0_r16");
+_Static_assert(sizeof(block_q6_k_r16) == 16 * 210, "q6_k_r16");
+_Static_assert(sizeof(block_q5_k_r16) == 16 * 180, "q5_k_r16");
+#define GROUP_ROWS 16 /* rows of a repacked group */
 
-extern float llk_f16_table[65536];
 
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
 static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
@@ -66,19 +100,6 @@ static inline void scales_q3_k(const uint8_t *packed, int8_t *scales) {
     memcpy(scales, aux, 16);
     for (int j = 0; j < 16; j++) scales[j] = (int8_t)(scales[j] - 32);
 }
-
-static inline float f16_to_f32(f16_t h) { return llk_f16_table[h]; }
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-f16_t llk_f32_to_f16(float f);
-/* x as ggml stores it in a half-precision field: the activation scales of Q8_0/Q8_1. */
-static inline float round_f16(float x) { return f16_to_f32(llk_f32_to_f16(x)); }
 
 /* Which activation layout a weight type's dot product takes. */
 enum act_kind { ACT_F32 = 0, ACT_Q8A = 1, ACT_Q8K = 2 };
@@ -112,12 +133,19 @@ typedef void (*dot_cols_fn)(const void *w, const void *act, size_t act_row, int 
  * units busy (and, with eight, reads their scales together). */
 typedef void (*dot_rows_fn)(const void *w, size_t w_row, const void *act, int64_t n, float *out);
 
+/* A repacked group of GROUP_ROWS rows against n_tok (<= DOT_MAX_COLS) activation rows act_row bytes apart:
+ * out[t * out_stride + r]. Each token's arithmetic is the same whatever n_tok is (the codes are unpacked
+ * once for all of them), so a row's result never depends on the batch. */
+typedef void (*dot_group_fn)(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                             size_t out_stride);
+
 /* One ISA level's kernels; NULL entries fall back to the scalar reference. */
 typedef struct {
-    dot_fn dot[31];
-    dot_cols_fn dot_cols[31]; /* NULL: matmul calls dot once per activation row */
-    dot_rows_fn dot_rows2[31]; /* NULL: a decode matmul calls dot once per weight row */
-    dot_rows_fn dot_rows8[31]; /* the same for eight rows (out[0..7]), where a level has it */
+    dot_fn dot[LLK_TYPE_SLOTS];
+    dot_cols_fn dot_cols[LLK_TYPE_SLOTS]; /* NULL: matmul calls dot once per activation row */
+    dot_rows_fn dot_rows2[LLK_TYPE_SLOTS]; /* NULL: a decode matmul calls dot once per weight row */
+    dot_rows_fn dot_rows8[LLK_TYPE_SLOTS]; /* the same for eight rows (out[0..7]), where a level has it */
+    dot_group_fn dot_group[LLK_TYPE_SLOTS]; /* the repacked types' only kernel */
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8k)(const float *x, block_q8k *y, int64_t n);
     float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);
@@ -130,6 +158,7 @@ typedef struct {
 } kernel_table;
 
 extern kernel_table llk_ref_kernels;
+void llk_fill_repacked_ref(kernel_table *t);
 void llk_fill_avx2(kernel_table *t);
 void llk_fill_avxvnni(kernel_table *t);
 void llk_fill_avx512(kernel_table *t);

@@ -41,6 +41,7 @@ static int detect(void) {
 
 /* Each level's table starts as a copy of the reference, so a kernel a level lacks falls back. */
 __attribute__((constructor(200))) static void init_tables(void) {
+    llk_fill_repacked_ref(&llk_ref_kernels);
     for (int i = 0; i < N_LEVELS; i++) tables[i] = llk_ref_kernels;
     llk_fill_avx2(&tables[LLK_ISA_AVX2]);
     llk_fill_avxvnni(&tables[LLK_ISA_AVXVNNI]);
@@ -60,15 +61,27 @@ int llk_isa_set(int isa) {
     return isa_current;
 }
 
+int llk_quantize_act(int wtype, const float *x, void *dst, int64_t n) {
+    int bs = llk_block_size(wtype);
+    if (!bs || n < 0 || n % bs) return -1;
+    const kernel_table *k = llk_kernels();
+    switch (llk_act_kind(wtype)) {
+    case ACT_Q8K: k->quantize_q8k(x, dst, n); break;
+    case ACT_Q8A: k->quantize_q8a(x, dst, n); break;
+    default: memcpy(dst, x, (size_t)n * sizeof(float));
+    }
+    return 0;
+}
+
 float llk_vec_dot(int wtype, const void *w, const void *act, int64_t n) {
     int bs = llk_block_size(wtype);
-    if (!bs || n % bs) return NAN;
+    if (!llk_type_supported(wtype) || n % bs) return NAN;
     return llk_kernels()->dot[wtype](w, act, n);
 }
 
 int llk_vec_dot_rows(int wtype, int count, const void *w, size_t w_row, const void *act, int64_t n, float *out) {
     int bs = llk_block_size(wtype);
-    if (!bs || n % bs || (count != 2 && count != 8)) return -1;
+    if (!llk_type_supported(wtype) || n % bs || (count != 2 && count != 8)) return -1;
     const kernel_table *k = llk_kernels();
     dot_rows_fn rows = count == 8 ? k->dot_rows8[wtype] : k->dot_rows2[wtype];
     if (rows) {
@@ -81,7 +94,7 @@ int llk_vec_dot_rows(int wtype, int count, const void *w, size_t w_row, const vo
 
 int llk_vec_dot_cols(int wtype, const void *w, const void *act, size_t act_row, int n_cols, int64_t n, float *out) {
     int bs = llk_block_size(wtype);
-    if (!bs || n % bs || n_cols < 1 || n_cols > DOT_MAX_COLS) return -1;
+    if (!llk_type_supported(wtype) || n % bs || n_cols < 1 || n_cols > DOT_MAX_COLS) return -1;
     const kernel_table *k = llk_kernels();
     if (k->dot_cols[wtype]) {
         k->dot_cols[wtype](w, act, act_row, n_cols, n, out);

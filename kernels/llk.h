@@ -18,16 +18,29 @@ enum llk_type {
     LLK_F32 = 0, LLK_F16 = 1, LLK_Q4_0 = 2, LLK_Q4_1 = 3, LLK_Q5_0 = 6, LLK_Q5_1 = 7,
     LLK_Q8_0 = 8, LLK_Q2_K = 10, LLK_Q3_K = 11, LLK_Q4_K = 12, LLK_Q5_K = 13,
     LLK_Q6_K = 14, LLK_BF16 = 30,
+    /* Repacked layouts (never in a file): 16 rows interleaved (see repack.c); 100 + the GGUF type's id. */
+    LLK_Q4_0_R16 = 102, LLK_Q4_1_R16 = 103, LLK_Q5_0_R16 = 106, LLK_Q5_1_R16 = 107, LLK_Q8_0_R16 = 108,
+    LLK_Q4_K_R16 = 112, LLK_Q5_K_R16 = 113, LLK_Q6_K_R16 = 114,
 };
+#define LLK_TYPE_SLOTS 128 /* type ids below this */
 
 /* Instruction-set levels the dispatcher can pick (the best the CPU has by default). */
 enum llk_isa {
     LLK_ISA_SCALAR = 0, LLK_ISA_AVX2 = 1, LLK_ISA_AVXVNNI = 2, LLK_ISA_AVX512 = 3, LLK_ISA_NEON = 4, LLK_ISA_NEON_DOTPROD = 5
 };
 
-int llk_type_supported(int type);
+int llk_type_supported(int type);         /* a GGUF type the kernels read (repacked ones are not) */
 int llk_block_size(int type);             /* elements per block, 0 if unsupported */
-size_t llk_row_size(int type, int64_t n); /* bytes of a row of n elements */
+size_t llk_row_size(int type, int64_t n); /* bytes of a row of n elements (a repacked row's share of its group) */
+
+/* Repacking at load: the layout a matrix of `type` with rows of ne0 elements and ne1 rows gets at the
+ * selected ISA level (the type itself where none fits the shape or the level has no kernel for it),
+ * the bytes of that copy (0: not repacked), and the copy itself (0 ok, -1 bad arguments). A repacked
+ * matrix runs at every level (the scalar one too), with the same results bit for bit. */
+int llk_repack_type(int type, int64_t ne0, int64_t ne1);
+size_t llk_repack_size(int type, int64_t ne0, int64_t ne1);
+int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst);
+const char *llk_type_name(int type);
 
 int llk_isa_best(void);                   /* what this CPU supports */
 int llk_isa_get(void);
@@ -103,6 +116,9 @@ int llk_kv_block_write(llk_ctx *ctx, int block, const void *src);
 
 /* Thread pool on its own, for benchmarks: parallel matvec y[rows] = W x. */
 int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);
+/* y[t][rows] = W x[t] for n_tok rows of x on the calling thread, through the path the forward pass takes
+ * (repacked or not): for tests and single-thread benchmarks. 0, or -1 for a bad tensor or no memory. */
+int llk_gemm(const llk_tensor *w, const float *x, int n_tok, float *y);
 /* bytes/s of one pass over buf by n_threads threads (the machine's read bandwidth for that many cores) */
 double llk_read_bandwidth(const void *buf, int64_t nbytes, int n_threads);
 

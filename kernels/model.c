@@ -2,7 +2,8 @@
  *
  * One llk_decode call evaluates a whole batch (tokens of several sequences at
  * their positions) through every layer; Python is not involved per layer.
- * Weights are read in place from the mapped GGUF.
+ * Weights are read in place from the mapped GGUF, or from the copies repacked at
+ * load (repack.c).
  *
  * The KV cache is a pool of fixed-size blocks of half floats.  A sequence is a
  * block table: the token at position p lives in cell p % block_size of block
@@ -15,7 +16,8 @@
  *
  * Batch invariance: every step reduces in an order fixed by the token's own
  * position, never by the batch.  Matrix rows are dotted one at a time (the
- * multi-row and multi-column kernels give each row its single-row result),
+ * multi-row and multi-column kernels give each row its single-row result, and
+ * a repacked group's kernel takes each token through the same operations),
  * and attention sums a token's cells in 64 lanes chosen by position (ggml's
  * one-token decode layout), whatever block each cell sits in, however the
  * prompt was chunked and whatever else is in the batch.
@@ -183,6 +185,7 @@ typedef struct {
     dot_fn dot;
     dot_cols_fn dot_cols;
     dot_rows_fn dot_rows2, dot_rows8;
+    dot_group_fn dot_group; /* a repacked matrix: groups of GROUP_ROWS rows, chunks whole groups */
 } matmul_part;
 
 #define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
@@ -197,6 +200,14 @@ static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
     const int64_t rows = p->w->ne1;
     const uint8_t *w = p->w->data;
     int64_t r1 = r0 + p->chunk < rows ? r0 + p->chunk : rows;
+    if (p->dot_group) { /* the group's codes unpacked once for up to DOT_MAX_COLS tokens */
+        for (int64_t r = r0; r < r1; r += GROUP_ROWS)
+            for (int t = 0; t < n_tok; t += DOT_MAX_COLS)
+                p->dot_group(w + (size_t)r * p->w_row, p->act + (size_t)t * p->act_row, p->act_row,
+                             n_tok - t < DOT_MAX_COLS ? n_tok - t : DOT_MAX_COLS, p->w->ne0,
+                             p->out + t * p->out_stride + r, (size_t)p->out_stride);
+        return;
+    }
     for (int t = 0; t < n_tok;) {
         const void *a = p->act + (size_t)t * p->act_row;
         int n = n_tok - t < DOT_MAX_COLS ? n_tok - t : DOT_MAX_COLS;
@@ -254,7 +265,7 @@ static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float 
     int nth = llk_pool_size(c->pool);
     for (int i = 0; i < n; i++) {
         int64_t chunk = w[i]->ne1 / (nth * (n_tok > 1 ? 4 : 8));
-        chunk = chunk < 16 ? 16 : (chunk + 7) / 8 * 8; /* whole groups of eight rows for dot_rows8 */
+        chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16; /* whole groups: eight rows for dot_rows8, sixteen repacked */
         j.parts[i] = (matmul_part){
             .w = w[i],
             .act = activations(c, x, n_tok, w[i]->ne0, w[i]->type),
@@ -268,6 +279,7 @@ static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float 
             .dot_cols = k->dot_cols[w[i]->type],
             .dot_rows2 = k->dot_rows2[w[i]->type],
             .dot_rows8 = k->dot_rows8[w[i]->type],
+            .dot_group = k->dot_group[w[i]->type],
         };
     }
     atomic_init(&j.next, 0);
@@ -474,10 +486,30 @@ int llk_kv_block_write(llk_ctx *c, int block, const void *src) {
 /* ---- benchmarking helpers -------------------------------------------------- */
 
 int llk_matvec(llk_ctx *c, const llk_tensor *w, const float *x, float *y) {
-    if (!llk_type_supported(w->type) || w->ne0 % llk_block_size(w->type)) return -1;
+    const int bs = llk_block_size(w->type);
+    if (!bs || w->ne0 % bs || (!llk_type_supported(w->type) && w->ne1 % GROUP_ROWS)) return -1;
     new_input(c);
     matmul(c, w, x, 1, y, 0);
     new_input(c);
+    return 0;
+}
+
+int llk_gemm(const llk_tensor *w, const float *x, int n_tok, float *y) {
+    const int type = w->type, bs = llk_block_size(type);
+    const int repacked = !llk_type_supported(type);
+    if (!bs || n_tok < 1 || w->ne0 % bs || (repacked && w->ne1 % GROUP_ROWS)) return -1;
+    const size_t act_row = llk_act_size(type, w->ne0);
+    uint8_t *act = malloc(act_row * (size_t)n_tok + 64);
+    if (!act) return -1;
+    for (int t = 0; t < n_tok; t++) llk_quantize_act(type, x + (size_t)t * w->ne0, act + t * act_row, w->ne0);
+    const kernel_table *k = llk_kernels();
+    matmul_part part = {
+        .w = w, .act = act, .act_row = act_row, .w_row = llk_row_size(type, w->ne0), .chunk = (int)w->ne1,
+        .out = y, .out_stride = w->ne1, .dot = k->dot[type], .dot_cols = k->dot_cols[type],
+        .dot_rows2 = k->dot_rows2[type], .dot_rows8 = k->dot_rows8[type], .dot_group = k->dot_group[type],
+    };
+    matmul_chunk(&part, n_tok, 0);
+    free(act);
     return 0;
 }
 

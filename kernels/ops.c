@@ -1,6 +1,6 @@
 /* Small operations of the forward pass: norms, rotary embeddings, softmax, activations. */
 #include "ops.h"
-#include "common.h"
+#include "floats.h"
 
 #include <math.h>
 
@@ -61,22 +61,6 @@ static inline float expf_ggml(float x) {
     return j * scale.f; /* exact: as _mm512_scalef_ps for normal results */
 }
 
-/* The sum of 16 floats in _mm512_reduce_add_ps's order: halves, quarters, then pairs. */
-static float reduce16(const float *v) {
-    float a[8], b[4];
-    for (int i = 0; i < 8; i++) a[i] = v[i + 8] + v[i];
-    for (int i = 0; i < 4; i++) b[i] = a[i + 4] + a[i];
-    return (b[0] + b[2]) + (b[1] + b[3]);
-}
-
-float llk_reduce_lanes(const float *v, size_t stride, int lanes) {
-    float r[16];
-    for (int l = 0; l < 16; l++) /* 64 lanes: ggml's GGML_F32x16_REDUCE, x0 += x2, x1 += x3, x0 += x1 */
-        r[l] = lanes == 64 ? (v[l * stride] + v[(32 + l) * stride]) + (v[(16 + l) * stride] + v[(48 + l) * stride])
-                           : v[l * stride];
-    return reduce16(r);
-}
-
 WITH_FMA double llk_softmax_exp(float *x, int n, float max) {
     double sum = 0.0;
     float chunk[16];
@@ -85,7 +69,7 @@ WITH_FMA double llk_softmax_exp(float *x, int n, float max) {
             chunk[k] = i + k < n ? expf_ggml(x[i + k] - max) : 0.0f;
             if (i + k < n) x[i + k] = chunk[k];
         }
-        sum += (double)reduce16(chunk);
+        sum += (double)llk_reduce16(chunk);
     }
     return sum;
 }

@@ -8,8 +8,6 @@ void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps);
 /* Rotate n_heads heads of x (head_dim apart) at position pos; cs holds cos,sin pairs of rope_dim/2 angles. */
 void llk_rope_angles(float *cs, float theta_scale, int rope_dim, float pos, const float *freq_factors);
 void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int neox);
-/* The sum of the accumulator lanes v[0], v[stride], ... of dot_f16_lanes' order (lanes 16 or 64). */
-float llk_reduce_lanes(const float *v, size_t stride, int lanes);
 /* x[i] = exp(x[i] - max) for i < n (a -inf gives 0); returns their sum, added as ggml's softmax adds it. */
 double llk_softmax_exp(float *x, int n, float max);
 void llk_silu_mul(float *g, const float *u, int n); /* g = silu(g) * u */

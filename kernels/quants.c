@@ -9,47 +9,6 @@
 #include <stdlib.h>
 
 #include "common.h"
-#include "ops.h"
-
-float llk_f16_table[65536];
-
-static float half_bits_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0) {
-        float f = ldexpf((float)man, -24);
-        return sign ? -f : f;
-    }
-    if (exp == 31) u = sign | 0x7f800000u | (man << 13);
-    else u = sign | ((exp + 112) << 23) | (man << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-__attribute__((constructor(101))) static void init_f16_table(void) {  /* first: other tables use it */
-    for (uint32_t i = 0; i < 65536; i++) llk_f16_table[i] = half_bits_to_float((uint16_t)i);
-}
-
-f16_t llk_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
-    uint32_t man = x & 0x7fffff;
-    if (((x >> 23) & 0xff) == 0xff) return (f16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-    if (exp >= 31) return (f16_t)(sign | 0x7c00);
-    if (exp <= 0) {
-        if (exp < -10) return (f16_t)sign;
-        man |= 0x800000;
-        uint32_t shift = (uint32_t)(14 - exp);
-        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1))) half++;
-        return (f16_t)(sign | half);
-    }
-    uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rem = man & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* may carry into the exponent: still right */
-    return (f16_t)(sign | h);
-}
 
 /* ---- format table ------------------------------------------------------ */
 
@@ -58,6 +17,8 @@ int llk_block_size(int type) {
     case LLK_F32: case LLK_F16: case LLK_BF16: return 1;
     case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: return QK;
     case LLK_Q2_K: case LLK_Q3_K: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K: return QKK;
+    case LLK_Q4_0_R16: case LLK_Q4_1_R16: case LLK_Q5_0_R16: case LLK_Q5_1_R16: case LLK_Q8_0_R16: return QK;
+    case LLK_Q4_K_R16: case LLK_Q5_K_R16: case LLK_Q6_K_R16: return QKK;
     default: return 0;
     }
 }
@@ -76,11 +37,19 @@ static size_t block_bytes(int type) {
     case LLK_Q4_K: return sizeof(block_q4_k);
     case LLK_Q5_K: return sizeof(block_q5_k);
     case LLK_Q6_K: return sizeof(block_q6_k);
+    case LLK_Q4_0_R16: return sizeof(block_q4_0_r16) / GROUP_ROWS;
+    case LLK_Q4_1_R16: return sizeof(block_q4_1_r16) / GROUP_ROWS;
+    case LLK_Q5_0_R16: return sizeof(block_q5_0_r16) / GROUP_ROWS;
+    case LLK_Q5_1_R16: return sizeof(block_q5_1_r16) / GROUP_ROWS;
+    case LLK_Q8_0_R16: return sizeof(block_q8_0_r16) / GROUP_ROWS;
+    case LLK_Q4_K_R16: return sizeof(block_q4_k_r16) / GROUP_ROWS;
+    case LLK_Q5_K_R16: return sizeof(block_q5_k_r16) / GROUP_ROWS;
+    case LLK_Q6_K_R16: return sizeof(block_q6_k_r16) / GROUP_ROWS;
     default: return 0;
     }
 }
 
-int llk_type_supported(int type) { return llk_block_size(type) != 0; }
+int llk_type_supported(int type) { return type < LLK_Q4_0_R16 && llk_block_size(type) != 0; }
 
 size_t llk_row_size(int type, int64_t n) {
     int bs = llk_block_size(type);
@@ -269,6 +238,7 @@ int llk_dequantize(int type, const void *src, float *dst, int64_t n) {
         return 0;
     }
     unpack_fn unpack = unpacker(type);
+    if (!unpack) return -1; /* a repacked layout: its rows are interleaved */
     size_t bb = block_bytes(type);
     int8_t q[QKK];
     float sc[16], bias[16];
@@ -298,6 +268,7 @@ static void quantize_q8a_ref(const float *x, block_q8a *y, int64_t n) {
         }
         y[ib].d = round_f16(d);
         y[ib].s = round_f16(d * (float)sum);
+        y[ib].sum = sum;
     }
 }
 
@@ -319,18 +290,6 @@ static void quantize_q8k_ref(const float *x, block_q8k *y, int64_t n) {
         }
         y[ib].d = amax != 0.0f ? 1.0f / iscale : 0.0f;
     }
-}
-
-int llk_quantize_act(int wtype, const float *x, void *dst, int64_t n) {
-    int bs = llk_block_size(wtype);
-    if (!bs || n < 0 || n % bs) return -1;
-    const kernel_table *k = llk_kernels();
-    switch (llk_act_kind(wtype)) {
-    case ACT_Q8K: k->quantize_q8k(x, dst, n); break;
-    case ACT_Q8A: k->quantize_q8a(x, dst, n); break;
-    default: memcpy(dst, x, (size_t)n * sizeof(float));
-    }
-    return 0;
 }
 
 /* ---- reference dot products ---------------------------------------------- */
@@ -446,6 +405,6 @@ kernel_table llk_ref_kernels = {
 
 float llk_vec_dot_ref(int wtype, const void *w, const void *act, int64_t n) {
     int bs = llk_block_size(wtype);
-    if (!bs || n % bs) return NAN;
+    if (!llk_type_supported(wtype) || n % bs) return NAN;
     return llk_ref_kernels.dot[wtype](w, act, n);
 }

@@ -170,6 +170,7 @@ class Settings:
     state_dir: Path = field(default_factory=lambda: Path(platformdirs.user_state_dir(APP_NAME)))
     keep_alive: float | None = 300.0
     num_parallel: int = 0  # 0: chosen from memory
+    kv_tokens: int = 0  # native engine: positions in a runner's KV block pool; 0: four contexts
     max_loaded_models: int = 0  # 0: chosen from memory
     max_queue: int = 512
     memory_limit: int = 0  # bytes all loaded models may take together; 0: only free RAM limits them
@@ -259,6 +260,9 @@ def load_settings() -> Settings:
         raise SettingsError(f"LOCALLLM_KV_CACHE_TYPE={kv_cache_type} needs LOCALLLM_FLASH_ATTENTION=1 "
                             "(llama.cpp quantizes the V cache only with flash attention)")
     origins = tuple(o.strip() for o in os.environ.get("LOCALLLM_ORIGINS", "").split(",") if o.strip())
+    kv_tokens = _int_env("LOCALLLM_KV_TOKENS", 0)
+    if kv_tokens < 0:
+        raise SettingsError(f"LOCALLLM_KV_TOKENS must not be negative, got {kv_tokens}")
     defaults = Settings()
     return Settings(
         host=host,
@@ -267,6 +271,7 @@ def load_settings() -> Settings:
         state_dir=Path(state).expanduser() if state else defaults.state_dir,
         keep_alive=parse_duration(os.environ.get("LOCALLLM_KEEP_ALIVE"), 300.0),
         num_parallel=_int_env("LOCALLLM_NUM_PARALLEL", 0),
+        kv_tokens=kv_tokens,
         max_loaded_models=_int_env("LOCALLLM_MAX_LOADED_MODELS", 0),
         max_queue=_int_env("LOCALLLM_MAX_QUEUE", 512),
         memory_limit=_size_env("LOCALLLM_MEMORY_LIMIT"),

@@ -27,6 +27,8 @@ class OptionError(ValueError):
 #: Ollama's options (api/types.go ``Options`` and ``Runner``) and their types; ``stop`` repeats.
 OPTION_TYPES: dict[str, type] = {
     "engine": str,  # localllm: "llama.cpp" or "native" for this model
+    "speculative": str,  # localllm: "auto", "on" or "off" (exact speculative decoding, native engine)
+    "draft": str,  # localllm: the name of a smaller model with the same vocabulary that drafts tokens
     "num_ctx": int,
     "num_batch": int,
     "num_gpu": int,
@@ -51,6 +53,8 @@ OPTION_TYPES: dict[str, type] = {
     "mirostat_eta": float,
     "stop": list,
 }
+#: Exact speculative decoding (option ``speculative``): where it pays, always, never.
+SPECULATIVE_MODES = ("auto", "on", "off")
 #: What the daemon adds to a completion's options for the runner (from API fields, not Ollama options).
 _RUNNER_TYPES = {**OPTION_TYPES, "logprobs": bool, "top_logprobs": int}
 _NOUNS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", list: "a list of strings"}
@@ -92,7 +96,14 @@ def checked(options: dict[str, Any] | None) -> dict[str, Any]:
             result[name] = coerce(name, value, kind)
     if result.get("engine") not in (None, *ENGINES):
         raise OptionError(f"option 'engine' must be one of {', '.join(ENGINES)}, got {result['engine']!r}")
+    _check_speculative(result)
     return result
+
+
+def _check_speculative(options: dict[str, Any]) -> None:
+    if options.get("speculative") not in (None, *SPECULATIVE_MODES):
+        raise OptionError(f"option 'speculative' must be one of {', '.join(SPECULATIVE_MODES)}, "
+                          f"got {options['speculative']!r}")
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,8 @@ class CompletionOptions:
     stop: tuple[str, ...] = field(default_factory=tuple)
     logprobs: bool = False  # report each token's log-probability
     top_logprobs: int = 0  # and this many most likely alternatives
+    speculative: str = "auto"  # draft and verify several tokens a step: auto (where it pays), on, off
+    draft: str = ""  # the draft model's file (the daemon resolves the model name); empty: prompt lookup
 
     @classmethod
     def from_dict(cls, options: dict[str, Any] | None) -> CompletionOptions:
@@ -151,4 +164,5 @@ class CompletionOptions:
             raise OptionError("option 'top_logprobs' must be between 0 and 20")
         if values.get("mirostat", 0) not in (0, 1, 2):
             raise OptionError("option 'mirostat' must be 0, 1 or 2")
+        _check_speculative(values)
         return cls(**values)

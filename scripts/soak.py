@@ -1,6 +1,13 @@
 """Soak: many mixed requests against a real daemon; fails on server errors, memory growth or leaks.
 
     python scripts/soak.py [--requests 2000] [--minutes 10] [--concurrency 4] [--json]
+    python scripts/soak.py --torture [--minutes 30] [--engine native|llama.cpp|both] [--json]
+
+With ``--torture`` it runs the torture test (``tests/support/torture.py``) round after
+round for ``--minutes``, a new seed each round, on each engine in turn: random
+traffic through a real runner small enough to preempt, spill and shift, while
+pollers call /health, /tokenize and /detokenize, every finished request compared
+with its solo answer (text, token ids, log-probabilities). Exits 1 on any difference.
 
 Starts ``localllm serve`` on a free loopback port with its own store holding
 SmolLM2 (the test fixture), then sends a mix of chat, generate, embeddings,
@@ -40,6 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # support.daemon / support.fixtures: st
 
 MODEL = "smollm2:135m"
 MAX_RSS_GROWTH = 0.05
+TORTURE_REQUESTS = 24  # a torture round's requests
 
 
 @dataclass
@@ -276,6 +284,50 @@ def _state(pid: int) -> str:
         return "zombie"
 
 
+@dataclass
+class TortureTotals:
+    rounds: int = 0
+    requests: int = 0
+    finished: int = 0
+    left: int = 0
+    preemptions: int = 0
+    shifts: int = 0
+    spill_rounds: int = 0  # rounds in which evicted KV went to host RAM
+    polls: int = 0
+    differences: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    per_engine: dict[str, int] = field(default_factory=dict)  # rounds on each engine
+
+
+def torture_soak(minutes: float, engines: list[str], requests: int, model_path: Path | None) -> TortureTotals:
+    """Torture rounds until ``minutes`` have passed (a round started in time is finished)."""
+    from support import fixtures
+    from support.torture import torture
+
+    totals = TortureTotals()
+    started = time.monotonic()
+    model = model_path or fixtures.smollm2_gguf()
+    while time.monotonic() - started < minutes * 60:
+        engine = engines[totals.rounds % len(engines)]
+        report = torture(model, engine, seed=1000 + totals.rounds, n_requests=requests)
+        totals.rounds += 1
+        totals.per_engine[engine] = totals.per_engine.get(engine, 0) + 1
+        totals.requests += report.requests
+        totals.finished += report.finished
+        totals.left += report.left
+        totals.preemptions += report.preemptions
+        totals.shifts += report.shifts
+        totals.spill_rounds += bool(report.peak_spilled_blocks or report.peak_cache_ram_bytes)
+        totals.polls += report.polls
+        totals.differences += [f"{engine} seed {report.seed}: {d}" for d in report.differences]
+        print(f"round {totals.rounds} ({engine}, seed {report.seed}): {report.finished}/{report.requests} finished, "
+              f"{report.preemptions} preemptions, {report.shifts} shifts, spilled {report.peak_spilled_blocks} blocks "
+              f"/ {report.peak_cache_ram_bytes} bytes, {report.polls} polls, {len(report.differences)} differences, "
+              f"{report.seconds:.0f}s", file=sys.stderr, flush=True)
+    totals.seconds = time.monotonic() - started
+    return totals
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
@@ -283,7 +335,18 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--model", type=Path, default=None, help="GGUF file (default: the SmolLM2 test fixture)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--torture", action="store_true", help="torture rounds against solo answers instead")
+    parser.add_argument("--engine", choices=["native", "llama.cpp", "both"], default="both", help="with --torture")
     args = parser.parse_args()
+    if args.torture:
+        engines = ["native", "llama.cpp"] if args.engine == "both" else [args.engine]
+        totals = torture_soak(args.minutes, engines, TORTURE_REQUESTS, args.model)
+        print(json.dumps(asdict(totals), indent=2) if args.json else
+              f"{totals.rounds} rounds {dict(totals.per_engine)} in {totals.seconds:.0f}s: {totals.requests} requests, "
+              f"{totals.finished} finished, {totals.left} left early, {totals.preemptions} preemptions, "
+              f"{totals.shifts} context shifts, {totals.spill_rounds} rounds with spills, {totals.polls} polls, "
+              f"{len(totals.differences)} differences" + "".join(f"\n  {d}" for d in totals.differences[:20]))
+        return 1 if totals.differences else 0
     report = soak(args.requests, args.minutes, args.concurrency, args.model)
     if args.json:
         print(json.dumps(asdict(report), indent=2, default=str))

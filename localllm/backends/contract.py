@@ -26,6 +26,8 @@ class Vocabulary(Protocol):
     n_vocab: int
     bos: int
     eos: int
+    bos_text: str  # the BOS and EOS tokens' texts, rendered once at load (chat templates need them)
+    eos_text: str
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
     def tokenize_prompt(self, text: str) -> list[int]: ...

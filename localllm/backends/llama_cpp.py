@@ -33,6 +33,9 @@ _log_capture: list[str] | None = None
 _log_last_level = 0
 
 
+_PIECE_BYTES = 64  # most token texts fit; a longer one is rendered again into a buffer of its size
+
+
 @ll.llama_log_callback
 def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     """Drop llama.cpp's log spam; keep error lines for error messages."""
@@ -202,8 +205,9 @@ class Vocabulary:
         self.n_vocab: int = ll.llama_vocab_n_tokens(self.ptr)
         self.bos: int = ll.llama_vocab_bos(self.ptr)
         self.eos: int = ll.llama_vocab_eos(self.ptr)
-        self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
+        self.bos_text = self.token_text(self.bos)  # spelled once: /health serves them to the daemon's templates
+        self.eos_text = self.token_text(self.eos)
 
     def token_text(self, token: int) -> str:
         """A special token's text as the model spells it (e.g. ``<|im_end|>``)."""
@@ -236,7 +240,9 @@ class Vocabulary:
     def piece(self, token: int) -> bytes:
         """The bytes a generated token contributes to the output (control tokens: none).
 
-        Cached per token: the engine calls this once per generated token.
+        Cached per token: the engine calls this once per generated token, the
+        HTTP thread for /detokenize. Any thread may fill an entry, with bytes
+        rendered in its own buffer, so an entry is always the token's text.
         """
         cached = self._pieces.get(token)
         if cached is None:
@@ -244,7 +250,13 @@ class Vocabulary:
         return cached
 
     def _render(self, token: int, special: bool) -> bytes:
-        buf = self._piece_buf
+        """A token's text, rendered into a buffer of this call's own.
+
+        llama.cpp writes the text with the GIL released: a buffer shared by the
+        engine thread and the HTTP thread once mixed two tokens' texts
+        ("inhosp<|im_e"), and the piece cache kept the result for good.
+        """
+        buf = ctypes.create_string_buffer(_PIECE_BYTES)
         n = ll.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)

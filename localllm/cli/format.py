@@ -216,4 +216,8 @@ def stats_summary(final: dict[str, Any]) -> str:
         if duration > 0:
             add(f"{label} duration", go_duration(duration))
             add(f"{label} rate", f"{count / (duration / 1e9):.2f} tokens/s")
+    drafted = final.get("draft_count") or 0
+    if drafted > 0:
+        accepted = final.get("draft_accepted_count") or 0
+        add("draft tokens", f"{accepted}/{drafted} accepted ({100 * accepted / drafted:.1f}%)")
     return "\n".join(lines) + ("\n" if lines else "")

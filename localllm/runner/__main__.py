@@ -85,6 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds one decode step may wait on workers before the runner exits")
     p.add_argument("--stream-interval", type=float, default=0.1, metavar="S",
                    help="seconds between bursts of streamed pieces (0: every piece at once)")
+    p.add_argument("--check-kv", action="store_true", help="check the KV books after every step (tests, soak runs)")
     p.add_argument("--verbose", action="store_true", help="pass llama.cpp's own log through to stderr")
     return p.parse_args(argv)
 
@@ -107,6 +108,7 @@ def _clear_stale_socket(path: Path) -> None:
 def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple[Runtime, Any]:
     """The native engine: a paged KV pool shared by ``--parallel`` sequences."""
     from localllm.backends.native.backend import Context as NativeContext, Model as NativeModel
+    from localllm.runner.draft_model import DraftModels
     from localllm.runner.kv_blocks import BlockPool
     from localllm.runner.paged_engine import PagedEngine
 
@@ -116,8 +118,11 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
 
     model = NativeModel(args.model, args.adapter, args.gpu_layers)
     n_ctx = _fit_ctx(n_ctx, model.n_ctx_train)
-    pool_tokens = max(args.kv_tokens or POOL_CONTEXTS * n_ctx, n_ctx + BLOCK_SIZE)
+    pool_tokens = args.kv_tokens or POOL_CONTEXTS * n_ctx
     n_blocks = -(-pool_tokens // BLOCK_SIZE)
+    if n_blocks * BLOCK_SIZE <= n_ctx:
+        log.warning("the KV pool of %d positions is smaller than one context of %d: longer prompts are refused",
+                    n_blocks * BLOCK_SIZE, n_ctx)
     try:
         ctx = NativeContext(model, n_blocks, BLOCK_SIZE, n_ctx, args.parallel, args.batch, threads)
     except BaseException:
@@ -126,6 +131,7 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
     pool = BlockPool(ctx, n_blocks, BLOCK_SIZE, host_budget=args.cache_ram_mb << 20)
     rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=args.parallel, stream_interval=args.stream_interval)
     rt.engine = PagedEngine(model, ctx, args.parallel, n_ctx, pool)
+    rt.drafts = DraftModels(model, n_ctx, args.parallel, args.batch, threads)
     log.info(
         "loaded %s on the native engine: ctx=%d, up to %d sequences over %d KV blocks of %d (%d MiB), "
         "batch=%d, threads=%d",
@@ -186,7 +192,10 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="runner[%(process)d] %(levelname)s %(message)s")
+    # Our log goes to a copy of stderr: captured_errors() lends fd 2 to llama.cpp for a moment (a grammar
+    # compiling on the HTTP thread), and the engine thread's lines must not vanish into that capture.
+    log_stream = os.fdopen(os.dup(2), "w", buffering=1)
+    logging.basicConfig(stream=log_stream, level=logging.INFO, format="runner[%(process)d] %(levelname)s %(message)s")
     if not args.model.is_file():
         print(f"runner: model file not found: {args.model}", file=sys.stderr)
         return 2
@@ -198,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     except (_Terminated, KeyboardInterrupt):
         return 0
     if rt.engine:
+        rt.engine.check_kv = args.check_kv
         rt.engine.start()
     _clear_stale_socket(args.socket)
     try:
@@ -216,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if rt.embedder:
             rt.embedder.close()
+        if rt.drafts:
+            rt.drafts.close()
         ctx.close()
         rt.model.close()
         _clear_stale_socket(args.socket)

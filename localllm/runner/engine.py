@@ -11,7 +11,14 @@ One thread owns the context. Each step it
 5. samples every sequence whose logits were requested and hands the text to
    the request's ``emit`` callback (which the HTTP side makes thread-safe).
 
-Requests beyond the slots wait in arrival order. Where a sequence's KV lives
+An engine whose logits are batch-invariant may put a draft after a decoding
+sequence's token and keep what sampling confirms (exact speculative decoding,
+:mod:`localllm.runner.speculation`): several tokens for one pass over the weights.
+
+Requests beyond the slots wait in arrival order. One that cannot start yet
+(its KV does not fit, or it waits for a prefill it will share) lets later
+arrivals start before it, but at most ``MAX_BYPASS`` of them: then it goes
+first, and nothing behind it starts until it does. Where a sequence's KV lives
 and how a new prompt reuses cached KV is the subclass's business:
 :class:`~localllm.runner.stream_engine.StreamEngine` keeps one llama.cpp KV
 stream per slot and copies shared prefixes between them;
@@ -34,13 +41,16 @@ from typing import Any, Protocol
 from localllm.backends.llama_cpp import Batch
 from localllm.options import CompletionOptions
 from localllm.runner.sampling import Sampler
+from localllm.runner.speculation import Speculation
 from localllm.runner.textstream import TextStream
 
 log = logging.getLogger("localllm.runner")
 
 Emit = Callable[[dict[str, Any]], None]
+Logprob = tuple[float, list[tuple[int, float]]]  # a token's log-probability and the top alternatives
 
 WAIT_FOR_PREFIX = 64  # a request waits for a running prefill that will share this many more tokens
+MAX_BYPASS = 4  # later arrivals that may start before a waiting request; then it goes first
 
 
 @dataclass(eq=False)
@@ -50,6 +60,9 @@ class CompletionRequest:
     ``emit`` is called from the engine thread with ``{"content": str}`` pieces,
     then exactly one ``{"done": True, ...}`` or ``{"error": str}``.
     Setting ``cancelled`` (from any thread) frees the sequence at the next step.
+    ``shift``: when generation fills the context, slide it (bounded by ten
+    contexts of output) instead of ending the answer with ``"length"``.
+    ``draft`` proposes speculative tokens instead of prompt lookup (a draft model).
     """
 
     prompt: list[int]
@@ -57,6 +70,9 @@ class CompletionRequest:
     sampler: Sampler
     emit: Emit
     cancelled: bool = False
+    shift: bool = True  # slide a full context (Ollama's default); False ends the answer with "length"
+    bypassed: int = 0  # later arrivals started before it (fair admission: at most MAX_BYPASS)
+    draft: Drafter | None = None
 
 
 @dataclass(eq=False)
@@ -78,7 +94,10 @@ class Slot:
     t_first: float = 0.0
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # of tokens whose text is not sent yet
     cached: int = 0  # prompt tokens taken from the prefix cache
+    truncated: bool = False  # the prompt was cut to fit the context
     parked: bool = False  # holds no KV and waits for room to resume (preempted)
+    preemptions: int = 0  # times its request was preempted (in the final stats, for /metrics)
+    spec: Speculation | None = None  # drafting state, where the engine and the request speculate
 
     @property
     def idle(self) -> bool:
@@ -108,6 +127,15 @@ class Step:
     tokens: list[int]
     sample: bool  # sample after the last token
     decode: bool
+    draft: list[int] = field(default_factory=list)  # the tail of ``tokens`` that is a guess, sampled at every row
+
+
+class Drafter(Protocol):
+    """A source of drafts besides prompt lookup (:class:`localllm.runner.draft_model.DraftModel`)."""
+
+    def propose(self, wants: list[tuple[int, list[int], int]]) -> dict[int, list[int]]:
+        """For (sequence id, its tokens so far, most tokens to draft) each: its draft, by sequence id."""
+        ...
 
 
 class DecodeContext(Protocol):
@@ -130,6 +158,8 @@ def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
 class Engine:
     """Continuous-batching generation over one context; subclasses own the KV (see the module docstring)."""
 
+    speculates = False  # whether the engine verifies drafts (batch-invariant logits and :meth:`_trim`)
+
     def __init__(self, model: Any, ctx: DecodeContext, slots: list[Slot], n_ctx_seq: int, stats: CacheStats) -> None:
         self.model = model
         self.stats = stats
@@ -141,28 +171,11 @@ class Engine:
         self._incoming: queue.SimpleQueue[CompletionRequest | None] = queue.SimpleQueue()
         self._waiting: deque[CompletionRequest] = deque()
         self._stopping = False
+        self.check_kv = False  # check the KV books after every step (``--check-kv``)
+        self.kv_state: dict[str, Any] = {}  # what /health reports of the KV, published by the engine thread
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
 
     # -- public, any thread -------------------------------------------------
-
-    @property
-    def kv_used_cells(self) -> int:
-        """KV cells held by sequences (read without locking: a snapshot for /health)."""
-        return sum(len(s.tokens) for s in self._slots)
-
-    @property
-    def cache_tokens(self) -> int:
-        """Tokens whose KV is kept for later requests."""
-        raise NotImplementedError
-
-    @property
-    def cache_ram_bytes(self) -> int:
-        """Host RAM holding KV moved out of the context."""
-        raise NotImplementedError
-
-    def kv_blocks(self) -> dict[str, int]:
-        """Block counts of a paged cache (empty for one without blocks)."""
-        return {}
 
     @property
     def alive(self) -> bool:
@@ -173,7 +186,12 @@ class Engine:
         return len(self._waiting) + self._incoming.qsize()
 
     def start(self) -> None:
+        self._publish()
         self._thread.start()
+
+    def refusal(self, prompt: list[int]) -> str | None:
+        """Why a request with this prompt could never run here (None: it can); checked before it queues."""
+        return None
 
     def submit(self, request: CompletionRequest) -> None:
         """Queue a request; the engine admits it when a slot is free."""
@@ -190,7 +208,21 @@ class Engine:
         self.batch.close()
         return True
 
-    # -- what subclasses provide ----------------------------------------------
+    # -- what subclasses provide (engine thread) -------------------------------
+
+    @property
+    def cache_tokens(self) -> int:
+        """Tokens whose KV is kept for later requests."""
+        raise NotImplementedError
+
+    @property
+    def cache_ram_bytes(self) -> int:
+        """Host RAM holding KV moved out of the context."""
+        raise NotImplementedError
+
+    def kv_blocks(self) -> dict[str, int]:
+        """Block counts of a paged cache (empty for one without blocks)."""
+        return {}
 
     def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> Slot | None:
         """A slot for ``request`` holding as much of ``prompt`` as the cache has (``slot.cached`` set).
@@ -206,15 +238,33 @@ class Engine:
     def _committed(self, plan: list[Step]) -> None:
         """The planned tokens are now in KV."""
 
-    def _room_to_decode(self, slot: Slot) -> bool:
-        """Whether ``slot`` can take its pending token (shifting its context if needed)."""
+    def _shift(self, slot: Slot) -> bool:
+        """Make room at the end of ``slot``'s full context; whether its pending token can go in this step."""
         raise NotImplementedError
 
     def _free_kv(self, slot: Slot, keep: bool) -> None:
         """Let go of ``slot``'s KV; with ``keep`` it stays as a cache entry where it can."""
         raise NotImplementedError
 
+    def _check_kv(self) -> None:
+        """Assert that the KV books agree with themselves and with the slots."""
+        raise NotImplementedError
+
+    def _trim(self, slot: Slot, n: int) -> None:
+        """Forget the last ``n`` tokens of ``slot``'s KV (a rejected draft), before they are committed."""
+        raise NotImplementedError
+
     # -- engine thread ------------------------------------------------------
+
+    def _room_to_decode(self, slot: Slot) -> bool:
+        """Whether ``slot`` can take its pending token now. A full context is shifted, or, for a request
+        that may not shift, ends the answer with ``"length"``."""
+        if len(slot.tokens) < self.n_ctx_seq:
+            return True
+        if not slot.request.shift:
+            self._finish(slot, "length")
+            return False
+        return self._shift(slot)
 
     def _run(self) -> None:
         while True:
@@ -226,15 +276,28 @@ class Engine:
                 self._reap_cancelled()
                 if self._active:
                     self._step()
+                if self.check_kv:
+                    self._check_kv()
             except Exception as exc:  # a bug or a native failure: fail what runs, keep serving
                 log.exception("engine step failed")
                 self._fail_all(f"generation failed: {exc}")
+            self._publish()
         for slot in list(self._active):
             self._fail(slot, "the runner is shutting down")
         self._receive(block=False)
         for request in self._waiting:
             request.emit({"error": "the runner is shutting down"})
             request.sampler.close()
+
+    def _publish(self) -> None:
+        """Replace :attr:`kv_state` with the books as they are now, for /health to read from any thread."""
+        self.kv_state = {
+            "kv_used_cells": sum(len(s.tokens) for s in self._slots),
+            "cache_tokens": self.cache_tokens,
+            "cache_hit_rate": round(self.stats.hit_rate, 4),
+            "cache_ram_bytes": self.cache_ram_bytes,
+            "kv_blocks": self.kv_blocks(),
+        }
 
     def _receive(self, block: bool) -> None:
         try:
@@ -247,6 +310,7 @@ class Engine:
             pass
 
     def _admit(self) -> None:
+        """Start waiting requests in arrival order; one that cannot start yet is bypassed a bounded number of times."""
         deferred: list[CompletionRequest] = []
         while self._waiting and len(self._active) < len(self._slots):
             request = self._waiting.popleft()
@@ -257,9 +321,13 @@ class Engine:
             slot = self._place(request, num_keep, prompt)
             if slot is None:
                 deferred.append(request)
-            else:
-                slot.num_keep = num_keep
-                self._start(slot, request, prompt)
+                if request.bypassed >= MAX_BYPASS:
+                    break  # its turn: nothing behind it starts before it does
+                continue
+            for earlier in deferred:
+                earlier.bypassed += 1
+            slot.num_keep = num_keep
+            self._start(slot, request, prompt)
         self._waiting.extendleft(reversed(deferred))
 
     def _fit(self, request: CompletionRequest) -> tuple[int, list[int]]:
@@ -287,6 +355,7 @@ class Engine:
             slot.limit = o.num_predict
         slot.request = request
         slot.prompt = prompt
+        slot.truncated = len(prompt) < len(request.prompt)
         slot.feed = prompt
         slot.prefilled = slot.cached
         slot.pending = -1
@@ -295,8 +364,13 @@ class Engine:
         slot.text = TextStream(o.stop)
         slot.t_admit = time.perf_counter()
         slot.t_first = 0.0
+        slot.preemptions = 0
         self.stats.prompt_tokens += len(prompt)
         self.stats.cached_tokens += slot.cached
+        slot.spec = None
+        if self.speculates and o.speculative != "off":
+            slot.spec = Speculation(o.speculative)
+            slot.spec.index.extend(prompt)
         request.sampler.accept_prompt(prompt)
         self._active.append(slot)
 
@@ -314,14 +388,14 @@ class Engine:
             return
         batch = self.batch
         batch.clear()
-        rows: list[tuple[Slot, int]] = []  # slots to sample, with their logits row
+        rows: list[tuple[Step, int]] = []  # steps to sample, with the logits row of their first sample
         for step in sorted(plan, key=lambda p: p.slot.seq_id):
             slot, seq, pos = step.slot, step.slot.seq_id, len(step.slot.tokens)
+            first = len(step.tokens) - 1 - len(step.draft)  # the token whose logits are sampled first
             for j, token in enumerate(step.tokens):
-                row = batch.add(token, pos + j, seq, False)
-            if step.sample:
-                batch.request_logits(row)
-                rows.append((slot, row))
+                row = batch.add(token, pos + j, seq, step.sample and j >= first)
+                if j == first and step.sample:
+                    rows.append((step, row))
             slot.tokens.extend(step.tokens)
         rc = self.ctx.decode(batch)
         if rc != 0:
@@ -329,12 +403,38 @@ class Engine:
             for step in plan:
                 self._fail(step.slot, f"generation failed: {reason}")
             return
+        picked = [(step.slot, self._verify(step, row)) for step, row in rows]
         self._committed(plan)
         now = time.perf_counter()
-        for slot, row in rows:
+        for slot, tokens in picked:
             if not slot.t_first:
                 slot.t_first = now
-            self._on_token(slot, slot.request.sampler.sample(self.ctx, row))
+            for token, logprob in tokens:
+                if slot.request is None:  # finished by an earlier token of the same step
+                    break
+                self._on_token(slot, token, logprob)
+
+    def _verify(self, step: Step, row: int) -> list[tuple[int, Logprob | None]]:
+        """Sample ``step``'s rows from ``row`` on, in order, while each sample equals the draft token after it.
+
+        Every sample is the sampler's next call, as in one-at-a-time decoding,
+        so the tokens (seeded ones too) are plain decoding's. The rejected
+        rest of the draft leaves the KV before it is committed.
+        """
+        slot, draft = step.slot, step.draft
+        sampler = slot.request.sampler
+        picks: list[tuple[int, Logprob | None]] = []
+        for i in range(len(draft) + 1):
+            token = sampler.sample(self.ctx, row + i)
+            picks.append((token, sampler.last_logprobs))
+            if i == len(draft) or token != draft[i] or self.model.vocab.is_eog(token):
+                break
+        kept = len(picks) - 1
+        if draft:
+            if kept < len(draft):
+                self._trim(slot, len(draft) - kept)
+            slot.spec.record(len(draft), kept, len(slot.generated) + len(picks))
+        return picks
 
     def _plan(self) -> list[Step]:
         """What each slot puts in this step's batch.
@@ -350,6 +450,8 @@ class Engine:
                 plan.append(Step(slot, [slot.pending], sample=True, decode=True))
                 slot.pending = -1
         budget = self.batch.capacity - len(plan)
+        if self.speculates:
+            budget -= self._add_drafts(plan, budget)
         for slot in self._active:
             n = 0 if slot.parked else min(len(slot.feed) - slot.prefilled, budget)
             if n > 0:
@@ -359,7 +461,42 @@ class Engine:
                 budget -= n
         return plan
 
-    def _on_token(self, slot: Slot, token: int) -> None:
+    def _add_drafts(self, plan: list[Step], budget: int) -> int:
+        """Put drafts after the decoding steps that want one; how many tokens they add.
+
+        A draft never runs past the context, the request's ``num_predict``
+        or the batch.
+        """
+        wanting: list[tuple[Step, int]] = []
+        for step in plan:
+            slot = step.slot
+            if slot.spec is not None and slot.spec.wants(len(slot.generated), len(plan)):
+                room = min(self.n_ctx_seq - len(slot.tokens) - 1, slot.limit - len(slot.generated) - 1, budget)
+                k = slot.spec.limit(room)
+                if k > 0:
+                    wanting.append((step, k))
+                    budget -= k
+        by_model: dict[Drafter, list[tuple[int, list[int], int]]] = {}
+        for step, k in wanting:
+            slot = step.slot
+            index = slot.spec.index
+            index.extend(slot.generated[len(index.tokens) - len(slot.prompt) :])
+            drafter = slot.request.draft
+            if drafter is None:
+                step.draft = index.draft(k)
+            else:
+                by_model.setdefault(drafter, []).append((slot.seq_id, slot.tokens + step.tokens, k))
+        for drafter, wants in by_model.items():
+            drafts = drafter.propose(wants)
+            for step, _ in wanting:
+                step.draft = drafts.get(step.slot.seq_id, step.draft)
+        added = 0
+        for step, _ in wanting:
+            step.tokens = step.tokens + step.draft
+            added += len(step.draft)
+        return added
+
+    def _on_token(self, slot: Slot, token: int, logprob: Logprob | None = None) -> None:
         if self.model.vocab.is_eog(token):
             self._finish(slot, "stop")
             return
@@ -367,8 +504,8 @@ class Engine:
             self._finish(slot, "length")
             return
         slot.generated.append(token)
-        if slot.request.sampler.last_logprobs is not None:
-            slot.logprobs.append(self._logprob_entry(token, *slot.request.sampler.last_logprobs))
+        if logprob is not None:
+            slot.logprobs.append(self._logprob_entry(token, *logprob))
         text = slot.text.feed(self.model.vocab.piece(token))
         if text:
             slot.request.emit(self._content(slot, text))
@@ -412,11 +549,21 @@ class Engine:
                 "eval_count": len(slot.generated),
                 "eval_duration": int((now - first) * 1e9),
                 "cached_tokens": slot.cached,
+                "preemptions": slot.preemptions,
                 "context": slot.prompt + slot.generated,
+                **({"truncated": True} if slot.truncated else {}),
+                **self._draft_counts(slot),
                 **({"stop_sequence": slot.text.matched} if slot.text.matched else {}),
             }
         )
         self._release(slot, keep=True)
+
+    @staticmethod
+    def _draft_counts(slot: Slot) -> dict[str, int]:
+        """Drafted and kept tokens of a request that could speculate (llama-server's ``draft_n``, ``draft_n_accepted``)."""
+        if slot.spec is None:
+            return {}
+        return {"draft_count": slot.spec.drafted, "draft_accepted_count": slot.spec.accepted}
 
     def _fail_all(self, message: str) -> None:
         """Fail every running request; if even that fails the KV books are beyond repair: end the process

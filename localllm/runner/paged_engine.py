@@ -7,12 +7,16 @@ blocks stay cached (indexed by their tokens) until the pool needs them; the
 least recently released go first, full ones to host RAM within a budget.
 
 The pool, not ``n_ctx x n_parallel``, is the memory budget: a request is
-admitted when the pool could hold its whole prompt, and waits otherwise (the
-pool always holds at least one whole context, so every prompt fits alone). If
+admitted when the pool could hold its whole prompt, and waits otherwise (a
+prompt the whole pool could never hold is refused before it queues). If
 running sequences outgrow the pool, the most recently admitted one is
 preempted: its blocks go back (full ones stay cached) and it is later
 resumed by evaluating what it held again, which the native engine's batch
-invariance makes bit for bit what it held before.
+invariance makes bit for bit what it held before. Against thrashing, a
+preempted sequence resumes only when the pool also holds what the running
+ones need to finish their prompts and grow by a block, and nothing new
+starts while one waits to resume. A sequence that outgrows the pool while
+running alone fails with an error.
 
 A context shift recomputes the kept tokens the same way instead of rotating
 cached keys, so a shifted sequence's KV too is what a fresh computation gives.
@@ -21,6 +25,7 @@ cached keys, so a shifted sequence's KV too is what a fresh computation gives.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 from localllm.backends.native.backend import Context, Model
@@ -42,9 +47,9 @@ class PagedSlot(Slot):
 class PagedEngine(Engine):
     """Continuous batching over the native engine's paged KV pool; see the module docstring."""
 
+    speculates = True  # the native engine's logits are batch-invariant: a verified draft is plain decoding's
+
     def __init__(self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int, pool: BlockPool) -> None:
-        if pool.n_blocks < pool.blocks_for(n_ctx_seq + 1):
-            raise ValueError(f"a KV pool of {pool.n_blocks} blocks cannot hold one context of {n_ctx_seq} tokens")
         super().__init__(model, ctx, [PagedSlot(seq_id=i) for i in range(n_parallel)], n_ctx_seq, pool.stats)
         self.pool = pool
         self._admissions = 0
@@ -62,10 +67,20 @@ class PagedEngine(Engine):
 
     # -- admission ---------------------------------------------------------------
 
+    def refusal(self, prompt: list[int]) -> str | None:
+        n = min(len(prompt), self.n_ctx_seq) + 1  # as the context cuts it, and the first generated token
+        if self.pool.blocks_for(n) <= self.pool.n_blocks:
+            return None
+        return (f"the prompt needs {n} KV positions but the whole KV pool holds "
+                f"{self.pool.n_blocks * self.pool.block_size}; shorten it or give the pool more (LOCALLLM_KV_TOKENS)")
+
     def _admit(self) -> None:
         parked = sorted((s for s in self._active if s.parked), key=lambda s: s.admitted)
         for slot in parked:  # preempted sequences come back before anything new starts
-            if not self._hold_prefix(slot, slot.feed):
+            if self.pool.blocks_for(len(slot.feed) + 1) > self.pool.n_blocks:
+                self._fail_outgrown(slot, len(slot.feed))
+                continue
+            if not self._hold_prefix(slot, slot.feed, headroom=self._growth(besides=slot)):
                 return
             slot.prefilled = len(slot.tokens)
             slot.parked = False
@@ -80,14 +95,15 @@ class PagedEngine(Engine):
         slot.admitted = self._admissions
         return slot
 
-    def _hold_prefix(self, slot: PagedSlot, feed: list[int]) -> bool:
-        """Give ``slot`` the cached blocks of ``feed``'s prefix, if the pool can then hold the rest.
+    def _hold_prefix(self, slot: PagedSlot, feed: list[int], headroom: int = 0) -> bool:
+        """Give ``slot`` the cached blocks of ``feed``'s prefix, if the pool can then hold the rest
+        and ``headroom`` blocks more.
 
         False (nothing held) when the sequence should wait: for blocks, or
         for a running prefill that will soon cache much more of ``feed``.
         """
         found = self.pool.match(feed[:-1])  # evaluate at least one token: its logits start the answer
-        needed = self.pool.blocks_for(len(feed) + 1) - len(found.blocks)
+        needed = self.pool.blocks_for(len(feed) + 1) - len(found.blocks) + headroom
         if needed > self.pool.available or self._prefill_ahead(feed, found.tokens):
             self.pool.release(found.blocks, found.nodes, (), keep=False)
             return False
@@ -104,19 +120,37 @@ class PagedEngine(Engine):
             for s in self._active
         )
 
+    def _growth(self, besides: PagedSlot) -> int:
+        """Blocks the running sequences other than ``besides`` take to finish their feed and grow by a block."""
+        bs = self.pool.block_size
+        return sum(
+            max(0, self.pool.blocks_for(max(len(s.feed), len(s.tokens)) + bs) - len(s.blocks))
+            for s in self._active
+            if not s.parked and s is not besides
+        )
+
     # -- growth ------------------------------------------------------------------
 
     def _reserve(self, plan: list[Step]) -> list[Step]:
-        """Blocks for every planned token; the newest sequences are preempted while the pool is short."""
+        """Blocks for every planned token; the newest sequences are preempted while the pool is short,
+        and one that is short while running alone fails: the whole pool cannot hold it."""
 
         def short(step: Step) -> int:
             return self.pool.blocks_for(len(step.slot.tokens) + len(step.tokens)) - len(step.slot.blocks)
 
+        if sum(short(step) for step in plan) > self.pool.available:  # drafts go first: they never preempt
+            for step in plan:
+                if step.draft:
+                    del step.tokens[len(step.tokens) - len(step.draft) :]
+                    step.draft = []
         while sum(short(step) for step in plan) > self.pool.available:
             running = [s for s in self._active if not s.parked]
-            assert len(running) > 1, "one sequence alone always fits: the pool holds a whole context"
             victim = max(running, key=lambda s: s.admitted)
-            self._preempt(victim, next((step for step in plan if step.slot is victim), None))
+            step = next((step for step in plan if step.slot is victim), None)
+            if len(running) == 1:
+                self._fail_outgrown(victim, len(victim.tokens) + (len(step.tokens) if step else 0))
+            else:
+                self._preempt(victim, step)
             plan = [step for step in plan if step.slot is not victim]
         for step in plan:
             slot = step.slot
@@ -125,6 +159,10 @@ class PagedEngine(Engine):
                 slot.nodes.append(None)
             self._sync_table(slot)
         return plan
+
+    def _fail_outgrown(self, slot: PagedSlot, n_tokens: int) -> None:
+        self._fail(slot, f"the KV pool of {self.pool.n_blocks * self.pool.block_size} positions cannot hold "
+                         f"this sequence's {n_tokens} tokens")
 
     def _preempt(self, slot: PagedSlot, step: Step | None) -> None:
         """Give back ``slot``'s blocks; it resumes by evaluating what it held again."""
@@ -140,19 +178,15 @@ class PagedEngine(Engine):
         self.pool.release(slot.blocks, slot.nodes, held, keep=True)
         slot.blocks, slot.nodes, slot.tokens = [], [], []
         slot.parked = True
+        slot.preemptions += 1
 
     def _committed(self, plan: list[Step]) -> None:
         for step in plan:
             self.pool.commit(step.slot.blocks, step.slot.nodes, step.slot.tokens)
 
-    def _room_to_decode(self, slot: PagedSlot) -> bool:
-        if len(slot.tokens) < self.n_ctx_seq:
-            return True
-        self._shift(slot)
-        return False
-
-    def _shift(self, slot: PagedSlot) -> None:
-        """Make room at the context end: keep ``num_keep`` tokens and the newer half of the rest, recomputed."""
+    def _shift(self, slot: PagedSlot) -> bool:
+        """Make room at the context end: keep ``num_keep`` tokens and the newer half of the rest, recomputed
+        (so the pending token waits for that recomputation)."""
         keep, n = slot.num_keep, len(slot.tokens)
         discard = (n - keep) // 2
         kept = slot.tokens[:keep] + slot.tokens[keep + discard :]
@@ -165,6 +199,15 @@ class PagedEngine(Engine):
         slot.prefilled = len(slot.tokens)
         slot.pending = -1
         self._sync_table(slot)
+        return False
+
+    def _trim(self, slot: PagedSlot, n: int) -> None:
+        """Drop a rejected draft: its blocks past the kept tokens are private (not yet committed) and go back."""
+        del slot.tokens[-n:]
+        keep = self.pool.blocks_for(len(slot.tokens))
+        if len(slot.blocks) > keep:
+            self.pool.release(slot.blocks[keep:], slot.nodes[keep:], (), keep=False)
+            del slot.blocks[keep:], slot.nodes[keep:]
 
     # -- release -----------------------------------------------------------------
 
@@ -173,6 +216,15 @@ class PagedEngine(Engine):
         self.pool.release(slot.blocks, slot.nodes, slot.tokens, keep=keep)
         slot.blocks, slot.nodes, slot.tokens = [], [], []
         slot.parked = False
+
+    def _check_kv(self) -> None:
+        self.pool.check()
+        for slot in self._slots:
+            assert len(slot.tokens) <= len(slot.blocks) * self.pool.block_size, f"seq {slot.seq_id} outgrew its blocks"
+            assert not (slot.idle and slot.blocks), f"idle seq {slot.seq_id} holds blocks"
+            assert list(self.ctx.tables[slot.seq_id, : len(slot.blocks)]) == slot.blocks, f"seq {slot.seq_id}'s table"
+        held = Counter(block for slot in self._slots for block in slot.blocks)
+        assert held == {b: n for b, n in enumerate(self.pool.ref) if n}, "reference counts differ from the tables"
 
     def _sync_table(self, slot: PagedSlot) -> None:
         self.ctx.tables[slot.seq_id, : len(slot.blocks)] = slot.blocks

@@ -108,6 +108,25 @@ class RadixTree(Generic[H]):
         n, holders = self.match(tokens)
         return n == len(tokens) and bool(holders - {besides})
 
+    def check(self) -> None:
+        """Assert that every holder's path exists and every node lists exactly the holders passing through it."""
+        through: dict[int, set[H]] = {}
+        for holder, key in self._tokens.items():
+            node, i = self._root, 0
+            while i < len(key):
+                child = node.children.get(key[i])
+                assert child is not None and tuple(key[i : i + len(child.key)]) == child.key, f"{holder} has no path"
+                through.setdefault(id(child), set()).add(holder)
+                node, i = child, i + len(child.key)
+
+        def walk(node: _Node[H]) -> None:
+            for first, child in node.children.items():
+                assert child.key and child.key[0] == first, "an edge under the wrong token"
+                assert child.holders == through.get(id(child), set()), "a node's holders are wrong"
+                walk(child)
+
+        walk(self._root)
+
     @staticmethod
     def _split(parent: _Node[H], child: _Node[H], m: int) -> _Node[H]:
         """Cut ``child``'s edge after ``m`` tokens; returns the new middle node."""

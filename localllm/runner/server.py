@@ -23,15 +23,19 @@ bad input):
 ``POST /completion``
     ``{"prompt": str | [int], "context": [int] | null, "options": {Ollama
     options}, "grammar": GBNF | null, "grammar_triggers": [str], "json_schema": {} | null,
-    "stream": true, "truncate": true}`` → NDJSON lines ``{"content": piece}``, then
+    "stream": true, "truncate": true, "shift": true}`` → NDJSON lines ``{"content": piece}``, then
     ``{"done": true, "done_reason": "stop" | "length", "prompt_eval_count",
     "prompt_eval_duration", "eval_count", "eval_duration", "cached_tokens",
-    "context": [int]}``; ``prompt_eval_count`` counts evaluated prompt tokens
-    only, ``cached_tokens`` those reused from the prefix cache; a failure mid-stream is a line ``{"error": msg}``.
-    A prompt longer than the context is cut as Ollama does (the first
-    ``num_keep`` tokens and the most recent ones), or refused with 400 when
-    ``truncate`` is false. With ``grammar_triggers`` the grammar is lazy: output is
-    free until one of those words appears, and the grammar holds from that word on
+    "preemptions", "context": [int]}`` (and ``"truncated": true`` when the prompt was cut);
+    ``prompt_eval_count`` counts evaluated prompt tokens only, ``cached_tokens`` those reused from
+    the prefix cache, ``preemptions`` the times the request gave its KV back to a full pool; a
+    failure mid-stream is a line ``{"error": msg}``. A prompt the whole KV pool could never hold is
+    refused with 400 before it queues. A prompt longer than the context is cut as Ollama does (the
+    first ``num_keep`` tokens and the most recent ones), or refused with 400 when ``truncate`` is
+    false. When generation fills the context it slides (``shift``, at most ten contexts of output in
+    all), or with ``"shift": false`` the answer ends there with ``"done_reason": "length"``. With
+    ``grammar_triggers`` the grammar is lazy: output is free until one of those words appears, and
+    the grammar holds from that word on
     (a tool call's start marker). ``json_schema`` holds the output to a JSON
     schema with llguidance. ``context`` (tokens of an earlier exchange, Ollama's ``/api/generate``
     ``context``) goes before the prompt. Pieces never split a UTF-8
@@ -57,6 +61,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from localllm.backends.llama_cpp import Model
+from localllm.runner.draft_model import DraftModel, DraftModels, DraftRefused
 from localllm.runner.embed import Embedder, InputTooLong
 from localllm.runner.engine import CompletionRequest, Engine
 from localllm.options import CompletionOptions, OptionError
@@ -64,6 +69,9 @@ from localllm.runner.relay import EventRelay
 from localllm.runner.sampling import GrammarError, Sampler
 
 log = logging.getLogger("localllm.runner")
+
+
+NO_KV = {"kv_used_cells": 0, "cache_tokens": 0, "cache_hit_rate": 0.0, "cache_ram_bytes": 0, "kv_blocks": {}}
 
 
 class BadRequest(ValueError):
@@ -80,6 +88,7 @@ class Runtime:
     stream_interval: float  # seconds between hand-overs of streamed pieces (LOCALLLM_STREAM_INTERVAL; relay.py)
     engine: Engine | None = None
     embedder: Embedder | None = None
+    drafts: DraftModels | None = None  # draft models for speculation (native engine only)
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -142,15 +151,11 @@ def create_app(rt: Runtime) -> Starlette:
                 "n_ctx_train": model.n_ctx_train,
                 "n_parallel": rt.n_parallel,
                 "n_vocab": model.vocab.n_vocab,
-                "bos": model.vocab.token_text(model.vocab.bos),
-                "eos": model.vocab.token_text(model.vocab.eos),
+                "bos": model.vocab.bos_text,
+                "eos": model.vocab.eos_text,
                 "model_size": model.size,
-                "kv_used_cells": rt.engine.kv_used_cells if rt.engine else 0,
-                "cache_tokens": rt.engine.cache_tokens if rt.engine else 0,
-                "cache_hit_rate": round(rt.engine.stats.hit_rate, 4) if rt.engine else 0.0,
-                "cache_ram_bytes": rt.engine.cache_ram_bytes if rt.engine else 0,
+                **(rt.engine.kv_state if rt.engine else NO_KV),
                 "queue_depth": rt.engine.queue_depth if rt.engine else 0,
-                "kv_blocks": rt.engine.kv_blocks() if rt.engine else {},
                 "embedding": rt.embedder is not None,
             }
         )
@@ -191,14 +196,19 @@ def create_app(rt: Runtime) -> Starlette:
         if schema is not None and grammar:
             raise BadRequest("send either a 'grammar' or a 'json_schema', not both")
         stream = _flag(body, "stream", True)
+        shift = _flag(body, "shift", True)
         if not _flag(body, "truncate", True) and len(tokens) > rt.n_ctx:
             raise BadRequest(
                 f"the prompt is {len(tokens)} tokens, more than the context length of {rt.n_ctx} tokens; "
                 "shorten it, raise num_ctx, or allow truncation"
             )
+        refusal = rt.engine.refusal(tokens)
+        if refusal:
+            raise BadRequest(refusal)
+        draft = await _draft_model(rt, options)
         sampler = Sampler(model, options, rt.n_ctx, grammar, triggers, schema)
         relay = EventRelay(asyncio.get_running_loop(), rt.stream_interval if stream else float("inf"))
-        job = CompletionRequest(tokens, options, sampler, relay.emit)
+        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift, draft=draft)
         rt.engine.submit(job)
         if stream:
             return StreamingResponse(_ndjson(job, relay), media_type="application/x-ndjson")
@@ -240,6 +250,20 @@ def create_app(rt: Runtime) -> Starlette:
             Exception: internal_error,
         },
     )
+
+
+async def _draft_model(rt: Runtime, options: CompletionOptions) -> DraftModel | None:
+    """The request's draft model (loaded on first use), after checking the engine can speculate at all."""
+    if not rt.engine.speculates and (options.speculative == "on" or options.draft):
+        asked = "option 'draft'" if options.draft else "option 'speculative' = 'on'"
+        raise BadRequest(f"{asked} needs the native engine (speculative decoding relies on its batch-invariant "
+                         "logits); use PARAMETER engine native or leave speculative on 'auto'")
+    if not options.draft or options.speculative == "off":
+        return None
+    try:
+        return await asyncio.to_thread(rt.drafts.get, options.draft)
+    except DraftRefused as exc:
+        raise BadRequest(f"option 'draft' names a model that cannot draft for this one: {exc}") from None
 
 
 async def _ndjson(job: CompletionRequest, relay: EventRelay):

@@ -155,9 +155,6 @@ class StreamEngine(Engine):
         self._spill.discard(entry)
         self._tree.remove(entry)
 
-    def _room_to_decode(self, slot: StreamSlot) -> bool:
-        return len(slot.tokens) < self.n_ctx_seq or self._shift(slot)
-
     def _shift(self, slot: StreamSlot) -> bool:
         """Make room at the context end: drop half of the tokens after ``num_keep``."""
         if not self.ctx.can_shift:
@@ -171,6 +168,16 @@ class StreamEngine(Engine):
         slot.exact = min(slot.exact, keep)
         log.info("context shift: seq=%d kept=%d discarded=%d", slot.seq_id, keep, discard)
         return True
+
+    def _check_kv(self) -> None:
+        self._tree.check()
+        for slot in self._slots:
+            assert slot.exact <= self.n_ctx_seq and len(slot.tokens) <= self.n_ctx_seq, f"seq {slot.seq_id} too long"
+            if slot.idle and slot in self._tree:
+                assert self._tree.tokens(slot) == tuple(slot.tokens), f"idle seq {slot.seq_id} is indexed wrongly"
+            if slot.tokens and not slot.copy_pending:
+                assert self.ctx.seq_pos_max(slot.seq_id) == len(slot.tokens) - 1, f"seq {slot.seq_id}'s KV cells"
+        assert all(entry in self._tree for entry in self._spill), "a spilled prefix outside the tree"
 
     def _free_kv(self, slot: StreamSlot, keep: bool) -> None:
         """A failed request's cells are not trusted (the decode that failed may have written some), nor

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from .dialects.anthropic import CountTokensRequest, MessagesRenderer, MessagesRequest, messages_turn
-from .dialects.render import named_sse, rendered
+from .dialects.render import named_sse, rendered, truncation_headers
 from .handler import ChatHandler, PreparedTurn
 from .state import state_of
 from .streaming import streamed
@@ -18,9 +18,11 @@ router = APIRouter(prefix="/v1")
 async def _respond(handler: ChatHandler, turn: PreparedTurn, model: str, stream: bool):
     renderer = MessagesRenderer(model)
     if not stream:
-        return JSONResponse(renderer.whole(await handler.answer(turn)))
+        answer = await handler.answer(turn)
+        return JSONResponse(renderer.whole(answer), headers=truncation_headers(answer.final.truncated))
     deltas = await handler.open(turn)  # a failure before the first event is still an error status
-    return streamed(named_sse(rendered(renderer, deltas)), "text/event-stream")
+    return streamed(named_sse(rendered(renderer, deltas)), "text/event-stream",
+                    truncation_headers(deltas.notes.truncated))
 
 
 @router.post("/messages")

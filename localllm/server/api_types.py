@@ -68,6 +68,8 @@ class GenerateRequest(_NamedBody):
     logprobs: bool = False
     top_logprobs: int | None = None
     think: bool | str | None = None
+    truncate: bool | None = None  # a prompt over the context is cut (the default), or with false a 400
+    shift: bool | None = None  # an answer that fills the context slides it (the default), or with false stops
 
 
 class ChatRequest(_NamedBody):
@@ -81,6 +83,8 @@ class ChatRequest(_NamedBody):
     stream: bool = True
     keep_alive: KeepAlive = None
     think: bool | str | None = None
+    truncate: bool | None = None  # old messages are left out to fit the context (the default), or with false a 400
+    shift: bool | None = None  # an answer that fills the context slides it (the default), or with false stops
 
 
 class ShowRequest(_NamedBody):

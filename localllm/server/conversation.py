@@ -67,6 +67,8 @@ class ChatTurn:
     logprobs: bool = False
     top_logprobs: int | None = None
     keep_alive: Any = None
+    shift: bool = False  # slide the context when the answer fills it (Ollama's default), else end with "length"
+    truncate: bool = True  # leave old messages out when the chat does not fit the context, else a 400
 
 
 def check_think(value: Any) -> ThinkSetting:
@@ -124,6 +126,7 @@ class Final:
     metrics: dict[str, int] = field(default_factory=dict)  # Ollama's counts and durations, cached_tokens
     context: list[int] = field(default_factory=list)  # prompt + answer tokens (/api/generate's context)
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # every token's, for whole answers
+    truncated: bool = False  # the prompt was cut inside a message to fit the context
 
     @property
     def prompt_tokens(self) -> int:

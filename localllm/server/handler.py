@@ -20,6 +20,7 @@ from .conversation import (
     Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta
 )
 from .errors import ApiError, bad_request
+from .history import ChatHistory
 from .inference import CompletionJob, Inference, PromptRenderer, constrain_tool_calls, template_errors_as_400
 from .limits import check_request
 from .output_parser import OutputParser, ParserSetup
@@ -35,6 +36,14 @@ class PreparedTurn:
     think: ThinkSetting = None
     tool_use: ToolUse | None = None
     parser_setup: ParserSetup = field(default_factory=ParserSetup)
+    history: ChatHistory | None = None  # a chat's messages: older ones are left out when they do not fit
+
+
+@dataclass
+class PromptNotes:
+    """What fitting the prompt into the context did, for the answer to report."""
+
+    truncated: bool = False  # a message (or a plain prompt) was cut inside
 
 
 def thinking_tags(model: LocalModel, think: ThinkSetting) -> ThinkingTags | None:
@@ -92,8 +101,9 @@ class ChatHandler:
         limits = self.inference.settings.limits
         check_request(limits, texts=[m.content for m in turn.messages], messages=len(turn.messages),
                       tools=turn.tools, constraint=turn.constraint.json_schema or turn.constraint.grammar
-                      or turn.grammar, options=turn.options)
+                      or turn.grammar)
         job = self.inference.job(turn.model, turn.options, turn.keep_alive, turn.constraint, turn.grammar)
+        job.shift, job.truncate = turn.shift, turn.truncate
         self.inference.want_logprobs(job, turn.logprobs, turn.top_logprobs)
         model = job.model
         if any(m.images for m in turn.messages):
@@ -104,18 +114,20 @@ class ChatHandler:
         messages = [m.for_template() for m in turn.messages]
         tools = tool_use.tools if tool_use else None
 
-        def render(health: Health) -> str:
+        def render(health: Health, kept: list[dict[str, Any]]) -> str:
             with template_errors_as_400(model):
                 return prompts.build_prompt(
-                    messages=model.messages + messages, system=model.system, model_template=model.template,
+                    messages=kept, system=model.system, model_template=model.template,
                     gguf_chat_template=model.chat_template, bos_token=health.bos,
                     eos_token=health.eos, tools=tools, think=turn.think,
                 )
 
+        history = ChatHistory(model.messages + messages, render)
         setup = ParserSetup(thinking_tags=thinking_tags(model, turn.think),
                             call_syntax=tool_use.syntax if tool_use else None,
                             tool_names=frozenset(tool_use.names) if tool_use else frozenset())
-        return PreparedTurn(job, render, turn.think, tool_use, setup)
+        return PreparedTurn(job, lambda health: render(health, history.messages), turn.think, tool_use, setup,
+                            history)
 
     def prepare_generate(self, job: CompletionJob, render: PromptRenderer, think: ThinkSetting) -> PreparedTurn:
         """A completion of a plain prompt (``/api/generate``): thinking is split out, no tools."""
@@ -131,15 +143,21 @@ class ChatHandler:
         has sent anything.
         """
         lease = await self.inference.lease(turn.job)
-        prompt = await lease.render(turn.render)
+        notes = PromptNotes()
+        if turn.history is None:
+            prompt: str | list[int] = await lease.render(turn.render)
+            text = prompt
+        else:  # a chat: older messages are left out (or one is cut) to fit the context
+            fitted = await lease.fit(turn.history)
+            prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
         setup = turn.parser_setup
         if setup.thinking_tags and turn.think is not False:
             # A template that opens the block itself leaves the answer inside it.
-            setup = replace(setup, starts_thinking=setup.thinking_tags.opened_by(prompt))
+            setup = replace(setup, starts_thinking=setup.thinking_tags.opened_by(text))
         events = lease.complete(prompt)
         first = await anext(events)  # a failure to start is raised here, before a dialect sends anything
-        deltas = self._deltas(first, events, OutputParser(setup), drop_thinking=turn.think is False)
-        return DeltaStream(deltas, events)
+        deltas = self._deltas(first, events, OutputParser(setup), turn.think is False, notes)
+        return DeltaStream(deltas, events, notes)
 
     async def count_tokens(self, turn: PreparedTurn) -> int:
         """The tokens of the prompt the turn would send (Anthropic's ``count_tokens``)."""
@@ -151,7 +169,7 @@ class ChatHandler:
 
     @staticmethod
     async def _deltas(first: dict[str, Any], events: AsyncIterator[dict[str, Any]],
-                      parser: OutputParser, drop_thinking: bool) -> AsyncIterator[Delta]:
+                      parser: OutputParser, drop_thinking: bool, notes: PromptNotes) -> AsyncIterator[Delta]:
         logprobs: list[dict[str, Any]] = []  # of text the parser holds back
         answer_logprobs: list[dict[str, Any]] = []  # of the answer's text: thinking and calls have none
 
@@ -189,8 +207,10 @@ class ChatHandler:
                     yield Content("", logprobs)
                 reason = "tool_calls" if parser.calls_made else event.get("done_reason", "stop")
                 metrics = {k: v for k, v in event.items() if isinstance(v, int) and not isinstance(v, bool)}
+                notes.truncated = notes.truncated or bool(event.get("truncated"))  # the runner cut a plain prompt
                 yield Final(reason=reason, stop_sequence=event.get("stop_sequence"), metrics=metrics,
-                            context=event.get("context", []), logprobs=answer_logprobs)
+                            context=event.get("context", []), logprobs=answer_logprobs,
+                            truncated=notes.truncated)
                 return
             yield Failure("model runner ended the answer early")
         finally:
@@ -198,11 +218,16 @@ class ChatHandler:
 
 
 class DeltaStream:
-    """A turn's deltas (iterate it once); closing it ends the runner stream even when no delta was read."""
+    """A turn's deltas (iterate it once); closing it ends the runner stream even when no delta was read.
 
-    def __init__(self, deltas: AsyncIterator[Delta], events: AsyncIterator[dict[str, Any]]) -> None:
+    ``notes`` says already, before the first delta, whether a chat's prompt was cut to fit.
+    """
+
+    def __init__(self, deltas: AsyncIterator[Delta], events: AsyncIterator[dict[str, Any]],
+                 notes: PromptNotes) -> None:
         self._deltas = deltas
         self._events = events
+        self.notes = notes
 
     def __aiter__(self) -> AsyncIterator[Delta]:
         return self._deltas

@@ -30,11 +30,13 @@ from ..templates.gotemplate import TemplateError
 from ..templates.prompt import PromptError
 from .errors import ApiError, bad_request, not_found
 from .formats import NO_CONSTRAINT, Constraint
+from .limits import check_request
 from .metrics import Metrics
-from .request_options import keep_alive_seconds, merge_options
+from .request_options import keep_alive_seconds, merge_options, validate_options
 from .engine_choice import EngineRefused
+from .history import ChatHistory, FittedPrompt, fit_history
 from .runner_client import Health, RunnerBadRequest, RunnerError
-from .scheduler import LoadedModel, LoadRequest, Scheduler
+from .scheduler import LoadedModel, LoadRequest, NoRoom, Scheduler
 from .tools import ToolUse
 
 log = logging.getLogger("localllm.inference")
@@ -45,11 +47,15 @@ PromptRenderer = Callable[[Health], str]
 
 @contextlib.contextmanager
 def runner_errors() -> Iterator[None]:
-    """The runner's (and the engine choice's) failures as API errors: refused input is a 400, the rest a 500."""
+    """The runner's (and the engine choice's) failures as API errors: refused input, an engine refused for
+    the model, or a context too large for the memory there is, is the request's 400; memory or model slots
+    the machine lacks now is a 503 with the figures (:class:`NoRoom`); a runner that failed is a 500."""
     try:
         yield
     except (EngineRefused, RunnerBadRequest) as exc:
         raise bad_request(str(exc)) from None
+    except NoRoom as exc:
+        raise ApiError(exc.status, str(exc)) from None
     except RunnerError as exc:
         raise ApiError(500, str(exc)) from None
 
@@ -65,6 +71,8 @@ class CompletionJob:
     grammar_triggers: tuple[str, ...] = ()  # the grammar is lazy: it applies from the first of these words on
     json_schema: dict[str, Any] | None = None  # for llguidance (never together with a grammar)
     context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
+    shift: bool = False  # slide the context when the answer fills it (Ollama's dialect), else end with "length"
+    truncate: bool = True  # cut a prompt over the context (Ollama's way), else the runner answers 400
 
 
 def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse, parallel: bool = True) -> bool:
@@ -119,13 +127,16 @@ class Inference:
 
     def job(self, name: str, options: dict[str, Any] | None, keep_alive: Any,
             constraint: Constraint = NO_CONSTRAINT, raw_grammar: str | None = None) -> CompletionJob:
-        """Resolve a request: model, merged options, keep_alive and the output constraint.
+        """Resolve a request: model, merged options, keep_alive and the output constraint. The options are
+        checked against the request limits first, the same way on every endpoint.
 
         ``constraint`` comes from ``format``/``response_format``; ``raw_grammar`` is a
         GBNF text from a ``grammar`` field (top level or in ``options``).
         """
         options = dict(options or {})
         raw_grammar = raw_grammar or options.pop("grammar", None)
+        options = validate_options(options)
+        check_request(self.settings.limits, options=options)
         if raw_grammar is not None and not isinstance(raw_grammar, str):
             raise bad_request("grammar must be a string of GBNF rules")
         if raw_grammar and constraint != NO_CONSTRAINT:
@@ -135,13 +146,23 @@ class Inference:
             model.check_runnable()
         except ModelTooNew as exc:
             raise ApiError(412, str(exc)) from None  # Ollama's status for a model that needs a newer version
+        merged = merge_options(model.parameters, options)
+        if merged.get("draft"):
+            merged["draft"] = self._draft_path(merged["draft"])
         return CompletionJob(
             model=model,
-            options=merge_options(model.parameters, options),
+            options=merged,
             keep_alive=keep_alive_seconds(keep_alive, self.settings.keep_alive),
             grammar=constraint.grammar or raw_grammar or None,
             json_schema=constraint.json_schema,
         )
+
+    def _draft_path(self, name: str) -> str:
+        """The file of the draft model called ``name``; the runner checks it fits (400 from it otherwise)."""
+        try:
+            return str(self.resolve(name).model_path)
+        except ApiError as exc:
+            raise bad_request(f"option 'draft': {exc.message}") from None
 
     @staticmethod
     def want_logprobs(job: CompletionJob, logprobs: bool, top_logprobs: int | None) -> None:
@@ -257,8 +278,21 @@ class Lease:
     async def render(self, renderer: PromptRenderer) -> str:
         """The prompt, rendered against the runner's health in a thread (a template is a stranger's
         code and may render for seconds: the loop keeps answering); a failure gives the runner back."""
-        try:
+        async with self._given_back_on_failure():
             return await asyncio.to_thread(renderer, self.loaded.runner.health)
+
+    async def fit(self, history: ChatHistory) -> FittedPrompt:
+        """A chat's prompt fitted into the runner's context (:func:`~localllm.server.history.fit_history`,
+        with room for ``num_predict`` and the job's ``truncate``); a failure gives the runner back."""
+        async with self._given_back_on_failure():
+            with runner_errors():
+                return await fit_history(history, self.loaded.runner, self.job.options.get("num_predict"),
+                                         self.job.truncate)
+
+    @contextlib.asynccontextmanager
+    async def _given_back_on_failure(self) -> AsyncIterator[None]:
+        try:
+            yield
         except BaseException as exc:
             await self.release("error" if isinstance(exc, ApiError) else "cancelled")
             raise
@@ -271,7 +305,8 @@ class Lease:
         The runner is given back when this ends (iterated to the end, or closed).
         """
         job = self.job
-        body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context}
+        body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context,
+                "shift": job.shift, "truncate": job.truncate}
         if job.grammar_triggers:
             body["grammar_triggers"] = list(job.grammar_triggers)
         if job.json_schema is not None:

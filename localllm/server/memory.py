@@ -42,8 +42,9 @@ class ModelFootprint:
 
 
 def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
-              kv_cache_type: str = "f16") -> ModelFootprint:
-    """Estimate weights per layer, KV = ctx x parallel x (K+V dims) x type size, compute buffer."""
+              kv_cache_type: str = "f16", kv_tokens: int = 0) -> ModelFootprint:
+    """Estimate weights per layer, KV = positions (``kv_tokens``, else ctx x parallel) x (K+V dims) x type size,
+    compute buffer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
     other = 0
@@ -61,7 +62,7 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     head_dim = n_embd // n_head if n_head else 0
     k_dim = int(gguf.arch_value("attention.key_length", head_dim) or head_dim) * int(n_head_kv)
     v_dim = int(gguf.arch_value("attention.value_length", head_dim) or head_dim) * int(n_head_kv)
-    kv_per_layer = int(n_ctx * n_parallel * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT[kv_cache_type])
+    kv_per_layer = int((kv_tokens or n_ctx * n_parallel) * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT[kv_cache_type])
     n_vocab = _vocab_size(gguf)
     # Logits for a full batch plus activations of the widest layer, in F32.
     n_ff = int(gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd)

@@ -1,7 +1,7 @@
 """``GET /metrics``: Prometheus text format, per model.
 
 Requests, queue depth, tokens in and out, prefix-cache hits, time to first
-token and per-token latency. Small enough to keep in one file without a
+token, per-token latency and preemptions per request. Small enough to keep in one file without a
 client library.
 """
 
@@ -15,6 +15,7 @@ from .runner_client import Health
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
+PREEMPTION_BUCKETS = (0, 1, 2, 4, 8, 16)  # a request preempted again and again is thrashing
 
 
 @dataclass
@@ -51,9 +52,12 @@ class ModelMetrics:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
+    draft_tokens: int = 0  # speculative decoding: tokens drafted ...
+    draft_accepted_tokens: int = 0  # ... and kept
     in_flight: int = 0
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     token_latency: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
+    preemptions: Histogram = field(default_factory=lambda: Histogram(PREEMPTION_BUCKETS))
 
 
 class Metrics:
@@ -75,8 +79,11 @@ class Metrics:
         if done:
             entry.prompt_tokens += done.get("prompt_eval_count", 0) + done.get("cached_tokens", 0)
             entry.cached_tokens += done.get("cached_tokens", 0)
+            entry.preemptions.observe(done.get("preemptions", 0))
             generated = done.get("eval_count", 0)
             entry.generated_tokens += generated
+            entry.draft_tokens += done.get("draft_count", 0)
+            entry.draft_accepted_tokens += done.get("draft_accepted_count", 0)
             if generated:
                 entry.token_latency.observe(done.get("eval_duration", 0) / 1e9 / generated)
 
@@ -102,6 +109,8 @@ class Metrics:
             ("localllm_prompt_tokens_total", "prompt_tokens", "Prompt tokens, cached or evaluated."),
             ("localllm_prompt_cached_tokens_total", "cached_tokens", "Prompt tokens served from the prefix cache."),
             ("localllm_generated_tokens_total", "generated_tokens", "Tokens generated."),
+            ("localllm_draft_tokens_total", "draft_tokens", "Speculative draft tokens verified."),
+            ("localllm_draft_accepted_tokens_total", "draft_accepted_tokens", "Speculative draft tokens kept."),
         ):
             family(name, "counter", help_text)
             for model, m in self.models.items():
@@ -122,4 +131,8 @@ class Metrics:
         family("localllm_time_per_output_token_seconds", "histogram", "Mean decode time per token of a request.")
         for model, m in self.models.items():
             lines.extend(m.token_latency.lines("localllm_time_per_output_token_seconds", f'model="{model}"'))
+        family("localllm_request_preemptions", "histogram",
+               "Times a completed request gave its KV back to a full pool (native engine); the sum is the total.")
+        for model, m in self.models.items():
+            lines.extend(m.preemptions.lines("localllm_request_preemptions", f'model="{model}"'))
         return "\n".join(lines) + "\n"

@@ -368,12 +368,13 @@ async def generate(body: GenerateRequest, request: Request):
     state = state_of(request)
     check_request(state.settings.limits, texts=[body.prompt, body.system or "", body.suffix or "",
                                                  body.template or ""],
-                  constraint=body.format or body.grammar, options=body.options)
+                  constraint=body.format or body.grammar)
     think = check_think(body.think)
     job = state.inference.job(body.model, body.options, body.keep_alive, format_constraint(body.format),
                               body.grammar)
     state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
     job.context = body.context
+    job.shift, job.truncate = body.shift is not False, body.truncate is not False
     model = job.model
     renderer = OllamaRenderer(body.model, "generate")
     if body.images:

@@ -16,7 +16,7 @@ from .conversation import Delta, Final
 from .dialects.openai_chat import (
     ChatCompletionRequest, Completion, CompletionRequest, chat_turn, completion_options,
 )
-from .dialects.render import named_sse, rendered
+from .dialects.render import named_sse, rendered, truncation_headers
 from .dialects.responses import (
     REASONING_INCLUDE, ResponseRenderer, ResponsesRequest, new_id, response_object, responses_turn,
 )
@@ -94,7 +94,7 @@ def completion_job(request: Request, body: CompletionRequest) -> CompletionJob:
     parse_name(body.model)
     options = completion_options(body, body.max_tokens if body.max_tokens is not None else 16)
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-    check_request(state.settings.limits, texts=prompts, options=options, constraint=body.grammar)
+    check_request(state.settings.limits, texts=prompts, constraint=body.grammar)
     return state.inference.job(body.model, options, None, NO_CONSTRAINT, body.grammar)
 
 
@@ -151,11 +151,13 @@ async def create_response(body: ResponsesRequest, request: Request):
                                  renderer.response)
 
     if not body.stream:
-        response = renderer.whole(await state.chat.answer(prepared))
+        answer = await state.chat.answer(prepared)
+        response = renderer.whole(answer)
         keep()
-        return JSONResponse(response)
+        return JSONResponse(response, headers=truncation_headers(answer.final.truncated))
     deltas = await state.chat.open(prepared)  # a failure before the first event is still a plain error status
-    return streamed(named_sse(rendered(renderer, _then_at_final(deltas, keep))), "text/event-stream")
+    return streamed(named_sse(rendered(renderer, _then_at_final(deltas, keep))), "text/event-stream",
+                    truncation_headers(deltas.notes.truncated))
 
 
 @router.get("/responses/{response_id}")

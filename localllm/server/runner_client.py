@@ -153,9 +153,12 @@ class RunnerProcess:
         """A completion's events (``/completion``): pieces, then one ``done`` or ``error``; closing cancels."""
         return self._stream("/completion", body)
 
-    async def tokenize(self, content: str | list[int], prompt: bool = False) -> list[int]:
-        """``content``'s tokens; ``prompt``: as a completion tokenizes its prompt (BOS, specials)."""
-        return (await self._post_json("/tokenize", {"content": content, "prompt": prompt}))["tokens"]
+    async def tokenize(self, content: str, prompt: bool = False, add_special: bool = True,
+                       parse_special: bool = True) -> list[int]:
+        """``content``'s tokens; ``prompt``: as a completion tokenizes its prompt (BOS where the model wants
+        one, specials parsed), else with llama.cpp's ``add_special`` and ``parse_special``."""
+        body = {"content": content, "prompt": prompt, "add_special": add_special, "parse_special": parse_special}
+        return (await self._post_json("/tokenize", body))["tokens"]
 
     async def detokenize(self, tokens: list[int]) -> str:
         return (await self._post_json("/detokenize", {"tokens": tokens}))["content"]

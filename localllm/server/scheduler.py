@@ -115,6 +115,17 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.0f} MiB"
 
 
+class NoRoom(RunnerError):
+    """A load that memory (or the model slots) cannot take: ``status`` 503 when the machine is why, 400 when
+    the request's own context is (the model would fit at the default context). ``room``: the bytes that
+    were free for it, when memory was the limit."""
+
+    def __init__(self, message: str, room: int | None = None, status: int = 503) -> None:
+        super().__init__(message)
+        self.room = room
+        self.status = status
+
+
 class Scheduler:
     """Owns every runner process of the daemon."""
 
@@ -140,7 +151,11 @@ class Scheduler:
         """Sequences a runner serves at once: llama.cpp's fixed streams, or as many as the native pool serves."""
         if self.settings.num_parallel:
             return self.settings.num_parallel
-        return native_parallel(POOL_CONTEXTS * n_ctx) if engine == NATIVE else DEFAULT_NUM_PARALLEL
+        return native_parallel(self.pool_tokens(n_ctx)) if engine == NATIVE else DEFAULT_NUM_PARALLEL
+
+    def pool_tokens(self, n_ctx: int) -> int:
+        """Positions in a native runner's KV block pool: LOCALLLM_KV_TOKENS, else POOL_CONTEXTS contexts."""
+        return self.settings.kv_tokens or POOL_CONTEXTS * n_ctx
 
     def capacity(self, request: LoadRequest) -> int:
         """Requests the runner ``request`` would use serves at once (before it is loaded: llama.cpp's default)."""
@@ -285,10 +300,22 @@ class Scheduler:
                 try:
                     await self._make_room(request.name, load.local_bytes)
                     model = await self._load(key, request, wanted_ctx, load)
-                except BaseException:
+                except BaseException as exc:
                     self.workers.release(load.worker_addresses)
+                    if isinstance(exc, NoRoom) and exc.room is not None and self._context_is_why(
+                            load, wanted_ctx, exc.room):
+                        raise NoRoom(f"num_ctx {wanted_ctx} asks for more memory than there is: {exc}; the model "
+                                     f"would fit with num_ctx {DEFAULT_NUM_CTX}", exc.room, 400) from None
                     raise
             return model
+
+    @staticmethod
+    def _context_is_why(load: LoadPlan, n_ctx: int, room: int) -> bool:
+        """Whether a load that does not fit ``room`` bytes would fit at the default context (KV scales with it)."""
+        if n_ctx <= DEFAULT_NUM_CTX:
+            return False
+        kv = load.need.kv_per_layer * load.need.n_layers
+        return load.local_bytes - kv + kv * DEFAULT_NUM_CTX // n_ctx <= room
 
     async def _wait_idle(self, model: LoadedModel) -> None:
         async with self._changed:
@@ -301,8 +328,8 @@ class Scheduler:
         n_batch = request.num_batch or 512
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, self.settings.kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
-        if choice.engine == NATIVE:  # one pool of POOL_CONTEXTS contexts, however many sequences share it
-            return LoadPlan(choice, gpu, footprint(summary, n_ctx, POOL_CONTEXTS, n_batch))
+        if choice.engine == NATIVE:  # one pool, however many sequences share it
+            return LoadPlan(choice, gpu, footprint(summary, n_ctx, 1, n_batch, kv_tokens=self.pool_tokens(n_ctx)))
         return LoadPlan(choice, gpu, streams, workers)
 
     def _fits(self, need: int) -> bool:
@@ -310,7 +337,7 @@ class Scheduler:
         if len(self.loaded) >= self.max_loaded:
             return False
         limit = self.settings.memory_limit
-        return not limit or sum(m.size - m.size_workers for m in self.loaded.values()) + need <= limit
+        return not limit or self._held() + need <= limit
 
     async def _make_room(self, name: str, need: int) -> None:
         """Evict idle models (soonest to expire first) until one more fits, then wait for busy
@@ -324,13 +351,18 @@ class Scheduler:
                 continue
             remaining = deadline - time.monotonic()
             if not self.loaded or remaining <= 0:
-                raise RunnerError(self._no_room_message(name, need))
+                limit, held = self.settings.memory_limit, self._held()
+                raise NoRoom(self._no_room_message(name, need), limit - held if limit and held + need > limit else None)
             async with self._changed:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), remaining)
 
+    def _held(self) -> int:
+        """Bytes the loaded models take of this machine."""
+        return sum(m.size - m.size_workers for m in self.loaded.values())
+
     def _no_room_message(self, name: str, need: int) -> str:
-        held = sum(m.size - m.size_workers for m in self.loaded.values())
+        held = self._held()
         limit = self.settings.memory_limit
         if limit and held + need > limit:
             why = (f"model {name} needs about {_mib(need)} of memory but only {_mib(max(0, limit - held))} "
@@ -344,11 +376,12 @@ class Scheduler:
     async def _load(self, key: tuple, request: LoadRequest, n_ctx: int, load: LoadPlan) -> LoadedModel:
         choice, plan, need, workers = load.choice, load.gpu, load.need, load.workers
         n_batch = request.num_batch or 512
+        free = available_ram()
         try:
-            check_fits_in_ram(need, request.name, available_ram(), plan.gpu_bytes + workers.moved_bytes,
+            check_fits_in_ram(need, request.name, free, plan.gpu_bytes + workers.moved_bytes,
                               self._workers_note(workers))
         except DoesNotFit as exc:
-            raise RunnerError(str(exc)) from None
+            raise NoRoom(str(exc), free - SAFETY_MARGIN_BYTES + plan.gpu_bytes) from None
         offload = worker_offload(plan, self._devices(), workers) if workers.n_layers else None
         config = RunnerConfig(
             model_path=request.model_path,
@@ -362,7 +395,7 @@ class Scheduler:
             embedding=request.embedding,
             adapters=tuple(request.adapters),
             engine=choice.engine,
-            kv_tokens=POOL_CONTEXTS * n_ctx if choice.engine == NATIVE else None,
+            kv_tokens=self.pool_tokens(n_ctx) if choice.engine == NATIVE else None,
             kv_cache_type=self.settings.kv_cache_type,
             flash_attention=self.settings.flash_attention,
             worker_timeout=self.settings.worker_timeout,
@@ -431,4 +464,4 @@ def _describe_workers(workers: WorkerPlan) -> str | None:
     return f"{workers.n_layers} layers on workers ({where})"
 
 
-__all__ = ["DEFAULT_NUM_CTX", "LoadRequest", "LoadedModel", "RunnerError", "Scheduler"]
+__all__ = ["DEFAULT_NUM_CTX", "LoadRequest", "LoadedModel", "NoRoom", "RunnerError", "Scheduler"]

@@ -55,9 +55,9 @@ async def coalesced(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         producer.cancel()
 
 
-def streamed(chunks: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
+def streamed(chunks: AsyncIterator[bytes], media_type: str, headers: dict[str, str] | None = None) -> StreamingResponse:
     """A streaming response of ``chunks``, coalesced."""
-    return StreamingResponse(coalesced(chunks), media_type=media_type)
+    return StreamingResponse(coalesced(chunks), media_type=media_type, headers=headers)
 
 
 def sse(payload: dict[str, Any] | str, event: str | None = None) -> bytes:

@@ -67,6 +67,9 @@ async function loadModels() {
   if (!state.models.length) {
     showBanner('No models yet: pull one (e.g. "smollm2:135m") with "Pull a model" above.');
   }
+  // The chat's model is selected in the same tick the options appear, so a pick the user makes
+  // while capabilities are still arriving is never overwritten by it.
+  showChat();
   await Promise.all(state.models.map(async (model) => {
     try {
       model.capabilities = (await api.json("/api/show", { model: model.name })).capabilities ?? [];
@@ -74,7 +77,7 @@ async function loadModels() {
       model.capabilities = null;  // the picker still offers it; sending will show the daemon's error
     }
   }));
-  showChat();
+  pickModel(false);  // the selected model's details, now with its capabilities
 }
 
 function modelInfo(name) {

@@ -1,19 +1,30 @@
 """Native engine and kernels against llama.cpp's bare decode loop, in one run.
 
-    python scripts/bench/kernels.py [--threads 2] [--tokens 64] [--rounds 5] [--json]
+    python scripts/bench/kernels.py [--threads 2] [--tokens 64] [--rounds 5] [--json] [--no-1b]
 
 llama.cpp's side is a plain ``llama_decode`` loop over the low-level API with
 greedy sampling in C (what llama-bench's tg test measures).  The native side
-decodes the same prompt with the same thread count.  Figures:
+decodes the same prompt with the same thread count.  Both sides are measured in
+turn, round after round, and each figure is the median.  Figures (top-level keys):
 
-- ``native_decode_ratio_smollm2`` / ``_gemma3``: decode tokens/s, native over llama.cpp
-- ``native_prefill_ratio_smollm2``: tokens/s of a 512-token prompt, native over llama.cpp
-- ``bandwidth_fraction_smollm2``: weight bytes streamed per second by native decode over the
-  single-pass memory read bandwidth measured here with the same number of threads (512 MiB, far
-  beyond the caches). Where the last-level cache can hold the whole model (a 96 MB model, a 260 MB
-  L3 on the machine these figures were taken on) ``..._model_footprint`` is the fairer figure: it
-  divides by the read bandwidth over a buffer of the model's size, read again and again as decode does
-- ``dot_gbps``: per format, GB/s of weights through one thread's matvec, SIMD and scalar
+- ``cpu``: model name, family and the instruction-set flags the kernels use; ``kernel_paths``: per
+  format, the weight layout a matrix gets at load on this CPU (repacked or GGUF in place) and the level
+- ``native_decode_ratio_smollm2`` / ``_gemma3`` / ``_1b``: decode tokens/s, native over llama.cpp
+- ``native_prefill_ratio_smollm2`` / ``_gemma3``: tokens/s of a 512-token prompt (``..._2048``: 2,048
+  tokens, in batches of 512 on both sides), native over llama.cpp
+- ``bandwidth_fraction_smollm2`` / ``_gemma3`` / ``_1b``: weight bytes streamed per second by native
+  decode over the single-pass memory read bandwidth measured here with the same number of threads
+  (512 MiB, far beyond the caches). The small models fit a large last-level cache, so
+  ``..._model_footprint`` divides by the read bandwidth over a buffer of the model's size, read again
+  and again as decode does. The ``1b`` model is a synthetic llama of about 1B parameters (random
+  weights quantized to Q4_K_M by llama.cpp's own quantizer, cached in ``~/.cache/localllm-bench``),
+  big enough that no cache helps
+- ``repack_load_seconds``: seconds the native engine spends repacking the 1B model's weights at load
+  (``_gemma3``: Gemma 3's)
+- ``dot_gbps``: per format, GB/s of GGUF weight bytes through one thread's matrix-vector product
+  (4096 x 4096): ``simd`` through the path the forward pass takes (the repacked layout where the format
+  has one), ``in_place`` through the GGUF layout's per-row kernels, ``scalar`` the reference; and
+  ``vs_q4_0``, ``simd`` over Q4_0's
 """
 
 from __future__ import annotations
@@ -21,6 +32,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
+import platform
+import re
 import statistics
 import sys
 import time
@@ -34,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from support import fixtures  # noqa: E402
+from support.gguf_builders import F16, quantized, tiny_model  # noqa: E402
 from support.native import Side  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -41,10 +56,50 @@ from common import alternating  # noqa: E402
 
 from localllm.backends.native import kernels  # noqa: E402
 from localllm.backends.native.lib import Tensor, library  # noqa: E402
+from localllm.backends.native.model import NativeWeights  # noqa: E402
+from localllm.gguf import GGML_TYPES  # noqa: E402
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 FORMATS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12,
            "Q5_K": 13, "Q6_K": 14, "F16": 1, "BF16": 30, "F32": 0}  # fmt: skip
+SCALE_FIELDS = {2: (0,), 3: (0, 2), 6: (0,), 7: (0, 2), 8: (0,), 10: (80, 82), 11: (108,), 12: (0, 2), 13: (0, 2),
+                14: (208,)}  # byte offsets of each block's half-float scales  # fmt: skip
+KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "asimd", "asimddp")
+BATCH = 512
+SYNTHETIC_1B = {"n_embd": 2048, "n_ff": 5632, "n_vocab": 32000, "n_layer": 18, "head_dim": 512}
+
+
+def cpu() -> dict:
+    """The CPU's model name, family and the flags among those the kernels dispatch on."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    field = lambda key: (re.search(rf"^{key}\s*:\s*(.*)$", info, re.MULTILINE) or [None, ""])[1]  # noqa: E731
+    flags = set((field("flags") or field("Features")).split())
+    return {"model": field("model name") or platform.processor(), "family": field("cpu family"),
+            "flags_used": [f for f in KERNEL_FLAGS if f in flags], "isa": kernels.isa()}  # fmt: skip
+
+
+def kernel_paths() -> dict[str, str]:
+    """Per format, the layout a 4096 x 4096 matrix gets at load here and the level whose kernels run it."""
+    paths = {}
+    for name, t in FORMATS.items():
+        packed = kernels.repacked_type(t, 4096, 4096)
+        layout = f"repacked {kernels.type_name(packed)}" if packed != t else "GGUF in place"
+        paths[name] = f"{layout}, {kernels.isa()} kernels"
+    return paths
+
+
+def synthetic_1b() -> Path:
+    """A llama of about 1B parameters in Q4_K_M (random weights, llama.cpp's quantizer), made once and cached."""
+    cache = Path(os.environ.get("LOCALLLM_BENCH_CACHE", Path.home() / ".cache" / "localllm-bench"))
+    target = cache / "synthetic-llama-1b-q4_k_m.gguf"
+    if not target.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        source = tiny_model(cache / "synthetic-llama-1b-f16.gguf", file_type=F16, **SYNTHETIC_1B)
+        try:
+            quantized(source, cache / "partial.gguf").replace(target)
+        finally:
+            source.unlink(missing_ok=True)
+    return target
 
 
 def llama_decode_rate(side: Side, prompt: list[int], n: int) -> float:
@@ -80,9 +135,11 @@ def native_decode_rate(side: Side, prompt: list[int], n: int) -> float:
 
 
 def prefill_rate(side: Side, tokens: list[int]) -> float:
+    """Tokens/s of a prompt evaluated in batches of BATCH tokens (both engines' batch size here)."""
     side.reset()
     start = time.perf_counter()
-    side.eval(tokens, 0)
+    for first in range(0, len(tokens), BATCH):
+        side.eval(tokens[first : first + BATCH], first)
     return len(tokens) / (time.perf_counter() - start)
 
 
@@ -93,32 +150,56 @@ def read_bandwidth(threads: int, nbytes: int = 512 << 20) -> float:
     return max(lib.llk_read_bandwidth(ctypes.c_void_p(buf.ctypes.data), nbytes, threads) for _ in range(3))
 
 
-def dot_gbps(ctx_side: Side, rows: int = 4096, cols: int = 4096) -> dict[str, dict[str, float]]:
-    """Weights GB/s of a single-threaded matvec per format, best ISA and scalar reference."""
-    lib = library()
+def random_matrix(t: int, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Raw bytes of a matrix of format ``t``: random codes, and sane half-float scales (random bits
+    there would be NaNs and subnormals, which no model has)."""
+    size = kernels.row_size(t, cols) * rows
+    if t in (0, 1, 30):  # the float formats: finite values
+        values = rng.standard_normal(rows * cols).astype(np.float32)
+        return values.view(np.uint8) if t == 0 else (values.astype(np.float16) if t == 1 else
+                                                     (values.view(np.uint32) >> 16).astype(np.uint16)).view(np.uint8)
+    block = GGML_TYPES[t][2]
+    raw = rng.integers(0, 256, size, dtype=np.uint8).reshape(-1, block)
+    for offset in SCALE_FIELDS[t]:
+        raw[:, offset : offset + 2] = rng.uniform(0.001, 0.05, len(raw)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return raw.reshape(-1)
+
+
+def gemm_gbps(t: int, data: np.ndarray, nbytes: int, rows: int, cols: int, x: np.ndarray, reps: int) -> float:
+    tensor = Tensor(data.ctypes.data, t, cols, rows)
+    y = np.empty(rows, dtype=np.float32)
+    xp, yp = (a.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) for a in (x, y))
+    start = time.perf_counter()
+    for _ in range(reps):
+        library().llk_gemm(ctypes.byref(tensor), xp, 1, yp)
+    return nbytes * reps / (time.perf_counter() - start) / 1e9
+
+
+def dot_gbps(rounds: int, rows: int = 4096, cols: int = 4096) -> dict[str, dict[str, float]]:
+    """GB/s of GGUF weight bytes through a single-threaded matvec per format (see the module's docstring),
+    every format measured in turn, round after round, medians."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal(cols).astype(np.float32)
-    y = np.empty(rows, dtype=np.float32)
-    out: dict[str, dict[str, float]] = {}
     best = kernels.isa()
+    cases: dict[tuple[str, str], Callable[[], float]] = {}
     for name, t in FORMATS.items():
-        size = kernels.row_size(t, cols) * rows
-        raw = rng.integers(0, 256, size, dtype=np.uint8)
-        if t in (0, 1, 30):  # keep float formats finite
-            raw = (rng.standard_normal(size // 4).astype(np.float32).view(np.uint8) if t == 0 else
-                   rng.standard_normal(size // 2).astype(np.float16).view(np.uint8))  # fmt: skip
-        tensor = Tensor(raw.ctypes.data, t, cols, rows)
-        figures = {}
-        for isa in (best, "scalar"):
-            kernels.set_isa(isa)
-            reps = 3 if isa == "scalar" else 10
-            start = time.perf_counter()
-            for _ in range(reps):
-                lib.llk_matvec(ctx_side.ctx._ctx, ctypes.byref(tensor), x.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
-                               y.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))  # fmt: skip
-            figures["simd" if isa == best else "scalar"] = size * reps / (time.perf_counter() - start) / 1e9
-        out[name] = figures
-    kernels.set_isa(best)
+        raw = random_matrix(t, rows, cols, rng)
+        size = raw.nbytes
+        packed = kernels.repacked_type(t, cols, rows)
+        if packed != t:
+            _, copy = kernels.repack(t, raw, cols, rows)
+            cases[name, "simd"] = lambda p=packed, c=copy, s=size: gemm_gbps(p, c, s, rows, cols, x, 10)
+            cases[name, "in_place"] = lambda t=t, r=raw, s=size: gemm_gbps(t, r, s, rows, cols, x, 10)
+        else:
+            cases[name, "simd"] = lambda t=t, r=raw, s=size: gemm_gbps(t, r, s, rows, cols, x, 10)
+        cases[name, "scalar"] = lambda t=t, r=raw, s=size: (kernels.set_isa("scalar"), gemm_gbps(t, r, s, rows, cols, x, 1),
+                                                            kernels.set_isa(best))[1]  # fmt: skip
+    samples = alternating(rounds, cases)
+    out: dict[str, dict[str, float]] = {}
+    for (name, path), values in samples.items():
+        out.setdefault(name, {})[path] = statistics.median(values)
+    for figures in out.values():
+        figures["vs_q4_0"] = figures["simd"] / out["Q4_0"]["simd"]
     return out
 
 
@@ -128,34 +209,55 @@ def medians(rounds: int, theirs: Callable[[], float], ours: Callable[[], float])
     return statistics.median(samples["theirs"]), statistics.median(samples["ours"])
 
 
-def run(threads: int, tokens: int, rounds: int) -> dict:
-    result: dict = {"threads": threads, "tokens": tokens, "rounds": rounds, "isa": kernels.isa()}
-    for label, path in (("smollm2", fixtures.smollm2_gguf()), ("gemma3", fixtures.gemma3_gguf())):
-        native, reference = Side("native", path, threads=threads), Side("llama.cpp", path, threads=threads)
-        prompt = reference.model.vocab.tokenize_prompt(PROMPT)
+def compare(label: str, path: Path, threads: int, tokens: int, rounds: int, prefill: bool, bandwidth: float,
+            result: dict) -> None:
+    """Decode (and prefill) of one model on both engines, in turn, medians; the bandwidth it streams."""
+    n_ctx = 4096 if prefill else 1024
+    native, reference = Side("native", path, n_ctx=n_ctx, threads=threads), Side("llama.cpp", path, n_ctx=n_ctx, threads=threads)
+    try:  # the synthetic model's vocabulary has no byte pieces for text: fixed token ids
+        prompt = list(range(3, 19)) if label == "1b" else reference.model.vocab.tokenize_prompt(PROMPT)
         theirs, ours = medians(rounds, lambda: llama_decode_rate(reference, prompt, tokens),
-                                   lambda: native_decode_rate(native, prompt, tokens))
-        result[f"llama_decode_tps_{label}"] = theirs
-        result[f"native_decode_tps_{label}"] = ours
+                               lambda: native_decode_rate(native, prompt, tokens))
+        result[f"llama_decode_tps_{label}"], result[f"native_decode_tps_{label}"] = theirs, ours
         result[f"native_decode_ratio_{label}"] = ours / theirs
-        if label == "smollm2":
-            long_prompt = (prompt * (512 // len(prompt) + 1))[:512]
-            result["llama_prefill_tps_smollm2"], result["native_prefill_tps_smollm2"] = medians(
-                rounds, lambda: prefill_rate(reference, long_prompt), lambda: prefill_rate(native, long_prompt))
-            result["native_prefill_ratio_smollm2"] = result["native_prefill_tps_smollm2"] / result["llama_prefill_tps_smollm2"]
-            streamed = ours * native.model.weights.nbytes
-            bandwidth = read_bandwidth(threads)
-            result["read_bandwidth_gbps"] = bandwidth / 1e9
-            result["bandwidth_fraction_smollm2"] = streamed / bandwidth
-            footprint = read_bandwidth(threads, native.model.weights.nbytes)
-            result["read_bandwidth_model_footprint_gbps"] = footprint / 1e9
-            result["bandwidth_fraction_model_footprint_smollm2"] = streamed / footprint
-            single = Side("native", path, threads=1)
-            result["dot_gbps"] = dot_gbps(single)
-            single.close()
+        streamed = ours * native.model.weights.nbytes
+        result[f"bandwidth_fraction_{label}"] = streamed / bandwidth
+        footprint = read_bandwidth(threads, native.model.weights.nbytes)
+        result[f"bandwidth_fraction_model_footprint_{label}"] = streamed / footprint
+        result[f"layouts_{label}"] = native.model.weights.layouts
+        for n in (512, 2048) if prefill else ():
+            long_prompt = (prompt * (n // len(prompt) + 1))[:n]
+            suffix = "" if n == 512 else f"_{n}"
+            theirs, ours = medians(max(3, rounds // 2), lambda: prefill_rate(reference, long_prompt),
+                                   lambda: prefill_rate(native, long_prompt))
+            result[f"llama_prefill_tps_{label}{suffix}"], result[f"native_prefill_tps_{label}{suffix}"] = theirs, ours
+            result[f"native_prefill_ratio_{label}{suffix}"] = ours / theirs
+    finally:
         native.close()
         reference.close()
+
+
+def run(threads: int, tokens: int, rounds: int, with_1b: bool) -> dict:
+    result: dict = {"threads": threads, "tokens": tokens, "rounds": rounds, "cpu": cpu(), "kernel_paths": kernel_paths()}
+    bandwidth = read_bandwidth(threads)
+    result["read_bandwidth_gbps"] = bandwidth / 1e9
+    models = [("smollm2", fixtures.smollm2_gguf(), True), ("gemma3", fixtures.gemma3_gguf(), True)]
+    if with_1b:
+        models.append(("1b", synthetic_1b(), False))
+    for label, path, prefill in models:
+        compare(label, path, threads, tokens, rounds, prefill, bandwidth, result)
+        progress(result)
+    for label, path, _ in models[1:]:
+        weights = NativeWeights(path)
+        result["repack_load_seconds" if label == "1b" else f"repack_load_seconds_{label}"] = weights.repack_seconds
+        weights.close()
+    result["dot_gbps"] = dot_gbps(rounds)
     return result
+
+
+def progress(result: dict) -> None:
+    """The figures so far, on stderr: a long run that fails late still says what it measured."""
+    print(json.dumps(result), file=sys.stderr, flush=True)
 
 
 def main() -> int:
@@ -164,17 +266,19 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5, help="alternating measurements per figure (medians)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-1b", action="store_true", help="skip the synthetic ~1B model (made on first use: minutes)")
     args = p.parse_args()
-    result = run(args.threads, args.tokens, args.rounds)
+    result = run(args.threads, args.tokens, args.rounds, not args.no_1b)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     width = max(map(len, result))
     for key, value in result.items():
         if key == "dot_gbps":
-            print(f"{'format':<8} {'simd GB/s':>10} {'scalar GB/s':>12}")
+            print(f"{'format':<8} {'simd GB/s':>10} {'in place':>10} {'scalar GB/s':>12} {'vs Q4_0':>8}")
             for name, f in value.items():
-                print(f"{name:<8} {f['simd']:>10.2f} {f['scalar']:>12.2f}")
+                in_place = f"{f['in_place']:>10.2f}" if "in_place" in f else f"{'-':>10}"
+                print(f"{name:<8} {f['simd']:>10.2f} {in_place} {f['scalar']:>12.2f} {f['vs_q4_0']:>8.2f}")
         else:
             print(f"{key:<{width}} {value:.3f}" if isinstance(value, float) else f"{key:<{width}} {value}")
     return 0

@@ -86,6 +86,39 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
                    own ? "" : " (no kernel of its own: the scalar reference)");
         }
     }
+    /* repacked layouts: where a level has a group kernel of its own, its results are the reference's bit for bit,
+     * for one token and for several at once */
+    static const int packable[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q4_K, LLK_Q5_K, LLK_Q6_K};
+    const int64_t rows = 32, cols = 3 * 256;
+    uint8_t *matrix = malloc(llk_row_size(LLK_F32, cols) * rows), *packed = malloc(llk_row_size(LLK_F32, cols) * rows);
+    uint8_t *acts = malloc((llk_act_size(LLK_Q4_K, cols) + llk_act_size(LLK_Q4_0, cols)) * 3);
+    float *simd_out = malloc(sizeof(float) * rows * 3), *ref_out = malloc(sizeof(float) * rows * 3);
+    for (int isa = 1; isa <= best; isa++) {
+        if (llk_isa_set(isa) != isa) continue;
+        for (size_t t = 0; t < sizeof packable / sizeof packable[0]; t++) {
+            int type = packable[t], rtype = llk_repack_type(type, cols, rows);
+            if (rtype == type) continue; /* this level keeps the GGUF layout */
+            size_t act_row = llk_act_size(type, cols);
+            int same = 1;
+            for (int trial = 0; trial < 5; trial++) {
+                for (int64_t r = 0; r < rows; r++) fill(type, matrix + r * llk_row_size(type, cols), cols);
+                llk_repack(type, matrix, cols, rows, packed);
+                for (int c = 0; c < 3; c++) {
+                    for (int64_t i = 0; i < cols; i++) x[i] = uniform() * (c + 1);
+                    llk_quantize_act(type, x, acts + c * act_row, cols);
+                }
+                size_t group = llk_row_size(rtype, cols) * 16;
+                for (int64_t g = 0; g < rows / 16; g++) {
+                    llk_kernels()->dot_group[rtype](packed + g * group, acts, act_row, 3, cols, simd_out + 16 * g, rows);
+                    llk_ref_kernels.dot_group[rtype](packed + g * group, acts, act_row, 3, cols, ref_out + 16 * g, rows);
+                }
+                same &= memcmp(simd_out, ref_out, sizeof(float) * rows * 3) == 0;
+            }
+            failures += !same;
+            printf("isa %d %-5s repacked as %s %s\n", isa, llk_type_name(type), llk_type_name(rtype),
+                   same ? "identical ok" : "FAILED");
+        }
+    }
     /* attention's helpers: scores in ggml's lanes, V accumulation, the cache's half precision */
     float q[256], y[256], y_ref[256];
     f16_t k[256], h[256], h_ref[256];

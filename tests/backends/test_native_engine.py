@@ -1,18 +1,19 @@
 """The native engine against llama.cpp on the fixture models, its KV operations, and bad input.
 
-Parity: first-step logits cosine >= 0.999 with llama.cpp, and greedy
-continuations that agree for 64 tokens, a divergence allowed only where
-llama.cpp's top two logits are within 0.1 of each other. SmolLM2's logits are
-llama.cpp's bit for bit, token by token, where both run the AVX-512 forms;
-Gemma 3's are not (cosine 0.9994-0.9999): llama.cpp repacks its Q4_K weights and
-sums them in that layout's order.
+Parity is a stated tolerance, not bit for bit (batch invariance is the promise, see
+test_batch_invariance.py): first-step logits cosine >= 0.997 with llama.cpp, and greedy
+continuations that agree for 64 tokens, a divergence allowed only where llama.cpp's top two logits
+are within 0.1 of each other (0.25 without the AVX-512 forms).
 
-Elsewhere the tolerance is wider. On an AMD EPYC (Zen 3, AVX2 only) the native
-dot kernels still equal ggml's vec_dot bit for bit (test_kernels.py) and its
-activations ggml's, yet llama.cpp's forward pass rounds differently there (its
-own batched and one-token logits differ by as much, cosine 0.99967): measured
-first-step cosines 0.99795-1.0 and divergences where llama.cpp's top two logits
-were up to 0.161 apart.
+The native engine repacks its matrices at load (kernels/repack.c) and sums each row in that layout's
+order, where llama.cpp sums in ggml's (or in its own repacked layouts'). The integers are the same
+and the float roundings differ in the last place, yet that moves a few 8-bit activation codes by one
+step, and the logits follow. Measured on AMD EPYC family 26 (AVX-512 VNNI): first-step cosines
+0.9988-0.9998 on SmolLM2 (1.0, bit for bit, when it kept ggml's order), 0.9994-0.9998 on Gemma 3,
+greedy divergences only where llama.cpp's top two logits were at most 0.043 apart. On an AMD EPYC
+(Zen 3, AVX2 only) llama.cpp's forward pass rounds differently again (its own batched and one-token
+logits differ by as much, cosine 0.99967): measured first-step cosines 0.99795-1.0 and divergences
+where llama.cpp's top two logits were up to 0.161 apart.
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ from localllm.backends.native.model import NativeWeights
 from support.gguf_builders import tiny_model
 from support.native import Side, cosine, top2_gap
 
-EXACT_ISA = kernels.isa() == "avx512"
-MIN_COSINE = 0.999 if EXACT_ISA else 0.997
-MAX_GAP = 0.1 if EXACT_ISA else 0.25
+MIN_COSINE = 0.997
+MAX_GAP = 0.1 if kernels.isa() == "avx512" else 0.25
 
 PROMPTS = [
     "The capital of France is",
@@ -70,29 +70,6 @@ def test_greedy_continuation_agrees_with_llama_cpp(sides, prompt: str) -> None:
     if first is not None:
         gap = top2_gap(their_logits[first])
         assert gap < MAX_GAP, f"diverged at token {first} where llama.cpp's top two logits differ by {gap:.3f}"
-
-
-@pytest.mark.skipif(not EXACT_ISA, reason="bit for bit only where both run ggml's AVX-512 forms")
-def test_smollm2_logits_are_llama_cpps_bit_for_bit(smollm2_path: Path) -> None:
-    """Every op follows ggml's order for one decoding token (dots, norms, rotary, softmax, SiLU,
-    attention lanes), so token by token the native engine's logits equal llama.cpp's exactly. (A
-    multi-token prefill does not: llama.cpp sums its attention in other lanes there, and the native
-    engine keeps one lane layout for batch invariance.)"""
-    native, reference = Side("native", smollm2_path), Side("llama.cpp", smollm2_path)
-    try:
-        tokens = reference.model.vocab.tokenize_prompt(PROMPTS[1] + " lived in a cave near the sea, and every morning he flew")
-        for position, token in enumerate(tokens):
-            ours, theirs = native.eval([token], position), reference.eval([token], position)
-            assert np.array_equal(ours, theirs), position
-        position = len(tokens)  # both now hold the whole prompt
-        for _ in range(16):  # decode steps, one token at a time
-            token = int(theirs.argmax())
-            ours, theirs = native.eval([token], position), reference.eval([token], position)
-            position += 1
-            assert np.array_equal(ours, theirs), position
-    finally:
-        native.close()
-        reference.close()
 
 
 def assert_tiny_model_matches_llama_cpp(path: Path) -> np.ndarray:

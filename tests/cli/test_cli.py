@@ -84,7 +84,9 @@ def test_concurrent_commands_start_one_daemon(tmp_path: Path) -> None:
             p.stdout.close()
             p.stderr.close()
         assert [code for code, _ in results] == [0, 0, 0], results
-        time.sleep(1)  # daemons that lost the port have exited by now
+        deadline = time.monotonic() + 60  # daemons that lost the port exit on their own, however slowly
+        while len(cli.daemon_pids()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert len(cli.daemon_pids()) == 1
     finally:
         cli.kill_daemons()
@@ -235,6 +237,17 @@ def test_run_reads_piped_stdin_and_verbose_prints_stats(env: CliEnv, terse: str)
                   "eval count:", "eval rate:"):
         assert label in result.stderr, result.stderr
     assert re.search(r"eval rate:\s+[\d.]+ tokens/s", result.stderr)
+
+
+def test_run_verbose_shows_the_draft_acceptance_rate(env: CliEnv, smollm2_path: Path) -> None:
+    (env.root / "Modelfile.spec").write_text(f"FROM {smollm2_path}\nPARAMETER engine native\n"
+                                             "PARAMETER speculative on\nPARAMETER num_predict 24\n"
+                                             "PARAMETER temperature 0\n")
+    assert env.run("create", "speculating", "-f", "Modelfile.spec").returncode == 0
+    text = "The red fox ran over the hill, and the red fox ran over the hill again."
+    result = env.run("run", "speculating", "--verbose", f"Repeat this sentence exactly: {text}")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"draft tokens:\s+\d+/\d+ accepted \([\d.]+%\)", result.stderr), result.stderr
 
 
 def test_run_format_json_answers_json(env: CliEnv, terse: str) -> None:

@@ -152,7 +152,12 @@ def stream_all(runner: RunnerProcess, bodies: list[dict[str, Any]]) -> list[tupl
     return asyncio.run(all_())
 
 
-def idle_health(client: httpx.Client, timeout: float = 20.0) -> dict[str, Any]:
+def answers(results: list[tuple[str, dict]]) -> list[tuple[str, list[int]]]:
+    """Each answer's text and token ids (the prompt's, then the answer's): both must match, not the text alone."""
+    return [(text, done["context"]) for text, done in results]
+
+
+def idle_health(client: httpx.Client, timeout: float = 60.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         health = client.get("/health").json()
@@ -191,7 +196,7 @@ def test_sixteen_requests_share_one_copy_of_their_system_prompt(runner: RunnerPr
         # one copy: far fewer blocks in use than 16 separate copies of the system prompt would take
         assert peak["in_use"] < 16 * (n_system // BS) / 4
         alone = complete(c, bodies[5]["prompt"], num_predict=24, **GREEDY)
-        assert "".join(alone[0]) == results[5][0]
+        assert ("".join(alone[0]), alone[1]["context"]) == (results[5][0], results[5][1]["context"])
 
 
 def test_seeded_sampling_is_the_same_alone_cached_and_batched(runner: RunnerProcess) -> None:
@@ -248,7 +253,7 @@ def test_a_full_pool_preempts_and_recomputes_exactly(smollm2_path: Path, runner:
     with running_runner(smollm2_path, *args) as small, small.client() as c:
         got = stream_all(small, bodies)
         assert "preempting" in small.stderr
-        assert [text for text, _ in got] == [text for text, _ in expected]
+        assert answers(got) == answers(expected)
         health = idle_health(c)
         assert health["kv_blocks"]["in_use"] == 0
 
@@ -260,7 +265,7 @@ def test_evicted_conversations_come_back_from_host_ram(smollm2_path: Path, runne
     with runner.client() as big:
         first = complete(big, convs[0], num_predict=24, **GREEDY)[1]
         turn2 = first["context"] + tokens_of(big, follow, add_special=False)
-        expected = "".join(complete(big, turn2, num_predict=24, **GREEDY)[0])
+        expected = complete(big, turn2, num_predict=24, **GREEDY)
     args = ("--engine", "native", "--ctx", "256", "--parallel", "2", "--kv-tokens", "288", "--threads",
             runner_threads(), "--cache-ram-mb", "64")  # fmt: skip
     with running_runner(smollm2_path, *args) as r, r.client() as c:
@@ -270,7 +275,7 @@ def test_evicted_conversations_come_back_from_host_ram(smollm2_path: Path, runne
         assert health["kv_blocks"]["spilled"] > 0 and health["cache_ram_bytes"] > 0
         pieces, done = complete(c, turn2, num_predict=24, **GREEDY)
         assert done["cached_tokens"] >= len(first["context"]) - BS  # back from RAM, not recomputed
-        assert "".join(pieces) == expected
+        assert ("".join(pieces), done["context"]) == ("".join(expected[0]), expected[1]["context"])
 
 
 def test_hundred_requests_with_random_cancellations_return_every_block(runner: RunnerProcess) -> None:
@@ -295,6 +300,20 @@ def test_a_prompt_longer_than_the_context_without_truncation_is_refused(smollm2_
         assert idle_health(c)["kv_blocks"]["in_use"] == 0
 
 
+def test_a_full_context_shifts_or_ends_the_answer_as_asked(smollm2_path: Path) -> None:
+    args = ("--engine", "native", "--ctx", "128", "--parallel", "2", "--threads", runner_threads())
+    endless = 'root ::= [0-9]+ ", " root'  # the model cannot end it
+    body = {"prompt": chat("Count from 1 to 100, separated by commas."), "grammar": endless, "stream": False}
+    with running_runner(smollm2_path, *args) as r, r.client() as c:
+        shifted = c.post("/completion", json=dict(body, options=dict(GREEDY, num_predict=200, num_keep=5))).json()
+        assert shifted["done_reason"] == "length" and shifted["eval_count"] == 200
+        stopped = c.post("/completion", json=dict(body, shift=False, options=dict(GREEDY, num_predict=200))).json()
+        assert stopped["done_reason"] == "length" and stopped["prompt_eval_count"] + stopped["cached_tokens"] + \
+            stopped["eval_count"] == 128 + 1  # the context's last token is sampled, and ends the answer
+        assert idle_health(c)["kv_blocks"]["in_use"] == 0
+        assert "context shift" in r.stderr
+
+
 def test_gemma3_sampled_text_is_the_same_alone_cached_and_batched(gemma3_path: Path) -> None:
     """Gemma 3's sliding-window layers too: a 600-token prompt is past their 512-position window."""
     text = "The lighthouse keeper wrote in his log every night. " * 60
@@ -309,6 +328,7 @@ def test_gemma3_sampled_text_is_the_same_alone_cached_and_batched(gemma3_path: P
         noise = [{"prompt": f"Story {i}: once upon a time", "options": {**SAMPLED, "num_predict": 20}} for i in range(3)]
         batched = stream_all(r, [noise[0], body, noise[1], noise[2]])[1]
     assert "".join(cold[0]) == "".join(warm[0]) == batched[0]
+    assert cold[1]["context"] == warm[1]["context"] == batched[1]["context"]
 
 
 def test_restoring_a_block_when_the_host_tier_is_full_keeps_its_bytes(store: native.Context) -> None:
@@ -339,12 +359,12 @@ def test_random_traffic_through_a_small_pool_gives_every_request_its_solo_output
     for i in range(24):
         prompt = rng.choice(heads)[: -rng.randint(0, 40) or None] + f" ({i})"
         bodies.append({"prompt": prompt, "options": {**GREEDY, "num_predict": rng.randint(4, 60)}})
-    expected = [text for text, _ in (stream_all(runner, [b]) [0] for b in bodies)]  # one at a time, big pool
+    expected = [stream_all(runner, [b])[0] for b in bodies]  # one at a time, big pool
     args = ("--engine", "native", "--ctx", "256", "--parallel", "8", "--kv-tokens", "400", "--threads",
             runner_threads(), "--cache-ram-mb", "2")  # fmt: skip
     with running_runner(smollm2_path, *args) as small, small.client() as c:
         got = stream_all(small, bodies)
-        assert [text for text, _ in got] == expected
+        assert answers(got) == answers(expected)
         health = idle_health(c)
         assert health["kv_blocks"]["in_use"] == 0 and health["cache_ram_bytes"] <= 2 << 20
         assert "preempting" in small.stderr and sum(done["cached_tokens"] for _, done in got) > 0

@@ -27,7 +27,7 @@ def shared_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def wait_idle(client: httpx.Client, timeout: float = 20.0) -> dict[str, Any]:
+def wait_idle(client: httpx.Client, timeout: float = 60.0) -> dict[str, Any]:
     """/health once no sequence runs and no request waits."""
     deadline = time.monotonic() + timeout
     while True:

@@ -49,7 +49,7 @@ def client(runner: RunnerProcess) -> Iterator[httpx.Client]:
         yield c
 
 
-def wait_idle(client: httpx.Client, timeout: float = 10.0) -> dict:
+def wait_idle(client: httpx.Client, timeout: float = 60.0) -> dict:
     """/health once no sequence runs: every KV cell in use is an idle prefix-cache entry."""
     deadline = time.monotonic() + timeout
     while True:

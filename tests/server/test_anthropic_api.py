@@ -327,7 +327,7 @@ def test_stop_sequence(client):
 
 
 def test_max_tokens(client):
-    message = client.messages.create(model=MODEL, max_tokens=3,
+    message = client.messages.create(model=MODEL, max_tokens=3, extra_body=GREEDY,
                                      messages=[{"role": "user", "content": "Write a long story."}])
     assert message.stop_reason == "max_tokens" and message.stop_sequence is None
     assert message.usage.output_tokens == 3

@@ -10,6 +10,7 @@ import pytest
 from support.daemon import Daemon
 
 MODEL = "smollm2:135m"
+ENDLESS = 'root ::= "la " root'  # no answer ends early: the burst's requests overlap however the model samples
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +42,20 @@ def _error(daemon, path, body):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "y" * 300}]}, "LOCALLLM_MAX_PROMPT_CHARS"),
     ("/v1/completions", {"prompt": "hi", "max_tokens": 100}, "LOCALLLM_MAX_NUM_PREDICT"),
     ("/api/embed", {"input": ["a", "b", "c", "d"]}, "LOCALLLM_MAX_MESSAGES"),
+    # every endpoint that takes options checks them the same way, before any work (no load, no 500)
+    ("/api/embed", {"input": "hi", "options": {"num_ctx": 10**12}}, "LOCALLLM_MAX_NUM_CTX"),
+    ("/api/embeddings", {"prompt": "hi", "options": {"num_ctx": 10**12}}, "LOCALLLM_MAX_NUM_CTX"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "options": {"num_ctx": 1e12}},
+     "LOCALLLM_MAX_NUM_CTX"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 65}, "LOCALLLM_MAX_NUM_PREDICT"),
 ])
 def test_limits_name_the_variable(limited, path, body, variable):
     assert variable in _error(limited, path, {"model": MODEL, **body})
 
 
 def test_queue_overflow_is_503_with_retry_after(limited):
-    body = {"model": MODEL, "prompt": "Write a long story.", "stream": False, "options": {"num_predict": 60}}
+    body = {"model": MODEL, "prompt": "Write a long story.", "stream": False, "grammar": ENDLESS,
+            "options": {"num_predict": 60}}
 
     async def burst():
         async with httpx.AsyncClient(base_url=limited.url, timeout=300) as client:
@@ -64,7 +72,8 @@ def test_queue_overflow_is_503_with_retry_after(limited):
 def test_queue_limit_counts_requests_under_every_name_of_a_model(limited):
     """Requests under a copy wait for the same runner, so they count against the same queue."""
     httpx.post(f"{limited.url}/api/copy", json={"source": MODEL, "destination": "mine"}, timeout=30).raise_for_status()
-    body = {"model": "mine", "prompt": "Write a long story.", "stream": False, "options": {"num_predict": 60}}
+    body = {"model": "mine", "prompt": "Write a long story.", "stream": False, "grammar": ENDLESS,
+            "options": {"num_predict": 60}}
 
     async def burst():
         async with httpx.AsyncClient(base_url=limited.url, timeout=300) as client:

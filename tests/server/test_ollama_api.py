@@ -104,7 +104,7 @@ def test_keep_alive_zero_unloads(client, daemon):
     def loaded() -> bool:
         return any(m.model == MODEL for m in client.ps().models)
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while loaded() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not loaded()
@@ -123,7 +123,7 @@ def test_a_copy_shares_the_runner_and_stops_by_either_name(client, daemon):
         stopped = subprocess.run([sys.executable, "-m", "localllm", "stop", "mine"], env=env,
                                  capture_output=True, text=True, timeout=60)
         assert stopped.returncode == 0, stopped.stderr
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while any(m.model == MODEL for m in client.ps().models) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not any(m.model == MODEL for m in client.ps().models)
@@ -133,7 +133,8 @@ def test_a_copy_shares_the_runner_and_stops_by_either_name(client, daemon):
     assert MODEL in [m.model for m in client.list().models]
 
 
-SLOW_TEMPLATE = (  # 55 messages: 170k loop steps (under the 200k cap) that write nothing, then ChatML
+SLOW_TEMPLATE = (  # 33 messages: 36k loop steps that write nothing (well under the 200k-step and 5 s caps on a
+    # machine six times oversubscribed), then ChatML
     '{{range .Messages}}{{range $.Messages}}{{range $.Messages}}'
     '{{if eq (printf "%s%s" .Content .Role) "never"}}x{{end}}{{end}}{{end}}{{end}}'
     '{{range .Messages}}<|im_start|>{{.Role}}\n{{.Content}}<|im_end|>\n{{end}}<|im_start|>assistant\n'
@@ -144,18 +145,21 @@ def test_a_slow_template_does_not_stall_other_requests(client, daemon):
     daemon.create("slow-template", f"FROM {MODEL}\nTEMPLATE \"\"\"{SLOW_TEMPLATE}\"\"\"\n")
     client.generate("slow-template", "", keep_alive="5m")  # loaded before the clock starts
     body = {"model": "slow-template", "stream": False, "options": {"num_predict": 1},
-            "messages": [{"role": role, "content": "hi"} for _ in range(27) for role in ("user", "assistant")]
+            "messages": [{"role": role, "content": "hi"} for _ in range(16) for role in ("user", "assistant")]
             + [{"role": "user", "content": "hi"}]}  # alternating: consecutive turns of one role are merged
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        started = time.monotonic()
         slow = pool.submit(httpx.post, f"{daemon.url}/api/chat", json=body, timeout=120)
-        time.sleep(0.3)
+        deadline = time.monotonic() + 60
+        while not _in_flight(daemon) and time.monotonic() < deadline:  # its template starts rendering
+            time.sleep(0.01)
         asked = time.monotonic()
         assert httpx.get(f"{daemon.url}/api/version", timeout=30).status_code == 200
         answered = time.monotonic()
-        assert not slow.done(), "the template rendered too fast to show anything"
         assert slow.result().status_code == 200, slow.result().text
-    assert answered - asked < 0.5 < time.monotonic() - started - 0.3
+        finished = time.monotonic()
+    # A loop stalled by the render would answer only when the render ends, just before the slow request
+    # does; measured against that request's own time, so a busy machine slows both sides alike.
+    assert answered - asked < (finished - asked) / 2, (answered - asked, finished - asked)
 
 
 def test_copy_and_delete(client):
@@ -229,10 +233,11 @@ def test_killed_runner_fails_its_stream_then_recovers(client, daemon):
     assert httpx.get(daemon.url).status_code == 200
 
 
-def _in_flight(daemon) -> int:
-    text = httpx.get(f"{daemon.url}/metrics").text
-    lines = [line for line in text.splitlines() if line.startswith(f'localllm_requests_in_flight{{model="{MODEL}"}}')]
-    return int(float(lines[0].split()[-1])) if lines else 0
+def _in_flight(daemon) -> float:
+    """Requests the daemon is serving or queueing, for every model."""
+    metrics = httpx.get(f"{daemon.url}/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("localllm_requests_in_flight{"))
 
 
 @pytest.mark.parametrize("path, body", [
@@ -242,7 +247,8 @@ def _in_flight(daemon) -> int:
 ])
 def test_client_that_hangs_up_stops_its_generation(daemon, path, body):
     """Streams leave the daemon in coalesced writes from their own task: hanging up must still cancel the runner's work."""
-    body = {"model": MODEL, "options": {"temperature": 0, "num_predict": 4000}, **body}
+    # a grammar that never ends: only the hang-up can stop it, within the wait below or ever
+    body = {"model": MODEL, "options": {"temperature": 0, "num_predict": 4000}, "grammar": 'root ::= "la " root', **body}
     with httpx.stream("POST", f"{daemon.url}{path}", json=body, timeout=60) as response:
         received = []
         for line in response.iter_lines():
@@ -251,18 +257,12 @@ def test_client_that_hangs_up_stops_its_generation(daemon, path, body):
             if len(received) == 3:
                 break
     assert len(received) == 3 and "error" not in received[-1]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while _in_flight(daemon) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _in_flight(daemon) == 0
     metrics = httpx.get(f"{daemon.url}/metrics").text
     assert f'localllm_requests_total{{model="{MODEL}",outcome="cancelled"}}' in metrics
-
-
-def _in_flight(daemon) -> float:
-    metrics = httpx.get(f"{daemon.url}/metrics").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-               if line.startswith("localllm_requests_in_flight{"))
 
 
 @pytest.mark.parametrize("path,body", [
@@ -281,7 +281,7 @@ def test_a_client_that_leaves_a_whole_answer_stops_its_generation(daemon, path, 
         request["max_tokens"] = 100000
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{daemon.url}{path}", json=request, timeout=httpx.Timeout(60, read=1.5))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while _in_flight(daemon) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _in_flight(daemon) == 0

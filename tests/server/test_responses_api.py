@@ -126,7 +126,7 @@ def test_tools_choice_format_and_reasoning():
     ({"input": "hi", "text": {"format": {"type": "yaml"}}}, "text.format.type 'yaml'"),
     ({"input": "hi", "text": {"verbosity": "low"}}, "text.verbosity"),
     ({"input": "hi", "include": ["file_search_call.results"]}, "include[0]"),
-    ({"input": "hi", "truncation": "auto"}, "truncation 'auto'"),
+    ({"input": "hi", "truncation": "middle"}, "truncation 'middle'"),
     ({"input": "hi", "background": True}, "background"),
     ({"input": "hi", "max_tool_calls": 2}, "max_tool_calls"),
     ({"input": []}, "input is required"),
@@ -367,14 +367,18 @@ def test_streamed_function_call(client):
 
 
 def test_text_streams_while_tools_are_offered(client):
+    client.responses.create(model=TOOLS_MODEL, input="Hi", max_output_tokens=1, store=False)  # loaded
     arrivals = []
+    start = time.monotonic()
     for event in client.responses.create(model=TOOLS_MODEL, input="Write a short poem about the sea.",
                                          tools=[WEATHER_TOOL], parallel_tool_calls=False, temperature=0,
-                                         max_output_tokens=24, stream=True, store=False):
+                                         max_output_tokens=64, stream=True, store=False):
         arrivals.append((time.monotonic(), event))
     deltas = [at for at, event in arrivals if event.type == "response.output_text.delta"]
     assert len(deltas) > 1
-    assert arrivals[-1][0] - deltas[0] > 0.1  # the first words came well before the end, not all at once
+    # the first words came well before the last, not all at once at the end: measured against the
+    # request's own duration, so a fast machine passes as a slow one does
+    assert deltas[-1] - deltas[0] > 0.2 * (deltas[-1] - start)
 
 
 def test_previous_response_id_continues_the_conversation(client):

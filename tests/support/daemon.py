@@ -45,7 +45,7 @@ class Daemon:
         self.process: subprocess.Popen | None = None
         self.log_path = root / "daemon.log"
 
-    def start(self, timeout: float = 30) -> "Daemon":
+    def start(self, timeout: float = 120) -> "Daemon":
         self.root.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(

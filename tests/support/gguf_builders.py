@@ -16,17 +16,19 @@ F32, F16 = 0, 1  # general.file_type values
 def tiny_model(
     path: Path, arch: str = "llama", q_rows: int | None = None, file_type: int = F32,
     extra: Callable[[GGUFWriter], None] | None = None, head_dim: int = 16,
+    n_embd: int = 64, n_ff: int = 128, n_vocab: int = 32, n_layer: int = 1,
 ) -> Path:  # fmt: skip
-    """A one-layer GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused
-    attn_qkv and gate+up in ffn_up) with random weights and a 32-token SentencePiece vocabulary,
-    so llama.cpp loads it too.  Four query heads and two KV heads of ``head_dim`` (other than 16:
-    wider than embedding/heads, as Mistral Nemo's, stated by attention.key_length); ``q_rows``
-    other than 4 * head_dim breaks attn_q's shape; ``extra`` adds keys or tensors to the writer."""
-    w = GGUFWriter(str(path), arch)
-    e, ff, vocab = 64, 128, 32
+    """A GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused
+    attn_qkv and gate+up in ffn_up) with random weights and a SentencePiece vocabulary,
+    so llama.cpp loads it too.  Four query heads and two KV heads of ``head_dim`` (other than
+    n_embd / 4: wider than embedding/heads, as Mistral Nemo's, stated by attention.key_length); ``q_rows``
+    other than 4 * head_dim breaks attn_q's shape; ``extra`` adds keys or tensors to the writer.
+    Big ones (the benchmark's ~1B model) are written through a temporary file, tensor by tensor."""
+    w = GGUFWriter(str(path), arch, use_temp_file=n_layer > 1)
+    e, ff, vocab = n_embd, n_ff, n_vocab
     q_dim, kv_dim = 4 * head_dim, 2 * head_dim
     q_rows = q_dim if q_rows is None else q_rows
-    w.add_block_count(1)
+    w.add_block_count(n_layer)
     w.add_context_length(128)
     w.add_embedding_length(e)
     w.add_feed_forward_length(ff)
@@ -52,28 +54,8 @@ def tiny_model(
 
     t("token_embd.weight", e, vocab)
     t("output_norm.weight", e)
-    t("blk.0.attn_norm.weight", e)
-    if arch == "phi3":
-        t("blk.0.attn_qkv.weight", e, q_rows + 2 * kv_dim)
-    else:
-        t("blk.0.attn_q.weight", e, q_rows)
-        t("blk.0.attn_k.weight", e, kv_dim)
-        t("blk.0.attn_v.weight", e, kv_dim)
-    if arch == "qwen2":
-        t("blk.0.attn_q.bias", q_dim)
-        t("blk.0.attn_k.bias", kv_dim)
-        t("blk.0.attn_v.bias", kv_dim)
-    if arch == "qwen3":
-        t("blk.0.attn_q_norm.weight", head_dim)
-        t("blk.0.attn_k_norm.weight", head_dim)
-    t("blk.0.attn_output.weight", q_dim, e)
-    t("blk.0.ffn_norm.weight", e)
-    if arch == "phi3":
-        t("blk.0.ffn_up.weight", e, 2 * ff)
-    else:
-        t("blk.0.ffn_gate.weight", e, ff)
-        t("blk.0.ffn_up.weight", e, ff)
-    t("blk.0.ffn_down.weight", ff, e)
+    for il in range(n_layer):
+        _layer(t, f"blk.{il}.", arch, e, ff, q_rows, q_dim, kv_dim, head_dim)
     if extra is not None:
         extra(w)
     w.write_header_to_file()
@@ -81,6 +63,32 @@ def tiny_model(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _layer(t: Callable[..., None], blk: str, arch: str, e: int, ff: int, q_rows: int, q_dim: int, kv_dim: int,
+           head_dim: int) -> None:
+    t(f"{blk}attn_norm.weight", e)
+    if arch == "phi3":
+        t(f"{blk}attn_qkv.weight", e, q_rows + 2 * kv_dim)
+    else:
+        t(f"{blk}attn_q.weight", e, q_rows)
+        t(f"{blk}attn_k.weight", e, kv_dim)
+        t(f"{blk}attn_v.weight", e, kv_dim)
+    if arch == "qwen2":
+        t(f"{blk}attn_q.bias", q_dim)
+        t(f"{blk}attn_k.bias", kv_dim)
+        t(f"{blk}attn_v.bias", kv_dim)
+    if arch == "qwen3":
+        t(f"{blk}attn_q_norm.weight", head_dim)
+        t(f"{blk}attn_k_norm.weight", head_dim)
+    t(f"{blk}attn_output.weight", q_dim, e)
+    t(f"{blk}ffn_norm.weight", e)
+    if arch == "phi3":
+        t(f"{blk}ffn_up.weight", e, 2 * ff)
+    else:
+        t(f"{blk}ffn_gate.weight", e, ff)
+        t(f"{blk}ffn_up.weight", e, ff)
+    t(f"{blk}ffn_down.weight", ff, e)
 
 
 def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: float = 0.05) -> Path:
@@ -102,6 +110,53 @@ def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: flo
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def fewer_layers(source: Path, path: Path, layers: int, context_length: int | None = None) -> Path:
+    """``source`` with only its first ``layers`` blocks (its vocabulary, embeddings and output head
+    unchanged): a smaller model that shares the source's vocabulary, as a draft model does.
+    ``context_length`` other than None replaces the training context."""
+    from gguf import GGUFReader, GGUFValueType, Keys
+
+    reader = GGUFReader(source)
+    arch = reader.fields[Keys.General.ARCHITECTURE].contents()
+    w = GGUFWriter(str(path), arch)
+    replaced = {f"{arch}.block_count": layers}
+    if context_length is not None:
+        replaced[f"{arch}.context_length"] = context_length
+    for field in reader.fields.values():
+        if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub_type = field.types[-1] if kind == GGUFValueType.ARRAY else None
+        w.add_key_value(field.name, replaced.get(field.name, field.contents()), kind, sub_type=sub_type)
+    kept = [t for t in reader.tensors if not t.name.startswith("blk.") or int(t.name.split(".")[1]) < layers]
+    for t in kept:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in kept:
+        w.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    w.close()
+    return path
+
+
+Q4_K_M = 15  # llama_ftype: Q4_K for most matrices, Q6_K for some (and the output head)
+
+
+def quantized(src: Path, dst: Path, ftype: int = Q4_K_M, threads: int = 2) -> Path:
+    """``src`` quantized to ``ftype`` by llama.cpp's own quantizer (the mix it gives real models)."""
+    import llama_cpp as ll
+
+    from localllm.backends.llama_cpp import init_backend
+
+    init_backend()  # llama.cpp's log through ours (quiet), not llama-cpp-python's printer
+    params = ll.llama_model_quantize_default_params()
+    params.ftype, params.nthread = ftype, threads
+    if ll.llama_model_quantize(str(src).encode(), str(dst).encode(), params) != 0:
+        raise RuntimeError(f"llama.cpp could not quantize {src}")
+    return dst
 
 
 # --- raw GGUF bytes, for files that break the header's rules --------------------

@@ -10,7 +10,7 @@ import ctypes
 
 import numpy as np
 
-from localllm.backends.native.lib import NativeError, library
+from localllm.backends.native.lib import NativeError, Tensor, library
 
 ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avxvnni", 3: "avx512", 4: "neon", 5: "neon_dotprod"}
 
@@ -93,6 +93,53 @@ def vec_dot_rows(ggml_type: int, rows: list[np.ndarray], act: np.ndarray, n: int
     if library().llk_vec_dot_rows(ggml_type, len(rows), _ptr(packed), row_bytes, _ptr(act), n, _fptr(out)) != 0:
         raise NativeError(f"vec_dot_rows refused {len(rows)} rows of {n} values")
     return [float(v) for v in out]
+
+
+def type_name(ggml_type: int) -> str:
+    """The kernels' name of a type id, repacked layouts included (``Q4_K_R16``)."""
+    return library().llk_type_name(ggml_type).decode()
+
+
+def repacked_type(ggml_type: int, ne0: int, ne1: int) -> int:
+    """The layout a ``ne1`` x ``ne0`` matrix of ``ggml_type`` gets at load at the current level (the type
+    itself where it keeps its GGUF layout)."""
+    return int(library().llk_repack_type(ggml_type, ne0, ne1))
+
+
+def repack(ggml_type: int, data: np.ndarray, ne0: int, ne1: int) -> tuple[int, np.ndarray]:
+    """The repacked copy of a ``ne1`` x ``ne0`` matrix (raw GGUF bytes) and its type id, whatever the level."""
+    data = np.ascontiguousarray(data)
+    _check(ggml_type, data, ne0 * ne1)
+    size = library().llk_repack_size(ggml_type, ne0, ne1)
+    if size == 0:
+        raise NativeError(f"a {ne1} x {ne0} matrix of type {type_name(ggml_type)} has no repacked layout")
+    out = np.empty(size, dtype=np.uint8)
+    library().llk_repack(ggml_type, _ptr(data), ne0, ne1, _ptr(out))
+    return repacked_type_of(ggml_type), out
+
+
+def repacked_type_of(ggml_type: int) -> int:
+    """The id of a type's repacked layout (kernels/llk.h: 100 + the GGUF id)."""
+    return ggml_type + 100
+
+
+def gemm(ggml_type: int, data: np.ndarray, ne0: int, ne1: int, x: np.ndarray) -> np.ndarray:
+    """``x @ W.T`` for a ``ne1`` x ``ne0`` matrix W (GGUF or repacked bytes) and rows ``x``, on one thread
+    through the forward pass's path: the batch is one call, as prefill gives it."""
+    data = np.ascontiguousarray(data)
+    x = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
+    if x.shape[1] != ne0 or data.nbytes < row_size_any(ggml_type, ne0) * ne1:
+        raise NativeError(f"gemm of a {ne1} x {ne0} matrix with {data.nbytes} bytes and rows of {x.shape[1]}")
+    out = np.empty((x.shape[0], ne1), dtype=np.float32)
+    tensor = Tensor(data.ctypes.data, ggml_type, ne0, ne1)
+    if library().llk_gemm(ctypes.byref(tensor), _fptr(x), x.shape[0], _fptr(out)) != 0:
+        raise NativeError(f"gemm refused a {ne1} x {ne0} matrix of type {type_name(ggml_type)}")
+    return out
+
+
+def row_size_any(ggml_type: int, n: int) -> int:
+    """Bytes of a row, repacked layouts included (a repacked row's share of its group)."""
+    return int(library().llk_row_size(ggml_type, n))
 
 
 def isa() -> str:

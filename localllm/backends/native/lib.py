@@ -140,6 +140,11 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_kv_block_read": (c_int, [vp, c_int, vp]),
         "llk_kv_block_write": (c_int, [vp, c_int, ctypes.c_char_p]),
         "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
+        "llk_gemm": (c_int, [ctypes.POINTER(Tensor), fp, c_int, fp]),
+        "llk_repack_type": (c_int, [c_int, c_i64, c_i64]),
+        "llk_repack_size": (ctypes.c_size_t, [c_int, c_i64, c_i64]),
+        "llk_repack": (c_int, [c_int, vp, c_i64, c_i64, vp]),
+        "llk_type_name": (ctypes.c_char_p, [c_int]),
         "llk_read_bandwidth": (ctypes.c_double, [vp, c_i64, c_int]),
     }
     for name, (restype, argtypes) in sigs.items():

@@ -10,12 +10,22 @@ suggesting the llama.cpp engine; the C code then never reads out of bounds.
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
+import os
+import re
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from localllm.backends.native.lib import LAYER_TENSORS, Layer, ModelParams, NativeError, Tensor, library
 from localllm.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gguf
+
+log = logging.getLogger(__name__)
 
 HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
 ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4}
@@ -229,10 +239,26 @@ def _rows(t: Tensor, first: int, count: int) -> Tensor:
     return Tensor(t.data + first * library().llk_row_size(t.type, t.ne0), t.type, t.ne0, count)
 
 
-class NativeWeights:
-    """A mapped GGUF file and the :class:`ModelParams` that point into it."""
+_MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
-    def __init__(self, path: str | Path) -> None:
+
+def available_memory() -> int:
+    """What a new allocation may take without swapping: MemAvailable of /proc/meminfo, in bytes."""
+    found = re.search(r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+    if found is None:
+        raise NativeError("cannot read MemAvailable from /proc/meminfo")
+    return int(found.group(1)) * 1024
+
+
+class NativeWeights:
+    """A mapped GGUF file and the :class:`ModelParams` that point into it.
+
+    Matrices whose type has a repacked layout at this CPU's level (``kernels/repack.c``) are copied
+    into it at load, within ``repack_budget`` bytes (default: the memory available now); the rest
+    are read in place from the mapping. :attr:`layouts` says which layout each weight type got.
+    """
+
+    def __init__(self, path: str | Path, repack: bool = True, repack_budget: int | None = None) -> None:
         self.path = Path(path)
         try:
             self.gguf = read_gguf(self.path, skip_arrays_over=256)
@@ -245,8 +271,12 @@ class NativeWeights:
         if not base:
             raise NativeError(f"cannot map {self.path}: {ctypes.get_errno() or 'mmap failed'}")
         self._base, self._size = base, size.value
+        self._repacked: list[np.ndarray] = []  # the copies the repacked tensors point into
+        self.layouts: dict[str, str] = {}
+        self.repack_seconds = 0.0
         try:
             self.params = self._describe()
+            self._lay_out(repack, repack_budget)
         except BaseException:
             self.close()
             raise
@@ -317,7 +347,45 @@ class NativeWeights:
             self._weight_bytes -= p.tok_embd.ne1 * library().llk_row_size(p.tok_embd.type, p.tok_embd.ne0)
         return p
 
+    def _lay_out(self, repack: bool, budget: int | None) -> None:
+        """Repack the matrices that have a layout at this level; name each weight type's layout."""
+        p, lib = self.params, library()
+        matrices = [getattr(p.layers[il], f) for il in range(self.hyper.n_layer) for f in _MATRICES]
+        if not p.output.data:  # tied: the lookup reads token_embd in place, the output head its own copy
+            p.output = Tensor(p.tok_embd.data, p.tok_embd.type, p.tok_embd.ne0, p.tok_embd.ne1)
+        matrices.append(p.output)
+        plan = [(t, lib.llk_repack_type(t.type, t.ne0, t.ne1) if repack else t.type) for t in matrices]
+        need = sum(lib.llk_repack_size(t.type, t.ne0, t.ne1) for t, target in plan if target != t.type)
+        budget = available_memory() if need and budget is None else budget
+        if need and need > budget:
+            raise NativeError(
+                f"repacking the weights of {self.path.name} for this CPU needs {need >> 20} MiB of memory "
+                f"but only {budget >> 20} MiB is available; free memory or use the llama.cpp engine"
+            )
+        counts: Counter[tuple[str, str]] = Counter()
+        copies = []
+        for t, target in plan:
+            name = lib.llk_type_name(t.type).decode()
+            counts[name, lib.llk_type_name(target).decode() if target != t.type else "GGUF in place"] += 1
+            if target != t.type:
+                copies.append((t, target, np.empty(lib.llk_repack_size(t.type, t.ne0, t.ne1), dtype=np.uint8)))
+        start = time.perf_counter()
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # ctypes lets go of the GIL: one matrix a core
+            list(pool.map(lambda job: lib.llk_repack(job[0].type, ctypes.c_void_p(job[0].data), job[0].ne0, job[0].ne1,
+                                                     ctypes.c_void_p(job[2].ctypes.data)), copies))
+        self.repack_seconds = time.perf_counter() - start
+        for t, target, copy in copies:
+            self._repacked.append(copy)
+            self._weight_bytes += copy.nbytes - lib.llk_row_size(t.type, t.ne0) * t.ne1
+            t.data, t.type = copy.ctypes.data, target
+        for (name, layout), n in sorted(counts.items()):
+            entry = f"{layout} ({n} {'matrix' if n == 1 else 'matrices'})"
+            self.layouts[name] = f"{self.layouts[name]}, {entry}" if name in self.layouts else entry
+        log.info("native weight layouts of %s: %s; repacked in %.2f s", self.path.name,
+                 "; ".join(f"{k}: {v}" for k, v in self.layouts.items()), self.repack_seconds)
+
     def close(self) -> None:
+        self._repacked.clear()
         if self._base:
             library().llk_unmap_file(self._base, self._size)
             self._base = None

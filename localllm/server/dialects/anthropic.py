@@ -81,6 +81,7 @@ class MessagesRequest(CountTokensRequest):
     top_k: int | None = Field(default=None, ge=0)
     metadata: Metadata | None = None
     stream: bool = False
+    grammar: str | None = None  # extension: GBNF rules, as on /api/chat and /v1/chat/completions
 
 
 # --- translator -----------------------------------------------------------------------
@@ -275,6 +276,7 @@ def messages_turn(body: CountTokensRequest) -> ChatTurn:
     if isinstance(body, MessagesRequest):
         turn.options = sampling_options(body.temperature, body.top_p, body.max_tokens, body.stop_sequences,
                                         top_k=body.top_k)
+        turn.grammar = body.grammar
     return turn
 
 

@@ -40,7 +40,7 @@ def chat_turn(body: ChatRequest) -> ChatTurn:
     return ChatTurn(model=body.model, messages=messages, tools=body.tools, think=check_think(body.think),
                     options=dict(body.options or {}), constraint=format_constraint(body.format),
                     grammar=body.grammar, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
-                    keep_alive=body.keep_alive)
+                    keep_alive=body.keep_alive, shift=body.shift is not False, truncate=body.truncate is not False)
 
 
 # --- renderer -----------------------------------------------------------------------
@@ -101,7 +101,12 @@ class OllamaRenderer:
         body["done_reason"] = "length" if final.reason == "length" else "stop"
         if self.kind == "generate":
             body["context"] = final.context
+        if final.truncated:
+            body["truncated"] = True
         for key in ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration",
                     "eval_count", "eval_duration"):
             body[key] = final.metrics.get(key, 0)
+        for key in ("draft_count", "draft_accepted_count"):  # localllm: speculative decoding's drafts
+            if key in final.metrics:
+                body[key] = final.metrics[key]
         return body

@@ -25,6 +25,7 @@ from ..errors import bad_request, openai_error
 from ..handler import ChatHandler, DeltaStream, PreparedTurn
 from ..inference import parse_name
 from ..streaming import sse, streamed
+from .render import truncation_headers
 from .openai_family import (
     image_data, openai_tool_call, reasoning_think, response_format_constraint, sampling_options, tool_choice_of,
 )
@@ -303,7 +304,7 @@ class Completion:
                 raise
             answer = self._envelope([r.whole(a) for r, a in zip(self.renderers, answers)], False)
             answer["usage"] = usage([a.final for a in answers])
-            return JSONResponse(answer)
+            return JSONResponse(answer, headers=truncation_headers(any(a.final.truncated for a in answers)))
         streams: list[DeltaStream] = []
         try:
             for turn in self.turns:
@@ -312,7 +313,8 @@ class Completion:
             for opened in streams:
                 await opened.aclose()
             raise
-        return streamed(self._events(streams), "text/event-stream")
+        return streamed(self._events(streams), "text/event-stream",
+                        truncation_headers(any(s.notes.truncated for s in streams)))
 
     async def _events(self, streams: list[AsyncIterable[Delta]]) -> AsyncIterator[bytes]:
         finals: list[Final] = []

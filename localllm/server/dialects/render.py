@@ -17,6 +17,16 @@ class StreamRenderer(Protocol):
     def process(self, delta: Delta) -> list[dict[str, Any]]: ...
 
 
+#: Set on OpenAI, Responses and Anthropic answers whose prompt had a message cut inside to fit the
+#: context (Ollama's answers say ``"truncated": true`` in their final object instead).
+TRUNCATED_HEADER = "X-Localllm-Prompt-Truncated"
+
+
+def truncation_headers(truncated: bool) -> dict[str, str]:
+    """The headers that tell a client its prompt was cut to fit the context."""
+    return {TRUNCATED_HEADER: "true"} if truncated else {}
+
+
 async def rendered(renderer: StreamRenderer, deltas: AsyncIterable[Delta]) -> AsyncIterator[dict[str, Any]]:
     """The wire events of a whole stream, in order."""
     for event in renderer.opening():

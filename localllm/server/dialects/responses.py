@@ -69,8 +69,8 @@ class ResponsesRequest(RequestBody):
     store: bool = True
     previous_response_id: str | None = None
     user: str | None = None
+    truncation: str | None = None  # "disabled" (the default): an input over the context is a 400; "auto" fits it
     # Fields we cannot honour: a request setting one is refused (see refuse_unsupported).
-    truncation: str | None = None
     background: bool | None = None
     conversation: Any = None
     prompt: Any = None
@@ -82,8 +82,8 @@ class ResponsesRequest(RequestBody):
 
 def refuse_unsupported(body: ResponsesRequest) -> None:
     """400 naming the first field set to something we cannot do."""
-    if body.truncation not in (None, "disabled"):
-        raise bad_request(f"truncation {body.truncation!r} is not supported: only \"disabled\"")
+    if body.truncation not in (None, "disabled", "auto"):
+        raise bad_request(f"invalid truncation {body.truncation!r}: use \"disabled\" or \"auto\"")
     if body.background:
         raise bad_request("background responses are not supported: send the request with background false")
     for name in ("conversation", "prompt", "max_tool_calls"):
@@ -249,7 +249,7 @@ def responses_turn(body: ResponsesRequest, history: list[Message] = ()) -> ChatT
         options=sampling_options(body.temperature, body.top_p, body.max_output_tokens),
         constraint=response_format_constraint(text_format, "text.format"),
         logprobs=logprobs, top_logprobs=body.top_logprobs if logprobs else None,
-        parallel_tool_calls=body.parallel_tool_calls,
+        parallel_tool_calls=body.parallel_tool_calls, truncate=body.truncation == "auto",
     )
 
 
@@ -274,7 +274,8 @@ def response_object(body: ResponsesRequest, response_id: str, created_at: int) -
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "text": {"format": (body.text.format if body.text else None) or {"type": "text"}, "verbosity": "medium"},
         "tool_choice": body.tool_choice or "auto", "tools": echoed_tools, "top_logprobs": body.top_logprobs or 0,
-        "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": "disabled", "usage": None,
+        "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": body.truncation or "disabled",
+        "usage": None,
         "user": body.user, "metadata": body.metadata or {}, "background": False, "service_tier": "default",
     }
 

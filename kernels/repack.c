@@ -1,0 +1,325 @@
+/* Repacking at load: quantized matrices into 16-row interleaved groups (block_*_r16 in common.h), and
+ * the scalar reference of their kernels.
+ *
+ * A repacked row's result is its own: each row's integer sums are exact, and its float sum takes one
+ * fixed chain per row (super-block after super-block), the same at every level and for any number of
+ * tokens, so the SIMD kernels equal this reference bit for bit and batch invariance holds by
+ * construction. Matrices that do not fit (rows not a multiple of 16) keep their GGUF layout and the
+ * per-row kernels: the mmap path.
+ */
+#include <math.h>
+
+#include "common.h"
+
+const char *llk_type_name(int type) {
+    switch (type) {
+    case LLK_F32: return "F32";
+    case LLK_F16: return "F16";
+    case LLK_BF16: return "BF16";
+    case LLK_Q4_0: return "Q4_0";
+    case LLK_Q4_1: return "Q4_1";
+    case LLK_Q5_0: return "Q5_0";
+    case LLK_Q5_1: return "Q5_1";
+    case LLK_Q8_0: return "Q8_0";
+    case LLK_Q2_K: return "Q2_K";
+    case LLK_Q3_K: return "Q3_K";
+    case LLK_Q4_K: return "Q4_K";
+    case LLK_Q5_K: return "Q5_K";
+    case LLK_Q6_K: return "Q6_K";
+    case LLK_Q4_0_R16: return "Q4_0_R16";
+    case LLK_Q4_1_R16: return "Q4_1_R16";
+    case LLK_Q5_0_R16: return "Q5_0_R16";
+    case LLK_Q5_1_R16: return "Q5_1_R16";
+    case LLK_Q8_0_R16: return "Q8_0_R16";
+    case LLK_Q4_K_R16: return "Q4_K_R16";
+    case LLK_Q5_K_R16: return "Q5_K_R16";
+    case LLK_Q6_K_R16: return "Q6_K_R16";
+    default: return "?";
+    }
+}
+
+static int repacked_of(int type) {
+    switch (type) {
+    case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K:
+        return type + 100;
+    default: return type;
+    }
+}
+
+static int fits(int type, int64_t ne0, int64_t ne1) {
+    int bs = llk_block_size(type);
+    return repacked_of(type) != type && ne0 > 0 && ne0 % bs == 0 && ne1 > 0 && ne1 % GROUP_ROWS == 0;
+}
+
+int llk_repack_type(int type, int64_t ne0, int64_t ne1) {
+    int r = repacked_of(type);
+    /* only where the level has a kernel of its own: the scalar one would be slower than the per-row path */
+    if (!fits(type, ne0, ne1) || llk_kernels()->dot_group[r] == llk_ref_kernels.dot_group[r]) return type;
+    return r;
+}
+
+size_t llk_repack_size(int type, int64_t ne0, int64_t ne1) {
+    return fits(type, ne0, ne1) ? llk_row_size(repacked_of(type), ne0) * (size_t)ne1 : 0;
+}
+
+/* The 256 unsigned codes of a Q4_K or Q5_K super-block (qh: Q5_K's fifth bits; value = d*sc*code - dmin*m). */
+static void codes_q45_k(const uint8_t *qs, const uint8_t *qh, uint8_t *q) {
+    for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * j + l] = (uint8_t)((qs[32 * j + l] & 0xF) | (qh ? ((qh[l] >> (2 * j)) & 1) << 4 : 0));
+            q[64 * j + 32 + l] = (uint8_t)((qs[32 * j + l] >> 4) | (qh ? ((qh[l] >> (2 * j + 1)) & 1) << 4 : 0));
+        }
+}
+
+/* The 256 unsigned 6-bit codes of a Q6_K super-block (value = d*sc*(code - 32)). */
+static void codes_q6_k(const block_q6_k *b, uint8_t *q) {
+    const uint8_t *ql = b->ql, *qh = b->qh;
+    for (int n = 0; n < QKK; n += 128, ql += 64, qh += 32)
+        for (int l = 0; l < 32; l++) {
+            q[n + l] = (uint8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+            q[n + l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+            q[n + l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            q[n + l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+}
+
+/* Row r's codes of one sub-block (`len` values from q) as two nibble vectors at v: lane r of vector j
+ * holds values 8j..8j+3 in its low nibbles and 8j+4..8j+7 in its high nibbles. */
+static void put_nibbles(uint8_t *v, int r, const uint8_t *q, int len) {
+    for (int j = 0; j < len / 8; j++)
+        for (int b = 0; b < 4; b++) v[64 * j + 4 * r + b] = (uint8_t)((q[8 * j + b] & 0xF) | ((q[8 * j + 4 + b] & 0xF) << 4));
+}
+
+/* Row r's fifth bits of 32 codes: bit k of byte b of lane r is the fifth bit of value 4k+b. */
+static void put_fifth_bits(uint8_t *v, int r, const uint8_t *q) {
+    for (int b = 0; b < 4; b++) {
+        uint8_t bits = 0;
+        for (int k = 0; k < 8; k++) bits |= (uint8_t)(((q[4 * k + b] >> 4) & 1) << k);
+        v[4 * r + b] = bits;
+    }
+}
+
+/* Q4_K (fifth 0) or Q5_K (fifth 1): Q5_K's group is Q4_K's with the fifth bits after it. */
+static void repack_q45_k(const uint8_t *src, int64_t nb, int fifth, uint8_t *dst) {
+    const size_t src_block = fifth ? sizeof(block_q5_k) : sizeof(block_q4_k);
+    const size_t group = fifth ? sizeof(block_q5_k_r16) : sizeof(block_q4_k_r16);
+    uint8_t q[QKK];
+    for (int r = 0; r < GROUP_ROWS; r++)
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const uint8_t *b = src + (r * nb + ib) * src_block;
+            const block_q5_k *b5 = (const block_q5_k *)b; /* d, dmin and scales: the same place in both */
+            block_q5_k_r16 *g = (block_q5_k_r16 *)(dst + ib * group);
+            g->d[r] = b5->d;
+            g->dmin[r] = b5->dmin;
+            codes_q45_k(fifth ? b5->qs : ((const block_q4_k *)b)->qs, fifth ? b5->qh : NULL, q);
+            for (int s = 0; s < 8; s++) {
+                scale_min_k4(s, b5->scales, &g->scales[s][r], &g->mins[s][r]);
+                put_nibbles(g->qs[s], r, q + 32 * s, 32);
+                if (fifth) put_fifth_bits(g->qh[s], r, q + 32 * s);
+            }
+        }
+}
+
+static void repack_q6_k(const block_q6_k *src, int64_t nb, block_q6_k_r16 *dst) {
+    uint8_t q[QKK];
+    for (int r = 0; r < GROUP_ROWS; r++)
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const block_q6_k *b = src + r * nb + ib;
+            block_q6_k_r16 *g = dst + ib;
+            g->d[r] = b->d;
+            codes_q6_k(b, q);
+            for (int s = 0; s < 16; s++) {
+                const uint8_t *qs = q + 16 * s;
+                g->scales[s][r] = b->scales[s];
+                put_nibbles(g->qs[s], r, qs, 16);
+                for (int k = 0; k < 4; k++) /* the top bits: of values b, 4+b, 8+b, 12+b at bits 0, 2, 4, 6 */
+                    g->qs[s][128 + 4 * r + k] = (uint8_t)((qs[k] >> 4) | ((qs[4 + k] >> 4) << 2) |
+                                                          ((qs[8 + k] >> 4) << 4) | ((qs[12 + k] >> 4) << 6));
+            }
+        }
+}
+
+/* The 32 unsigned codes of a block of a 32-format (what the repacked layout stores), its scale and min
+ * (0 where it has none): value = d * (code - offset) + m, offset 8 (Q4_0), 16 (Q5_0), 128 (Q8_0) or 0. */
+static void codes32(int type, const void *block, uint8_t *q, f16_t *d, f16_t *m) {
+    const uint8_t *nibbles = NULL, *qh = NULL;
+    *m = 0;
+    switch (type) {
+    case LLK_Q4_0: { const block_q4_0 *b = block; *d = b->d; nibbles = b->qs; break; }
+    case LLK_Q4_1: { const block_q4_1 *b = block; *d = b->d; *m = b->m; nibbles = b->qs; break; }
+    case LLK_Q5_0: { const block_q5_0 *b = block; *d = b->d; nibbles = b->qs; qh = b->qh; break; }
+    case LLK_Q5_1: { const block_q5_1 *b = block; *d = b->d; *m = b->m; nibbles = b->qs; qh = b->qh; break; }
+    default: { const block_q8_0 *b = block; *d = b->d; for (int i = 0; i < QK; i++) q[i] = (uint8_t)(b->qs[i] + 128); return; }
+    }
+    uint32_t high = 0;
+    if (qh) memcpy(&high, qh, 4);
+    for (int i = 0; i < 16; i++) {
+        q[i] = (uint8_t)((nibbles[i] & 0xF) | (((high >> i) & 1) << 4));
+        q[i + 16] = (uint8_t)((nibbles[i] >> 4) | (((high >> (i + 16)) & 1) << 4));
+    }
+}
+
+/* Row r of a repacked 32-format block at g: codes as nibble vectors (and fifth bits), or bytes (Q8_0). */
+static void put32(int type, uint8_t *g, int r, const uint8_t *q, f16_t d, f16_t m) {
+    f16_t *scales = (f16_t *)g;
+    scales[r] = d;
+    int has_min = type == LLK_Q4_1 || type == LLK_Q5_1, has_fifth = type == LLK_Q5_0 || type == LLK_Q5_1;
+    if (has_min) scales[GROUP_ROWS + r] = m;
+    uint8_t *codes = g + (has_min ? 64 : 32);
+    if (type == LLK_Q8_0) {
+        for (int k = 0; k < 8; k++) memcpy(codes + 64 * k + 4 * r, q + 4 * k, 4);
+        return;
+    }
+    if (has_fifth) {
+        put_fifth_bits(codes, r, q);
+        codes += 64;
+    }
+    put_nibbles(codes, r, q, 32);
+}
+
+int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst) {
+    if (!fits(type, ne0, ne1)) return -1;
+    const int64_t nb = ne0 / llk_block_size(type);
+    const size_t src_row = llk_row_size(type, ne0), src_block = src_row / (size_t)nb;
+    const size_t group_block = llk_row_size(repacked_of(type), ne0) / (size_t)nb * GROUP_ROWS;
+    for (int64_t g = 0; g < ne1 / GROUP_ROWS; g++) {
+        const uint8_t *s = (const uint8_t *)src + g * src_row * GROUP_ROWS;
+        uint8_t *out = (uint8_t *)dst + g * group_block * nb;
+        if (type == LLK_Q4_K || type == LLK_Q5_K) {
+            repack_q45_k(s, nb, type == LLK_Q5_K, out);
+        } else if (type == LLK_Q6_K) {
+            repack_q6_k((const block_q6_k *)s, nb, (block_q6_k_r16 *)out);
+        } else {
+            memset(out, 0, group_block * nb);
+            uint8_t q[QK];
+            f16_t d, m;
+            for (int r = 0; r < GROUP_ROWS; r++)
+                for (int64_t ib = 0; ib < nb; ib++) {
+                    codes32(type, s + r * src_row + ib * src_block, q, &d, &m);
+                    put32(type, out + ib * group_block, r, q, d, m);
+                }
+        }
+    }
+    return 0;
+}
+
+/* ---- scalar reference: the SIMD kernels' integers and float chains, one lane at a time ------------- */
+
+/* Row r's code of value i (< 8 * vectors) of one sub-block's nibble vectors. */
+static inline int nibble(const uint8_t *v, int r, int i) {
+    uint8_t byte = v[64 * (i / 8) + 4 * r + i % 4];
+    return i % 8 < 4 ? byte & 0xF : byte >> 4;
+}
+
+static void dot_group_q45_k_ref(int fifth, const void *w, const void *act, size_t act_row, int n_tok, int64_t n,
+                                float *out, size_t out_stride) {
+    const size_t group = fifth ? sizeof(block_q5_k_r16) : sizeof(block_q4_k_r16);
+    for (int t = 0; t < n_tok; t++) {
+        const block_q8k *y = (const block_q8k *)((const uint8_t *)act + t * act_row);
+        float acc[GROUP_ROWS] = {0};
+        for (int64_t ib = 0; ib < n / QKK; ib++) {
+            const block_q5_k_r16 *g = (const block_q5_k_r16 *)((const uint8_t *)w + ib * group);
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int32_t isum = 0, msum = 0;
+                for (int s = 0; s < 8; s++) {
+                    int32_t p = 0;
+                    for (int i = 0; i < 32; i++) {
+                        int code = nibble(g->qs[s], r, i) | (fifth ? ((g->qh[s][4 * r + i % 4] >> (i / 4)) & 1) << 4 : 0);
+                        p += code * y[ib].qs[32 * s + i];
+                    }
+                    isum += p * g->scales[s][r];
+                    msum += g->mins[s][r] * (y[ib].bsums[2 * s] + y[ib].bsums[2 * s + 1]);
+                }
+                acc[r] = fmaf((float)isum, f16_to_f32(g->d[r]) * y[ib].d, acc[r]);
+                acc[r] = fmaf(-(float)msum, f16_to_f32(g->dmin[r]) * y[ib].d, acc[r]);
+            }
+        }
+        memcpy(out + t * out_stride, acc, sizeof acc);
+    }
+}
+
+static void dot_group_q4_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                               size_t out_stride) {
+    dot_group_q45_k_ref(0, w, act, act_row, n_tok, n, out, out_stride);
+}
+
+static void dot_group_q5_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                               size_t out_stride) {
+    dot_group_q45_k_ref(1, w, act, act_row, n_tok, n, out, out_stride);
+}
+
+static void dot_group_q6_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                               size_t out_stride) {
+    for (int t = 0; t < n_tok; t++) {
+        const block_q8k *y = (const block_q8k *)((const uint8_t *)act + t * act_row);
+        float acc[GROUP_ROWS] = {0};
+        for (int64_t ib = 0; ib < n / QKK; ib++) {
+            const block_q6_k_r16 *g = (const block_q6_k_r16 *)w + ib;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int32_t isum = 0;
+                for (int s = 0; s < 16; s++) {
+                    int32_t p = -32 * y[ib].bsums[s];
+                    for (int i = 0; i < 16; i++) {
+                        int top = (g->qs[s][128 + 4 * r + i % 4] >> (2 * (i / 4))) & 3;
+                        p += (nibble(g->qs[s], r, i) | top << 4) * y[ib].qs[16 * s + i];
+                    }
+                    isum += p * g->scales[s][r];
+                }
+                acc[r] = fmaf((float)isum, f16_to_f32(g->d[r]) * y[ib].d, acc[r]);
+            }
+        }
+        memcpy(out + t * out_stride, acc, sizeof acc);
+    }
+}
+
+/* The 32-formats: one integer dot per block and row (the offset taken out through the activations'
+ * exact sum), then the block's scale, then its min against the activations' s. */
+static void dot_group_32_ref(int type, const void *w, const void *act, size_t act_row, int n_tok, int64_t n,
+                             float *out, size_t out_stride) {
+    const int has_min = type == LLK_Q4_1_R16 || type == LLK_Q5_1_R16, has_fifth = type == LLK_Q5_0_R16 || type == LLK_Q5_1_R16;
+    const int offset = type == LLK_Q4_0_R16 ? 8 : type == LLK_Q5_0_R16 ? 16 : type == LLK_Q8_0_R16 ? 128 : 0;
+    const size_t group_block = llk_row_size(type, QK) * GROUP_ROWS;
+    for (int t = 0; t < n_tok; t++) {
+        const block_q8a *y = (const block_q8a *)((const uint8_t *)act + t * act_row);
+        float acc[GROUP_ROWS] = {0};
+        for (int64_t ib = 0; ib < n / QK; ib++) {
+            const uint8_t *g = (const uint8_t *)w + ib * group_block;
+            const f16_t *d = (const f16_t *)g, *m = d + GROUP_ROWS;
+            const uint8_t *codes = g + (has_min ? 64 : 32), *qh = codes;
+            if (has_fifth) codes += 64;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int32_t p = -offset * y[ib].sum;
+                for (int i = 0; i < QK; i++) {
+                    int code = type == LLK_Q8_0_R16 ? codes[64 * (i / 4) + 4 * r + i % 4] : nibble(codes, r, i);
+                    if (has_fifth) code |= ((qh[4 * r + i % 4] >> (i / 4)) & 1) << 4;
+                    p += code * y[ib].qs[i];
+                }
+                acc[r] = fmaf((float)p, f16_to_f32(d[r]) * y[ib].d, acc[r]);
+                if (has_min) acc[r] = fmaf(f16_to_f32(m[r]), y[ib].s, acc[r]);
+            }
+        }
+        memcpy(out + t * out_stride, acc, sizeof acc);
+    }
+}
+
+#define DOT_GROUP_32_REF(NAME, TYPE)                                                                         \
+    static void NAME(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,        \
+                     size_t out_stride) {                                                                   \
+        dot_group_32_ref(TYPE, w, act, act_row, n_tok, n, out, out_stride);                                 \
+    }
+DOT_GROUP_32_REF(dot_group_q4_0_ref, LLK_Q4_0_R16)
+DOT_GROUP_32_REF(dot_group_q4_1_ref, LLK_Q4_1_R16)
+DOT_GROUP_32_REF(dot_group_q5_0_ref, LLK_Q5_0_R16)
+DOT_GROUP_32_REF(dot_group_q5_1_ref, LLK_Q5_1_R16)
+DOT_GROUP_32_REF(dot_group_q8_0_ref, LLK_Q8_0_R16)
+
+void llk_fill_repacked_ref(kernel_table *t) {
+    t->dot_group[LLK_Q4_0_R16] = dot_group_q4_0_ref;
+    t->dot_group[LLK_Q4_1_R16] = dot_group_q4_1_ref;
+    t->dot_group[LLK_Q5_0_R16] = dot_group_q5_0_ref;
+    t->dot_group[LLK_Q5_1_R16] = dot_group_q5_1_ref;
+    t->dot_group[LLK_Q8_0_R16] = dot_group_q8_0_ref;
+    t->dot_group[LLK_Q4_K_R16] = dot_group_q4_k_ref;
+    t->dot_group[LLK_Q5_K_R16] = dot_group_q5_k_ref;
+    t->dot_group[LLK_Q6_K_R16] = dot_group_q6_k_ref;
+}

@@ -1,0 +1,101 @@
+"""Exact speculative decoding: where drafts come from and how long they may be.
+
+A draft is a guess at the next few tokens of a sequence. The engine puts the
+pending token and the draft in one batch, samples every position in order
+from its own logits, and keeps draft tokens only while each equals the token
+sampled before it (:meth:`localllm.runner.engine.Engine._verify`). The
+native engine's logits do not depend on the batch, so every kept token and
+its log-probability are exactly what one-at-a-time decoding gives; with a
+seed too, since each position is sampled with the same draw plain decoding
+would use there (one sampler call per produced token, in order).
+
+Drafts come from the sequence itself (:class:`NgramIndex`: prompt lookup,
+the tokens that followed the latest earlier occurrence of its last few
+tokens) or from a smaller model with the same vocabulary
+(:class:`localllm.runner.draft_model.DraftModel`). :class:`Speculation`
+holds a sequence's drafting state: the draft length, which adapts to how
+much of recent drafts was kept, and whether drafting pays at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_DRAFT = 16  # tokens drafted at most per step
+FIRST_DRAFT = 4  # the draft length a sequence starts with
+NGRAM_MAX, NGRAM_MIN = 4, 2  # lengths of the suffix looked up, longest first
+# auto: no drafting while this many sequences decode in one step (their batch already fills the cores)
+MAX_SPECULATING = 4
+LOW_ACCEPTANCE = 0.25  # auto: below this share of drafted tokens kept, a sequence pauses drafting ...
+PAUSE_TOKENS = 32  # ... for this many generated tokens, then tries again
+WARMUP_DRAFTED = 8  # drafted tokens seen before the acceptance rate is trusted
+
+
+class NgramIndex:
+    """Where each n-gram of a token sequence last ended, for prompt-lookup drafts.
+
+    Holds, for n in ``NGRAM_MIN..NGRAM_MAX``, the latest end of every n-gram
+    that has a following token; :meth:`draft` continues the sequence's last
+    n-gram with what followed its latest earlier occurrence. Kept up to date
+    in O(n) per token.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self._ends: dict[tuple[int, ...], int] = {}
+
+    def extend(self, tokens: list[int]) -> None:
+        for token in tokens:
+            end = len(self.tokens)  # n-grams ending here now have a following token
+            for n in range(NGRAM_MIN, NGRAM_MAX + 1):
+                if end >= n:
+                    self._ends[tuple(self.tokens[end - n : end])] = end
+            self.tokens.append(token)
+
+    def draft(self, k: int) -> list[int]:
+        """Up to ``k`` tokens that followed the latest earlier occurrence of the longest matching suffix."""
+        seq = self.tokens
+        for n in range(NGRAM_MAX, NGRAM_MIN - 1, -1):
+            if len(seq) <= n:
+                continue
+            end = self._ends.get(tuple(seq[-n:]))
+            if end is not None:
+                return seq[end : end + k]
+        return []
+
+
+@dataclass
+class Speculation:
+    """One sequence's drafting state and counts (see the module docstring)."""
+
+    mode: str
+    index: NgramIndex = field(default_factory=NgramIndex)
+    length: int = FIRST_DRAFT
+    drafted: int = 0  # draft tokens put in batches
+    accepted: int = 0  # of those, kept
+    rate: float = 1.0  # recent share of drafted tokens kept (exponential average per step)
+    paused_until: int = 0  # generated-token count before which auto mode drafts nothing
+
+    def wants(self, n_generated: int, n_decoding: int) -> bool:
+        """Whether to draft this step: ``on`` always, ``auto`` where it pays."""
+        if self.mode == "off":
+            return False
+        if self.mode == "on":
+            return True
+        return n_decoding <= MAX_SPECULATING and n_generated >= self.paused_until
+
+    def limit(self, room: int) -> int:
+        """The draft length this step: the adaptive length cut to ``room`` (context and num_predict left)."""
+        return max(0, min(self.length, room))
+
+    def record(self, drafted: int, kept: int, n_generated: int) -> None:
+        """Learn from one verified draft: grow the length when all of it was kept, shrink it otherwise."""
+        if not drafted:
+            return
+        self.drafted += drafted
+        self.accepted += kept
+        self.rate = 0.7 * self.rate + 0.3 * (kept / drafted)
+        self.length = min(MAX_DRAFT, self.length * 2) if kept == drafted else max(1, kept + 1)
+        if self.mode == "auto" and self.drafted >= WARMUP_DRAFTED and self.rate < LOW_ACCEPTANCE:
+            self.paused_until = n_generated + PAUSE_TOKENS
+            self.rate = LOW_ACCEPTANCE  # a fresh chance after the pause
