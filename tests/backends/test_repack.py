@@ -101,7 +101,7 @@ def test_shapes_without_a_repacked_layout_run_in_place_exactly(t: Q) -> None:
 
 @pytest.mark.skipif(not REPACKING, reason="this CPU's level has no repacked kernels (NEON or scalar)")
 def test_gemma3_layouts_are_named_and_logged(gemma3_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="localllm.native.model"):
+    with caplog.at_level(logging.INFO, logger="localllm.backends.native.model"):
         weights = NativeWeights(gemma3_path)
     try:
         assert weights.layouts == {
