@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gguf import InvalidGGUF, read_gguf
+from ..gguf import InvalidGGUF, read_gguf
 
 PROJECTOR_ARCHITECTURES = ("clip", "mmproj")
 

@@ -7,7 +7,7 @@ every round, so neither side serves it from a cache) and measures, in turn:
 
 - **encode**: from the JPEG's bytes to the projector's embeddings. Ours:
   Pillow decode with the pixel checks, libmtmd tokenize, ``mtmd_encode_chunk``
-  (``localllm.runner.projector``). llama-cpp-python's: ``Llava15ChatHandler``'s
+  (``localllm.backends.projector``). llama-cpp-python's: ``Llava15ChatHandler``'s
   bitmap from the bytes (stb_image in libmtmd), tokenize, the same encode.
 - **ttft**: a chat request with the image to its first streamed token. Ours:
   the runner process (``--projector``) over its unix socket, the image as
@@ -62,10 +62,10 @@ def photo(seed: int) -> bytes:
 
 class Ours:
     def __init__(self, threads: int) -> None:
-        from runner_helpers import RunnerProcess
+        from support.runner import RunnerProcess
 
-        from localllm.runner.backend import Model, init_backend
-        from localllm.runner.projector import Projector
+        from localllm.backends.llama_cpp import Model, init_backend
+        from localllm.backends.projector import Projector
 
         init_backend()
         self.model = Model(fixtures.smollm2_gguf())
