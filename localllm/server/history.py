@@ -31,8 +31,8 @@ from .runner_client import Health, RunnerProcess
 
 log = logging.getLogger("localllm.history")
 
-#: Renders the prompt of the given messages with the runner's /health answer (BOS/EOS tokens).
-MessagesRenderer = Callable[[Health, list[dict[str, Any]]], str]
+#: Renders the prompt of a selection of the chat's messages with the runner's /health answer (BOS/EOS tokens).
+SelectionRenderer = Callable[[Health, list[dict[str, Any]]], str]
 
 
 @dataclass
@@ -40,7 +40,7 @@ class ChatHistory:
     """A chat's messages (template-shaped dicts) and how to render any selection of them."""
 
     messages: list[dict[str, Any]]
-    render: MessagesRenderer
+    render: SelectionRenderer
 
 
 @dataclass
