@@ -18,6 +18,12 @@ def smollm2_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def projector_path() -> Path:
+    """A vision projector for SmolLM2 that reads images as colour words (fixtures.smollm2_projector)."""
+    return fixtures.smollm2_projector()
+
+
+@pytest.fixture(scope="session")
 def gemma3_path() -> Path:
     return fixtures.gemma3_gguf()
 

@@ -22,6 +22,7 @@ class Capabilities:
     workers: bool  # layers on other machines' devices (llama.cpp's RPC backend, `localllm worker`)
     grammar: bool
     logprobs: bool
+    images: bool  # a vision projector's image embeddings in the prompt (llama.cpp's libmtmd)
 
 
 NATIVE = "native"
@@ -30,11 +31,11 @@ LLAMA_CPP = "llama.cpp"
 CAPABILITIES: dict[str, Capabilities] = {
     NATIVE: Capabilities(
         shared_kv=True, spill=True, batch_invariant=True, embeddings=False, lora=False, gpu_layers=False,
-        workers=False, grammar=True, logprobs=True,
+        workers=False, grammar=True, logprobs=True, images=False,
     ),
     LLAMA_CPP: Capabilities(
         shared_kv=False, spill=True, batch_invariant=False, embeddings=True, lora=True, gpu_layers=True,
-        workers=True, grammar=True, logprobs=True,
+        workers=True, grammar=True, logprobs=True, images=True,
     ),
 }  # fmt: skip
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from localllm.cli.display import AnswerPrinter, StreamPrinter
 from localllm.cli.format import show_info
-from localllm.cli.run import RunOptions, load_model, parse_think, print_stats, stream_reply
+from localllm.cli.run import RunOptions, load_model, parse_think, print_stats, prompt_images, stream_reply
 from localllm.client import APIError, Client, DaemonError
 from localllm.registry.modelfile import ModelfileError, convert_parameters
 
@@ -355,7 +355,13 @@ class ChatRepl:
     def send(self, text: str) -> None:
         """Send a user message and stream the assistant's answer."""
         opts = self.opts
-        opts.messages.append({"role": "user", "content": text})
+        try:
+            found = prompt_images(opts, text)
+        except DaemonError as exc:
+            print(f"Error: {exc}\n")
+            return
+        images = {"images": found.images} if found.images else {}
+        opts.messages.append({"role": "user", "content": found.prompt, **images})
         printer = AnswerPrinter(wrap=opts.wordwrap, show_thinking=not opts.hide_thinking)
         try:
             final = stream_reply(self.client.chat(opts.request(messages=list(opts.messages))), printer, chat=True)

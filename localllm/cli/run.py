@@ -15,6 +15,7 @@ from typing import Any
 
 from localllm.cli.display import AnswerPrinter, Spinner
 from localllm.cli.format import stats_summary
+from localllm.cli.image_paths import ImagePathError, PromptImages, extract_images
 from localllm.cli.progress import show_progress
 from localllm.client import APIError, Client, DaemonError
 from localllm.config import SettingsError, parse_duration
@@ -195,13 +196,29 @@ def print_stats(final: dict[str, Any] | None, verbose: bool) -> None:
         sys.stderr.flush()
 
 
+def prompt_images(opts: RunOptions, prompt: str) -> PromptImages:
+    """The images a prompt names by path, for a model that can see (said on stderr as each is added);
+    a file that cannot be sent is a DaemonError naming it. Other models get the prompt as typed."""
+    if "vision" not in opts.capabilities:
+        return PromptImages(prompt, [], [])
+    try:
+        found = extract_images(prompt)
+    except ImagePathError as exc:
+        raise DaemonError(str(exc)) from None
+    for path in found.paths:
+        sys.stderr.write(f"Added image '{path}'\n")
+    return found
+
+
 def run_once(client: Client, opts: RunOptions, prompt: str) -> None:
     """Answer one prompt on stdout (``localllm run MODEL PROMPT`` or piped input)."""
     if not prompt:
         load_model(client, opts)
         return
+    found = prompt_images(opts, prompt)
+    images = {"images": found.images} if found.images else {}
     printer = AnswerPrinter(wrap=opts.wordwrap, show_thinking=not opts.hide_thinking)
-    final = stream_reply(client.generate(opts.request(prompt=prompt)), printer, chat=False)
+    final = stream_reply(client.generate(opts.request(prompt=found.prompt, **images)), printer, chat=False)
     sys.stdout.write("\n\n" if sys.stdout.isatty() else "\n")
     sys.stdout.flush()
     print_stats(final, opts.verbose)

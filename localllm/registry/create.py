@@ -26,11 +26,14 @@ from .modelfile import ModelfileError, convert_parameters, parse_modelfile
 from .names import InvalidName, ModelName, looks_like_path
 from .pull import Puller, PullError
 from .quantize import QUANT_TYPES, QuantizeError, quantize_gguf
-from .models import import_gguf, json_layer, link_gguf, load_local_model, register_model, text_layer
+from .models import (
+    import_gguf, json_layer, link_gguf, load_local_model, read_model_summary, register_model, text_layer,
+)
+from .projector import InvalidProjector, check_projector
 from .requires import ModelTooNew, check_requires
 from .store import (
-    MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_SYSTEM, MEDIA_TEMPLATE,
-    CorruptManifest, ModelNotFound, Store, layer,
+    MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR, MEDIA_SYSTEM,
+    MEDIA_TEMPLATE, CorruptManifest, ModelNotFound, Store, layer,
 )
 
 VALID_ROLES = {"system", "user", "assistant", "tool"}
@@ -54,6 +57,7 @@ class CreateSpec:
     adapters: list[str] = field(default_factory=list)
     quantize: str | None = None
     requires: str | None = None
+    projectors: list[str] = field(default_factory=list)  # vision projector GGUF files (a second FROM)
 
 
 def spec_from_modelfile(text: str, base_dir: Path | None, quantize: str | None = None) -> CreateSpec:
@@ -67,6 +71,7 @@ def spec_from_modelfile(text: str, base_dir: Path | None, quantize: str | None =
         from_=modelfile.from_, base_dir=base_dir, template=modelfile.template, system=modelfile.system,
         parameters=parameters, messages=modelfile.messages or None, license=modelfile.license or None,
         adapters=list(modelfile.adapters), quantize=quantize, requires=modelfile.requires,
+        projectors=list(modelfile.projectors),
     )
     check_spec(spec)
     return spec
@@ -86,6 +91,10 @@ def check_spec(spec: CreateSpec) -> None:
         raise CreateError(f"unknown quantization {spec.quantize!r}; choose one of {', '.join(sorted(QUANT_TYPES))}")
     if spec.requires is not None:
         _check_requires(spec.requires, "this Modelfile")
+    for reference in spec.projectors:
+        if not looks_like_path(reference):
+            raise CreateError(f"FROM {reference}: a second FROM must name a projector GGUF file (./mmproj.gguf), "
+                              "not a model")
 
 
 def _check_requires(required: str, what: str) -> None:
@@ -107,7 +116,7 @@ def _local_path(reference: str, base_dir: Path | None) -> Path | None:
 
 def local_files(spec: CreateSpec) -> list[Path]:
     """The files on this machine that building ``spec`` would read (FROM and ADAPTER paths)."""
-    references = [spec.from_, *spec.adapters]
+    references = [spec.from_, *spec.adapters, *spec.projectors]
     return [path for reference in references if (path := _local_path(reference, spec.base_dir)) is not None]
 
 
@@ -229,10 +238,29 @@ class Creator:
                 path = _local_path(reference, spec.base_dir) or Path(reference)
                 adapters.append(await self._file_layer(path, MEDIA_ADAPTER, "ADAPTER"))
             replaced[MEDIA_ADAPTER] = adapters
+        if spec.projectors:
+            replaced[MEDIA_PROJECTOR] = [await self._projector_layer(_local_path(p, spec.base_dir) or Path(p),
+                                                                     base_layers) for p in spec.projectors]
         layers = [entry for entry in base_layers if entry["mediaType"] not in replaced]
         for entries in replaced.values():
             layers.extend(entries)
         return layers
+
+    async def _projector_layer(self, path: Path, base_layers: list[dict[str, Any]]) -> dict[str, Any]:
+        """A vision projector file as a layer, checked against the model it is for before it is copied."""
+        if not path.is_file():
+            raise CreateError(f"FROM {path}: no such file")
+        model = next(entry for entry in base_layers if entry["mediaType"] == MEDIA_MODEL)
+        try:
+            summary = await asyncio.to_thread(read_model_summary, self.store.blob_path(model["digest"]))
+            await asyncio.to_thread(check_projector, path, summary.arch_value("embedding_length"))
+        except InvalidProjector as exc:
+            raise CreateError(f"FROM {path}: cannot be used as a vision projector: {exc}") from None
+        except InvalidGGUF as exc:
+            raise CreateError(f"FROM {path}: the model it is for cannot be read: {exc}") from None
+        with open(path, "rb") as src:
+            digest, size = await asyncio.to_thread(self.store.add_blob, src)
+        return layer(MEDIA_PROJECTOR, digest, size)
 
     def _base_parameters(self, base_layers: list[dict[str, Any]]) -> dict[str, Any]:
         for entry in base_layers:

@@ -53,6 +53,7 @@ class Modelfile:
     adapters: list[str] = field(default_factory=list)
     license: list[str] = field(default_factory=list)
     requires: str | None = None
+    projectors: list[str] = field(default_factory=list)  # FROM lines after the first: vision projector files
 
 
 # ----------------------------------------------------------------------------- values
@@ -158,7 +159,7 @@ def parse_modelfile(text: str) -> Modelfile:
     if not isinstance(text, str):
         raise ModelfileError(f"a Modelfile must be text, not {type(text).__name__}")
     lines = _lines(text)
-    found: dict[str, Any] = {"parameters": [], "messages": [], "adapters": [], "license": []}
+    found: dict[str, Any] = {"parameters": [], "messages": [], "adapters": [], "license": [], "projectors": []}
     i = 0
     while i < len(lines):
         lineno, stripped = i + 1, lines[i].lstrip(_BLANK)
@@ -191,11 +192,14 @@ def parse_modelfile(text: str) -> Modelfile:
 
 def _apply(found: dict[str, Any], name: str, key: str | None, value: str, lineno: int) -> None:
     if name == "from":
-        if "from_" in found:
-            raise ModelfileError("a second FROM; a Modelfile builds on one model", lineno)
         if not value:
             raise ModelfileError("FROM needs a model name or a file path", lineno)
-        found["from_"] = value
+        if "from_" not in found:
+            found["from_"] = value
+        elif found["projectors"]:
+            raise ModelfileError("a third FROM; a Modelfile builds on one model and at most one projector", lineno)
+        else:  # Ollama's way of adding a vision projector: a second FROM naming its GGUF file
+            found["projectors"].append(value)
     elif name == "parameter":
         try:
             convert_parameter(key, value)
@@ -222,6 +226,7 @@ def format_modelfile(mf: Modelfile) -> str:
     if not mf.from_:
         raise ModelfileError("FROM needs a model name or a file path")
     out = [f"FROM {_quote(mf.from_, 'FROM')}"]
+    out += [f"FROM {_quote(p, 'FROM')}" for p in mf.projectors]
     out += [f"ADAPTER {_quote(a, 'ADAPTER')}" for a in mf.adapters]
     if mf.template is not None:
         out.append(f"TEMPLATE {_quote(mf.template, 'TEMPLATE')}")

@@ -22,6 +22,7 @@ from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_
 from ..gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
 from .links import LinkedFileError
 from .names import ModelName
+from .projector import InvalidProjector, read_projector
 from .requires import check_requires
 from .store import (
     CONFIG_MEDIA_TYPE, MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR,
@@ -125,9 +126,19 @@ class LocalModel:
             caps.append("tools")
         if self.thinking_tags:
             caps.append("thinking")
-        if self.projectors:
+        if self.vision:
             caps.append("vision")
         return caps
+
+    @property
+    def vision(self) -> bool:
+        """Whether the model takes images: it has a projector layer that reads as a vision projector."""
+        if not self.projectors:
+            return False
+        try:
+            return read_projector(self.projectors[0]).vision
+        except (InvalidProjector, OSError):
+            return False
 
     @property
     def thinking_tags(self) -> ThinkingTags | None:
@@ -150,6 +161,17 @@ def model_info(model: LocalModel, *, verbose: bool = False) -> dict[str, Any]:
     info = {k: (None if isinstance(v, SkippedArray) else v) for k, v in gguf.metadata.items()}
     info["general.parameter_count"] = gguf.parameter_count
     return info
+
+
+def projector_info(model: LocalModel) -> dict[str, Any] | None:
+    """Ollama's ``projector_info``: the projector's GGUF metadata (long arrays null); None without one."""
+    if not model.projectors:
+        return None
+    try:
+        gguf = read_gguf(model.projectors[0], skip_arrays_over=SUMMARY_ARRAY_LIMIT)
+    except (InvalidGGUF, OSError):
+        return None
+    return {k: (None if isinstance(v, SkippedArray) else v) for k, v in gguf.metadata.items()}
 
 
 def load_local_model(store: Store, name: ModelName, *, verify_links: bool = True) -> LocalModel:

@@ -32,13 +32,13 @@ from ..gguf import InvalidGGUF, read_gguf
 from .models import SUMMARY_ARRAY_LIMIT, json_layer, register_model, text_layer
 from .names import DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG, MAX_PART_LENGTH, ModelName
 from .sources import (
-    DirectURL, FetchContext, HuggingFaceFile, PullCancelled, Source, SourceError, choose_hf_file, hf_file_digest,
-    hf_model_info, url_host_is_loopback
+    DirectURL, FetchContext, HuggingFaceFile, PullCancelled, Source, SourceError, choose_hf_file, choose_hf_projector,
+    hf_file_digest, hf_model_info, url_host_is_loopback
 )
 from .remote import RegistryBlob, RegistryError, fetch_manifest, manifest_layers, repository_for
 from .store import (
     CONFIG_MEDIA_TYPE, MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR,
-    MEDIA_SYSTEM, MEDIA_TEMPLATE, DigestMismatch, Store, parse_digest
+    MEDIA_SYSTEM, MEDIA_TEMPLATE, DigestMismatch, Store, layer, parse_digest
 )
 
 log = logging.getLogger(__name__)
@@ -270,16 +270,11 @@ class Puller:
             sibling = choose_hf_file(info, quant)
         except SourceError as exc:
             raise PullError(f"cannot pull '{name.display}': {exc}") from None
-        digest = hf_file_digest(sibling)
-        source = HuggingFaceFile(repo, sibling.rfilename, revision=info.sha or "main")
-        job = BlobJob(
-            key=digest or f"hf:{repo}/{sibling.rfilename}",
-            digest=digest,
-            size=sibling.size,
-            sources=(source,),
-            label=digest[7:19] if digest else sibling.rfilename,
-        )
-        return PullPlan(name, (job,))
+        jobs = [_hf_job(repo, info.sha or "main", sibling, MEDIA_MODEL)]
+        projector = choose_hf_projector(info)
+        if projector is not None:
+            jobs.append(_hf_job(repo, info.sha or "main", projector, MEDIA_PROJECTOR))
+        return PullPlan(name, tuple(jobs))
 
     async def _plan_registry(self, name: ModelName, insecure: bool) -> PullPlan:
         """The blobs of ``name``'s manifest on its registry (Ollama's, unless the name has a host)."""
@@ -384,6 +379,8 @@ class Puller:
                 self.store.write_manifest_bytes(plan.name, plan.manifest)
                 return []
             layers = self._extra_layers(plan)
+            layers += [layer(job.media_type, digest, self.store.blob_path(digest).stat().st_size)
+                       for job, digest in zip(plan.blobs[1:], digests[1:])]  # a projector pulled with the model
             register_model(self.store, plan.name, digests[0], layers)
         return layers
 
@@ -398,6 +395,19 @@ class Puller:
         if plan.parameters:
             layers.append(json_layer(self.store, MEDIA_PARAMS, plan.parameters))
         return layers
+
+
+def _hf_job(repo: str, revision: str, sibling: Any, media_type: str) -> BlobJob:
+    """The download of one file of a Hugging Face repository as a layer of ``media_type``."""
+    digest = hf_file_digest(sibling)
+    return BlobJob(
+        key=digest or f"hf:{repo}/{sibling.rfilename}",
+        digest=digest,
+        size=sibling.size,
+        sources=(HuggingFaceFile(repo, sibling.rfilename, revision=revision),),
+        label=digest[7:19] if digest else sibling.rfilename,
+        media_type=media_type,
+    )
 
 
 def check_json_layer(path: Path, media_type: str) -> None:

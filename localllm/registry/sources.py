@@ -493,6 +493,14 @@ def choose_hf_file(info: Any, quant: str | None) -> Any:
     raise SourceError(f"{info.id} has no {wanted} GGUF file; available: {shown} (pull hf.co/{info.id}:<quant>)")
 
 
+def choose_hf_projector(info: Any) -> Any | None:
+    """The repository's vision projector (an ``mmproj`` GGUF, as llama.cpp's ``-hf`` takes it), if it has one:
+    the F16 one where there are several, else the first by name."""
+    found = sorted((s for s in info.siblings or [] if s.rfilename.lower().endswith(".gguf")
+                    and "mmproj" in s.rfilename.rsplit("/", 1)[-1].lower()), key=lambda s: s.rfilename)
+    return next((s for s in found if _quant_pattern("f16").search(s.rfilename.lower())), found[0] if found else None)
+
+
 def url_host_is_loopback(url: str) -> bool:
     host = (urlsplit(url).hostname or "").lower()
     return host in ("localhost", "::1") or host.startswith("127.")

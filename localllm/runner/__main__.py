@@ -2,7 +2,7 @@
 
     python -m localllm.runner --model PATH --socket PATH [--engine llama.cpp|native] [--ctx N] [--parallel N]
         [--kv-tokens N] [--threads N] [--batch N] [--gpu-layers N] [--device NAME ... --tensor-split N,N,...]
-        [--cache-ram-mb MB] [--adapter PATH ...] [--embedding] [--verbose]
+        [--cache-ram-mb MB] [--adapter PATH ...] [--projector PATH] [--embedding] [--verbose]
 
 The daemon starts one runner per loaded model and talks to it over the
 socket (see :mod:`localllm.runner.server` for the endpoints). Logs go to
@@ -28,6 +28,7 @@ from localllm.backends.capabilities import POOL_CONTEXTS
 from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
+from localllm.backends.projector import Projector
 from localllm.runner.stream_engine import StreamEngine
 from localllm.runner.server import Runtime, create_app
 
@@ -73,6 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--tensor-split", type=_split, default=(), metavar="N,N,...", help="layers on each --device")
     p.add_argument("--adapter", type=Path, action="append", default=[], help="LoRA adapter GGUF (repeatable)")
+    p.add_argument("--projector", type=Path, default=None, help="vision projector GGUF (llama.cpp's --mmproj)")
     p.add_argument(
         "--cache-ram-mb", type=_non_negative, default=512, metavar="MB",
         help="host RAM for prefixes evicted from the KV cache (0: drop them)",
@@ -152,6 +154,8 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     init_backend(verbose=args.verbose)
     threads = args.threads or physical_cores()
     if args.engine == "native" and not args.embedding:
+        if args.projector is not None:
+            raise BackendError("the native engine takes no images; a model with a projector runs on llama.cpp")
         return _native_runtime(args, args.ctx, threads)
     if len(args.device) != len(args.tensor_split):
         raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
@@ -170,13 +174,22 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
         model.close()
         raise
     rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=args.stream_interval)
+    if args.projector is not None and not args.embedding:
+        try:
+            rt.projector = Projector(model, args.projector, threads, use_gpu=args.gpu_layers != 0)
+        except BaseException:
+            ctx.close()
+            model.close()
+            raise
     if args.embedding:
         rt.embedder = Embedder(model, ctx, n_ctx)
     else:
-        rt.engine = StreamEngine(model, ctx, parallel, n_ctx, cache_ram_bytes=args.cache_ram_mb << 20)
+        rt.engine = StreamEngine(model, ctx, parallel, n_ctx, cache_ram_bytes=args.cache_ram_mb << 20,
+                                 projector=rt.projector)
     log.info(
         "loaded %s: ctx=%d x %d sequences, batch=%d, threads=%d%s",
-        args.model, n_ctx, parallel, ctx.n_batch, threads, ", embedding" if args.embedding else "",
+        args.model, n_ctx, parallel, ctx.n_batch, threads,
+        ", embedding" if args.embedding else f", projector {args.projector}" if rt.projector else "",
     )
     return rt, ctx
 
@@ -228,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             rt.embedder.close()
         if rt.drafts:
             rt.drafts.close()
+        if rt.projector:
+            rt.projector.close()
         ctx.close()
         rt.model.close()
         _clear_stale_socket(args.socket)

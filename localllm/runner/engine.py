@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from localllm.backends.llama_cpp import Batch
+from localllm.backends.projector import ImageChunk, is_placeholder
 from localllm.options import CompletionOptions
 from localllm.runner.sampling import Sampler
 from localllm.runner.speculation import Speculation
@@ -63,6 +64,8 @@ class CompletionRequest:
     ``shift``: when generation fills the context, slide it (bounded by ten
     contexts of output) instead of ending the answer with ``"length"``.
     ``draft`` proposes speculative tokens instead of prompt lookup (a draft model).
+    ``images``: the chunk of each image in ``prompt``, by its first placeholder token
+    (:mod:`localllm.backends.projector`); the request owns them and frees them when it ends.
     """
 
     prompt: list[int]
@@ -73,6 +76,12 @@ class CompletionRequest:
     shift: bool = True  # slide a full context (Ollama's default); False ends the answer with "length"
     bypassed: int = 0  # later arrivals started before it (fair admission: at most MAX_BYPASS)
     draft: Drafter | None = None
+    images: dict[int, ImageChunk] = field(default_factory=dict)
+
+    def close_images(self) -> None:
+        for chunk in self.images.values():
+            chunk.close()
+        self.images = {}
 
 
 @dataclass(eq=False)
@@ -128,6 +137,7 @@ class Step:
     sample: bool  # sample after the last token
     decode: bool
     draft: list[int] = field(default_factory=list)  # the tail of ``tokens`` that is a guess, sampled at every row
+    image: ImageChunk | None = None  # ``tokens`` are this image's placeholders: decoded by the projector
 
 
 class Drafter(Protocol):
@@ -288,6 +298,7 @@ class Engine:
         for request in self._waiting:
             request.emit({"error": "the runner is shutting down"})
             request.sampler.close()
+            request.close_images()
 
     def _publish(self) -> None:
         """Replace :attr:`kv_state` with the books as they are now, for /health to read from any thread."""
@@ -316,6 +327,7 @@ class Engine:
             request = self._waiting.popleft()
             if request.cancelled:
                 request.sampler.close()
+                request.close_images()
                 continue
             num_keep, prompt = self._fit(request)
             slot = self._place(request, num_keep, prompt)
@@ -371,7 +383,7 @@ class Engine:
         if self.speculates and o.speculative != "off":
             slot.spec = Speculation(o.speculative)
             slot.spec.index.extend(prompt)
-        request.sampler.accept_prompt(prompt)
+        request.sampler.accept_prompt([t for t in prompt if not is_placeholder(t)])
         self._active.append(slot)
 
     def _reap_cancelled(self) -> None:
@@ -380,10 +392,25 @@ class Engine:
         if self._waiting and any(r.cancelled for r in self._waiting):
             for request in [r for r in self._waiting if r.cancelled]:
                 request.sampler.close()
+                request.close_images()
             self._waiting = deque(r for r in self._waiting if not r.cancelled)
+
+    def _decode_image(self, slot: Slot, image: ImageChunk) -> None:
+        """Put ``image`` into ``slot``'s KV after its tokens (engines that take images)."""
+        raise NotImplementedError
 
     def _step(self) -> None:
         plan = self._reserve(self._plan())
+        if not plan:
+            return
+        for step in [s for s in plan if s.image is not None]:
+            plan.remove(step)
+            try:
+                self._decode_image(step.slot, step.image)
+            except Exception as exc:
+                self._fail(step.slot, f"generation failed: {exc}")
+                continue
+            step.slot.tokens.extend(step.tokens)
         if not plan:
             return
         batch = self.batch
@@ -453,11 +480,18 @@ class Engine:
         if self.speculates:
             budget -= self._add_drafts(plan, budget)
         for slot in self._active:
+            image = slot.request.images.get(slot.feed[slot.prefilled]) if slot.prefilled < len(slot.feed) else None
+            if image is not None and not slot.parked:  # an image goes alone, decoded apart from the batch
+                slot.prefilled += image.n_tokens
+                plan.append(Step(slot, slot.feed[slot.prefilled - image.n_tokens : slot.prefilled], sample=False,
+                                 decode=False, image=image))
+                continue
             n = 0 if slot.parked else min(len(slot.feed) - slot.prefilled, budget)
+            chunk = slot.feed[slot.prefilled : slot.prefilled + n]
+            n = next((i for i, token in enumerate(chunk) if is_placeholder(token)), n)  # up to the next image
             if n > 0:
                 slot.prefilled += n
-                chunk = slot.feed[slot.prefilled - n : slot.prefilled]
-                plan.append(Step(slot, chunk, sample=slot.prefilled == len(slot.feed), decode=False))
+                plan.append(Step(slot, chunk[:n], sample=slot.prefilled == len(slot.feed), decode=False))
                 budget -= n
         return plan
 
@@ -550,7 +584,7 @@ class Engine:
                 "eval_duration": int((now - first) * 1e9),
                 "cached_tokens": slot.cached,
                 "preemptions": slot.preemptions,
-                "context": slot.prompt + slot.generated,
+                "context": [t for t in slot.prompt if not is_placeholder(t)] + slot.generated,
                 **({"truncated": True} if slot.truncated else {}),
                 **self._draft_counts(slot),
                 **({"stop_sequence": slot.text.matched} if slot.text.matched else {}),
@@ -583,6 +617,7 @@ class Engine:
     def _release(self, slot: Slot, keep: bool = False) -> None:
         """Return the slot to the pool; with ``keep`` its KV stays as a cache entry."""
         slot.request.sampler.close()
+        slot.request.close_images()
         slot.request = None
         slot.prompt = []
         slot.feed = []

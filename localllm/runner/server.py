@@ -17,7 +17,8 @@ bad input):
 ``POST /tokenize``
     ``{"content": str, "add_special": true, "parse_special": true}`` →
     ``{"tokens": [int]}``. With ``"prompt": true`` the content is tokenized exactly as
-    ``/completion`` tokenizes a prompt string (specials parsed, one BOS at most).
+    ``/completion`` tokenizes a prompt string (specials parsed, one BOS at most), images too
+    (``"images"``: each image is a run of negative placeholder tokens, one per position it takes).
 ``POST /detokenize``
     ``{"tokens": [int]}`` → ``{"content": str}``.
 ``POST /completion``
@@ -36,7 +37,9 @@ bad input):
     all), or with ``"shift": false`` the answer ends there with ``"done_reason": "length"``. With
     ``grammar_triggers`` the grammar is lazy: output is free until one of those words appears, and
     the grammar holds from that word on
-    (a tool call's start marker). ``json_schema`` holds the output to a JSON
+    (a tool call's start marker). ``images`` (base64 PNG, JPEG, WebP or GIF; runners started with
+    ``--projector`` only) go at the image markers (``<__media__>``) of a string prompt, in order; a
+    prompt with images is never cut: over the context it is a 400. ``json_schema`` holds the output to a JSON
     schema with llguidance. ``context`` (tokens of an earlier exchange, Ollama's ``/api/generate``
     ``context``) goes before the prompt. Pieces never split a UTF-8
     character and never contain any part of a stop string. Closing the connection cancels the generation. With
@@ -61,10 +64,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from localllm.backends.llama_cpp import Model
+from localllm.backends.projector import ImagePrompt, Projector, is_placeholder
+from localllm.images import ImageError, decode_base64_image
+from localllm.options import CompletionOptions, OptionError
 from localllm.runner.draft_model import DraftModel, DraftModels, DraftRefused
 from localllm.runner.embed import Embedder, InputTooLong
 from localllm.runner.engine import CompletionRequest, Engine
-from localllm.options import CompletionOptions, OptionError
 from localllm.runner.relay import EventRelay
 from localllm.runner.sampling import GrammarError, Sampler
 
@@ -89,6 +94,7 @@ class Runtime:
     engine: Engine | None = None
     embedder: Embedder | None = None
     drafts: DraftModels | None = None  # draft models for speculation (native engine only)
+    projector: Projector | None = None  # images in (llama.cpp engine, --projector)
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -137,6 +143,38 @@ def _prompt_tokens(model: Model, prompt: Any, context: Any) -> list[int]:
     return tokens
 
 
+def _image_prompt(rt: Runtime, prompt: Any, context: Any, images: Any) -> ImagePrompt:
+    """A string prompt with its base64 ``images`` at its markers, tokenized by libmtmd."""
+    if rt.projector is None:
+        raise BadRequest("this model does not support images (it was loaded without a projector)")
+    if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
+        raise BadRequest("'images' must be a list of base64 strings")
+    if not isinstance(prompt, str):
+        raise BadRequest("images need a string prompt (with an image marker for each)")
+    if context:
+        raise BadRequest("'context' cannot be combined with images; send the whole conversation")
+    try:
+        decoded = [decode_base64_image(data, f"images[{i}]") for i, data in enumerate(images)]
+        parsed = rt.projector.tokenize(prompt, decoded)
+    except (ImageError, ValueError) as exc:
+        raise BadRequest(str(exc)) from None
+    if not parsed.tokens:
+        raise BadRequest("the prompt is empty")
+    return parsed
+
+
+def _check_images_fit(parsed: ImagePrompt, n_ctx: int) -> None:
+    """A prompt with images is never cut (a cut could split an image); nor may it end in one."""
+    tokens = parsed.tokens
+    if len(tokens) > n_ctx:
+        image_tokens = sum(1 for t in tokens if is_placeholder(t))
+        raise BadRequest(f"the prompt and its images take {len(tokens)} tokens ({image_tokens} of them for "
+                         f"images), more than the context length of {n_ctx} tokens; send fewer or smaller images, "
+                         "or raise num_ctx")
+    if is_placeholder(tokens[-1]):
+        raise BadRequest("the prompt ends with an image; put some text after it")
+
+
 def create_app(rt: Runtime) -> Starlette:
     """The Starlette application serving ``rt``."""
     model = rt.model
@@ -165,6 +203,10 @@ def create_app(rt: Runtime) -> Starlette:
         content = body.get("content")
         if not isinstance(content, str):
             raise BadRequest("'content' must be a string")
+        if body.get("images"):
+            parsed = await asyncio.to_thread(_image_prompt, rt, content, None, body["images"])
+            parsed.close()
+            return JSONResponse({"tokens": parsed.tokens})
         if _flag(body, "prompt", False):
             return JSONResponse({"tokens": model.vocab.tokenize_prompt(content)})
         add_special = _flag(body, "add_special", True)
@@ -180,7 +222,23 @@ def create_app(rt: Runtime) -> Starlette:
         if rt.engine is None:
             raise BadRequest("this runner was started with --embedding and only serves /embedding")
         body = await _body(request)
-        tokens = _prompt_tokens(model, body.get("prompt"), body.get("context"))
+        parsed = None
+        if body.get("images"):
+            parsed = await asyncio.to_thread(_image_prompt, rt, body.get("prompt"), body.get("context"),
+                                             body["images"])
+        try:
+            return await _complete(body, parsed)
+        except BaseException:
+            if parsed is not None:
+                parsed.close()
+            raise
+
+    async def _complete(body: dict[str, Any], parsed: ImagePrompt | None) -> Response:
+        if parsed is not None:
+            tokens = parsed.tokens
+            _check_images_fit(parsed, rt.n_ctx)
+        else:
+            tokens = _prompt_tokens(model, body.get("prompt"), body.get("context"))
         options = CompletionOptions.from_dict(body.get("options"))
         grammar = body.get("grammar")
         if grammar is not None and not isinstance(grammar, str):
@@ -208,7 +266,8 @@ def create_app(rt: Runtime) -> Starlette:
         draft = await _draft_model(rt, options)
         sampler = Sampler(model, options, rt.n_ctx, grammar, triggers, schema)
         relay = EventRelay(asyncio.get_running_loop(), rt.stream_interval if stream else float("inf"))
-        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift, draft=draft)
+        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift, draft=draft,
+                                images=parsed.take_images() if parsed is not None else {})
         rt.engine.submit(job)
         if stream:
             return StreamingResponse(_ndjson(job, relay), media_type="application/x-ndjson")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from localllm.backends.llama_cpp import Context, Model
 from localllm.runner.engine import WAIT_FOR_PREFIX, CacheStats, CompletionRequest, Engine, Slot
 from localllm.runner.prefix_cache import HostSpill, RadixTree, Spilled
+from localllm.backends.projector import ImageChunk, Projector, is_placeholder
 
 log = logging.getLogger("localllm.runner")
 
@@ -41,10 +42,12 @@ class StreamSlot(Slot):
 class StreamEngine(Engine):
     """Continuous batching over a llama.cpp context of ``n_parallel`` KV streams."""
 
-    def __init__(self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int, cache_ram_bytes: int = 0) -> None:
+    def __init__(self, model: Model, ctx: Context, n_parallel: int, n_ctx_seq: int, cache_ram_bytes: int = 0,
+                 projector: Projector | None = None) -> None:
         super().__init__(model, ctx, [StreamSlot(seq_id=i) for i in range(n_parallel)], n_ctx_seq, CacheStats())
         self._tree: RadixTree[StreamSlot | Spilled] = RadixTree()
         self._spill = HostSpill(cache_ram_bytes)
+        self.projector = projector
 
     @property
     def cache_tokens(self) -> int:
@@ -63,6 +66,8 @@ class StreamEngine(Engine):
         shared, holders = self._tree.match(prompt)
         shared = min(shared, len(prompt) - 1)  # evaluate at least one token: its logits start the answer
         source, usable = self._best_source(holders, shared)
+        while 0 < usable < len(prompt) and is_placeholder(prompt[usable]) and is_placeholder(prompt[usable - 1]):
+            usable -= 1  # an image's KV is reused whole or not at all: its decode starts at its first position
         if usable + WAIT_FOR_PREFIX <= shared and any(
             isinstance(h, StreamSlot) and not h.idle and (h.prefilled < shared or h.copy_pending) for h in holders
         ):
@@ -127,6 +132,9 @@ class StreamEngine(Engine):
         target.tokens = tokens
         target.exact = usable
         return usable
+
+    def _decode_image(self, slot: StreamSlot, image: ImageChunk) -> None:
+        self.projector.decode(self.ctx, image, len(slot.tokens), slot.seq_id)
 
     def _truncate(self, slot: StreamSlot, n: int) -> None:
         """Keep only the first ``n`` tokens of ``slot``'s KV (none: the slot leaves the cache)."""

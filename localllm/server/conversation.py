@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
+from ..images import MARKER
 from ..templates.thinking import Think as ThinkSetting
 from ..templates.thinking import check_think as templates_check_think
 from .errors import bad_request
@@ -35,8 +36,14 @@ class Message:
     tool_name: str = ""  # the function a tool message answers
 
     def for_template(self) -> dict[str, Any]:
-        """The message as chat templates receive it (Ollama's shape, which Jinja templates also read)."""
+        """The message as chat templates receive it (Ollama's shape, which Jinja templates also read).
+
+        Images stand as markers before the text, as Ollama places them; ``images`` keeps their data
+        with the message, so a chat fitted to the context sends the images of the messages it keeps."""
         shaped: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.images:
+            shaped["content"] = MARKER * len(self.images) + self.content
+            shaped["images"] = self.images
         if self.thinking:
             shaped["thinking"] = self.thinking
         if self.tool_calls:

@@ -2,7 +2,7 @@
 
 The native engine is the default CPU engine wherever it runs the model
 exactly: every architecture key, hyperparameter and tensor type the model
-uses is one its forward pass implements, no LoRA adapter is set, no layer
+uses is one its forward pass implements, no LoRA adapter or vision projector is set, no layer
 goes to a GPU or to a worker, and the CPU has a SIMD level we measured faster than
 llama.cpp (x86 AVX2 and up; NEON stays opt-in until it is timed on ARM).
 Everything else runs on llama.cpp. ``LOCALLLM_ENGINE`` or ``PARAMETER
@@ -32,20 +32,25 @@ class EngineRefused(ValueError):
 
 def choose_engine(
     model_path: Path, forced: str | None, adapters: bool, embedding: bool, gpu_layers: int,
-    llama_cpp_settings: str | None = None, workers: str | None = None,
+    llama_cpp_settings: str | None = None, workers: str | None = None, images: bool = False,
 ) -> EngineChoice:
     """The engine for one load; ``gpu_layers`` is what the memory plan would offload on llama.cpp,
-    ``llama_cpp_settings`` names settings in force that only llama.cpp honours (a KV cache type), and
-    ``workers`` says which layers the plan puts on workers (None: none)."""
+    ``llama_cpp_settings`` names settings in force that only llama.cpp honours (a KV cache type),
+    ``workers`` says which layers the plan puts on workers (None: none) and ``images`` that the model
+    has a vision projector."""
     if embedding:  # a forced engine is for generation: embeddings have one engine
         return EngineChoice(LLAMA_CPP, "embeddings run on llama.cpp")
     if forced == LLAMA_CPP:
         return EngineChoice(LLAMA_CPP, "forced by the engine setting")
     if forced == NATIVE:
-        blocker = llama_cpp_settings or _workers_blocker(workers) or _native_blocker(model_path, adapters)
+        blocker = (llama_cpp_settings or _workers_blocker(workers) or _images_blocker(images)
+                   or _native_blocker(model_path, adapters))
         if blocker:
             raise EngineRefused(f"the native engine cannot run this model: {blocker}; use the llama.cpp engine")
         return EngineChoice(NATIVE, "forced by the engine setting")
+    blocker = _images_blocker(images)
+    if blocker:
+        return EngineChoice(LLAMA_CPP, blocker)
     if workers:
         return EngineChoice(LLAMA_CPP, workers)
     if gpu_layers:
@@ -64,6 +69,12 @@ def choose_engine(
 def _workers_blocker(workers: str | None) -> str | None:
     if workers and not CAPABILITIES[NATIVE].workers:
         return f"layers on workers need llama.cpp's RPC backend ({workers})"
+    return None
+
+
+def _images_blocker(images: bool) -> str | None:
+    if images and not CAPABILITIES[NATIVE].images:
+        return "the model has a vision projector, and the native engine takes no images"
     return None
 
 

@@ -20,12 +20,13 @@ from .conversation import (
     Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta
 )
 from .errors import ApiError, bad_request
-from .history import ChatHistory
+from .history import ChatHistory, images_of
 from .inference import CompletionJob, Inference, PromptRenderer, constrain_tool_calls, template_errors_as_400
 from .limits import check_request
 from .output_parser import OutputParser, ParserSetup
 from .runner_client import Health
 from .tools import ToolUse
+from .vision import check_images
 
 @dataclass
 class PreparedTurn:
@@ -106,8 +107,8 @@ class ChatHandler:
         job.shift, job.truncate = turn.shift, turn.truncate
         self.inference.want_logprobs(job, turn.logprobs, turn.top_logprobs)
         model = job.model
-        if any(m.images for m in turn.messages):
-            raise bad_request(f"{model.name.display!r} does not support images")
+        check_images(model, ((f"messages[{i}].images[{j}]", data) for i, m in enumerate(turn.messages)
+                             for j, data in enumerate(m.images)))
         check_tool_results(turn.messages)
         tool_use = apply_tool_choice(job, ToolUse.for_model(model, turn.tools), turn.tool_choice,
                                      turn.parallel_tool_calls)
@@ -150,6 +151,7 @@ class ChatHandler:
         else:  # a chat: older messages are left out (or one is cut) to fit the context
             fitted = await lease.fit(turn.history)
             prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
+            turn.job.images = fitted.images
         setup = turn.parser_setup
         if setup.thinking_tags and turn.think is not False:
             # A template that opens the block itself leaves the answer inside it.
@@ -160,8 +162,9 @@ class ChatHandler:
         return DeltaStream(deltas, events, notes)
 
     async def count_tokens(self, turn: PreparedTurn) -> int:
-        """The tokens of the prompt the turn would send (Anthropic's ``count_tokens``)."""
-        return await self.inference.count_prompt_tokens(turn.job, turn.render)
+        """The tokens of the prompt the turn would send (Anthropic's ``count_tokens``), its images' too."""
+        images = images_of(turn.history.messages) if turn.history else []
+        return await self.inference.count_prompt_tokens(turn.job, turn.render, images)
 
     async def answer(self, turn: PreparedTurn) -> Answer:
         """The whole answer of a turn (clients that did not ask for a stream)."""

@@ -22,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..images import MARKER
 from .errors import bad_request
 from .runner_client import Health, RunnerProcess
 
@@ -50,11 +51,13 @@ class FittedPrompt:
     tokens: list[int] | None  # None: not tokenized (too short to need it)
     dropped: int = 0  # messages left out
     truncated: bool = False  # one message was cut inside
+    images: list[str] = field(default_factory=list)  # of the messages kept, in the order of their markers
 
     @property
     def prompt(self) -> str | list[int]:
-        """What the runner gets: the tokens where they were counted (no second tokenization), else the text."""
-        return self.text if self.tokens is None else self.tokens
+        """What the runner gets: the tokens where they were counted (no second tokenization), else the
+        text (always, with images: the runner tokenizes them with libmtmd)."""
+        return self.text if self.tokens is None or self.images else self.tokens
 
 
 def answer_room(n_ctx: int, num_predict: int | None) -> int:
@@ -76,7 +79,12 @@ class _Counter:
 
     async def prompt(self, messages: list[dict[str, Any]]) -> tuple[str, list[int]]:
         text = await self.render(messages)
-        return text, await self.runner.tokenize(text, prompt=True)
+        return text, await self.runner.tokenize(text, prompt=True, images=images_of(messages))
+
+
+def images_of(messages: list[dict[str, Any]]) -> list[str]:
+    """The images of ``messages`` in the order their markers appear in the prompt."""
+    return [image for m in messages for image in m.get("images", ())]
 
 
 def _kept(messages: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
@@ -95,15 +103,16 @@ async def fit_history(history: ChatHistory, runner: RunnerProcess, num_predict: 
     n_ctx = runner.health.n_ctx
     budget = n_ctx - answer_room(n_ctx, num_predict)
     messages = history.messages
+    images = images_of(messages)
     text = await counter.render(messages)
-    if len(text.encode("utf-8")) < budget:  # a token holds at least a byte (a BOS, none): it surely fits
+    if len(text.encode("utf-8")) < budget and not images:  # a token holds at least a byte: it surely fits
         return FittedPrompt(text, None)
-    tokens = await runner.tokenize(text, prompt=True)
+    tokens = await runner.tokenize(text, prompt=True, images=images)
     if len(tokens) <= budget:
-        return FittedPrompt(text, tokens)
+        return FittedPrompt(text, tokens, images=images)
     if not truncate:
         if len(tokens) <= n_ctx:
-            return FittedPrompt(text, tokens)
+            return FittedPrompt(text, tokens, images=images)
         raise bad_request(f"the chat's prompt is {len(tokens)} tokens, more than the context length of {n_ctx} "
                           "tokens, and truncate is false; shorten the chat, raise num_ctx, or allow truncation")
     starts = [i for i, m in enumerate(messages) if m["role"] == "user" and i > 0]
@@ -124,7 +133,7 @@ async def fit_history(history: ChatHistory, runner: RunnerProcess, num_predict: 
     kept = _kept(messages, start)
     log.info("chat of %d messages over the context (%d tokens): left out the oldest %d", len(messages), n_ctx,
              len(messages) - len(kept))
-    return FittedPrompt(text, tokens, dropped=len(messages) - len(kept))
+    return FittedPrompt(text, tokens, dropped=len(messages) - len(kept), images=images_of(kept))
 
 
 async def _cut_inside(counter: _Counter, messages: list[dict[str, Any]], start: int, budget: int,
@@ -132,16 +141,20 @@ async def _cut_inside(counter: _Counter, messages: list[dict[str, Any]], start: 
     """Cut the beginning off the longest kept message until the prompt fits ``budget``."""
     kept = _kept(messages, start)
     longest = max(range(len(kept)), key=lambda i: len(kept[i].get("content") or ""))
-    content = kept[longest].get("content") or ""
+    markers = MARKER * len(kept[longest].get("images", ()))  # its images stay: only its text is cut
+    content = (kept[longest].get("content") or "")[len(markers):]
 
     def with_content(text: str) -> list[dict[str, Any]]:
-        return [dict(m, content=text) if i == longest else m for i, m in enumerate(kept)]
+        return [dict(m, content=markers + text) if i == longest else m for i, m in enumerate(kept)]
 
     _, frame = await counter.prompt(with_content(""))
     room = budget - len(frame)
     if room <= 0:
+        images = images_of(kept)
+        held = f" (with {len(images)} images, which are never cut)" if images else ""
         raise bad_request(f"the chat's prompt does not fit the context length of {n_ctx} tokens: without the text "
-                          f"of its longest message it is still {len(frame)} tokens; shorten it or raise num_ctx")
+                          f"of its longest message it is still {len(frame)} tokens{held}; shorten it, send fewer "
+                          "images or raise num_ctx")
     words = await counter.runner.tokenize(content, add_special=False, parse_special=False)
     for _ in range(4):  # a cut may tokenize a little longer at its edge: cut again by the excess
         tail = await counter.runner.detokenize(words[-room:]) if room > 0 else ""
@@ -149,6 +162,7 @@ async def _cut_inside(counter: _Counter, messages: list[dict[str, Any]], start: 
         if len(tokens) <= budget:
             log.warning("a message of %d tokens does not fit the context (%d tokens): kept its last %d",
                         len(words), n_ctx, room)
-            return FittedPrompt(text, tokens, dropped=len(messages) - len(kept), truncated=True)
+            return FittedPrompt(text, tokens, dropped=len(messages) - len(kept), truncated=True,
+                                images=images_of(kept))
         room -= len(tokens) - budget
     raise bad_request(f"the chat's prompt could not be cut to fit the context length of {n_ctx} tokens")

@@ -15,8 +15,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
@@ -73,6 +73,7 @@ class CompletionJob:
     context: list[int] | None = None  # tokens of an earlier /api/generate exchange, put before the prompt
     shift: bool = False  # slide the context when the answer fills it (Ollama's dialect), else end with "length"
     truncate: bool = True  # cut a prompt over the context (Ollama's way), else the runner answers 400
+    images: list[str] = field(default_factory=list)  # base64, one per image marker of the prompt, in order
 
 
 def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse, parallel: bool = True) -> bool:
@@ -186,6 +187,7 @@ class Inference:
             digest=model.digest,
             model_path=model.model_path,
             adapters=tuple(model.adapters),
+            projector=model.projectors[0] if model.projectors else None,
             num_ctx=load.num_ctx,
             num_thread=load.num_thread,
             num_batch=load.num_batch,
@@ -237,14 +239,15 @@ class Inference:
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer
 
-    async def count_prompt_tokens(self, job: CompletionJob, render: PromptRenderer) -> int:
+    async def count_prompt_tokens(self, job: CompletionJob, render: PromptRenderer,
+                                  images: Sequence[str] = ()) -> int:
         """How many tokens the prompt takes, tokenized by the model's runner as a completion would
-        tokenize it (before any cut to the context length)."""
+        tokenize it (before any cut to the context length), with the positions its ``images`` take."""
         lease = await self.lease(job, metered=False)
         prompt = await lease.render(render)
         try:
             with runner_errors():
-                return len(await lease.loaded.runner.tokenize(prompt, prompt=True))
+                return len(await lease.loaded.runner.tokenize(prompt, prompt=True, images=images))
         finally:
             await lease.release()
 
@@ -311,6 +314,8 @@ class Lease:
             body["grammar_triggers"] = list(job.grammar_triggers)
         if job.json_schema is not None:
             body["json_schema"] = job.json_schema
+        if job.images:
+            body["images"] = job.images
         events = self.loaded.runner.complete(body)
         outcome = "cancelled"
         try:

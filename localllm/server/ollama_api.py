@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from .. import __version__
+from ..images import MARKER
 from ..templates import prompt as prompts
 from ..registry.create import CreateError, CreateSpec, check_spec, local_files, spec_from_modelfile
 from ..gguf import InvalidGGUF
@@ -19,6 +20,7 @@ from ..registry.names import InvalidName
 from ..registry.pull import PullError, parse_pull_target
 from ..registry.remote import RegistryError
 from ..registry.models import load_local_model
+from ..registry.projector import is_projector
 from ..registry.requires import normalize_requires
 from ..registry.store import CorruptManifest, DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from . import show
@@ -48,6 +50,7 @@ from .request_options import validate_options
 from .runner_client import Health
 from .state import DaemonState, details_at, state_of
 from .streaming import NDJSON, ndjson, streamed
+from .vision import check_images
 
 log = logging.getLogger("localllm.api")
 
@@ -193,8 +196,10 @@ def create_spec(body: CreateRequest, store, may_read_files: bool) -> CreateSpec:
         raise ApiError(403, f"{paths[0]}: a model can be created from a file on the daemon's machine only by a "
                             "client on that machine or one holding LOCALLLM_API_KEY; upload the file with "
                             "POST /api/blobs/<digest> and name it in 'files' instead")
-    if body.modelfile is None and body.files:
-        spec.from_ = str(_uploaded_blob(store, next(iter(body.files.values())), "files"))
+    if body.modelfile is None and body.files:  # a projector among them (clip architecture) is one, as in Ollama
+        blobs = [str(_uploaded_blob(store, digest, "files")) for digest in body.files.values()]
+        spec.projectors = [blob for blob in blobs if is_projector(Path(blob))]
+        spec.from_ = next((blob for blob in blobs if blob not in spec.projectors), "")
     if body.modelfile is None and body.adapters:
         spec.adapters = [str(_uploaded_blob(store, d, "adapters")) for d in body.adapters.values()]
     if not spec.from_:
@@ -377,15 +382,16 @@ async def generate(body: GenerateRequest, request: Request):
     job.shift, job.truncate = body.shift is not False, body.truncate is not False
     model = job.model
     renderer = OllamaRenderer(body.model, "generate")
-    if body.images:
-        raise bad_request(f"{model.name.display!r} does not support images")
+    check_images(model, ((f"images[{i}]", data) for i, data in enumerate(body.images or [])))
+    job.images = list(body.images or [])
+    prompt = MARKER * len(job.images) + body.prompt if job.images else body.prompt  # Ollama: images first
     if not body.prompt and not body.suffix and body.context is None:
         return await _load_only(state, job, renderer)
 
     def render(health: Health) -> str:
         with template_errors_as_400(model):
             return prompts.build_generate_prompt(
-                prompt=body.prompt, system=body.system if body.system is not None else model.system,
+                prompt=prompt, system=body.system if body.system is not None else model.system,
                 suffix=body.suffix, template_override=body.template, model_template=model.template,
                 gguf_chat_template=model.chat_template, bos=health.bos, eos=health.eos,
                 raw=body.raw, history=model.messages, think=think,

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ class RunnerConfig:
     tensor_split: tuple[int, ...] = ()  # layers on each of ``devices``
     embedding: bool = False
     adapters: tuple[Path, ...] = ()
+    projector: Path | None = None  # vision projector GGUF: images in
     engine: str = "llama.cpp"
     kv_tokens: int | None = None  # native engine: positions in its KV block pool (None: the runner's default)
     kv_cache_type: str = "f16"  # llama.cpp engine (LOCALLLM_KV_CACHE_TYPE)
@@ -154,10 +155,13 @@ class RunnerProcess:
         return self._stream("/completion", body)
 
     async def tokenize(self, content: str, prompt: bool = False, add_special: bool = True,
-                       parse_special: bool = True) -> list[int]:
+                       parse_special: bool = True, images: Sequence[str] = ()) -> list[int]:
         """``content``'s tokens; ``prompt``: as a completion tokenizes its prompt (BOS where the model wants
-        one, specials parsed), else with llama.cpp's ``add_special`` and ``parse_special``."""
+        one, specials parsed), else with llama.cpp's ``add_special`` and ``parse_special``. ``images`` (base64)
+        stand at the content's image markers, each a run of placeholder tokens (a vision model's runner)."""
         body = {"content": content, "prompt": prompt, "add_special": add_special, "parse_special": parse_special}
+        if images:
+            body["images"] = list(images)
         return (await self._post_json("/tokenize", body))["tokens"]
 
     async def detokenize(self, tokens: list[int]) -> str:
@@ -256,6 +260,8 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
              "--stream-interval", str(config.stream_interval)]
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
+    if config.projector is not None:
+        args += ["--projector", str(config.projector)]
     # Every setting of the runner is on its command line: it reads none of the daemon's LOCALLLM_* variables.
     env = {key: value for key, value in os.environ.items() if not key.startswith("LOCALLLM_")}
     if config.remote_workers:  # ggml aborts a runner whose worker goes away: without a debugger's backtrace

@@ -83,6 +83,7 @@ class LoadRequest:
     digest: str
     model_path: os.PathLike
     adapters: tuple = ()
+    projector: os.PathLike | None = None  # a vision projector (images in): loaded with the model on llama.cpp
     num_ctx: int | None = None
     num_thread: int | None = None
     num_batch: int | None = None
@@ -230,7 +231,8 @@ class Scheduler:
 
     def _key(self, request: LoadRequest) -> tuple:
         """Models that share weights and adapters share a runner; templates and options are per request."""
-        return (*self._weights(request.model_path, request.adapters), request.engine, request.embedding)
+        return (*self._weights(request.model_path, request.adapters), request.engine, request.embedding,
+                str(request.projector or "") if not request.embedding else "")
 
     def _llama_cpp_settings(self) -> str | None:
         """Settings only the llama.cpp engine honours, if any are set (the native engine never ignores them)."""
@@ -250,6 +252,7 @@ class Scheduler:
             choice = await asyncio.to_thread(
                 choose_engine, Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
                 llama_plan.n_gpu_layers, self._llama_cpp_settings(), _describe_workers(workers),
+                images=request.projector is not None,
             )  # fmt: skip
         except BaseException:
             self.workers.release(device.endpoint for device in workers.devices)
@@ -394,6 +397,7 @@ class Scheduler:
             tensor_split=offload.split if offload else (),
             embedding=request.embedding,
             adapters=tuple(request.adapters),
+            projector=Path(request.projector) if request.projector and not request.embedding else None,
             engine=choice.engine,
             kv_tokens=self.pool_tokens(n_ctx) if choice.engine == NATIVE else None,
             kv_cache_type=self.settings.kv_cache_type,

@@ -11,7 +11,7 @@ from ..registry.modelfile import (
     format_modelfile,
     parameters_to_pairs,
 )
-from ..registry.models import LocalModel, model_details, model_info
+from ..registry.models import LocalModel, model_details, model_info, projector_info
 
 
 def _format_value(value: Any) -> str:
@@ -38,6 +38,7 @@ def modelfile_of(model: LocalModel) -> str:
         adapters=[str(p) for p in model.adapters],
         license=model.license,
         requires=model.requires,
+        projectors=[str(p) for p in model.projectors],
     )
     try:
         body = format_modelfile(modelfile)
@@ -60,6 +61,7 @@ def show_response(model: LocalModel, verbose: bool = False) -> dict[str, Any]:
         "system": model.system or "",
         "details": model_details(model.gguf),
         "model_info": model_info(model, verbose=verbose),
+        "projector_info": projector_info(model),
         "capabilities": model.capabilities,
         "requires": model.requires,
     }

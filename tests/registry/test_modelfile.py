@@ -88,7 +88,7 @@ def test_last_template_and_system_win_and_empty_quoted_values() -> None:
         ("FROM m\n\n  CMD:run", "line 3: unknown instruction 'CMD:run'", 3),
         ("PARAMETER temperature 1\n", "no FROM line", None),
         ("# only a comment\n", "no FROM line", None),
-        ("FROM a\nFROM b", "line 2: a second FROM", 2),
+        ("FROM a\nFROM ./p.gguf\nFROM ./q.gguf", "line 3: a third FROM", 3),
         ("FROM m\nSYSTEM", "line 2: missing value for SYSTEM", 2),
         ("FROM m\nPARAMETER temperature", "line 2: PARAMETER needs a name and a value", 2),
         ("FROM m\nPARAMETER temprature 0.5", "line 2: unknown parameter 'temprature'", 2),

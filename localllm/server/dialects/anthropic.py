@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...images import MEDIA_TYPES
 from ..api_types import RequestBody
 from ..conversation import (
     Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta
@@ -102,6 +103,10 @@ def _image(block: dict[str, Any], field: str) -> str:
     if source.get("type") != "base64":
         raise bad_request(f"{field}.source: image source type {source.get('type')!r} is not supported; "
                           "send the image as base64 (nothing is downloaded)")
+    media_type = source.get("media_type")
+    if media_type not in MEDIA_TYPES:
+        raise bad_request(f"{field}.source.media_type {media_type!r} is not an image type this server reads "
+                          f"({', '.join(sorted(MEDIA_TYPES))})")
     return _text(source, "data", f"{field}.source")
 
 

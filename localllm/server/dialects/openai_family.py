@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...images import ImageError, data_url_image
 from ..conversation import ThinkSetting
 from ..errors import bad_request
 from ..formats import JSON_OBJECT_GBNF, NO_CONSTRAINT, Constraint, checked_schema
@@ -58,11 +59,11 @@ def reasoning_think(effort: str | None, field: str = "reasoning_effort") -> Thin
 
 
 def image_data(url: str, field: str) -> str:
-    """The base64 data of an image given as a ``data:`` URL (we fetch nothing from the network)."""
-    head, comma, data = url.partition(",")
-    if not (head.startswith("data:image/") and head.endswith(";base64") and comma):
-        raise bad_request(f"{field}: only data:image/...;base64 URLs are supported (nothing is downloaded)")
-    return data
+    """The base64 data of an image given as a ``data:`` URL (remote URLs are refused: nothing is downloaded)."""
+    try:
+        return data_url_image(url, field)
+    except ImageError as exc:
+        raise bad_request(str(exc)) from None
 
 
 def openai_tool_call(call: dict[str, Any], field: str) -> ToolCall:

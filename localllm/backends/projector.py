@@ -1,0 +1,180 @@
+"""Images into a llama.cpp model through libmtmd (llama-cpp-python's ``mtmd_cpp`` bindings).
+
+A vision model is a language model plus a projector GGUF (Ollama's
+``application/vnd.ollama.image.projector`` layer, llama.cpp's ``--mmproj``).
+libmtmd tokenizes a prompt whose images stand at media markers into text
+chunks and image chunks; an image chunk is encoded by the projector into
+embeddings that are decoded into the sequence's KV like tokens.
+
+The engine keeps prompts as token lists, so each image is written into the
+list as a run of *placeholder* tokens: negative ids (never a vocabulary id)
+drawn from the image's content digest, one per position the image takes.
+The prefix cache then treats images like text: the same image in the next
+turn matches its placeholders and reuses its KV; two different images have
+different runs (each placeholder carries 31 other bits of the sha256), so
+they never share KV.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as ll
+import llama_cpp.mtmd_cpp as mtmd
+
+from localllm.images import MARKER, DecodedImage
+from localllm.backends.contract import BackendError
+from localllm.backends.llama_cpp import Context, Model, _detail, _on_log, captured_errors
+
+log = logging.getLogger("localllm.runner")
+
+
+def is_placeholder(token: int) -> bool:
+    """Whether ``token`` stands for a position of an image rather than a vocabulary token."""
+    return token < 0
+
+
+def placeholders(digest: str, n: int) -> list[int]:
+    """The ``n`` placeholder tokens of the image with sha256 ``digest``: each negative and nonzero,
+    the k-th made of bits of the digest starting at bit 31 * k (wrapping round)."""
+    bits = int(digest, 16)
+    bits = (bits << 256) | bits  # wrap round: a run longer than 8 tokens reuses the digest's bits, shifted
+    return [-1 - ((bits >> ((31 * k) % 256)) & 0x7FFFFFFF) for k in range(n)]
+
+
+@dataclass(eq=False)
+class ImageChunk:
+    """One image, preprocessed by libmtmd, ready to encode and decode (owns its native chunk)."""
+
+    ptr: int  # mtmd_input_chunk *
+    n_tokens: int  # positions it takes in the sequence
+    digest: str
+
+    def close(self) -> None:
+        if self.ptr:
+            mtmd.mtmd_input_chunk_free(self.ptr)
+            self.ptr = 0
+
+
+class ImagePrompt:
+    """A prompt tokenized with its images: tokens (placeholders for images) and each image's chunk,
+    keyed by its first placeholder (the same image twice shares one chunk)."""
+
+    def __init__(self, tokens: list[int], images: dict[int, ImageChunk]) -> None:
+        self.tokens = tokens
+        self.images = images
+
+    def take_images(self) -> dict[int, ImageChunk]:
+        """The image chunks, now the caller's to free."""
+        images, self.images = self.images, {}
+        return images
+
+    def close(self) -> None:
+        for chunk in self.take_images().values():
+            chunk.close()
+
+
+class Projector:
+    """A loaded projector (``mtmd_context``) bound to its language model."""
+
+    def __init__(self, model: Model, path: str | Path, n_threads: int, use_gpu: bool = False) -> None:
+        mtmd.mtmd_log_set(_on_log, ctypes.c_void_p(0))  # libmtmd's log through ours, as llama.cpp's
+        mtmd.mtmd_helper_log_set(_on_log, ctypes.c_void_p(0))
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.n_threads = n_threads
+        params.print_timings = False
+        params.warmup = False  # the first image pays for it, not every load
+        params.media_marker = MARKER.encode()
+        with captured_errors() as errors:
+            ptr = mtmd.mtmd_init_from_file(str(path).encode(), model.ptr, params)
+        if not ptr:
+            raise BackendError(f"cannot load projector {path}: {_detail(errors, 'not a projector for this model')}")
+        self.ptr = ptr
+        self.path = Path(path)
+        self.model = model
+        self.vision: bool = bool(mtmd.mtmd_support_vision(ptr))
+        self.audio: bool = bool(mtmd.mtmd_support_audio(ptr))
+        if not self.vision or mtmd.mtmd_decode_use_mrope(ptr):
+            mtmd.mtmd_free(ptr)
+            what = "takes no images" if not self.vision else "needs M-RoPE positions, which this runner does not lay out"
+            raise BackendError(f"cannot use projector {path}: it {what}")
+
+    def tokenize(self, text: str, images: list[DecodedImage], add_special: bool = True) -> ImagePrompt:
+        """``text`` with ``images`` at its markers, in order, as tokens and image chunks.
+
+        Runs on the HTTP side while the engine thread encodes, as llama-server tokenizes in its HTTP
+        threads while its loop encodes: the tokenizer resizes and normalises the pixels into the new
+        chunk from the projector's settings; the encoder's buffers are the engine thread's alone.
+        Raises ValueError when the markers and the images do not pair up.
+        """
+        count = text.count(MARKER)
+        if count != len(images):
+            raise ValueError(f"the prompt has {count} image markers ({MARKER}) but {len(images)} images")
+        bitmaps = [self._bitmap(image) for image in images]
+        chunks = mtmd.mtmd_input_chunks_init()
+        try:
+            data = text.encode("utf-8")
+            inp = mtmd.mtmd_input_text()
+            inp.text, inp.text_len, inp.add_special, inp.parse_special = data, len(data), add_special, True
+            array = (mtmd.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*bitmaps)
+            with captured_errors() as errors:
+                rc = mtmd.mtmd_tokenize(self.ptr, chunks, ctypes.byref(inp), array, len(bitmaps))
+            if rc != 0:
+                raise ValueError(f"libmtmd could not tokenize the prompt with its images: {_detail(errors, f'error {rc}')}")
+            return self._flatten(chunks)
+        finally:
+            mtmd.mtmd_input_chunks_free(chunks)
+            for bitmap in bitmaps:
+                mtmd.mtmd_bitmap_free(bitmap)
+
+    def _bitmap(self, image: DecodedImage) -> int:
+        buf = (ctypes.c_uint8 * len(image.rgb)).from_buffer_copy(image.rgb)
+        bitmap = mtmd.mtmd_bitmap_init(image.width, image.height, buf)
+        if not bitmap:
+            raise ValueError(f"libmtmd refused an image of {image.width}x{image.height}")
+        mtmd.mtmd_bitmap_set_id(bitmap, image.digest.encode())
+        return bitmap
+
+    def _flatten(self, chunks: int) -> ImagePrompt:
+        tokens: list[int] = []
+        images: dict[int, ImageChunk] = {}
+        try:
+            for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+                chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+                kind = mtmd.mtmd_input_chunk_get_type(chunk)
+                if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+                    n = ctypes.c_size_t()
+                    ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+                    tokens.extend(ptr[: n.value])
+                    continue
+                if kind != mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+                    raise ValueError("this model's projector returned audio for an image")
+                digest = (mtmd.mtmd_input_chunk_get_id(chunk) or b"").decode()
+                n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
+                run = placeholders(digest, n_tokens)
+                if run[0] not in images:
+                    images[run[0]] = ImageChunk(mtmd.mtmd_input_chunk_copy(chunk), n_tokens, digest)
+                tokens.extend(run)
+        except BaseException:
+            ImagePrompt(tokens, images).close()
+            raise
+        if len(tokens) > 1 and tokens[0] == tokens[1] == self.model.vocab.bos:  # a template's BOS and the tokenizer's
+            del tokens[0]
+        return ImagePrompt(tokens, images)
+
+    def decode(self, ctx: Context, chunk: ImageChunk, pos: int, seq_id: int) -> None:
+        """Encode ``chunk`` and put its embeddings into ``seq_id``'s KV from position ``pos`` on."""
+        new_pos = ll.llama_pos(0)
+        rc = mtmd.mtmd_helper_eval_chunk_single(self.ptr, ctx.ptr, chunk.ptr, pos, seq_id, ctx.n_batch, False,
+                                                ctypes.byref(new_pos))
+        if rc != 0:
+            raise BackendError(f"libmtmd could not encode and decode an image (error {rc})")
+
+    def close(self) -> None:
+        if self.ptr:
+            mtmd.mtmd_free(self.ptr)
+            self.ptr = None
