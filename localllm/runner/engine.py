@@ -112,6 +112,7 @@ class CacheStats:
     cached_tokens: int = 0
     spills: int = 0  # KV moved to host RAM
     restores: int = 0  # KV moved back from host RAM
+    disk_restores: int = 0  # KV blocks read back from the disk tier (native engine)
     copies: int = 0  # partly shared blocks copied on write (native engine)
 
     @property
@@ -224,6 +225,13 @@ class Engine:
         """Block counts of a paged cache (empty for one without blocks)."""
         return {}
 
+    def kv_disk(self) -> dict[str, Any]:
+        """What the prefix cache's disk tier did (empty without one)."""
+        return {}
+
+    def persist(self) -> None:
+        """Keep what can outlive the runner (the engine has stopped)."""
+
     def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> Slot | None:
         """A slot for ``request`` holding as much of ``prompt`` as the cache has (``slot.cached`` set).
 
@@ -297,6 +305,7 @@ class Engine:
             "cache_hit_rate": round(self.stats.hit_rate, 4),
             "cache_ram_bytes": self.cache_ram_bytes,
             "kv_blocks": self.kv_blocks(),
+            "kv_disk": self.kv_disk(),
         }
 
     def _receive(self, block: bool) -> None:

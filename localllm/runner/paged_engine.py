@@ -25,8 +25,10 @@ cached keys, so a shifted sequence's KV too is what a fresh computation gives.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from localllm.native.backend import Context, Model
 from localllm.runner.engine import WAIT_FOR_PREFIX, CompletionRequest, Engine, Slot, Step
@@ -64,6 +66,20 @@ class PagedEngine(Engine):
 
     def kv_blocks(self) -> dict[str, int]:
         return {**self.pool.counts(), "block_size": self.pool.block_size}
+
+    def kv_disk(self) -> dict[str, Any]:
+        disk = self.pool.disk
+        if disk is None:
+            return {}
+        return {"reads": disk.reads, "writes": disk.writes, "dropped": disk.dropped, "writing": disk.writing}
+
+    def persist(self) -> None:
+        """Write the cached blocks to the disk tier, so a later runner of this model starts from them."""
+        if self.pool.disk is not None:
+            started, before = time.perf_counter(), self.pool.disk.writes
+            kept = self.pool.persist()
+            log.info("KV disk tier: %d cached blocks on disk (%d written now) in %.2f s", kept,
+                     self.pool.disk.writes - before, time.perf_counter() - started)
 
     # -- admission ---------------------------------------------------------------
 

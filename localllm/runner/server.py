@@ -6,14 +6,15 @@ bad input):
 ``GET /health``
     ``{"status": "ok", "n_ctx", "n_ctx_train", "n_parallel", "n_vocab",
     "bos", "eos", "model_size", "kv_used_cells", "queue_depth", "embedding",
-    "cache_tokens", "cache_hit_rate", "cache_ram_bytes", "kv_blocks"}``. ``n_ctx`` is the
+    "cache_tokens", "cache_hit_rate", "cache_ram_bytes", "kv_blocks", "kv_disk"}``. ``n_ctx`` is the
     context of ONE sequence. ``kv_used_cells`` counts every token held in KV,
     ``cache_tokens`` those of idle sequences kept for reuse (so with nothing
     running the two are equal); ``cache_hit_rate`` is the share of all prompt
     tokens served from the cache; ``cache_ram_bytes`` the host RAM holding
     spilled prefixes; ``kv_blocks`` the native engine's block counts
     (``total``, ``in_use``, ``shared``, ``cached``, ``spilled``, ``block_size``),
-    empty on llama.cpp.
+    empty on llama.cpp; ``kv_disk`` what the prefix cache's disk tier did (``reads``, ``writes``,
+    ``dropped`` unusable files, ``writing`` false once a write failed), empty without one.
 ``POST /tokenize``
     ``{"content": str, "add_special": true, "parse_special": true}`` →
     ``{"tokens": [int]}``. With ``"prompt": true`` the content is tokenized exactly as
@@ -71,7 +72,8 @@ from localllm.runner.sampling import GrammarError, Sampler
 log = logging.getLogger("localllm.runner")
 
 
-NO_KV = {"kv_used_cells": 0, "cache_tokens": 0, "cache_hit_rate": 0.0, "cache_ram_bytes": 0, "kv_blocks": {}}
+NO_KV = {"kv_used_cells": 0, "cache_tokens": 0, "cache_hit_rate": 0.0, "cache_ram_bytes": 0, "kv_blocks": {},
+         "kv_disk": {}}
 
 
 class BadRequest(ValueError):

@@ -396,6 +396,8 @@ class Scheduler:
             adapters=tuple(request.adapters),
             engine=choice.engine,
             kv_tokens=self.pool_tokens(n_ctx) if choice.engine == NATIVE else None,
+            kv_disk=self.settings.kv_cache_dir if choice.engine == NATIVE else None,
+            kv_disk_bytes=self.settings.kv_disk,
         )
         log.info("loading %s on %s (%s), ctx %d, %d sequences", request.name, choice.engine, choice.reason, n_ctx,
                  config.n_parallel)
