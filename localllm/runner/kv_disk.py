@@ -154,7 +154,7 @@ class DiskTier:
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                with os.fdopen(fd, "wb", buffering=0) as f:
+                with os.fdopen(fd, "wb") as f:  # buffered: a short write is retried, or raises
                     f.write(prefix + data + _U32.pack(zlib.crc32(data)))
             except BaseException:
                 self._unlink(temp)
