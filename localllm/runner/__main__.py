@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     except (_Terminated, KeyboardInterrupt):
         pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # shutting down already: a second TERM must not cut it short
         if rt.engine and not rt.engine.stop():
             log.error("the engine did not stop; exiting without freeing the context")
             return 1
