@@ -17,11 +17,15 @@ import os
 import resource
 import stat
 import struct
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from gguf_builders import tiny_model
@@ -162,7 +166,7 @@ def test_clear_removes_one_models_blocks_or_all(tmp_path: Path, store: native.Co
     root = tmp_path / "kv"
     for digest in ("sha256-" + "a" * 64, "sha256-" + "b" * 64):
         assert tier(root, store, digest=digest).write(chain_key(b"", [1]), bytes(store.block_bytes))
-    assert clear(root, "sha256:" + "a" * 64) > 0
+    assert clear(root, "sha256-" + "a" * 64) > 0
     assert not (root / ("sha256-" + "a" * 64)).exists() and (root / ("sha256-" + "b" * 64)).exists()
     assert clear(root) > 0 and not list(root.iterdir())
 
@@ -341,3 +345,52 @@ def test_two_runners_on_one_directory_write_and_read_the_same_blocks(smollm2_pat
     assert not list(kv_dir.rglob("*.tmp"))
     done, disk = restart(smollm2_path, (text, logprobs, kv_dir), tmp_path / "again")
     assert done["cached_tokens"] > 0 and disk["dropped"] == 0
+
+
+# -- through the daemon -----------------------------------------------------------------------
+
+
+def wait_unloaded(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{url}/api/ps", timeout=10).json()["models"]:
+        assert time.monotonic() < deadline, "the model was not unloaded"
+        time.sleep(0.1)
+
+
+def test_a_daemon_restart_answers_from_disk_and_rm_and_cache_clear_delete_the_blocks(smollm2_path: Path,
+                                                                                     tmp_path: Path) -> None:
+    from daemon_helpers import Daemon
+
+    body = {"model": "kvd", "prompt": PROMPT, "raw": True, "stream": False, "logprobs": True, "top_logprobs": 3,
+            "options": {"temperature": 0, "num_predict": 12}}
+    daemon = Daemon(tmp_path, LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=runner_threads())
+    kv_dir = tmp_path / "state" / "kv-cache"
+    try:
+        daemon.start()
+        daemon.create("kvd", f"FROM {smollm2_path}")
+        cold = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300).json()
+        daemon.stop()  # the daemon's shutdown stops the runner, which writes its blocks
+        assert block_files(kv_dir)
+        daemon.start()
+        warm = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300).json()
+        assert (warm["response"], warm["logprobs"]) == (cold["response"], cold["logprobs"])
+        assert warm["prompt_eval_count"] < cold["prompt_eval_count"] // 10  # the rest came from disk
+
+        daemon.create("other", f"FROM {smollm2_path}\nPARAMETER temperature 0")  # same weights, same blocks
+        cleared = subprocess.run([sys.executable, "-m", "localllm", "cache", "clear"], env=daemon.env,
+                                 capture_output=True, text=True, timeout=60)
+        assert cleared.returncode == 0 and "cleared" in cleared.stdout, cleared.stderr
+        unload = {"model": "other", "keep_alive": 0}  # a copy: the same runner
+        assert httpx.post(f"{daemon.url}/api/generate", json=unload, timeout=60).status_code == 200
+        wait_unloaded(daemon.url)
+        assert not block_files(kv_dir)  # the runner loaded before the clear did not write its blocks
+        httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300)
+        assert httpx.post(f"{daemon.url}/api/generate", json=unload, timeout=60).status_code == 200
+        wait_unloaded(daemon.url)
+        assert block_files(kv_dir)  # one loaded after it did, when it was unloaded
+        assert httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "kvd"}).status_code == 200
+        assert not block_files(kv_dir)  # rm takes the model's cached prompts with it
+        missing = httpx.request("DELETE", f"{daemon.url}/api/cache", json={"model": "kvd"})
+        assert missing.status_code == 404 and "kvd" in missing.text
+    finally:
+        daemon.stop()

@@ -61,10 +61,10 @@ def weights_id(model_path: str | os.PathLike[str]) -> str:
     return "file-" + hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
 
 
-def clear(root: Path, digest: str | None = None) -> int:
-    """Delete the blocks of one model (its store digest, ``sha256:<hex>``) or of all; the bytes freed."""
-    if digest is not None:
-        targets = [root / digest.replace(":", "-")]
+def clear(root: Path, model_dir: str | None = None) -> int:
+    """Delete the blocks of one model (its :func:`weights_id`) or of all; the bytes freed."""
+    if model_dir is not None:
+        targets = [root / model_dir]
     else:
         targets = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
     freed = 0

@@ -36,6 +36,7 @@ from .memory import (
     shortfall,
     worker_offload,
 )
+from ..runner import kv_disk
 from ..runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
 from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
@@ -64,6 +65,7 @@ class LoadedModel:
     workers: tuple[str, ...] = ()  # the workers holding its layers (host:port)
     size_workers: int = 0  # bytes of ``size`` on workers, not on this machine
     keep_alive: float | None = None  # seconds; None keeps it forever
+    forget_kv: bool = False  # its KV blocks are deleted from the disk tier once its runner has stopped
     active: int = 0
     expires_at: float | None = None  # time.monotonic(); None while in use or forever
 
@@ -214,6 +216,25 @@ class Scheduler:
             if model.active == 0:
                 await self._unload(model)
         return found
+
+    def clear_kv_cache(self, model_path: os.PathLike | None = None) -> int:
+        """Delete the prefix cache's disk blocks of one model's weights (None: of every model); the bytes freed.
+
+        A loaded runner of those weights writes its blocks when it stops: they are deleted then too.
+        """
+        for model in self.loaded.values():
+            if model_path is None or model.key[0] == str(model_path):
+                model.forget_kv = True
+        return self._clear_kv(model_path)
+
+    def _clear_kv(self, model_path: os.PathLike | None) -> int:
+        root = self.settings.kv_cache_dir
+        if model_path is None:
+            return kv_disk.clear(root)
+        try:
+            return kv_disk.clear(root, kv_disk.weights_id(model_path))
+        except OSError:  # a linked file that is gone: nothing of it can be found again
+            return 0
 
     def _set_idle(self, model: LoadedModel) -> None:
         if model.keep_alive is None:
@@ -438,6 +459,8 @@ class Scheduler:
             del self.loaded[model.key]
         log.info("unloading %s", model.name)
         await model.runner.stop()
+        if model.forget_kv:
+            self._clear_kv(model.key[0])
         self.workers.release(model.workers)
         async with self._changed:
             self._changed.notify_all()
