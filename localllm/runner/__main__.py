@@ -123,8 +123,9 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings
     if n_blocks * BLOCK_SIZE <= n_ctx:
         log.warning("the KV pool of %d positions is smaller than one context of %d: longer prompts are refused",
                     n_blocks * BLOCK_SIZE, n_ctx)
+    max_seq_len = max(n_ctx, model.n_ctx_train)  # a request's num_ctx may go up to the trained context
     try:
-        ctx = NativeContext(model, n_blocks, BLOCK_SIZE, n_ctx, args.parallel, args.batch, threads)
+        ctx = NativeContext(model, n_blocks, BLOCK_SIZE, max_seq_len, args.parallel, args.batch, threads)
     except BaseException:
         model.close()
         raise

@@ -83,12 +83,19 @@ class PagedEngine(Engine):
 
     # -- admission ---------------------------------------------------------------
 
-    def refusal(self, prompt: list[int]) -> str | None:
-        n = min(len(prompt), self.n_ctx_seq) + 1  # as the context cuts it, and the first generated token
+    def refusal(self, prompt: list[int], n_ctx: int) -> str | None:
+        """Any context up to the model's trained one (the tables' width) runs here while the pool can hold it."""
+        positions = self.pool.n_blocks * self.pool.block_size
+        if n_ctx > self.ctx.max_seq_len:
+            return f"num_ctx {n_ctx} is more than the model's trained context of {self.ctx.max_seq_len} tokens"
+        if n_ctx > positions:
+            return (f"num_ctx {n_ctx} is more than this runner's KV pool holds ({positions} positions); "
+                    "the model must be loaded with a larger pool (LOCALLLM_KV_TOKENS)")
+        n = min(len(prompt), n_ctx) + 1  # as the context cuts it, and the first generated token
         if self.pool.blocks_for(n) <= self.pool.n_blocks:
             return None
         return (f"the prompt needs {n} KV positions but the whole KV pool holds "
-                f"{self.pool.n_blocks * self.pool.block_size}; shorten it or give the pool more (LOCALLLM_KV_TOKENS)")
+                f"{positions}; shorten it or give the pool more (LOCALLLM_KV_TOKENS)")
 
     def _admit(self) -> None:
         parked = sorted((s for s in self._active if s.parked), key=lambda s: s.admitted)

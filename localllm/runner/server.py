@@ -199,18 +199,21 @@ def create_app(rt: Runtime) -> Starlette:
             raise BadRequest("send either a 'grammar' or a 'json_schema', not both")
         stream = _flag(body, "stream", True)
         shift = _flag(body, "shift", True)
-        if not _flag(body, "truncate", True) and len(tokens) > rt.n_ctx:
+        n_ctx = options.num_ctx or rt.n_ctx
+        if n_ctx > model.n_ctx_train > 0:
+            raise BadRequest(f"num_ctx {n_ctx} is more than the model's trained context of {model.n_ctx_train} tokens")
+        if not _flag(body, "truncate", True) and len(tokens) > n_ctx:
             raise BadRequest(
-                f"the prompt is {len(tokens)} tokens, more than the context length of {rt.n_ctx} tokens; "
+                f"the prompt is {len(tokens)} tokens, more than the context length of {n_ctx} tokens; "
                 "shorten it, raise num_ctx, or allow truncation"
             )
-        refusal = rt.engine.refusal(tokens)
+        refusal = rt.engine.refusal(tokens, n_ctx)
         if refusal:
             raise BadRequest(refusal)
         draft = await _draft_model(rt, options)
-        sampler = Sampler(model, options, rt.n_ctx, grammar, triggers, schema)
+        sampler = Sampler(model, options, n_ctx, grammar, triggers, schema)
         relay = EventRelay(asyncio.get_running_loop(), rt.stream_interval if stream else float("inf"))
-        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift, draft=draft)
+        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift, draft=draft, n_ctx=n_ctx)
         rt.engine.submit(job)
         if stream:
             return StreamingResponse(_ndjson(job, relay), media_type="application/x-ndjson")

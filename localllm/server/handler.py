@@ -166,7 +166,7 @@ class ChatHandler:
                 prompt = text = await asyncio.to_thread(turn.render, runner.health)
             else:
                 fitted = await fit_history(turn.history, runner, turn.job.options.get("num_predict"),
-                                           turn.job.truncate)
+                                           turn.job.truncate, turn.job.options.get("num_ctx"))
                 prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
             if setup.thinking_tags and turn.think is not False:
                 # A template that opens the block itself leaves the answer inside it.

@@ -310,7 +310,11 @@ class Scheduler:
                 await self._unload(model)
                 model = None
             wanted_ctx = request.num_ctx or DEFAULT_NUM_CTX
-            if model is not None and model.runner.config.n_ctx < wanted_ctx:
+            if request.num_ctx:
+                self._check_trained_ctx(request, model)
+            reload = self._reload_reason(model, wanted_ctx) if model is not None else None
+            if reload:
+                log.info("loading %s again: %s", request.name, reload)
                 await self._wait_idle(model)
                 await self._unload(model)
                 model = None
@@ -329,6 +333,36 @@ class Scheduler:
                     self.workers.release(load.worker_addresses)
                     raise
             return model
+
+    @staticmethod
+    def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
+        """A ``num_ctx`` over the model's trained context is the request's 400, naming both."""
+        if model is not None and model.runner.health.get("n_ctx_train"):
+            trained = int(model.runner.health["n_ctx_train"])
+        else:
+            try:
+                trained = read_model_summary(Path(request.model_path)).arch_value("context_length", 0)
+            except (OSError, ValueError):  # the load says what is wrong with the file
+                return
+        if isinstance(trained, int) and 0 < trained < request.num_ctx:
+            raise NoRoom(f"num_ctx {request.num_ctx} is more than the model's trained context of {trained} tokens",
+                         status=400)
+
+    def _reload_reason(self, model: LoadedModel, n_ctx: int) -> str | None:
+        """Why the loaded runner cannot serve a request of context ``n_ctx`` (None: it can, without a reload).
+
+        A native runner serves any context its KV pool holds; llama.cpp's sequences have the size they were
+        loaded with.
+        """
+        config = model.runner.config
+        if config.n_ctx >= n_ctx:
+            return None
+        if config.engine != NATIVE or config.embedding:
+            return f"num_ctx {n_ctx} is more than the context of {config.n_ctx} it was loaded with"
+        pool = config.kv_tokens or POOL_CONTEXTS * config.n_ctx
+        if n_ctx <= pool or self.pool_tokens(n_ctx) <= pool:  # a reload would not give it a larger pool
+            return None
+        return f"num_ctx {n_ctx} is more than its KV pool holds ({pool} positions)"
 
     @staticmethod
     def _context_is_why(load: LoadPlan, n_ctx: int, room: int) -> bool:
