@@ -242,7 +242,7 @@ def bench_restart(s: Settings) -> dict[str, Any]:
     daemon = start_daemon(LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=str(s.threads))
     daemon.stop()
     rules = " ".join(f"Rule {i}: item {i} of the catalogue ships within {i % 7 + 1} days and is kept in aisle "
-                     f"{i % 13}." for i in range(40 if s.quick else 330))
+                     f"{i % 13}." for i in range(40 if s.quick else 280))
     body = {"model": MODEL, "prompt": f"{rules}\nQuestion: where is item 42 kept?\nAnswer:", "raw": True,
             "options": {"temperature": 0, "num_predict": 8, "num_ctx": 8192}}
 
