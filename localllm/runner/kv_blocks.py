@@ -201,16 +201,16 @@ class BlockPool:
         stopping. The number of blocks the disk tier holds now."""
         if self.disk is None:
             return 0
-        written, level = 0, list(self.root.children.values())
+        kept, level = 0, list(self.root.children.values())
         while level and self.disk.writing:
             for node in level:
                 if len(node.run) < self.block_size:
                     continue
                 data = node.spilled if node.block is None else self.store.read_block(node.block)
                 if data is not None and self._to_disk(node, data):
-                    written += 1
+                    kept += 1
             level = [child for node in level for child in node.children.values()]
-        return written
+        return kept
 
     # -- invariants -------------------------------------------------------------
 
