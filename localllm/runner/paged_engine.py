@@ -84,11 +84,12 @@ class PagedEngine(Engine):
     # -- admission ---------------------------------------------------------------
 
     def refusal(self, prompt: list[int], n_ctx: int) -> str | None:
-        """Any context up to the model's trained one (the tables' width) runs here while the pool can hold it."""
+        """Any context up to the model's trained one (the tables' width) runs here while the pool can hold it
+        (or the runner was loaded with it)."""
         positions = self.pool.n_blocks * self.pool.block_size
         if n_ctx > self.ctx.max_seq_len:
             return f"num_ctx {n_ctx} is more than the model's trained context of {self.ctx.max_seq_len} tokens"
-        if n_ctx > positions:
+        if n_ctx > max(positions, self.n_ctx_seq):  # a pool smaller than the loaded context was asked for
             return (f"num_ctx {n_ctx} is more than this runner's KV pool holds ({positions} positions); "
                     "the model must be loaded with a larger pool (LOCALLLM_KV_TOKENS)")
         n = min(len(prompt), n_ctx) + 1  # as the context cuts it, and the first generated token
