@@ -394,3 +394,35 @@ def test_a_daemon_restart_answers_from_disk_and_rm_and_cache_clear_delete_the_bl
         assert missing.status_code == 404 and "kvd" in missing.text
     finally:
         daemon.stop()
+
+
+def test_two_daemons_on_one_cache_directory_share_the_blocks_and_never_read_half_files(smollm2_path: Path,
+                                                                                      tmp_path: Path) -> None:
+    from daemon_helpers import Daemon
+
+    body = {"model": "kvd", "prompt": PROMPT, "raw": True, "stream": False, "logprobs": True, "top_logprobs": 3,
+            "options": {"temperature": 0, "num_predict": 12}}
+    shared = tmp_path / "kv"
+    daemons = [Daemon(tmp_path / name, LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=runner_threads(),
+                      LOCALLLM_KV_DISK_DIR=str(shared)) for name in ("a", "b")]
+    try:
+        answers = []
+        for daemon in daemons:
+            daemon.start()
+            daemon.create("kvd", f"FROM {smollm2_path}")  # the same file: the same digest, the same blocks
+            answers.append(httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300).json())
+        stoppers = [threading.Thread(target=daemon.stop) for daemon in daemons]  # both write the blocks at once
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join()
+        assert block_files(shared) and not list(shared.rglob("*.tmp"))
+        daemons[1].start()
+        again = httpx.post(f"{daemons[1].url}/api/generate", json=body, timeout=300).json()
+    finally:
+        for daemon in daemons:
+            daemon.stop()
+    assert answers[0]["response"] == answers[1]["response"] == again["response"]
+    assert answers[0]["logprobs"] == again["logprobs"]
+    assert again["prompt_eval_count"] < answers[0]["prompt_eval_count"] // 10
+    assert "dropping unusable block file" not in daemons[1].log_path.read_text()
