@@ -216,6 +216,10 @@ class Client:
         """``DELETE /api/delete``."""
         self._request("DELETE", "/api/delete", {"model": model})
 
+    def clear_cache(self, model: str = "") -> int:
+        """``DELETE /api/cache``: the prefix cache's blocks on disk, of ``model`` or of every model; bytes freed."""
+        return int(self._request("DELETE", "/api/cache", {"model": model})["freed_bytes"])
+
     def pull(self, model: str, *, insecure: bool = False) -> Iterator[dict[str, Any]]:
         """Stream the progress objects of ``POST /api/pull`` (``insecure``: a registry over plain http)."""
         return self._stream("/api/pull", {"model": model, "insecure": insecure})

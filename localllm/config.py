@@ -89,6 +89,7 @@ def is_loopback_host(host: str) -> bool:
 
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
+DEFAULT_KV_DISK = 4 << 30
 
 
 def parse_worker_address(text: str) -> str:
@@ -138,6 +139,11 @@ def _size_env(name: str) -> int:
     return int(value * scale)
 
 
+def _size_or_default(name: str, default: int) -> int:
+    """A size setting where unset means ``default`` (and ``0`` means none)."""
+    return _size_env(name) if os.environ.get(name, "").strip() else default
+
+
 def _int_env(name: str, default: int) -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -171,6 +177,8 @@ class Settings:
     keep_alive: float | None = 300.0
     num_parallel: int = 0  # 0: chosen from memory
     kv_tokens: int = 0  # native engine: positions in a runner's KV block pool; 0: four contexts
+    kv_disk: int = DEFAULT_KV_DISK  # bytes of KV blocks the prefix cache keeps on disk (all models); 0: none
+    kv_disk_dir: Path | None = None  # where; None: <state_dir>/kv-cache
     max_loaded_models: int = 0  # 0: chosen from memory
     max_queue: int = 512
     memory_limit: int = 0  # bytes all loaded models may take together; 0: only free RAM limits them
@@ -205,6 +213,11 @@ class Settings:
     @property
     def log_file(self) -> Path:
         return self.state_dir / "server.log"
+
+    @property
+    def kv_cache_dir(self) -> Path:
+        """The disk tier of the native engine's prefix cache: one directory per model digest."""
+        return self.kv_disk_dir or self.state_dir / "kv-cache"
 
 
 def parse_registry(value: str | None) -> str:
@@ -263,6 +276,7 @@ def load_settings() -> Settings:
     kv_tokens = _int_env("LOCALLLM_KV_TOKENS", 0)
     if kv_tokens < 0:
         raise SettingsError(f"LOCALLLM_KV_TOKENS must not be negative, got {kv_tokens}")
+    kv_dir = os.environ.get("LOCALLLM_KV_DISK_DIR", "").strip()
     defaults = Settings()
     return Settings(
         host=host,
@@ -272,6 +286,8 @@ def load_settings() -> Settings:
         keep_alive=parse_duration(os.environ.get("LOCALLLM_KEEP_ALIVE"), 300.0),
         num_parallel=_int_env("LOCALLLM_NUM_PARALLEL", 0),
         kv_tokens=kv_tokens,
+        kv_disk=_size_or_default("LOCALLLM_KV_DISK", DEFAULT_KV_DISK),
+        kv_disk_dir=Path(kv_dir).expanduser() if kv_dir else None,
         max_loaded_models=_int_env("LOCALLLM_MAX_LOADED_MODELS", 0),
         max_queue=_int_env("LOCALLLM_MAX_QUEUE", 512),
         memory_limit=_size_env("LOCALLLM_MEMORY_LIMIT"),

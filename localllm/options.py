@@ -146,6 +146,7 @@ class CompletionOptions:
     top_logprobs: int = 0  # and this many most likely alternatives
     speculative: str = "auto"  # draft and verify several tokens a step: auto (where it pays), on, off
     draft: str = ""  # the draft model's file (the daemon resolves the model name); empty: prompt lookup
+    num_ctx: int = 0  # this request's context, bounding its sequence; 0: the runner's
 
     @classmethod
     def from_dict(cls, options: dict[str, Any] | None) -> CompletionOptions:
@@ -162,6 +163,8 @@ class CompletionOptions:
             values["stop"] = tuple(s for s in values["stop"] if s)
         if not 0 <= values.get("top_logprobs", 0) <= 20:
             raise OptionError("option 'top_logprobs' must be between 0 and 20")
+        if values.get("num_ctx", 0) < 0:
+            raise OptionError(f"option 'num_ctx' must not be negative, got {values['num_ctx']}")
         if values.get("mirostat", 0) not in (0, 1, 2):
             raise OptionError("option 'mirostat' must be 0, 1 or 2")
         _check_speculative(values)

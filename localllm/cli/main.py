@@ -202,6 +202,18 @@ def rm(models: list[str] = typer.Argument(..., help="One or more model names."))
             print(f"deleted '{name}'")
 
 
+cache_app = typer.Typer(help="The prompt cache the native engine keeps on disk.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("clear")
+def cache_clear(model: str | None = typer.Argument(None, help="Only this model's (default: every model's).")) -> None:
+    """Delete the KV blocks of earlier prompts kept on disk (they reveal the prompts)."""
+    with connect() as client:
+        freed = client.clear_cache(model or "")
+    print(f"cleared {human_bytes(freed)} of cached prompts" + (f" of '{model}'" if model else ""))
+
+
 def _processor(model: dict[str, Any]) -> str:
     size, vram = int(model.get("size") or 0), int(model.get("size_vram") or 0)
     if vram == 0:

@@ -79,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cache-ram-mb", type=_non_negative, default=512, metavar="MB",
         help="host RAM for prefixes evicted from the KV cache (0: drop them)",
     )
+    p.add_argument(
+        "--kv-disk", type=Path, default=None, metavar="DIR",
+        help="native engine: the disk tier of the prefix cache, shared by every model (off when absent)",
+    )
+    p.add_argument("--kv-disk-bytes", type=_non_negative, default=0, metavar="N",
+                   help="most bytes all models' blocks take under --kv-disk (0: the tier is off)")
     p.add_argument("--embedding", action="store_true", help="serve /embedding instead of /completion")
     p.add_argument("--kv-cache-type", choices=KV_CACHE_TYPES, default="f16",
                    help="llama.cpp engine: the KV cache's element type (q8_0 and q4_0 need --flash-attention)")
@@ -125,12 +131,14 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
     if n_blocks * BLOCK_SIZE <= n_ctx:
         log.warning("the KV pool of %d positions is smaller than one context of %d: longer prompts are refused",
                     n_blocks * BLOCK_SIZE, n_ctx)
+    max_seq_len = max(n_ctx, model.n_ctx_train)  # a request's num_ctx may go up to the trained context
     try:
-        ctx = NativeContext(model, n_blocks, BLOCK_SIZE, n_ctx, args.parallel, args.batch, threads)
+        ctx = NativeContext(model, n_blocks, BLOCK_SIZE, max_seq_len, args.parallel, args.batch, threads)
     except BaseException:
         model.close()
         raise
-    pool = BlockPool(ctx, n_blocks, BLOCK_SIZE, host_budget=args.cache_ram_mb << 20)
+    pool = BlockPool(ctx, n_blocks, BLOCK_SIZE, host_budget=args.cache_ram_mb << 20,
+                     disk=_disk_tier(args, model, ctx))
     rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=args.parallel, stream_interval=args.stream_interval)
     rt.engine = PagedEngine(model, ctx, args.parallel, n_ctx, pool)
     rt.drafts = DraftModels(model, n_ctx, args.parallel, args.batch, threads)
@@ -140,6 +148,18 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
         args.model, n_ctx, args.parallel, n_blocks, BLOCK_SIZE, (n_blocks * ctx.block_bytes) >> 20, args.batch, threads,
     )  # fmt: skip
     return rt, ctx
+
+
+def _disk_tier(args: argparse.Namespace, model: Any, ctx: Any) -> Any:
+    """The prefix cache's disk tier for this model's blocks, or None when it is off."""
+    from localllm.runner.kv_disk import DiskTier, weights_id
+
+    if args.kv_disk is None or not args.kv_disk_bytes:
+        return None
+    h = model.weights.hyper
+    layout = f"[layer {h.n_layer}][K,V][cell {BLOCK_SIZE}][{h.n_head_kv * h.head_dim}]"
+    return DiskTier(args.kv_disk, weights_id(args.model), args.kv_disk_bytes, engine="native",
+                    kv_type=args.kv_cache_type, block_size=BLOCK_SIZE, layout=layout, block_bytes=ctx.block_bytes)
 
 
 def _fit_ctx(n_ctx: int, n_ctx_train: int) -> int:
@@ -234,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     except (_Terminated, KeyboardInterrupt):
         pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # shutting down already: a second TERM must not cut it short
         if rt.engine and not rt.engine.stop():
             log.error("the engine did not stop; exiting without freeing the context")
             return 1
+        if rt.engine:
+            rt.engine.persist()
         if rt.embedder:
             rt.embedder.close()
         if rt.drafts:

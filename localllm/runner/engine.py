@@ -76,6 +76,7 @@ class CompletionRequest:
     shift: bool = True  # slide a full context (Ollama's default); False ends the answer with "length"
     bypassed: int = 0  # later arrivals started before it (fair admission: at most MAX_BYPASS)
     draft: Drafter | None = None
+    n_ctx: int = 0  # the request's own context (``num_ctx``) bounding its sequence; 0: the engine's
     images: dict[int, ImageChunk] = field(default_factory=dict)
 
     def close_images(self) -> None:
@@ -98,6 +99,7 @@ class Slot:
     generated: list[int] = field(default_factory=list)
     text: TextStream = field(default_factory=TextStream)
     num_keep: int = 0
+    n_ctx: int = 0  # its request's context: the sequence never grows past it
     limit: int = 0  # most tokens to generate
     t_admit: float = 0.0
     t_first: float = 0.0
@@ -121,6 +123,7 @@ class CacheStats:
     cached_tokens: int = 0
     spills: int = 0  # KV moved to host RAM
     restores: int = 0  # KV moved back from host RAM
+    disk_restores: int = 0  # KV blocks read back from the disk tier (native engine)
     copies: int = 0  # partly shared blocks copied on write (native engine)
 
     @property
@@ -199,9 +202,17 @@ class Engine:
         self._publish()
         self._thread.start()
 
-    def refusal(self, prompt: list[int]) -> str | None:
-        """Why a request with this prompt could never run here (None: it can); checked before it queues."""
+    def refusal(self, prompt: list[int], n_ctx: int) -> str | None:
+        """Why a request with this prompt and context could never run here (None: it can); checked before it
+        queues. Sequences here hold at most :attr:`n_ctx_seq` positions."""
+        if n_ctx > self.n_ctx_seq:
+            return (f"num_ctx {n_ctx} is more than this runner's context of {self.n_ctx_seq} tokens; "
+                    "the model must be loaded with the larger context")
         return None
+
+    def context_of(self, request: CompletionRequest) -> int:
+        """The context bounding ``request``'s sequence: its own ``num_ctx``, else the runner's."""
+        return request.n_ctx or self.n_ctx_seq
 
     def submit(self, request: CompletionRequest) -> None:
         """Queue a request; the engine admits it when a slot is free."""
@@ -233,6 +244,13 @@ class Engine:
     def kv_blocks(self) -> dict[str, int]:
         """Block counts of a paged cache (empty for one without blocks)."""
         return {}
+
+    def kv_disk(self) -> dict[str, Any]:
+        """What the prefix cache's disk tier did (empty without one)."""
+        return {}
+
+    def persist(self) -> None:
+        """Keep what can outlive the runner (the engine has stopped)."""
 
     def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> Slot | None:
         """A slot for ``request`` holding as much of ``prompt`` as the cache has (``slot.cached`` set).
@@ -269,7 +287,7 @@ class Engine:
     def _room_to_decode(self, slot: Slot) -> bool:
         """Whether ``slot`` can take its pending token now. A full context is shifted, or, for a request
         that may not shift, ends the answer with ``"length"``."""
-        if len(slot.tokens) < self.n_ctx_seq:
+        if len(slot.tokens) < slot.n_ctx:
             return True
         if not slot.request.shift:
             self._finish(slot, "length")
@@ -308,6 +326,7 @@ class Engine:
             "cache_hit_rate": round(self.stats.hit_rate, 4),
             "cache_ram_bytes": self.cache_ram_bytes,
             "kv_blocks": self.kv_blocks(),
+            "kv_disk": self.kv_disk(),
         }
 
     def _receive(self, block: bool) -> None:
@@ -345,7 +364,7 @@ class Engine:
     def _fit(self, request: CompletionRequest) -> tuple[int, list[int]]:
         """``num_keep`` and the prompt cut to the context as Ollama does."""
         o = request.options
-        n_ctx = self.n_ctx_seq
+        n_ctx = self.context_of(request)
         num_keep = len(request.prompt) if o.num_keep < 0 else o.num_keep
         num_keep = max(0, min(num_keep, n_ctx // 2))
         prompt = fit_prompt(request.prompt, n_ctx, num_keep)
@@ -358,7 +377,7 @@ class Engine:
 
     def _start(self, slot: Slot, request: CompletionRequest, prompt: list[int]) -> None:
         o = request.options
-        n_ctx = self.n_ctx_seq
+        n_ctx = slot.n_ctx = self.context_of(request)
         if o.num_predict == -2:
             slot.limit = max(0, n_ctx - len(prompt))
         elif o.num_predict < 0 or o.num_predict > 10 * n_ctx:
@@ -505,7 +524,7 @@ class Engine:
         for step in plan:
             slot = step.slot
             if slot.spec is not None and slot.spec.wants(len(slot.generated), len(plan)):
-                room = min(self.n_ctx_seq - len(slot.tokens) - 1, slot.limit - len(slot.generated) - 1, budget)
+                room = min(slot.n_ctx - len(slot.tokens) - 1, slot.limit - len(slot.generated) - 1, budget)
                 k = slot.spec.limit(room)
                 if k > 0:
                     wanting.append((step, k))

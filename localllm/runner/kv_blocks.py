@@ -28,6 +28,10 @@ Invariants (:meth:`BlockPool.check` asserts them):
 
 Evicted full blocks are copied to host RAM within a byte budget (least
 recently used dropped first) and copied back when a prompt walks into them.
+Below host RAM, the disk tier (:mod:`localllm.runner.kv_disk`) takes full
+blocks that leave RAM, and every full block when the runner stops
+(:meth:`BlockPool.persist`); a prompt walking past the end of the tree looks
+its next blocks up there by their chained token hash (:attr:`Node.key`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from localllm.runner.engine import CacheStats
+from localllm.runner.kv_disk import ROOT_KEY, DiskTier, chain_key
 
 
 class BlockStore(Protocol):
@@ -62,6 +67,7 @@ class Node:
     block: int | None = None  # resident block, or None
     spilled: bytes | None = None  # the block's bytes in host RAM, or None
     children: dict[tuple[int, ...], Node] = field(default_factory=dict)
+    key: bytes = ROOT_KEY  # chained token hash of a full run: the disk tier's name for it
 
 
 @dataclass
@@ -77,8 +83,10 @@ class Placement:
 class BlockPool:
     """Reference-counted KV blocks, their prefix index and the host-RAM tier; see the module docstring."""
 
-    def __init__(self, store: BlockStore, n_blocks: int, block_size: int, host_budget: int = 0) -> None:
+    def __init__(self, store: BlockStore, n_blocks: int, block_size: int, host_budget: int = 0,
+                 disk: DiskTier | None = None) -> None:
         self.store = store
+        self.disk = disk
         self.n_blocks = n_blocks
         self.block_size = block_size
         self.host_budget = host_budget
@@ -124,7 +132,10 @@ class BlockPool:
         found = Placement(blocks=[], nodes=[], tokens=0)
         node = self.root
         while found.tokens + bs <= len(tokens):
-            child = node.children.get(tuple(tokens[found.tokens : found.tokens + bs]))
+            run = tuple(tokens[found.tokens : found.tokens + bs])
+            child = node.children.get(run)
+            if child is None:
+                child = self._from_disk(node, run, found)
             if child is None or not self._make_resident(child, found):
                 break
             self._take(child.block)
@@ -158,7 +169,7 @@ class BlockPool:
             run = tuple(tokens[i * bs : (i + 1) * bs])
             node = parent.children.get(run)
             if node is None:
-                node = parent.children[run] = Node(run=run, parent=parent)
+                node = parent.children[run] = Node(run=run, parent=parent, key=chain_key(parent.key, run))
             if node.block is None:
                 self._drop_spilled(node)
                 node.block = blocks[i]
@@ -184,6 +195,22 @@ class BlockPool:
                 self._evictable[block] = None
             else:
                 self._free.append(block)
+
+    def persist(self) -> int:
+        """Write every full indexed block (resident or in host RAM) to the disk tier, parents first: the runner is
+        stopping. The number of blocks the disk tier holds now."""
+        if self.disk is None:
+            return 0
+        kept, level = 0, list(self.root.children.values())
+        while level and self.disk.writing:
+            for node in level:
+                if len(node.run) < self.block_size:
+                    continue
+                data = node.spilled if node.block is None else self.store.read_block(node.block)
+                if data is not None and self._to_disk(node, data):
+                    kept += 1
+            level = [child for node in level for child in node.children.values()]
+        return kept
 
     # -- invariants -------------------------------------------------------------
 
@@ -220,29 +247,57 @@ class BlockPool:
         self.ref[block] += 1
 
     def _make_resident(self, node: Node, found: Placement) -> bool:
-        """Whether ``node`` has a block now, copying its spilled bytes back if needed."""
+        """Whether ``node`` has a block now, copying its bytes back from host RAM or disk if needed."""
         if node.block is not None:
             return True
         data = node.spilled
+        if data is not None:
+            # out of the host tier's LRU while room is made (a spill then must not drop it), its bytes still
+            # on it so that pruning a spilled child it loses meanwhile cannot take it out of the tree
+            del self._host[node]
+            self.host_used -= len(data)
+            if not self._restore(node, data, found):
+                self._host[node] = None
+                self.host_used += len(data)
+                return False
+            node.spilled = None
+            self.stats.restores += 1
+            return True
+        data = self.disk.read(node.key) if self.disk is not None and len(node.run) == self.block_size else None
         if data is None:
             return False
-        # out of the host tier's LRU while room is made (a spill then must not drop it), its bytes still
-        # on it so that pruning a spilled child it loses meanwhile cannot take it out of the tree
-        del self._host[node]
-        self.host_used -= len(data)
+        node.spilled = data  # held on the node (not in the host tier) only so that pruning keeps it meanwhile
+        restored = self._restore(node, data, found)
+        node.spilled = None
+        self.stats.disk_restores += restored
+        return restored
+
+    def _from_disk(self, parent: Node, run: tuple[int, ...], found: Placement) -> Node | None:
+        """A new node for ``run`` under ``parent`` holding its block read from the disk tier, if it is there."""
+        if self.disk is None:
+            return None
+        key = chain_key(parent.key, run)
+        data = self.disk.read(key)
+        if data is None:
+            return None
+        node = Node(run=run, parent=parent, key=key)
+        if not self._restore(node, data, found):
+            return None
+        parent.children[run] = node
+        self.stats.disk_restores += 1
+        return node
+
+    def _restore(self, node: Node, data: bytes, found: Placement) -> bool:
+        """Give ``node`` a block holding ``data`` (cached: the caller takes it); False when the pool has none."""
         block = self.allocate()
         if block is None:
-            self._host[node] = None
-            self.host_used += len(data)
             return False
-        node.spilled = None
         self.store.write_block(block, data)
         self.ref[block] = 0  # allocate() took it for a sequence; the caller takes it as an indexed block
         node.block = block
         self._node_of[block] = node
         self._evictable[block] = None
         found.restored += 1
-        self.stats.restores += 1
         return True
 
     def _copy_partial(self, node: Node, tokens: Sequence[int], found: Placement) -> None:
@@ -294,6 +349,8 @@ class BlockPool:
         node = self._node_of.pop(block)
         if len(node.run) == self.block_size and self.host_budget:  # spilled while it still holds its block,
             self._spill(node, self.store.read_block(block))  # so room made in the host tier cannot prune it
+        elif len(node.run) == self.block_size and self.disk is not None:
+            self._to_disk(node, self.store.read_block(block))
         node.block = None
         self._prune(node)
         self._free.append(block)
@@ -301,16 +358,22 @@ class BlockPool:
 
     def _spill(self, node: Node, data: bytes) -> None:
         if len(data) > self.host_budget:
+            self._to_disk(node, data)
             return
         while self.host_used + len(data) > self.host_budget:
             oldest, _ = self._host.popitem(last=False)
             self.host_used -= len(oldest.spilled)
+            self._to_disk(oldest, oldest.spilled)
             oldest.spilled = None
             self._prune(oldest)
         node.spilled = data
         self._host[node] = None
         self.host_used += len(data)
         self.stats.spills += 1
+
+    def _to_disk(self, node: Node, data: bytes) -> bool:
+        """Keep a full block that leaves RAM in the disk tier, if there is one."""
+        return self.disk is not None and self.disk.write(node.key, data)
 
     def _drop_spilled(self, node: Node) -> None:
         if node.spilled is not None:
@@ -332,6 +395,8 @@ class BlockPool:
     def _forget(self, node: Node) -> None:
         for child in list(node.children.values()):
             self._forget(child)
+        if node.spilled is not None:
+            self._to_disk(node, node.spilled)
         self._drop_spilled(node)
         node.children.clear()
 

@@ -25,8 +25,10 @@ cached keys, so a shifted sequence's KV too is what a fresh computation gives.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from localllm.backends.native.backend import Context, Model
 from localllm.runner.engine import WAIT_FOR_PREFIX, CompletionRequest, Engine, Slot, Step
@@ -65,14 +67,36 @@ class PagedEngine(Engine):
     def kv_blocks(self) -> dict[str, int]:
         return {**self.pool.counts(), "block_size": self.pool.block_size}
 
+    def kv_disk(self) -> dict[str, Any]:
+        disk = self.pool.disk
+        if disk is None:
+            return {}
+        return {"reads": disk.reads, "writes": disk.writes, "dropped": disk.dropped, "writing": disk.writing}
+
+    def persist(self) -> None:
+        """Write the cached blocks to the disk tier, so a later runner of this model starts from them."""
+        if self.pool.disk is not None:
+            started, before = time.perf_counter(), self.pool.disk.writes
+            kept = self.pool.persist()
+            log.info("KV disk tier: %d cached blocks on disk (%d written now) in %.2f s", kept,
+                     self.pool.disk.writes - before, time.perf_counter() - started)
+
     # -- admission ---------------------------------------------------------------
 
-    def refusal(self, prompt: list[int]) -> str | None:
-        n = min(len(prompt), self.n_ctx_seq) + 1  # as the context cuts it, and the first generated token
+    def refusal(self, prompt: list[int], n_ctx: int) -> str | None:
+        """Any context up to the model's trained one (the tables' width) runs here while the pool can hold it
+        (or the runner was loaded with it)."""
+        positions = self.pool.n_blocks * self.pool.block_size
+        if n_ctx > self.ctx.max_seq_len:
+            return f"num_ctx {n_ctx} is more than the model's trained context of {self.ctx.max_seq_len} tokens"
+        if n_ctx > max(positions, self.n_ctx_seq):  # a pool smaller than the loaded context was asked for
+            return (f"num_ctx {n_ctx} is more than this runner's KV pool holds ({positions} positions); "
+                    "the model must be loaded with a larger pool (LOCALLLM_KV_TOKENS)")
+        n = min(len(prompt), n_ctx) + 1  # as the context cuts it, and the first generated token
         if self.pool.blocks_for(n) <= self.pool.n_blocks:
             return None
         return (f"the prompt needs {n} KV positions but the whole KV pool holds "
-                f"{self.pool.n_blocks * self.pool.block_size}; shorten it or give the pool more (LOCALLLM_KV_TOKENS)")
+                f"{positions}; shorten it or give the pool more (LOCALLLM_KV_TOKENS)")
 
     def _admit(self) -> None:
         parked = sorted((s for s in self._active if s.parked), key=lambda s: s.admitted)

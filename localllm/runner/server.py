@@ -6,14 +6,15 @@ bad input):
 ``GET /health``
     ``{"status": "ok", "n_ctx", "n_ctx_train", "n_parallel", "n_vocab",
     "bos", "eos", "model_size", "kv_used_cells", "queue_depth", "embedding",
-    "cache_tokens", "cache_hit_rate", "cache_ram_bytes", "kv_blocks"}``. ``n_ctx`` is the
+    "cache_tokens", "cache_hit_rate", "cache_ram_bytes", "kv_blocks", "kv_disk"}``. ``n_ctx`` is the
     context of ONE sequence. ``kv_used_cells`` counts every token held in KV,
     ``cache_tokens`` those of idle sequences kept for reuse (so with nothing
     running the two are equal); ``cache_hit_rate`` is the share of all prompt
     tokens served from the cache; ``cache_ram_bytes`` the host RAM holding
     spilled prefixes; ``kv_blocks`` the native engine's block counts
     (``total``, ``in_use``, ``shared``, ``cached``, ``spilled``, ``block_size``),
-    empty on llama.cpp.
+    empty on llama.cpp; ``kv_disk`` what the prefix cache's disk tier did (``reads``, ``writes``,
+    ``dropped`` unusable files, ``writing`` false once a write failed), empty without one.
 ``POST /tokenize``
     ``{"content": str, "add_special": true, "parse_special": true}`` →
     ``{"tokens": [int]}``. With ``"prompt": true`` the content is tokenized exactly as
@@ -76,7 +77,8 @@ from localllm.runner.sampling import GrammarError, Sampler
 log = logging.getLogger("localllm.runner")
 
 
-NO_KV = {"kv_used_cells": 0, "cache_tokens": 0, "cache_hit_rate": 0.0, "cache_ram_bytes": 0, "kv_blocks": {}}
+NO_KV = {"kv_used_cells": 0, "cache_tokens": 0, "cache_hit_rate": 0.0, "cache_ram_bytes": 0, "kv_blocks": {},
+         "kv_disk": {}}
 
 
 class BadRequest(ValueError):
@@ -236,7 +238,6 @@ def create_app(rt: Runtime) -> Starlette:
     async def _complete(body: dict[str, Any], parsed: ImagePrompt | None) -> Response:
         if parsed is not None:
             tokens = parsed.tokens
-            _check_images_fit(parsed, rt.n_ctx)
         else:
             tokens = _prompt_tokens(model, body.get("prompt"), body.get("context"))
         options = CompletionOptions.from_dict(body.get("options"))
@@ -255,18 +256,23 @@ def create_app(rt: Runtime) -> Starlette:
             raise BadRequest("send either a 'grammar' or a 'json_schema', not both")
         stream = _flag(body, "stream", True)
         shift = _flag(body, "shift", True)
-        if not _flag(body, "truncate", True) and len(tokens) > rt.n_ctx:
+        n_ctx = options.num_ctx or rt.n_ctx
+        if n_ctx > model.n_ctx_train > 0:
+            raise BadRequest(f"num_ctx {n_ctx} is more than the model's trained context of {model.n_ctx_train} tokens")
+        if parsed is not None:
+            _check_images_fit(parsed, n_ctx)
+        if not _flag(body, "truncate", True) and len(tokens) > n_ctx:
             raise BadRequest(
-                f"the prompt is {len(tokens)} tokens, more than the context length of {rt.n_ctx} tokens; "
+                f"the prompt is {len(tokens)} tokens, more than the context length of {n_ctx} tokens; "
                 "shorten it, raise num_ctx, or allow truncation"
             )
-        refusal = rt.engine.refusal(tokens)
+        refusal = rt.engine.refusal(tokens, n_ctx)
         if refusal:
             raise BadRequest(refusal)
         draft = await _draft_model(rt, options)
-        sampler = Sampler(model, options, rt.n_ctx, grammar, triggers, schema)
+        sampler = Sampler(model, options, n_ctx, grammar, triggers, schema)
         relay = EventRelay(asyncio.get_running_loop(), rt.stream_interval if stream else float("inf"))
-        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift, draft=draft,
+        job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift, draft=draft, n_ctx=n_ctx,
                                 images=parsed.take_images() if parsed is not None else {})
         rt.engine.submit(job)
         if stream:

@@ -109,6 +109,10 @@ class DeleteRequest(_NamedBody):
     pass
 
 
+class CacheClearRequest(_NamedBody):
+    """``DELETE /api/cache``: the model whose cached KV goes, or every model's when ``model`` is empty."""
+
+
 class CreateRequest(_NamedBody):
     """Ollama's structured create, plus ``modelfile``+``path`` for raw Modelfile text."""
 

@@ -93,14 +93,15 @@ def _kept(messages: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
 
 
 async def fit_history(history: ChatHistory, runner: RunnerProcess, num_predict: int | None,
-                      truncate: bool) -> FittedPrompt:
-    """The chat's prompt within the runner's context (see the module docstring).
+                      truncate: bool, num_ctx: int | None = None) -> FittedPrompt:
+    """The chat's prompt within the request's context (``num_ctx``, else the runner's; see the module docstring).
 
     With ``truncate`` false nothing is left out, and a prompt over the
-    context is a 400 naming both lengths.
+    context is a 400 naming both lengths. A context smaller than the
+    system messages alone is a 400 naming both sizes.
     """
     counter = _Counter(history, runner)
-    n_ctx = runner.health.n_ctx
+    n_ctx = num_ctx or runner.health.n_ctx
     budget = n_ctx - answer_room(n_ctx, num_predict)
     messages = history.messages
     images = images_of(messages)
@@ -115,6 +116,7 @@ async def fit_history(history: ChatHistory, runner: RunnerProcess, num_predict: 
             return FittedPrompt(text, tokens, images=images)
         raise bad_request(f"the chat's prompt is {len(tokens)} tokens, more than the context length of {n_ctx} "
                           "tokens, and truncate is false; shorten the chat, raise num_ctx, or allow truncation")
+    await _check_system_fits(counter, messages, n_ctx)
     starts = [i for i, m in enumerate(messages) if m["role"] == "user" and i > 0]
     if not starts:  # nothing to leave out: the last message runs from the start
         return await _cut_inside(counter, messages, 0, budget, n_ctx)
@@ -134,6 +136,17 @@ async def fit_history(history: ChatHistory, runner: RunnerProcess, num_predict: 
     log.info("chat of %d messages over the context (%d tokens): left out the oldest %d", len(messages), n_ctx,
              len(messages) - len(kept))
     return FittedPrompt(text, tokens, dropped=len(messages) - len(kept), images=images_of(kept))
+
+
+async def _check_system_fits(counter: _Counter, messages: list[dict[str, Any]], n_ctx: int) -> None:
+    """The system messages are always kept: a context they alone overflow cannot hold the chat."""
+    system = [m for m in messages if m["role"] == "system"]
+    if not system:
+        return
+    _, tokens = await counter.prompt(system)
+    if len(tokens) > n_ctx:
+        raise bad_request(f"num_ctx {n_ctx} is smaller than the prompt's system part of {len(tokens)} tokens; "
+                          "raise num_ctx or shorten the system prompt")
 
 
 async def _cut_inside(counter: _Counter, messages: list[dict[str, Any]], start: int, budget: int,

@@ -290,7 +290,7 @@ class Lease:
         async with self._given_back_on_failure():
             with runner_errors():
                 return await fit_history(history, self.loaded.runner, self.job.options.get("num_predict"),
-                                         self.job.truncate)
+                                         self.job.truncate, self.job.options.get("num_ctx"))
 
     @contextlib.asynccontextmanager
     async def _given_back_on_failure(self) -> AsyncIterator[None]:

@@ -25,6 +25,7 @@ from ..registry.requires import normalize_requires
 from ..registry.store import CorruptManifest, DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from . import show
 from .api_types import (
+    CacheClearRequest,
     ChatRequest,
     CopyRequest,
     CreateRequest,
@@ -143,7 +144,21 @@ async def delete_model(body: DeleteRequest, request: Request) -> Response:
         raise not_found(str(exc)) from None
     if model is not None:
         await state.scheduler.unload(model.model_path, tuple(model.adapters))
+        state.scheduler.clear_kv_cache(model.model_path)  # KV reveals the prompts: it goes with the model
     return Response(status_code=200)
+
+
+@router.delete("/api/cache")
+async def clear_cache(request: Request, body: CacheClearRequest | None = None) -> JSONResponse:
+    """localllm's own: delete the prefix cache's blocks on disk, of one model or of all (``localllm cache clear``)."""
+    state = state_of(request)
+    path = None
+    if body is not None and body.model:
+        try:
+            path = load_local_model(state.store, parse_name(body.model), verify_links=False).model_path
+        except ModelNotFound as exc:
+            raise not_found(str(exc)) from None
+    return JSONResponse({"freed_bytes": state.scheduler.clear_kv_cache(path)})
 
 
 @router.post("/api/pull")

@@ -27,6 +27,7 @@ log = logging.getLogger("localllm.runner_client")
 
 LOAD_TIMEOUT_S = 120.0
 EXIT_GRACE_S = 1.0  # how long a runner whose connection broke may take to exit
+STOP_TIMEOUT_S = 30.0  # how long a stopping runner may take: writing its KV blocks to the disk tier
 
 
 class RunnerError(RuntimeError):
@@ -54,6 +55,8 @@ class RunnerConfig:
     projector: Path | None = None  # vision projector GGUF: images in
     engine: str = "llama.cpp"
     kv_tokens: int | None = None  # native engine: positions in its KV block pool (None: the runner's default)
+    kv_disk: Path | None = None  # native engine: the prefix cache's disk tier (all models' blocks), None: off
+    kv_disk_bytes: int = 0  # most bytes the disk tier's files take together
     kv_cache_type: str = "f16"  # llama.cpp engine (LOCALLLM_KV_CACHE_TYPE)
     flash_attention: bool = False  # llama.cpp engine (LOCALLLM_FLASH_ATTENTION)
     worker_timeout: float = 120.0  # seconds one decode step may wait on workers (LOCALLLM_WORKER_TIMEOUT)
@@ -82,6 +85,7 @@ class Health:
     cache_ram_bytes: int = 0
     queue_depth: int = 0
     kv_blocks: dict[str, int] = field(default_factory=dict)
+    kv_disk: dict[str, Any] = field(default_factory=dict)  # the prefix cache's disk tier (native engine)
     embedding: bool = False
 
     @classmethod
@@ -128,8 +132,9 @@ class RunnerProcess:
                 "the next load plans without it)") if workers else ""
         return f"model runner {how}" + (f": {tail}" if tail else "") + lost
 
-    async def stop(self, timeout: float = 5.0) -> None:
-        """Terminate the runner and wait for it; memory really comes back."""
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Terminate the runner and wait for it (it writes its cached KV to the disk tier first); memory really
+        comes back."""
         await self.client.aclose()
         if self.alive:
             self.process.terminate()
@@ -242,6 +247,8 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
     ]
     if config.kv_tokens:
         args += ["--kv-tokens", str(config.kv_tokens)]
+    if config.kv_disk is not None and config.kv_disk_bytes:
+        args += ["--kv-disk", str(config.kv_disk), "--kv-disk-bytes", str(config.kv_disk_bytes)]
     for device in config.devices:
         args += ["--device", device]
     if config.tensor_split:

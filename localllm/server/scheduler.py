@@ -37,6 +37,7 @@ from .memory import (
     worker_offload,
 )
 from ..backends.capabilities import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
+from ..runner import kv_disk
 from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
 from .worker_pool import WorkerPool
@@ -64,6 +65,7 @@ class LoadedModel:
     workers: tuple[str, ...] = ()  # the workers holding its layers (host:port)
     size_workers: int = 0  # bytes of ``size`` on workers, not on this machine
     keep_alive: float | None = None  # seconds; None keeps it forever
+    forget_kv: bool = False  # its KV blocks are deleted from the disk tier once its runner has stopped
     active: int = 0
     expires_at: float | None = None  # time.monotonic(); None while in use or forever
 
@@ -216,6 +218,25 @@ class Scheduler:
                 await self._unload(model)
         return found
 
+    def clear_kv_cache(self, model_path: os.PathLike | None = None) -> int:
+        """Delete the prefix cache's disk blocks of one model's weights (None: of every model); the bytes freed.
+
+        A loaded runner of those weights writes its blocks when it stops: they are deleted then too.
+        """
+        for model in self.loaded.values():
+            if model_path is None or model.key[0] == str(model_path):
+                model.forget_kv = True
+        return self._clear_kv(model_path)
+
+    def _clear_kv(self, model_path: os.PathLike | None) -> int:
+        root = self.settings.kv_cache_dir
+        if model_path is None:
+            return kv_disk.clear(root)
+        try:
+            return kv_disk.clear(root, kv_disk.weights_id(model_path))
+        except OSError:  # a linked file that is gone: nothing of it can be found again
+            return 0
+
     def _set_idle(self, model: LoadedModel) -> None:
         if model.keep_alive is None:
             model.expires_at = None
@@ -294,7 +315,11 @@ class Scheduler:
                 await self._unload(model)
                 model = None
             wanted_ctx = request.num_ctx or DEFAULT_NUM_CTX
-            if model is not None and model.runner.config.n_ctx < wanted_ctx:
+            if request.num_ctx:
+                self._check_trained_ctx(request, model)
+            reload = self._reload_reason(model, wanted_ctx) if model is not None else None
+            if reload:
+                log.info("loading %s again: %s", request.name, reload)
                 await self._wait_idle(model)
                 await self._unload(model)
                 model = None
@@ -311,6 +336,36 @@ class Scheduler:
                                      f"would fit with num_ctx {DEFAULT_NUM_CTX}", exc.room, 400) from None
                     raise
             return model
+
+    @staticmethod
+    def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
+        """A ``num_ctx`` over the model's trained context is the request's 400, naming both."""
+        if model is not None and model.runner.health.n_ctx_train:
+            trained = model.runner.health.n_ctx_train
+        else:
+            try:
+                trained = read_model_summary(Path(request.model_path)).arch_value("context_length", 0)
+            except (OSError, ValueError):  # the load says what is wrong with the file
+                return
+        if isinstance(trained, int) and 0 < trained < request.num_ctx:
+            raise NoRoom(f"num_ctx {request.num_ctx} is more than the model's trained context of {trained} tokens",
+                         status=400)
+
+    def _reload_reason(self, model: LoadedModel, n_ctx: int) -> str | None:
+        """Why the loaded runner cannot serve a request of context ``n_ctx`` (None: it can, without a reload).
+
+        A native runner serves any context its KV pool holds; llama.cpp's sequences have the size they were
+        loaded with.
+        """
+        config = model.runner.config
+        if config.n_ctx >= n_ctx:
+            return None
+        if config.engine != NATIVE or config.embedding:
+            return f"num_ctx {n_ctx} is more than the context of {config.n_ctx} it was loaded with"
+        pool = config.kv_tokens or POOL_CONTEXTS * config.n_ctx
+        if n_ctx <= pool or self.pool_tokens(n_ctx) <= pool:  # a reload would not give it a larger pool
+            return None
+        return f"num_ctx {n_ctx} is more than its KV pool holds ({pool} positions)"
 
     @staticmethod
     def _context_is_why(load: LoadPlan, n_ctx: int, room: int) -> bool:
@@ -400,6 +455,8 @@ class Scheduler:
             projector=Path(request.projector) if request.projector and not request.embedding else None,
             engine=choice.engine,
             kv_tokens=self.pool_tokens(n_ctx) if choice.engine == NATIVE else None,
+            kv_disk=self.settings.kv_cache_dir if choice.engine == NATIVE else None,
+            kv_disk_bytes=self.settings.kv_disk,
             kv_cache_type=self.settings.kv_cache_type,
             flash_attention=self.settings.flash_attention,
             worker_timeout=self.settings.worker_timeout,
@@ -444,6 +501,8 @@ class Scheduler:
             del self.loaded[model.key]
         log.info("unloading %s", model.name)
         await model.runner.stop()
+        if model.forget_kv:
+            self._clear_kv(model.key[0])
         self.workers.release(model.workers)
         async with self._changed:
             self._changed.notify_all()

@@ -39,7 +39,7 @@ DEFAULT_ORIGINS = (
 #: Paths whose bodies may be large (model blobs); the body limit does not apply.
 UNLIMITED_BODY_PATHS = ("/api/blobs/",)
 #: Endpoints that change the store or make the daemon fetch or read model files (and ``POST /api/blobs/…``).
-MODEL_CHANGING_PATHS = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete")
+MODEL_CHANGING_PATHS = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete", "/api/cache")
 #: Where the chat page's files are served (readable without the API key, like ``/``).
 PAGE_ASSETS = "/web/"
 #: Scope key the guard sets: True for a client on this machine or one that sent the API key.

@@ -21,6 +21,10 @@
   unshared copies of their prompts → ``shared_prefix_kv_ratio`` (target <= 0.25).
 - ``single``: one stream's decode tokens/s over ``Llama.generate``
   (scripts/bench/decode.py) → ``single_stream_ratio`` (target >= 1.8).
+- ``restart``: a ~7,000-token prompt on the native engine, cold (a fresh daemon, the disk cache cleared)
+  and again after the daemon restarted (its runner wrote the prompt's KV blocks to the disk tier when it
+  stopped), alternating: median time to first token after the restart over cold, the runner's start
+  included on both sides → ``restart_ttft_ratio`` (target <= 0.05); the answers must be identical.
 
 The sides run one after the other, never at once (they would share the CPU).
 ``--json`` puts each of those keys at the top level, beside each section's detail.
@@ -49,9 +53,10 @@ import decode  # noqa: E402
 from common import MODEL, PeerServer, alternating, fixtures, report, start_daemon  # noqa: E402
 from llama_server import LlamaServer  # noqa: E402
 
-SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single")
+SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single", "restart")
 HEADLINE = ("throughput_ratio_c8", "throughput_ratio_c8_llama_server", "ttft_p50_c8_llama_server_ratio",
-            "ttft_growth_turn10", "prefill_work_ratio", "shared_prefix_kv_ratio", "single_stream_ratio")
+            "ttft_growth_turn10", "prefill_work_ratio", "shared_prefix_kv_ratio", "single_stream_ratio",
+            "restart_ttft_ratio")
 TOPICS = ["dragons", "the ocean", "a lighthouse", "robots", "a small village", "the moon", "trains", "a forest"]
 
 
@@ -232,6 +237,53 @@ def bench_single(s: Settings) -> dict[str, Any]:
             "single_stream_ratio": result["decode_ratio"], "engine": result["engine"]}
 
 
+def bench_restart(s: Settings) -> dict[str, Any]:
+    """TTFT of a long prompt after a daemon restart (KV from the disk tier) over the same prompt cold."""
+    daemon = start_daemon(LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=str(s.threads))
+    daemon.stop()
+    rules = " ".join(f"Rule {i}: item {i} of the catalogue ships within {i % 7 + 1} days and is kept in aisle "
+                     f"{i % 13}." for i in range(40 if s.quick else 280))
+    body = {"model": MODEL, "prompt": f"{rules}\nQuestion: where is item 42 kept?\nAnswer:", "raw": True,
+            "options": {"temperature": 0, "num_predict": 8, "num_ctx": 8192}}
+
+    def first_token() -> tuple[float, str, int]:
+        start = time.perf_counter()
+        ttft, pieces = 0.0, []
+        with httpx.stream("POST", f"{daemon.url}/api/generate", json=body, timeout=900) as r:
+            for line in r.iter_lines():
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if "error" in event:
+                    raise RuntimeError(event["error"])
+                ttft = ttft or time.perf_counter() - start
+                pieces.append(event.get("response", ""))
+                if event.get("done"):
+                    return ttft, "".join(pieces), event["prompt_eval_count"]
+        raise RuntimeError("the stream ended without a done object")
+
+    cold, warm, answers, prompt_tokens = [], [], set(), 0
+    try:
+        for _ in range(s.rounds):
+            daemon.start()
+            httpx.request("DELETE", f"{daemon.url}/api/cache", json={}, timeout=60).raise_for_status()
+            ttft, text, prompt_tokens = first_token()
+            cold.append(ttft)
+            answers.add(text)
+            daemon.stop()  # its runner writes the prompt's blocks to disk
+            daemon.start()
+            ttft, text, _ = first_token()
+            warm.append(ttft)
+            answers.add(text)
+            daemon.stop()
+    finally:
+        daemon.stop()
+    if len(answers) != 1:
+        raise RuntimeError(f"the answers after a restart differ from the cold ones: {sorted(answers)}")
+    return {"prompt_tokens": prompt_tokens, "cold_ttft_s": cold, "restart_ttft_s": warm,
+            "restart_ttft_ratio": statistics.median(warm) / statistics.median(cold), "same_answer": True}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -248,7 +300,7 @@ def main() -> None:
     settings = Settings(threads=args.threads, tokens=32 if args.quick else 128, rounds=1 if args.quick else args.rounds,
                         turns=4 if args.quick else 10, quick=args.quick)
     runs = {"concurrency": bench_concurrency, "multiturn": bench_multiturn,
-            "shared_prefix": bench_shared_prefix, "single": bench_single}
+            "shared_prefix": bench_shared_prefix, "single": bench_single, "restart": bench_restart}
     results: dict[str, Any] = {"model": MODEL, "threads": args.threads, "quick": args.quick}
     rows: list[tuple[str, Any]] = []
     for name in chosen:

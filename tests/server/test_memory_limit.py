@@ -94,12 +94,12 @@ def test_a_model_larger_than_the_limit_is_refused_at_once(tmp_path, smollm2_path
 
 @pytest.mark.parametrize("path,body", [("/api/generate", GENERATE), ("/api/embed", EMBED)])
 def test_a_context_too_large_for_the_memory_is_the_requests_400(tmp_path, smollm2_path, one_model, path, body):
-    daemon = _daemon(tmp_path, smollm2_path, one_model * 3 // 2)
+    daemon = _daemon(tmp_path, smollm2_path, one_model * 6 // 5)  # the trained context (8192) takes 1.25 x
     try:
-        refused = httpx.post(f"{daemon.url}{path}", json=dict(body, options={"num_ctx": 65536}), timeout=120)
+        refused = httpx.post(f"{daemon.url}{path}", json=dict(body, options={"num_ctx": 8192}), timeout=120)
         error = refused.json()["error"]
         assert refused.status_code == 400, error
-        assert "num_ctx 65536" in error and "needs about" in error and "LOCALLLM_MEMORY_LIMIT" in error
+        assert "num_ctx 8192" in error and "needs about" in error and "LOCALLLM_MEMORY_LIMIT" in error
         assert _loaded(daemon) == [] and daemon.runner_pids() == []
     finally:
         daemon.stop()

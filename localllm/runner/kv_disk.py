@@ -1,0 +1,217 @@
+"""The disk tier of the native engine's prefix cache: KV blocks as files that outlive the runner.
+
+A full KV block is a function of the model, the engine, the KV type and
+every token from position 0 to its end, so it is named by a *chained token
+hash*: ``key(block i) = blake2b(key(block i-1) + tokens of block i)``. The
+blocks of one model live in one directory named by the weights' digest
+(``<LOCALLLM_KV_DISK_DIR>/<digest>/``), one file per block:
+
+    magic (8 bytes) | header length (u32) | header (JSON) | the block's bytes | crc32 of those bytes (u32)
+
+The header names the model digest, engine, KV type, block size, the block's
+layout and its key; a file is used only when its header is exactly the one
+this runner would write, its length exact and its checksum right. Anything
+else (truncated, corrupt, another model's or another KV type's) is deleted
+and the block computed again. Files are written under a unique temporary
+name (``.<key>.<pid>.<random>.tmp``) and renamed whole, so no reader (of this
+runner or of another daemon on the same directory) ever opens a half-written
+file; a killed runner's temporary files are removed by the next runner.
+
+The directory (all models together) is bounded by ``LOCALLLM_KV_DISK``
+bytes: the least recently used files go first (a read refreshes a file's
+modification time). A failed write (a full disk, a read-only directory)
+stops the tier writing for the rest of the runner's life; requests go on.
+Files are mode 0600: KV reveals the prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import struct
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+log = logging.getLogger("localllm.runner")
+
+MAGIC = b"LLKVBLK1"
+SUFFIX = ".kv"
+_U32 = struct.Struct("<I")
+ROOT_KEY = b"\0" * 16  # the key "before" the first block
+
+
+def chain_key(parent: bytes, run: Sequence[int]) -> bytes:
+    """The key of a block holding ``run`` after the blocks whose last key is ``parent``."""
+    return hashlib.blake2b(parent + struct.pack(f"<{len(run)}i", *run), digest_size=16).digest()
+
+
+def weights_id(model_path: str | os.PathLike[str]) -> str:
+    """The directory name of a model's blocks: its store digest (``sha256-<hex>`` blob names), else a hash of
+    the file's identity (a model file outside the store: its path, size and modification time)."""
+    path = Path(model_path)
+    name = path.name
+    if name.startswith("sha256-") and len(name) == 71:
+        return name
+    st = path.stat()
+    return "file-" + hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
+
+
+def clear(root: Path, model_dir: str | None = None) -> int:
+    """Delete the blocks of one model (its :func:`weights_id`) or of all; the bytes freed."""
+    if model_dir is not None:
+        targets = [root / model_dir]
+    else:
+        targets = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    freed = 0
+    for target in targets:
+        freed += sum(f.stat().st_size for f in target.rglob("*") if f.is_file()) if target.is_dir() else 0
+        shutil.rmtree(target, ignore_errors=True)
+    return freed
+
+
+class DiskTier:
+    """One runner's view of its model's block files; see the module docstring."""
+
+    def __init__(self, root: Path, model_dir: str, budget: int, *, engine: str, kv_type: str, block_size: int,
+                 layout: str, block_bytes: int) -> None:
+        self.root = root
+        self.dir = root / model_dir / f"{engine}-{kv_type}-{block_size}"
+        self.budget = budget
+        self.block_bytes = block_bytes
+        self.writing = True
+        self.reads = 0
+        self.writes = 0
+        self.dropped = 0  # files found unusable and deleted
+        self._header = json.dumps({"digest": model_dir, "engine": engine, "kv_type": kv_type,
+                                   "block_size": block_size, "layout": layout, "bytes": block_bytes},
+                                  sort_keys=True)
+        try:
+            for directory in (root, self.dir.parent, self.dir):
+                directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._remove_orphans()
+        except OSError as exc:
+            self._stop_writing(exc)
+        self._used = self._scan_usage()
+
+    def _prefix(self, key: bytes) -> bytes:
+        header = (self._header[:-1] + f', "key": "{key.hex()}"}}').encode()
+        return MAGIC + _U32.pack(len(header)) + header
+
+    def _path(self, key: bytes) -> Path:
+        return self.dir / f"{key.hex()}{SUFFIX}"
+
+    # -- reading -------------------------------------------------------------
+
+    def read(self, key: bytes) -> bytes | None:
+        """The block named ``key``, checked; None when there is none or it is unusable (then it is deleted)."""
+        path = self._path(key)
+        try:
+            with open(path, "rb", buffering=0) as f:
+                data = f.read()
+        except OSError:
+            return None
+        prefix = self._prefix(key)
+        n = len(prefix) + self.block_bytes
+        ok = (len(data) == n + _U32.size and data.startswith(prefix)
+              and _U32.unpack_from(data, n)[0] == zlib.crc32(memoryview(data)[len(prefix):n]))
+        if not ok:
+            log.warning("KV disk tier: dropping unusable block file %s (truncated, corrupt, or another model's "
+                        "or KV type's)", path.name)
+            self.dropped += 1
+            self._unlink(path)
+            return None
+        try:
+            os.utime(path)  # recently used: last out
+        except OSError:
+            pass
+        self.reads += 1
+        return data[len(prefix):n]
+
+    # -- writing -------------------------------------------------------------
+
+    def has(self, key: bytes) -> bool:
+        return self._path(key).exists()
+
+    def write(self, key: bytes, data: bytes) -> bool:
+        """Store a block (whole, then renamed); False when the tier does not write (off, full, failing)."""
+        if not self.writing or len(data) != self.block_bytes:
+            return False
+        prefix = self._prefix(key)
+        size = len(prefix) + len(data) + _U32.size
+        if size > self.budget:
+            return False
+        path = self._path(key)
+        if path.exists():
+            return True
+        if self._used + size > self.budget:
+            self._make_room(size)
+        temp = self.dir / f".{key.hex()}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as f:  # buffered: a short write is retried, or raises
+                    f.write(prefix + data + _U32.pack(zlib.crc32(data)))
+            except BaseException:
+                self._unlink(temp)
+                raise
+            os.replace(temp, path)
+        except OSError as exc:
+            self._stop_writing(exc)
+            return False
+        self._used += size
+        self.writes += 1
+        return True
+
+    def _stop_writing(self, exc: OSError) -> None:
+        if self.writing:
+            log.warning("KV disk tier: cannot write under %s (%s); no more blocks go to disk until the model is "
+                        "loaded again", self.dir, exc.strerror or exc)
+        self.writing = False
+
+    def _make_room(self, size: int) -> None:
+        """Delete the least recently used block files of every model until ``size`` more bytes fit (with a tenth of
+        the budget spare, so this scan is rare)."""
+        files = []
+        for path in self.root.glob(f"*/*/*{SUFFIX}"):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            files.append((st.st_mtime_ns, st.st_size, path))
+        files.sort()
+        used = sum(f[1] for f in files)
+        target = max(0, self.budget - self.budget // 10 - size)
+        for _, n, path in files:
+            if used <= target:
+                break
+            self._unlink(path)
+            used -= n
+        self._used = used
+
+    def _scan_usage(self) -> int:
+        total = 0
+        for path in self.root.glob(f"*/*/*{SUFFIX}"):
+            try:
+                total += path.stat().st_size
+            except OSError:
+                pass
+        return total
+
+    def _remove_orphans(self) -> None:
+        """Temporary files of runners that are gone (killed mid-write); a live runner's are left alone."""
+        for temp in self.dir.glob(".*.tmp"):
+            parts = temp.name.split(".")
+            if len(parts) == 5 and parts[2].isdigit() and not Path(f"/proc/{parts[2]}").exists():
+                self._unlink(temp)
+
+    @staticmethod
+    def _unlink(path: Path) -> None:
+        try:
+            path.unlink()
+        except OSError:
+            pass
