@@ -3,7 +3,8 @@
 Parity is a stated tolerance, not bit for bit (batch invariance is the promise, see
 test_batch_invariance.py): first-step logits cosine >= 0.997 with llama.cpp, and greedy
 continuations that agree for 64 tokens, a divergence allowed only where llama.cpp's top two logits
-are within 0.1 of each other (0.25 without the AVX-512 forms).
+are within 0.25 of each other (attention sums in its own tiles and segments, not in ggml's lanes, so
+near ties may fall either way on any ISA).
 
 The native engine repacks its matrices at load (kernels/repack.c) and sums each row in that layout's
 order, where llama.cpp sums in ggml's (or in its own repacked layouts'). The integers are the same
@@ -24,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localllm.native import kernels
 from localllm.native.backend import BackendError, Model
 from localllm.native.lib import NativeError
 from localllm.native.model import NativeWeights
@@ -32,7 +32,9 @@ from gguf_builders import tiny_model
 from native_helpers import Side, cosine, top2_gap
 
 MIN_COSINE = 0.997
-MAX_GAP = 0.1 if kernels.isa() == "avx512" else 0.25
+# Where greedy continuations part, llama.cpp's top two logits must be close: our sums run in other
+# orders than ggml's (attention in tiles and segments, fused chains), so near ties may go either way.
+MAX_GAP = 0.25
 
 PROMPTS = [
     "The capital of France is",
