@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localllm.native.backend import BackendError, Model
+from localllm.native.backend import BackendError, Context, Model
 from localllm.native.lib import NativeError
 from localllm.native.model import NativeWeights
 from gguf_builders import tiny_model
@@ -153,6 +153,42 @@ def test_kv_block_operations(smollm2_path: Path) -> None:
             ctx.write_block(0, saved[:-1])
     finally:
         side.close()
+
+
+@pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
+def test_a_q8_0_cache_stays_close_to_f16_in_about_half_the_bytes(request: pytest.FixtureRequest, model: str) -> None:
+    """The same prompt over 700 positions (two attention segments) with either cache."""
+    path = request.getfixturevalue(model)
+    f16, q8 = Side("native", path, n_ctx=768), Side("native", path, n_ctx=768, kv_cache_type="q8_0")
+    try:
+        assert q8.ctx.block_bytes * 64 == f16.ctx.block_bytes * 34  # ggml's Q8_0: 34 bytes for 32 values
+        text = "A lighthouse keeper counts the ships that pass his rock each night and writes their names. " * 60
+        tokens = f16.model.tokenize_prompt(text)[:700]
+        for side in (f16, q8):
+            side.eval(tokens[:400], 0)
+        ours, theirs = q8.eval(tokens[400:], 400), f16.eval(tokens[400:], 400)
+        assert cosine(ours, theirs) >= 0.99
+        for i in range(4):  # greedy steps agree
+            assert np.argmax(ours) == np.argmax(theirs)
+            token = int(np.argmax(ours))
+            ours, theirs = q8.eval([token], 700 + i), f16.eval([token], 700 + i)
+            assert cosine(ours, theirs) >= 0.99
+    finally:
+        f16.close()
+        q8.close()
+
+
+def test_kv_cache_types_the_native_engine_cannot_keep_are_refused(tmp_path: Path, smollm2_path: Path) -> None:
+    model = Model(smollm2_path)
+    narrow = Model(tiny_model(tmp_path / "narrow.gguf", head_dim=16))
+    try:
+        with pytest.raises(BackendError, match="f16 or q8_0, not 'q4_0'"):
+            Context(model, 8, 16, 64, 1, 64, 1, "q4_0")
+        with pytest.raises(BackendError, match="multiple of 32 dimensions; this model's have 16"):
+            Context(narrow, 8, 16, 64, 1, 64, 1, "q8_0")
+    finally:
+        model.close()
+        narrow.close()
 
 
 def test_decode_refuses_bad_batches(smollm2_path: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import uvicorn
 
-from localllm.config import ENGINES, Settings, load_settings
+from localllm.config import ENGINES, NATIVE_KV_CACHE_TYPES, Settings, load_settings
 from localllm.runner.engines import POOL_CONTEXTS
 from localllm.runner.backend import (
     BackendError, Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores,
@@ -106,9 +106,9 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings
     from localllm.runner.kv_blocks import BlockPool
     from localllm.runner.paged_engine import PagedEngine
 
-    if settings.kv_cache_type != "f16" or settings.flash_attention:
-        raise BackendError("LOCALLLM_KV_CACHE_TYPE and LOCALLLM_FLASH_ATTENTION apply to the llama.cpp engine only; "
-                           "unset them or use LOCALLLM_ENGINE=llama.cpp")
+    if settings.kv_cache_type not in NATIVE_KV_CACHE_TYPES or settings.flash_attention:
+        raise BackendError(f"LOCALLLM_KV_CACHE_TYPE={settings.kv_cache_type} and LOCALLLM_FLASH_ATTENTION apply to the "
+                           "llama.cpp engine only; unset them or use LOCALLLM_ENGINE=llama.cpp")
 
     model = NativeModel(args.model, args.adapter, args.gpu_layers)
     n_ctx = _fit_ctx(n_ctx, model.n_ctx_train)
@@ -118,7 +118,8 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings
         log.warning("the KV pool of %d positions is smaller than one context of %d: longer prompts are refused",
                     n_blocks * BLOCK_SIZE, n_ctx)
     try:
-        ctx = NativeContext(model, n_blocks, BLOCK_SIZE, n_ctx, args.parallel, args.batch, threads)
+        ctx = NativeContext(model, n_blocks, BLOCK_SIZE, n_ctx, args.parallel, args.batch, threads,
+                            settings.kv_cache_type)
     except BaseException:
         model.close()
         raise
@@ -127,9 +128,10 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings
     rt.engine = PagedEngine(model, ctx, args.parallel, n_ctx, pool)
     rt.drafts = DraftModels(model, n_ctx, args.parallel, args.batch, threads)
     log.info(
-        "loaded %s on the native engine: ctx=%d, up to %d sequences over %d KV blocks of %d (%d MiB), "
+        "loaded %s on the native engine: ctx=%d, up to %d sequences over %d KV blocks of %d (%d MiB, %s), "
         "batch=%d, threads=%d",
-        args.model, n_ctx, args.parallel, n_blocks, BLOCK_SIZE, (n_blocks * ctx.block_bytes) >> 20, args.batch, threads,
+        args.model, n_ctx, args.parallel, n_blocks, BLOCK_SIZE, (n_blocks * ctx.block_bytes) >> 20,
+        settings.kv_cache_type, args.batch, threads,
     )  # fmt: skip
     return rt, ctx
 
@@ -141,6 +143,19 @@ def _fit_ctx(n_ctx: int, n_ctx_train: int) -> int:
     return n_ctx
 
 
+def _llama_cpp_kv_type(settings: Settings, embedding: bool) -> str:
+    """The KV type llama.cpp gets: it quantizes the V cache only with flash attention, so a q8_0 cache set
+    for the native engine is refused for generation there; embeddings hold no cache past a request."""
+    if settings.kv_cache_type == "f16" or settings.flash_attention:
+        return settings.kv_cache_type
+    if embedding:
+        log.info("embeddings keep an f16 KV cache: LOCALLLM_KV_CACHE_TYPE=%s needs flash attention on llama.cpp",
+                 settings.kv_cache_type)
+        return "f16"
+    raise BackendError(f"LOCALLLM_KV_CACHE_TYPE={settings.kv_cache_type} on the llama.cpp engine needs "
+                       "LOCALLLM_FLASH_ATTENTION=1 (llama.cpp quantizes the V cache only with flash attention)")
+
+
 def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     """Load the model and create the context the arguments describe."""
     init_backend(verbose=args.verbose)
@@ -150,11 +165,11 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
         return _native_runtime(args, args.ctx, threads, settings)
     if len(args.device) != len(args.tensor_split):
         raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
+    kv_cache_type = _llama_cpp_kv_type(settings, args.embedding)
     model = Model(args.model, args.adapter, args.gpu_layers, Offload.open(args.device, args.tensor_split))
     n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
     parallel = 1 if args.embedding else args.parallel
-    context_options: dict[str, Any] = {"kv_cache_type": settings.kv_cache_type,
-                                       "flash_attention": settings.flash_attention}
+    context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": settings.flash_attention}
     if model.offload is not None and model.offload.workers:
         context_options["watchdog"] = DecodeWatchdog(settings.worker_timeout, ", ".join(model.offload.workers))
     try:
