@@ -89,7 +89,7 @@ def _port() -> int:
 
 
 def bench(threads: int, rounds: int, quick: bool) -> dict[str, Any]:
-    lines = 60 if quick else 350  # ~1,200 or ~6,900 tokens (20 a rule)
+    lines = 60 if quick else 325  # ~1,300 or ~7,000 tokens (21 a rule)
     model = fixtures.smollm2_gguf()
     env = {"LOCALLLM_NUM_PARALLEL": "1", "LOCALLLM_NUM_THREADS": str(threads)}
     servers: dict[str, Any] = {}
