@@ -34,8 +34,6 @@ static size_t v_row_bytes(int type, int kv_dim) {
     return type == LLK_Q8_0 ? (size_t)kv_dim / 32 * sizeof(block_q8_0) : (size_t)kv_dim * sizeof(f16_t);
 }
 
-size_t kv_cell_bytes(int type, int kv_dim) { return 2 * v_row_bytes(type, kv_dim); }
-
 int kv_cache_init(kv_cache *kv, int type, int n_layer, int n_head_kv, int head_dim, int block_size, const char **why) {
     *why = NULL;
     if (type != LLK_F16 && type != LLK_Q8_0) *why = "the KV cache type must be f16 or q8_0";

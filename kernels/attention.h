@@ -23,8 +23,6 @@ typedef struct {
 
 /* The layout for these dimensions; 0, or -1 (with *why set) for a type or shape it cannot hold. */
 int kv_cache_init(kv_cache *kv, int type, int n_layer, int n_head_kv, int head_dim, int block_size, const char **why);
-/* Bytes a cell of one layer takes (K and V), by type: what the planner counts. */
-size_t kv_cell_bytes(int type, int kv_dim);
 /* Write the K and V rows (kv_dim floats each) of the token at `pos` of the sequence `table` in `layer`. */
 void kv_store(const kv_cache *kv, const int32_t *table, int layer, int pos, const float *k, const float *v);
 
