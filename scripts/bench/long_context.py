@@ -54,7 +54,7 @@ def _stream(url: str, body: dict[str, Any], piece: Callable[[dict], str], done: 
             raise RuntimeError(f"{url} answered {r.status_code}: {r.read()[:300]!r}")
         for line in r.iter_lines():
             line = line.removeprefix("data: ").strip()
-            if not line:
+            if not line.startswith("{"):  # blank keep-alives, llama-server's closing [DONE]
                 continue
             event = json.loads(line)
             if piece(event) and not first:
