@@ -76,6 +76,14 @@ def _port_taken(settings: Settings) -> DaemonError:
     )
 
 
+def _daemon_answers(settings: Settings) -> bool:
+    """True when our daemon answers; a :class:`DaemonError` when another program holds the port."""
+    answer = _probe(settings.base_url)
+    if answer is not None and answer != READY_TEXT:
+        raise _port_taken(settings)
+    return answer == READY_TEXT
+
+
 def ensure_daemon(settings: Settings, timeout: float = START_TIMEOUT) -> None:
     """Make sure a localllm daemon answers at ``settings.base_url``, starting one if needed.
 
@@ -83,11 +91,8 @@ def ensure_daemon(settings: Settings, timeout: float = START_TIMEOUT) -> None:
     host is remote and does not answer, or a started daemon does not come up.
     """
     where = f"{settings.host}:{settings.port}"
-    answer = _probe(settings.base_url)
-    if answer == READY_TEXT:
+    if _daemon_answers(settings):
         return
-    if answer is not None:
-        raise _port_taken(settings)
     if settings.host not in _LOCAL_HOSTS:
         raise DaemonError(f"could not connect to the localllm daemon at {settings.base_url}; is it running?")
     process = _start_daemon(settings)
@@ -96,11 +101,8 @@ def ensure_daemon(settings: Settings, timeout: float = START_TIMEOUT) -> None:
         # Exit status first, then the probe: when two commands start daemons at once, the one
         # that loses the port exits, and the probe then finds the winner answering.
         exited = process.poll() is not None
-        answer = _probe(settings.base_url)
-        if answer == READY_TEXT:
+        if _daemon_answers(settings):
             return
-        if answer is not None:
-            raise _port_taken(settings)
         if exited:
             raise DaemonError(
                 f"the localllm daemon could not start on {where} (exit code {process.returncode}); "

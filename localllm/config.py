@@ -6,6 +6,7 @@ daemon's child processes see the environment they were started with.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -74,6 +75,17 @@ def parse_host(value: str | None) -> tuple[str, int]:
     except ValueError:
         raise SettingsError(f"LOCALLLM_HOST has an invalid port: {value!r}") from None
     return host or DEFAULT_HOST, port_number
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for names and addresses that can only mean this machine."""
+    host = host.strip("[]").lower()
+    if host in ("localhost", "") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")

@@ -3,7 +3,7 @@
     python scripts/soak.py [--requests 2000] [--minutes 10] [--concurrency 4] [--json]
     python scripts/soak.py --torture [--minutes 30] [--engine native|llama.cpp|both] [--json]
 
-With ``--torture`` it runs the torture test (``tests/torture.py``) round after
+With ``--torture`` it runs the torture test (``tests/support/torture.py``) round after
 round for ``--minutes``, a new seed each round, on each engine in turn: random
 traffic through a real runner small enough to preempt, spill and shift, while
 pollers call /health, /tokenize and /detokenize, every finished request compared
@@ -43,7 +43,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # daemon_helpers / fixtures: start a daemon, find the model
+sys.path.insert(0, str(ROOT / "tests"))  # support.daemon / support.fixtures: start a daemon, find the model
 
 MODEL = "smollm2:135m"
 MAX_RSS_GROWTH = 0.05
@@ -236,9 +236,9 @@ def check(report: Report, requested: int, concurrency: int) -> None:
 
 
 def soak(requests: int, minutes: float, concurrency: int, model_path: Path | None) -> Report:
-    from daemon_helpers import Daemon
+    from support.daemon import Daemon
 
-    import fixtures
+    from support import fixtures
 
     report = Report()
     started = time.monotonic()
@@ -301,8 +301,8 @@ class TortureTotals:
 
 def torture_soak(minutes: float, engines: list[str], requests: int, model_path: Path | None) -> TortureTotals:
     """Torture rounds until ``minutes`` have passed (a round started in time is finished)."""
-    import fixtures
-    from torture import torture
+    from support import fixtures
+    from support.torture import torture
 
     totals = TortureTotals()
     started = time.monotonic()

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import fixtures  # noqa: E402
+from support import fixtures  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -27,8 +27,8 @@ def daemon(tmp_path_factory):
     """One real daemon for the session, with ``smollm2:135m`` pulled as users get it: from the
     catalog (here through a loopback package index serving the cached wheel), so its store holds
     the catalog's template, system, parameter and license layers too."""
-    from daemon_helpers import Daemon
-    from registry_servers import PackageIndexServer
+    from support.daemon import Daemon
+    from support.registry_servers import PackageIndexServer
 
     wheel = fixtures.wheel_path(*fixtures.SMOLLM2_WHEEL[:2])
     with PackageIndexServer(wheel.parent) as index:

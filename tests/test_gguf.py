@@ -9,46 +9,8 @@ from pathlib import Path
 import gguf as gguf_py
 import pytest
 
-from localllm.registry.gguf import FILE_TYPES, GGML_TYPES, InvalidGGUF, SkippedArray, read_gguf
-
-
-def gguf_string(text: str | bytes) -> bytes:
-    data = text.encode() if isinstance(text, str) else text
-    return struct.pack("<Q", len(data)) + data
-
-
-def build_gguf(
-    *,
-    magic: bytes = b"GGUF",
-    version: int = 3,
-    kv: list[bytes] | None = None,
-    kv_count: int | None = None,
-    tensors: list[bytes] | None = None,
-    tensor_count: int | None = None,
-    data: bytes = b"\0" * 128,
-) -> bytes:
-    """A GGUF file from raw parts; the counts can lie."""
-    kv = [kv_string("general.architecture", "llama")] if kv is None else kv
-    tensors = [tensor_info("w", (32,), 0, 0)] if tensors is None else tensors
-    header = magic + struct.pack("<IQQ", version, len(tensors) if tensor_count is None else tensor_count,
-                                 len(kv) if kv_count is None else kv_count)  # fmt: skip
-    body = header + b"".join(kv) + b"".join(tensors)
-    body += b"\0" * (-len(body) % 32)
-    return body + data
-
-
-def kv_string(key: str, value: str) -> bytes:
-    return gguf_string(key) + struct.pack("<I", 8) + gguf_string(value)
-
-
-def kv_u32(key: str, value: int) -> bytes:
-    return gguf_string(key) + struct.pack("<II", 4, value)
-
-
-def tensor_info(name: str, shape: tuple[int, ...], ggml_type: int, offset: int) -> bytes:
-    return gguf_string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack(
-        "<IQ", ggml_type, offset
-    )
+from localllm.gguf import FILE_TYPES, GGML_TYPES, InvalidGGUF, SkippedArray, read_gguf
+from support.gguf_builders import build_gguf, gguf_string, kv_string, kv_u32, tensor_info
 
 
 def write(tmp_path: Path, data: bytes) -> Path:

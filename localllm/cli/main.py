@@ -104,7 +104,7 @@ def worker_command(
                                       "authentication: private networks only)."),
 ) -> None:
     """Serve this machine's compute and memory to other localllm daemons (llama.cpp's RPC backend)."""
-    from localllm.workers.rpc import RpcUnavailable
+    from localllm.backends.rpc import RpcUnavailable
     from localllm.workers.serve import WorkerError, run_worker
 
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import validate_model_template
-from .gguf import InvalidGGUF
+from ..gguf import InvalidGGUF
 from .links import LinkedFileError
 from .modelfile import ModelfileError, convert_parameters, parse_modelfile
 from .names import InvalidName, ModelName, looks_like_path

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..options import OPTION_TYPES
 from .requires import normalize_requires
 
 log = logging.getLogger(__name__)
@@ -25,35 +26,6 @@ log = logging.getLogger(__name__)
 INSTRUCTIONS = ("from", "parameter", "template", "system", "message", "adapter", "license", "requires")
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 
-#: Ollama's options (api/types.go ``Options`` and ``Runner``) and their types; ``stop`` repeats.
-PARAMETER_TYPES: dict[str, type] = {
-    "engine": str,  # localllm: "llama.cpp" or "native" for this model
-    "speculative": str,  # localllm: "auto", "on" or "off" (exact speculative decoding, native engine)
-    "draft": str,  # localllm: the name of a smaller model with the same vocabulary that drafts tokens
-    "num_ctx": int,
-    "num_batch": int,
-    "num_gpu": int,
-    "num_worker_layers": int,  # localllm: layers on RPC workers (-1: only what does not fit this machine)
-    "main_gpu": int,
-    "use_mmap": bool,
-    "num_thread": int,
-    "num_keep": int,
-    "seed": int,
-    "num_predict": int,
-    "top_k": int,
-    "top_p": float,
-    "min_p": float,
-    "typical_p": float,
-    "repeat_last_n": int,
-    "temperature": float,
-    "repeat_penalty": float,
-    "presence_penalty": float,
-    "frequency_penalty": float,
-    "mirostat": int,
-    "mirostat_tau": float,
-    "mirostat_eta": float,
-    "stop": list,
-}
 #: Accepted in Modelfiles for compatibility, ignored with a warning (as Ollama does).
 DEPRECATED_PARAMETERS = frozenset({"penalize_newline", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock"})
 
@@ -132,7 +104,7 @@ def _quote(value: str, what: str) -> str:
 
 def convert_parameter(name: str, raw: str) -> Any:
     """One PARAMETER value typed as Ollama's option ``name`` (a list for ``stop``)."""
-    kind = PARAMETER_TYPES.get(name)
+    kind = OPTION_TYPES.get(name)
     if kind is None:
         if name in DEPRECATED_PARAMETERS:
             return None

@@ -28,35 +28,17 @@ from urllib.parse import unquote, urlsplit
 from ..config import Settings
 from . import catalog
 from .events import Emit, Job, merged_events
-from .gguf import InvalidGGUF, read_gguf
+from ..gguf import InvalidGGUF, read_gguf
 from .models import SUMMARY_ARRAY_LIMIT, json_layer, register_model, text_layer
 from .names import DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG, MAX_PART_LENGTH, ModelName
 from .sources import (
-    DirectURL,
-    FetchContext,
-    HuggingFaceFile,
-    PullCancelled,
-    Source,
-    SourceError,
-    choose_hf_file,
-    hf_file_digest,
-    hf_model_info,
-    url_host_is_loopback,
+    DirectURL, FetchContext, HuggingFaceFile, PullCancelled, Source, SourceError, choose_hf_file, hf_file_digest,
+    hf_model_info, url_host_is_loopback
 )
 from .remote import RegistryBlob, RegistryError, fetch_manifest, manifest_layers, repository_for
 from .store import (
-    CONFIG_MEDIA_TYPE,
-    MEDIA_ADAPTER,
-    MEDIA_LICENSE,
-    MEDIA_MESSAGES,
-    MEDIA_MODEL,
-    MEDIA_PARAMS,
-    MEDIA_PROJECTOR,
-    MEDIA_SYSTEM,
-    MEDIA_TEMPLATE,
-    DigestMismatch,
-    Store,
-    parse_digest,
+    CONFIG_MEDIA_TYPE, MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR,
+    MEDIA_SYSTEM, MEDIA_TEMPLATE, DigestMismatch, Store, parse_digest
 )
 
 log = logging.getLogger(__name__)

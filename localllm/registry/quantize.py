@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .gguf import read_gguf
+from ..gguf import read_gguf
 
 #: Ollama's names for the targets (lower-case) → llama.cpp's ``llama_ftype``.
 QUANT_TYPES = {
@@ -46,14 +46,7 @@ def quantize_gguf(source: Path, target: Path, quant: str) -> None:
         raise QuantizeError(f"quantization to {quant} failed: {tail or f'exit status {result.returncode}'}")
 
 
-def _main(source: str, target: str, ftype: str) -> int:
-    import llama_cpp
-
-    llama_cpp.llama_backend_init()
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = int(ftype)
-    return int(llama_cpp.llama_model_quantize(source.encode(), target.encode(), params))
-
-
 if __name__ == "__main__":
-    sys.exit(_main(*sys.argv[1:4]))
+    from localllm.backends.llama_cpp import quantize_file
+
+    sys.exit(quantize_file(sys.argv[1], sys.argv[2], int(sys.argv[3])))

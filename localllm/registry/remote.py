@@ -32,19 +32,8 @@ from ..config import Settings
 from .names import DEFAULT_HOST, ModelName
 from .sources import HTTP_TIMEOUT, FetchContext, SourceError, download_resumable
 from .store import (
-    CONFIG_MEDIA_TYPE,
-    MANIFEST_MEDIA_TYPE,
-    MEDIA_ADAPTER,
-    MEDIA_LICENSE,
-    MEDIA_MESSAGES,
-    MEDIA_MODEL,
-    MEDIA_PARAMS,
-    MEDIA_PROJECTOR,
-    MEDIA_SYSTEM,
-    MEDIA_TEMPLATE,
-    CorruptManifest,
-    manifest_descriptors,
-    parse_digest,
+    CONFIG_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS,
+    MEDIA_PROJECTOR, MEDIA_SYSTEM, MEDIA_TEMPLATE, CorruptManifest, manifest_descriptors, parse_digest
 )
 
 LAYER_MEDIA_TYPES = (

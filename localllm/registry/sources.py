@@ -25,7 +25,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from .gguf import FILE_TYPES
+from ..gguf import FILE_TYPES
 from .store import CHUNK_SIZE, Store, hash_file
 
 DEFAULT_PACKAGE_INDEX = "https://pypi.org/simple"

@@ -23,11 +23,10 @@ from typing import Any
 
 import uvicorn
 
-from localllm.config import ENGINES, NATIVE_KV_CACHE_TYPES, Settings, load_settings
-from localllm.runner.engines import POOL_CONTEXTS
-from localllm.runner.backend import (
-    BackendError, Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores,
-)
+from localllm.config import ENGINES, KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES
+from localllm.backends.capabilities import POOL_CONTEXTS
+from localllm.backends.contract import BackendError
+from localllm.backends.llama_cpp import Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
 from localllm.runner.stream_engine import StreamEngine
 from localllm.runner.server import Runtime, create_app
@@ -79,6 +78,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="host RAM for prefixes evicted from the KV cache (0: drop them)",
     )
     p.add_argument("--embedding", action="store_true", help="serve /embedding instead of /completion")
+    p.add_argument("--kv-cache-type", choices=KV_CACHE_TYPES, default="f16",
+                   help="llama.cpp engine: the KV cache's element type (q8_0 and q4_0 need --flash-attention)")
+    p.add_argument("--flash-attention", action="store_true", help="llama.cpp engine: flash attention on")
+    p.add_argument("--worker-timeout", type=float, default=120.0, metavar="S",
+                   help="seconds one decode step may wait on workers before the runner exits")
+    p.add_argument("--stream-interval", type=float, default=0.1, metavar="S",
+                   help="seconds between bursts of streamed pieces (0: every piece at once)")
     p.add_argument("--check-kv", action="store_true", help="check the KV books after every step (tests, soak runs)")
     p.add_argument("--verbose", action="store_true", help="pass llama.cpp's own log through to stderr")
     return p.parse_args(argv)
@@ -99,15 +105,15 @@ def _clear_stale_socket(path: Path) -> None:
         pass
 
 
-def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings: Settings) -> tuple[Runtime, Any]:
+def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple[Runtime, Any]:
     """The native engine: a paged KV pool shared by ``--parallel`` sequences."""
-    from localllm.native.backend import Context as NativeContext, Model as NativeModel
+    from localllm.backends.native.backend import Context as NativeContext, Model as NativeModel
     from localllm.runner.draft_model import DraftModels
     from localllm.runner.kv_blocks import BlockPool
     from localllm.runner.paged_engine import PagedEngine
 
-    if settings.kv_cache_type not in NATIVE_KV_CACHE_TYPES or settings.flash_attention:
-        raise BackendError(f"LOCALLLM_KV_CACHE_TYPE={settings.kv_cache_type} and LOCALLLM_FLASH_ATTENTION apply to the "
+    if args.kv_cache_type not in NATIVE_KV_CACHE_TYPES or args.flash_attention:
+        raise BackendError(f"LOCALLLM_KV_CACHE_TYPE={args.kv_cache_type} and LOCALLLM_FLASH_ATTENTION apply to the "
                            "llama.cpp engine only; unset them or use LOCALLLM_ENGINE=llama.cpp")
 
     model = NativeModel(args.model, args.adapter, args.gpu_layers)
@@ -119,19 +125,19 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int, settings
                     n_blocks * BLOCK_SIZE, n_ctx)
     try:
         ctx = NativeContext(model, n_blocks, BLOCK_SIZE, n_ctx, args.parallel, args.batch, threads,
-                            settings.kv_cache_type)
+                            args.kv_cache_type)
     except BaseException:
         model.close()
         raise
     pool = BlockPool(ctx, n_blocks, BLOCK_SIZE, host_budget=args.cache_ram_mb << 20)
-    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=args.parallel, stream_interval=settings.stream_interval)
+    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=args.parallel, stream_interval=args.stream_interval)
     rt.engine = PagedEngine(model, ctx, args.parallel, n_ctx, pool)
     rt.drafts = DraftModels(model, n_ctx, args.parallel, args.batch, threads)
     log.info(
         "loaded %s on the native engine: ctx=%d, up to %d sequences over %d KV blocks of %d (%d MiB, %s), "
         "batch=%d, threads=%d",
         args.model, n_ctx, args.parallel, n_blocks, BLOCK_SIZE, (n_blocks * ctx.block_bytes) >> 20,
-        settings.kv_cache_type, args.batch, threads,
+        args.kv_cache_type, args.batch, threads,
     )  # fmt: skip
     return rt, ctx
 
@@ -143,35 +149,34 @@ def _fit_ctx(n_ctx: int, n_ctx_train: int) -> int:
     return n_ctx
 
 
-def _llama_cpp_kv_type(settings: Settings, embedding: bool) -> str:
+def _llama_cpp_kv_type(args: argparse.Namespace) -> str:
     """The KV type llama.cpp gets: it quantizes the V cache only with flash attention, so a q8_0 cache set
     for the native engine is refused for generation there; embeddings hold no cache past a request."""
-    if settings.kv_cache_type == "f16" or settings.flash_attention:
-        return settings.kv_cache_type
-    if embedding:
+    if args.kv_cache_type == "f16" or args.flash_attention:
+        return args.kv_cache_type
+    if args.embedding:
         log.info("embeddings keep an f16 KV cache: LOCALLLM_KV_CACHE_TYPE=%s needs flash attention on llama.cpp",
-                 settings.kv_cache_type)
+                 args.kv_cache_type)
         return "f16"
-    raise BackendError(f"LOCALLLM_KV_CACHE_TYPE={settings.kv_cache_type} on the llama.cpp engine needs "
+    raise BackendError(f"LOCALLLM_KV_CACHE_TYPE={args.kv_cache_type} on the llama.cpp engine needs "
                        "LOCALLLM_FLASH_ATTENTION=1 (llama.cpp quantizes the V cache only with flash attention)")
 
 
 def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     """Load the model and create the context the arguments describe."""
     init_backend(verbose=args.verbose)
-    settings = load_settings()
     threads = args.threads or physical_cores()
     if args.engine == "native" and not args.embedding:
-        return _native_runtime(args, args.ctx, threads, settings)
+        return _native_runtime(args, args.ctx, threads)
     if len(args.device) != len(args.tensor_split):
         raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
-    kv_cache_type = _llama_cpp_kv_type(settings, args.embedding)
+    kv_cache_type = _llama_cpp_kv_type(args)
     model = Model(args.model, args.adapter, args.gpu_layers, Offload.open(args.device, args.tensor_split))
     n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
     parallel = 1 if args.embedding else args.parallel
-    context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": settings.flash_attention}
+    context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": args.flash_attention}
     if model.offload is not None and model.offload.workers:
-        context_options["watchdog"] = DecodeWatchdog(settings.worker_timeout, ", ".join(model.offload.workers))
+        context_options["watchdog"] = DecodeWatchdog(args.worker_timeout, ", ".join(model.offload.workers))
     try:
         if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
             ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True, **context_options)
@@ -180,7 +185,7 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     except BaseException:
         model.close()
         raise
-    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=settings.stream_interval)
+    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=args.stream_interval)
     if args.embedding:
         rt.embedder = Embedder(model, ctx, n_ctx)
     else:

@@ -18,9 +18,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localllm.native.backend import Context, Model
-from localllm.runner.backend import Batch, BackendError
-from localllm.runner.engines import POOL_CONTEXTS
+from localllm.backends.capabilities import POOL_CONTEXTS
+from localllm.backends.contract import BackendError
+from localllm.backends.llama_cpp import Batch
+from localllm.backends.native.backend import Context, Model
 
 log = logging.getLogger("localllm.runner")
 
@@ -39,14 +40,15 @@ class _Lane:
 
 def check_compatible(draft: Model, target: Model) -> None:
     """Refuse a draft whose tokens would not mean the target's, or whose context is larger."""
-    if draft.n_vocab != target.n_vocab:
-        raise DraftRefused(f"its vocabulary has {draft.n_vocab} tokens, the model's has {target.n_vocab}")
-    if (draft.bos, draft.eos) != (target.bos, target.eos):
+    ours, theirs = draft.vocab, target.vocab
+    if ours.n_vocab != theirs.n_vocab:
+        raise DraftRefused(f"its vocabulary has {ours.n_vocab} tokens, the model's has {theirs.n_vocab}")
+    if (ours.bos, ours.eos) != (theirs.bos, theirs.eos):
         raise DraftRefused("its BOS/EOS tokens differ from the model's")
-    differs = next((t for t in range(target.n_vocab) if draft.piece(t) != target.piece(t)), None)
+    differs = next((t for t in range(theirs.n_vocab) if ours.piece(t) != theirs.piece(t)), None)
     if differs is not None:
         raise DraftRefused(f"its vocabulary differs from the model's (token {differs}: "
-                           f"{draft.piece(differs)!r} against {target.piece(differs)!r})")
+                           f"{ours.piece(differs)!r} against {theirs.piece(differs)!r})")
     if draft.n_ctx_train > target.n_ctx_train:
         raise DraftRefused(f"its context ({draft.n_ctx_train}) is larger than the model's ({target.n_ctx_train})")
 

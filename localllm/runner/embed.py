@@ -14,7 +14,8 @@ import math
 import threading
 from collections.abc import Iterator, Sequence
 
-from localllm.runner.backend import Batch, BackendError, Context, Model
+from localllm.backends.contract import BackendError
+from localllm.backends.llama_cpp import Batch, Context, Model
 
 SEQUENCES = 16  # inputs embedded together in one decode at most (the context's n_seq_max)
 
@@ -37,7 +38,7 @@ class Embedder:
         """Embeddings of ``texts`` and the number of tokens evaluated."""
         inputs = []
         for i, text in enumerate(texts):
-            tokens = self.model.tokenize_prompt(text)
+            tokens = self.model.vocab.tokenize_prompt(text)
             if len(tokens) > self.limit:
                 if not truncate:
                     raise InputTooLong(

@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from localllm.runner.backend import Batch
-from localllm.runner.options import CompletionOptions
+from localllm.backends.llama_cpp import Batch
+from localllm.options import CompletionOptions
 from localllm.runner.sampling import Sampler
 from localllm.runner.speculation import Speculation
 from localllm.runner.textstream import TextStream
@@ -427,7 +427,7 @@ class Engine:
         for i in range(len(draft) + 1):
             token = sampler.sample(self.ctx, row + i)
             picks.append((token, sampler.last_logprobs))
-            if i == len(draft) or token != draft[i] or self.model.is_eog(token):
+            if i == len(draft) or token != draft[i] or self.model.vocab.is_eog(token):
                 break
         kept = len(picks) - 1
         if draft:
@@ -497,7 +497,7 @@ class Engine:
         return added
 
     def _on_token(self, slot: Slot, token: int, logprob: Logprob | None = None) -> None:
-        if self.model.is_eog(token):
+        if self.model.vocab.is_eog(token):
             self._finish(slot, "stop")
             return
         if len(slot.generated) >= slot.limit:
@@ -506,7 +506,7 @@ class Engine:
         slot.generated.append(token)
         if logprob is not None:
             slot.logprobs.append(self._logprob_entry(token, *logprob))
-        text = slot.text.feed(self.model.piece(token))
+        text = slot.text.feed(self.model.vocab.piece(token))
         if text:
             slot.request.emit(self._content(slot, text))
         if slot.text.stopped:
@@ -518,7 +518,7 @@ class Engine:
 
     def _logprob_entry(self, token: int, logprob: float, top: list[tuple[int, float]]) -> dict[str, Any]:
         def describe(tok: int, value: float) -> dict[str, Any]:
-            piece = self.model.piece(tok)
+            piece = self.model.vocab.piece(tok)
             return {"id": tok, "token": piece.decode("utf-8", "replace"), "bytes": list(piece), "logprob": value}
 
         entry = describe(token, logprob)

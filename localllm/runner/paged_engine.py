@@ -28,7 +28,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from localllm.native.backend import Context, Model
+from localllm.backends.native.backend import Context, Model
 from localllm.runner.engine import WAIT_FOR_PREFIX, CompletionRequest, Engine, Slot, Step
 from localllm.runner.kv_blocks import BlockPool, Node
 

@@ -15,7 +15,7 @@ diverge). The engine decides what to do with a match (take the slot, copy
 its cells, restore the spilled bytes); this module only keeps the books.
 
 Why copies and not shared cells: the context keeps one KV stream per
-sequence (see :class:`localllm.runner.backend.Context`) because with a
+sequence (see :class:`localllm.backends.llama_cpp.Context`) because with a
 unified cache a sequence's logits change with what else is batched, so
 greedy output would depend on the neighbours. Reusing a prefix therefore
 copies cells, which is still no recomputation.

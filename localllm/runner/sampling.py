@@ -33,8 +33,8 @@ from collections.abc import Sequence
 import llama_cpp as ll
 import numpy as np
 
-from localllm.runner.backend import Context, Model, captured_errors
-from localllm.runner.options import CompletionOptions
+from localllm.backends.llama_cpp import Context, Model, captured_errors
+from localllm.options import CompletionOptions
 
 log = logging.getLogger("localllm.runner")
 
@@ -63,8 +63,8 @@ class Sampler:
         params.no_perf = True
         self.chain = ll.llama_sampler_chain_init(params)
         self._grammar = None
-        self._n_vocab = model.n_vocab
-        self._logits_type = ctypes.c_float * model.n_vocab  # made once: np.ctypeslib.as_array makes one a call
+        self._n_vocab = model.vocab.n_vocab
+        self._logits_type = ctypes.c_float * model.vocab.n_vocab  # made once: np.ctypeslib.as_array makes one a call
         try:
             self._penalties = _Penalties.from_options(options, n_ctx)
             self._add_selection(model, options)
@@ -91,7 +91,7 @@ class Sampler:
             self._add(ll.llama_sampler_init_greedy())
         elif o.mirostat == 1:
             self._add(ll.llama_sampler_init_temp(o.temperature))
-            self._add(ll.llama_sampler_init_mirostat(model.n_vocab, seed, o.mirostat_tau, o.mirostat_eta, 100))
+            self._add(ll.llama_sampler_init_mirostat(model.vocab.n_vocab, seed, o.mirostat_tau, o.mirostat_eta, 100))
         elif o.mirostat == 2:
             self._add(ll.llama_sampler_init_temp(o.temperature))
             self._add(ll.llama_sampler_init_mirostat_v2(seed, o.mirostat_tau, o.mirostat_eta))
@@ -242,7 +242,7 @@ class _SchemaMatcher:
 
 def _end_tokens(model: Model) -> list[int]:
     """The tokens that end a generation (EOS, EOT): the schema allows them once the JSON is complete."""
-    return sorted({t for t in (ll.llama_vocab_eos(model.vocab), ll.llama_vocab_eot(model.vocab)) if t >= 0})
+    return sorted({t for t in (ll.llama_vocab_eos(model.vocab.ptr), ll.llama_vocab_eot(model.vocab.ptr)) if t >= 0})
 
 
 @functools.cache
@@ -250,7 +250,7 @@ def _llguidance_tokenizer(model: Model):
     """llguidance's view of the model's vocabulary: built once per model (about a second)."""
     import llguidance.llamacpp
 
-    return llguidance.llamacpp.lltokenizer_from_vocab(model.vocab, eos_token=_end_tokens(model))
+    return llguidance.llamacpp.lltokenizer_from_vocab(model.vocab.ptr, eos_token=_end_tokens(model))
 
 
 class _Candidates:
@@ -308,10 +308,10 @@ def _grammar_sampler(model: Model, grammar: str, triggers: Sequence[str] = ()) -
             patterns = [f"[\\s\\S]*?({_regex_literal(word)})[\\s\\S]*".encode() for word in triggers]
             words = (ctypes.c_char_p * len(patterns))(*patterns)
             sampler = ll.llama_sampler_init_grammar_lazy_patterns(
-                model.vocab, grammar.encode("utf-8"), b"root", words, len(patterns), None, 0
+                model.vocab.ptr, grammar.encode("utf-8"), b"root", words, len(patterns), None, 0
             )
         else:
-            sampler = ll.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), b"root")
+            sampler = ll.llama_sampler_init_grammar(model.vocab.ptr, grammar.encode("utf-8"), b"root")
     if not sampler:
         raise GrammarError(f"invalid grammar: {_grammar_problem(errors)}")
     return sampler

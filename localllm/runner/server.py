@@ -60,11 +60,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from localllm.runner.backend import Model
+from localllm.backends.llama_cpp import Model
 from localllm.runner.draft_model import DraftModel, DraftModels, DraftRefused
 from localllm.runner.embed import Embedder, InputTooLong
 from localllm.runner.engine import CompletionRequest, Engine
-from localllm.runner.options import CompletionOptions, OptionError
+from localllm.options import CompletionOptions, OptionError
 from localllm.runner.relay import EventRelay
 from localllm.runner.sampling import GrammarError, Sampler
 
@@ -123,14 +123,14 @@ def _token_list(value: Any, name: str, n_vocab: int) -> list[int]:
 
 def _prompt_tokens(model: Model, prompt: Any, context: Any) -> list[int]:
     """The tokens to evaluate: an earlier exchange's ``context`` (if any), then the prompt."""
-    earlier = [] if context is None else _token_list(context, "context", model.n_vocab)
+    earlier = [] if context is None else _token_list(context, "context", model.vocab.n_vocab)
     if isinstance(prompt, str):
         if earlier:  # a continuation: no second BOS in the middle
-            tokens = model.tokenize(prompt, add_special=False, parse_special=True)
+            tokens = model.vocab.tokenize(prompt, add_special=False, parse_special=True)
         else:
-            tokens = model.tokenize_prompt(prompt)
+            tokens = model.vocab.tokenize_prompt(prompt)
     else:
-        tokens = _token_list(prompt, "prompt", model.n_vocab)
+        tokens = _token_list(prompt, "prompt", model.vocab.n_vocab)
     tokens = earlier + tokens
     if not tokens:
         raise BadRequest("the prompt is empty")
@@ -150,9 +150,9 @@ def create_app(rt: Runtime) -> Starlette:
                 "n_ctx": rt.n_ctx,
                 "n_ctx_train": model.n_ctx_train,
                 "n_parallel": rt.n_parallel,
-                "n_vocab": model.n_vocab,
-                "bos": model.bos_text,
-                "eos": model.eos_text,
+                "n_vocab": model.vocab.n_vocab,
+                "bos": model.vocab.bos_text,
+                "eos": model.vocab.eos_text,
                 "model_size": model.size,
                 **(rt.engine.kv_state if rt.engine else NO_KV),
                 "queue_depth": rt.engine.queue_depth if rt.engine else 0,
@@ -166,15 +166,15 @@ def create_app(rt: Runtime) -> Starlette:
         if not isinstance(content, str):
             raise BadRequest("'content' must be a string")
         if _flag(body, "prompt", False):
-            return JSONResponse({"tokens": model.tokenize_prompt(content)})
+            return JSONResponse({"tokens": model.vocab.tokenize_prompt(content)})
         add_special = _flag(body, "add_special", True)
         parse_special = _flag(body, "parse_special", True)
-        return JSONResponse({"tokens": model.tokenize(content, add_special, parse_special)})
+        return JSONResponse({"tokens": model.vocab.tokenize(content, add_special, parse_special)})
 
     async def detokenize(request: Request) -> Response:
         body = await _body(request)
-        tokens = _token_list(body.get("tokens"), "tokens", model.n_vocab)
-        return JSONResponse({"content": model.detokenize(tokens)})
+        tokens = _token_list(body.get("tokens"), "tokens", model.vocab.n_vocab)
+        return JSONResponse({"content": model.vocab.detokenize(tokens)})
 
     async def completion(request: Request) -> Response:
         if rt.engine is None:

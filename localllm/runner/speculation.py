@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MODES = ("auto", "on", "off")
 MAX_DRAFT = 16  # tokens drafted at most per step
 FIRST_DRAFT = 4  # the draft length a sequence starts with
 NGRAM_MAX, NGRAM_MIN = 4, 2  # lengths of the suffix looked up, longest first

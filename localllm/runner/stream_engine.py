@@ -10,7 +10,7 @@ computing the same prefix twice.
 
 Why copies and not shared cells: llama.cpp decides where a token's KV lands,
 and in a unified cache a sequence's logits change with what else is batched
-(see :class:`localllm.runner.backend.Context`).
+(see :class:`localllm.backends.llama_cpp.Context`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from localllm.runner.backend import Context, Model
+from localllm.backends.llama_cpp import Context, Model
 from localllm.runner.engine import WAIT_FOR_PREFIX, CacheStats, CompletionRequest, Engine, Slot
 from localllm.runner.prefix_cache import HostSpill, RadixTree, Spilled
 

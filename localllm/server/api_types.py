@@ -13,11 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 KeepAlive = str | float | int | None
 
 
-class _Body(BaseModel):
+class RequestBody(BaseModel):
+    """The base of every dialect's request body: unknown fields are ignored, as the vendors' APIs do."""
+
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
 
-class _NamedBody(_Body):
+class _NamedBody(RequestBody):
     """Ollama accepts the legacy ``name`` wherever it now says ``model``."""
 
     model: str = ""
@@ -30,17 +32,17 @@ class _NamedBody(_Body):
         return self
 
 
-class ToolCallFunction(_Body):
+class ToolCallFunction(RequestBody):
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
 
 
-class ToolCall(_Body):
+class ToolCall(RequestBody):
     id: str | None = None
     function: ToolCallFunction
 
 
-class Message(_Body):
+class Message(RequestBody):
     role: str
     content: str | None = ""
     images: list[str] | None = None
@@ -98,7 +100,7 @@ class PushRequest(PullRequest):
     """``/api/push`` takes what ``/api/pull`` takes: model, insecure, stream."""
 
 
-class CopyRequest(_Body):
+class CopyRequest(RequestBody):
     source: str
     destination: str
 

@@ -13,15 +13,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..config import Settings, load_settings
-from .dialects import anthropic as anthropic_dialect
-from .dialects import ollama as ollama_dialect
-from .dialects import openai_chat, responses
+from ..config import Settings, is_loopback_host, load_settings
+from .anthropic_api import router as anthropic_router
 from .disconnect import CancelOnDisconnect
 from .errors import ApiError, error_body
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
-from .security import AccessGuard, is_loopback_host
+from .security import AccessGuard
 from .state import DaemonState
 from .web import router as web_router
 
@@ -90,11 +88,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(web_router)
     app.include_router(ollama_router)
-    app.include_router(ollama_dialect.router)
     app.include_router(openai_router)
-    app.include_router(openai_chat.router)
-    app.include_router(anthropic_dialect.router)
-    app.include_router(responses.router)
+    app.include_router(anthropic_router)
     app.add_middleware(JsonBodies)
     app.add_middleware(CancelOnDisconnect)
     app.add_middleware(AccessGuard, settings=settings)

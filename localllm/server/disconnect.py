@@ -16,19 +16,15 @@ import asyncio
 import contextlib
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from .asgi import HttpMiddleware
 
 
-class CancelOnDisconnect:
+class CancelOnDisconnect(HttpMiddleware):
     """ASGI middleware: cancel a handler whose client disconnected while it worked."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         body_read = asyncio.Event()
         gone: list[Message] = []  # the disconnect message, once the watcher has taken it
 

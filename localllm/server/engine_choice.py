@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from localllm.runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE
+from localllm.backends.capabilities import CAPABILITIES, LLAMA_CPP, NATIVE
 
 MEASURED_ISAS = ("avx2", "avxvnni", "avx512")  # SIMD levels where the native engine was timed faster
 
@@ -70,14 +70,14 @@ def _workers_blocker(workers: str | None) -> str | None:
 def _native_blocker(model_path: Path, adapters: bool) -> str | None:
     if adapters and not CAPABILITIES[NATIVE].lora:
         return "LoRA adapters are not supported by the native engine"
-    from localllm.native.model import native_support
+    from localllm.backends.native.model import native_support
 
     return native_support(model_path)
 
 
 def _cpu_isa() -> str:
-    from localllm.native import kernels
-    from localllm.native.lib import NativeError
+    from localllm.backends.native import kernels
+    from localllm.backends.native.lib import NativeError
 
     try:
         return kernels.isa()

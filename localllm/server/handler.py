@@ -9,37 +9,23 @@ become :mod:`~localllm.server.conversation` deltas, split by the
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..registry.models import LocalModel
 from ..templates import prompt as prompts
 from ..templates.thinking import ThinkingTags
 from .conversation import (
-    Answer,
-    ChatTurn,
-    Content,
-    Delta,
-    Failure,
-    Final,
-    Message,
-    Thinking,
-    ThinkSetting,
-    ToolCallDelta,
+    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta
 )
 from .errors import ApiError, bad_request
-from .history import ChatHistory, fit_history
-from .inference import CompletionJob, Inference, constrain_tool_calls, template_errors_as_400
+from .history import ChatHistory
+from .inference import CompletionJob, Inference, PromptRenderer, constrain_tool_calls, template_errors_as_400
 from .limits import check_request
 from .output_parser import OutputParser, ParserSetup
-from .runner_client import RunnerProcess
+from .runner_client import Health
 from .tools import ToolUse
-
-#: Renders the prompt once the runner is up (receives its /health answer) for a think setting.
-PromptRenderer = Callable[[dict[str, Any]], str]
-
 
 @dataclass
 class PreparedTurn:
@@ -128,12 +114,12 @@ class ChatHandler:
         messages = [m.for_template() for m in turn.messages]
         tools = tool_use.tools if tool_use else None
 
-        def render(health: dict[str, Any], kept: list[dict[str, Any]]) -> str:
+        def render(health: Health, kept: list[dict[str, Any]]) -> str:
             with template_errors_as_400(model):
                 return prompts.build_prompt(
                     messages=kept, system=model.system, model_template=model.template,
-                    gguf_chat_template=model.chat_template, bos_token=health.get("bos", ""),
-                    eos_token=health.get("eos", ""), tools=tools, think=turn.think,
+                    gguf_chat_template=model.chat_template, bos_token=health.bos,
+                    eos_token=health.eos, tools=tools, think=turn.think,
                 )
 
         history = ChatHistory(model.messages + messages, render)
@@ -156,30 +142,21 @@ class ChatHandler:
         the prompt is raised here as an :class:`ApiError`, before a dialect
         has sent anything.
         """
-        setup = turn.parser_setup
+        lease = await self.inference.lease(turn.job)
         notes = PromptNotes()
-
-        async def build(runner: RunnerProcess) -> str | list[int]:
-            nonlocal setup
-            prompt: str | list[int]
-            if turn.history is None:
-                prompt = text = await asyncio.to_thread(turn.render, runner.health)
-            else:
-                fitted = await fit_history(turn.history, runner, turn.job.options.get("num_predict"),
-                                           turn.job.truncate)
-                prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
-            if setup.thinking_tags and turn.think is not False:
-                # A template that opens the block itself leaves the answer inside it.
-                opened = setup.thinking_tags.opened_by(text)
-                setup = ParserSetup(setup.thinking_tags, opened, setup.call_syntax, setup.tool_names)
-            return prompt
-
-        events = self.inference.stream(turn.job, build)
-        try:
-            first = await events.__anext__()
-        except StopAsyncIteration:
-            raise ApiError(500, "model runner returned nothing") from None
-        deltas = self._deltas(first, events, lambda: OutputParser(setup), turn.think is False, notes)
+        if turn.history is None:
+            prompt: str | list[int] = await lease.render(turn.render)
+            text = prompt
+        else:  # a chat: older messages are left out (or one is cut) to fit the context
+            fitted = await lease.fit(turn.history)
+            prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
+        setup = turn.parser_setup
+        if setup.thinking_tags and turn.think is not False:
+            # A template that opens the block itself leaves the answer inside it.
+            setup = replace(setup, starts_thinking=setup.thinking_tags.opened_by(text))
+        events = lease.complete(prompt)
+        first = await anext(events)  # a failure to start is raised here, before a dialect sends anything
+        deltas = self._deltas(first, events, OutputParser(setup), turn.think is False, notes)
         return DeltaStream(deltas, events, notes)
 
     async def count_tokens(self, turn: PreparedTurn) -> int:
@@ -192,9 +169,7 @@ class ChatHandler:
 
     @staticmethod
     async def _deltas(first: dict[str, Any], events: AsyncIterator[dict[str, Any]],
-                      new_parser: Callable[[], OutputParser], drop_thinking: bool,
-                      notes: PromptNotes) -> AsyncIterator[Delta]:
-        parser = new_parser()
+                      parser: OutputParser, drop_thinking: bool, notes: PromptNotes) -> AsyncIterator[Delta]:
         logprobs: list[dict[str, Any]] = []  # of text the parser holds back
         answer_logprobs: list[dict[str, Any]] = []  # of the answer's text: thinking and calls have none
 

@@ -25,13 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ApiError, bad_request
-from .runner_client import RunnerError, RunnerProcess
+from .errors import bad_request
+from .runner_client import Health, RunnerProcess
 
 log = logging.getLogger("localllm.history")
 
-#: Renders the prompt of the given messages with the runner's /health answer (BOS/EOS tokens).
-MessagesRenderer = Callable[[dict[str, Any], list[dict[str, Any]]], str]
+#: Renders the prompt of a selection of the chat's messages with the runner's /health answer (BOS/EOS tokens).
+SelectionRenderer = Callable[[Health, list[dict[str, Any]]], str]
 
 
 @dataclass
@@ -39,7 +39,7 @@ class ChatHistory:
     """A chat's messages (template-shaped dicts) and how to render any selection of them."""
 
     messages: list[dict[str, Any]]
-    render: MessagesRenderer
+    render: SelectionRenderer
 
 
 @dataclass
@@ -76,21 +76,7 @@ class _Counter:
 
     async def prompt(self, messages: list[dict[str, Any]]) -> tuple[str, list[int]]:
         text = await self.render(messages)
-        return text, await self.tokenize(text, prompt=True)
-
-    async def tokenize(self, text: str, prompt: bool) -> list[int]:
-        body = {"content": text, "prompt": True} if prompt else {"content": text, "add_special": False,
-                                                                    "parse_special": False}
-        return (await self._post("/tokenize", body))["tokens"]
-
-    async def detokenize(self, tokens: list[int]) -> str:
-        return (await self._post("/detokenize", {"tokens": tokens}))["content"]
-
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return await self.runner.post_json(path, body)
-        except RunnerError as exc:
-            raise ApiError(500, str(exc)) from None
+        return text, await self.runner.tokenize(text, prompt=True)
 
 
 def _kept(messages: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
@@ -106,13 +92,13 @@ async def fit_history(history: ChatHistory, runner: RunnerProcess, num_predict: 
     context is a 400 naming both lengths.
     """
     counter = _Counter(history, runner)
-    n_ctx = int(runner.health["n_ctx"])
+    n_ctx = runner.health.n_ctx
     budget = n_ctx - answer_room(n_ctx, num_predict)
     messages = history.messages
     text = await counter.render(messages)
     if len(text.encode("utf-8")) < budget:  # a token holds at least a byte (a BOS, none): it surely fits
         return FittedPrompt(text, None)
-    tokens = await counter.tokenize(text, prompt=True)
+    tokens = await runner.tokenize(text, prompt=True)
     if len(tokens) <= budget:
         return FittedPrompt(text, tokens)
     if not truncate:
@@ -156,9 +142,9 @@ async def _cut_inside(counter: _Counter, messages: list[dict[str, Any]], start: 
     if room <= 0:
         raise bad_request(f"the chat's prompt does not fit the context length of {n_ctx} tokens: without the text "
                           f"of its longest message it is still {len(frame)} tokens; shorten it or raise num_ctx")
-    words = await counter.tokenize(content, prompt=False)
+    words = await counter.runner.tokenize(content, add_special=False, parse_special=False)
     for _ in range(4):  # a cut may tokenize a little longer at its edge: cut again by the excess
-        tail = await counter.detokenize(words[-room:]) if room > 0 else ""
+        tail = await counter.runner.detokenize(words[-room:]) if room > 0 else ""
         text, tokens = await counter.prompt(with_content(tail))
         if len(tokens) <= budget:
             log.warning("a message of %d tokens does not fit the context (%d tokens): kept its last %d",

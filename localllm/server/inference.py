@@ -1,9 +1,12 @@
-"""One completion from request to runner and back, shared by the Ollama and OpenAI routes.
+"""One completion from request to runner and back, shared by every dialect.
 
 Resolves the model in the store, merges its parameters with the request's
-options, leases a runner from the scheduler, renders the prompt (which needs
-the runner's BOS/EOS tokens) and relays the runner's NDJSON events, adding
-``load_duration`` and ``total_duration``.
+options (a :class:`CompletionJob`), then leases a runner from the scheduler
+(a :class:`Lease`): the caller renders its prompt against the runner's
+:class:`~localllm.server.runner_client.Health` (chat templates need its BOS and
+EOS tokens) and completes it on the lease, which relays the runner's events,
+adds ``load_duration`` and ``total_duration``, and gives the runner back at
+the end. :func:`runner_errors` turns runner failures into API errors.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
+from ..options import LoadOptions
 from ..registry.links import LinkedFileError
 from ..registry.models import LocalModel, load_local_model
 from ..registry.names import InvalidName, ModelName
@@ -28,16 +32,32 @@ from .errors import ApiError, bad_request, not_found
 from .formats import NO_CONSTRAINT, Constraint
 from .limits import check_request
 from .metrics import Metrics
-from .options import keep_alive_seconds, merge_options, validate_options
+from .request_options import keep_alive_seconds, merge_options, validate_options
 from .engine_choice import EngineRefused
-from .runner_client import RunnerBadRequest, RunnerError, RunnerProcess
+from .history import ChatHistory, FittedPrompt, fit_history
+from .runner_client import Health, RunnerBadRequest, RunnerError
 from .scheduler import LoadedModel, LoadRequest, NoRoom, Scheduler
 from .tools import ToolUse
 
 log = logging.getLogger("localllm.inference")
 
-#: Builds the prompt (text or tokens) once the runner is up, which it may ask to tokenize.
-PromptBuilder = Callable[[RunnerProcess], Awaitable["str | list[int]"]]
+#: Renders a prompt once the runner is up, from its ``/health`` answer (BOS and EOS tokens).
+PromptRenderer = Callable[[Health], str]
+
+
+@contextlib.contextmanager
+def runner_errors() -> Iterator[None]:
+    """The runner's (and the engine choice's) failures as API errors: refused input, an engine refused for
+    the model, or a context too large for the memory there is, is the request's 400; memory or model slots
+    the machine lacks now is a 503 with the figures (:class:`NoRoom`); a runner that failed is a 500."""
+    try:
+        yield
+    except (EngineRefused, RunnerBadRequest) as exc:
+        raise bad_request(str(exc)) from None
+    except NoRoom as exc:
+        raise ApiError(exc.status, str(exc)) from None
+    except RunnerError as exc:
+        raise ApiError(500, str(exc)) from None
 
 
 @dataclass
@@ -155,109 +175,78 @@ class Inference:
 
     def load_request(self, job: CompletionJob, embedding: bool = False) -> LoadRequest:
         model = job.model
+        load = LoadOptions.of(job.options)
+        layers = load.num_worker_layers
+        if layers and layers > 0 and not self.settings.workers:
+            raise bad_request(f"option 'num_worker_layers' asks for {layers} layers on workers, but this daemon has "
+                              "none (set LOCALLLM_WORKERS=host:port,... or start it with localllm serve --worker)")
         return LoadRequest(
             embedding=embedding,
             name=model.name.display,
             digest=model.digest,
             model_path=model.model_path,
             adapters=tuple(model.adapters),
-            num_ctx=job.options.get("num_ctx"),
-            num_thread=job.options.get("num_thread"),
-            num_batch=job.options.get("num_batch"),
-            num_gpu=job.options.get("num_gpu"),
-            num_worker_layers=self._worker_layers(job),
-            engine=job.options.get("engine") or self.settings.engine,
+            num_ctx=load.num_ctx,
+            num_thread=load.num_thread,
+            num_batch=load.num_batch,
+            num_gpu=load.num_gpu,
+            num_worker_layers=layers,
+            engine=load.engine or self.settings.engine,
         )
-
-    def _worker_layers(self, job: CompletionJob) -> int | None:
-        """The ``num_worker_layers`` option, refused when it asks for workers the daemon does not have."""
-        layers = job.options.get("num_worker_layers")
-        if layers and layers > 0 and not self.settings.workers:
-            raise bad_request(f"option 'num_worker_layers' asks for {layers} layers on workers, but this daemon has "
-                              "none (set LOCALLLM_WORKERS=host:port,... or start it with localllm serve --worker)")
-        return layers
 
     async def load(self, job: CompletionJob) -> tuple[LoadedModel, int]:
         """Load the model (or refresh its keep_alive); returns it and the load time in ns."""
         started = time.perf_counter_ns()
-        try:
+        with runner_errors():
             loaded = await self.scheduler.ensure_loaded(self.load_request(job), job.keep_alive)
-        except (EngineRefused, RunnerError) as exc:
-            raise load_failure(exc) from None
         return loaded, time.perf_counter_ns() - started
 
-    async def stream(self, job: CompletionJob, build_prompt: PromptBuilder) -> AsyncIterator[dict[str, Any]]:
-        """Yield the runner's events: ``{"content": …}`` pieces, then one ``{"done": True, …}``.
+    async def lease(self, job: CompletionJob, metered: bool = True) -> Lease:
+        """A runner for ``job``, loaded and held until the lease's completion ends (or :meth:`Lease.release`).
 
-        Errors before the first event raise :class:`ApiError`; errors after it
-        are yielded as ``{"error": …}`` so a stream can end with an error object.
+        Failures to load are raised here as :class:`ApiError`; ``metered`` leases count in the metrics.
         """
         started = time.perf_counter_ns()
+        request = self.load_request(job)
+        self.check_capacity(request)
+        hold = contextlib.AsyncExitStack()
         name = job.model.name.display
-        self.check_capacity(self.load_request(job))
-        self.metrics.started(name)
-        outcome, done, first_token_at = "cancelled", None, None
+        if metered:
+            self.metrics.started(name)
+        lease = Lease(job, self.metrics if metered else None, hold, started)
         try:
-            async with self._leased(job) as loaded:
-                load_duration = time.perf_counter_ns() - started
-                prompt = await build_prompt(loaded.runner)
-                body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context,
-                        "shift": job.shift, "truncate": job.truncate}
-                if job.grammar_triggers:
-                    body["grammar_triggers"] = list(job.grammar_triggers)
-                if job.json_schema is not None:
-                    body["json_schema"] = job.json_schema
-                async for event in self._relay(loaded, body, first=True):
-                    if first_token_at is None:
-                        first_token_at = time.perf_counter_ns()
-                    if event.get("done"):
-                        event["load_duration"] = load_duration
-                        event["total_duration"] = time.perf_counter_ns() - started
-                        done, outcome = event, "ok"
-                    elif "error" in event:
-                        outcome = "error"
-                    yield event
-        except ApiError:
-            outcome = "error"
+            with runner_errors():
+                lease.loaded = await hold.enter_async_context(self.scheduler.lease(request, job.keep_alive))
+        except BaseException as exc:
+            await lease.release("error" if isinstance(exc, ApiError) else "cancelled")
             raise
-        finally:
-            ttft = (first_token_at - started) / 1e9 if first_token_at else None
-            self.metrics.finished(name, outcome, done, ttft)
+        lease.load_duration = time.perf_counter_ns() - started
+        return lease
 
     async def embed(self, job: CompletionJob, inputs: list[str | list[int]], truncate: bool) -> dict[str, Any]:
         """Embeddings of ``inputs`` (texts or token lists) from the model's embedding runner."""
         started = time.perf_counter_ns()
         request = self.load_request(job, embedding=True)
         self.check_capacity(request)
-        try:
+        with runner_errors():
             async with self.scheduler.lease(request, job.keep_alive) as loaded:
                 load_duration = time.perf_counter_ns() - started
-                texts = []
-                for item in inputs:
-                    if isinstance(item, list):
-                        item = (await loaded.runner.post_json("/detokenize", {"tokens": item}))["content"]
-                    texts.append(item)
-                answer = await loaded.runner.post_json("/embedding", {"content": texts, "truncate": truncate})
-        except RunnerBadRequest as exc:
-            raise bad_request(str(exc)) from None
-        except (EngineRefused, RunnerError) as exc:
-            raise load_failure(exc) from None
+                texts = [await loaded.runner.detokenize(item) if isinstance(item, list) else item for item in inputs]
+                answer = await loaded.runner.embed(texts, truncate)
         answer["load_duration"] = load_duration
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer
 
-    async def count_prompt_tokens(self, job: CompletionJob, render: Callable[[dict[str, Any]], str]) -> int:
+    async def count_prompt_tokens(self, job: CompletionJob, render: PromptRenderer) -> int:
         """How many tokens the prompt takes, tokenized by the model's runner as a completion would
         tokenize it (before any cut to the context length)."""
-        self.check_capacity(self.load_request(job))
-        async with self._leased(job) as loaded:
-            # A template (a stranger's code) may render for seconds: in a thread, the loop keeps answering.
-            prompt = await asyncio.to_thread(render, loaded.runner.health)
-            try:
-                answer = await loaded.runner.post_json("/tokenize", {"content": prompt, "prompt": True})
-            except RunnerError as exc:
-                raise ApiError(500, str(exc)) from None
-        return len(answer["tokens"])
+        lease = await self.lease(job, metered=False)
+        prompt = await lease.render(render)
+        try:
+            with runner_errors():
+                return len(await lease.loaded.runner.tokenize(prompt, prompt=True))
+        finally:
+            await lease.release()
 
     def check_capacity(self, request: LoadRequest) -> None:
         """503 with Retry-After when the model's queue is full (LOCALLLM_MAX_QUEUE).
@@ -270,45 +259,92 @@ class Inference:
                                 f"(LOCALLLM_MAX_QUEUE={self.settings.max_queue}); retry shortly",
                            headers={"Retry-After": "1"})
 
-    @contextlib.asynccontextmanager
-    async def _leased(self, job: CompletionJob) -> AsyncIterator[LoadedModel]:
-        lease = self.scheduler.lease(self.load_request(job), job.keep_alive)
-        try:
-            loaded = await lease.__aenter__()
-        except (EngineRefused, RunnerError) as exc:
-            raise load_failure(exc) from None
-        try:
-            yield loaded
-        finally:
-            await lease.__aexit__(None, None, None)
 
-    @staticmethod
-    async def _relay(loaded: LoadedModel, body: dict[str, Any], first: bool) -> AsyncIterator[dict[str, Any]]:
-        """The runner's events; a failure before the first one raises, after it is an event."""
-        events = loaded.runner.stream("/completion", body)
+class Lease:
+    """A runner held for one completion: render a prompt against its :attr:`health`, then
+    :meth:`complete` it; the completion's end gives the runner back and records the metrics."""
+
+    def __init__(self, job: CompletionJob, metrics: Metrics | None, hold: contextlib.AsyncExitStack,
+                 started: int) -> None:
+        self.job = job
+        self.loaded: LoadedModel | None = None
+        self.load_duration = 0
+        self._metrics = metrics
+        self._hold = hold
+        self._started = started
+        self._first_token_at: int | None = None
+        self._done: dict[str, Any] | None = None
+
+    async def render(self, renderer: PromptRenderer) -> str:
+        """The prompt, rendered against the runner's health in a thread (a template is a stranger's
+        code and may render for seconds: the loop keeps answering); a failure gives the runner back."""
+        async with self._given_back_on_failure():
+            return await asyncio.to_thread(renderer, self.loaded.runner.health)
+
+    async def fit(self, history: ChatHistory) -> FittedPrompt:
+        """A chat's prompt fitted into the runner's context (:func:`~localllm.server.history.fit_history`,
+        with room for ``num_predict`` and the job's ``truncate``); a failure gives the runner back."""
+        async with self._given_back_on_failure():
+            with runner_errors():
+                return await fit_history(history, self.loaded.runner, self.job.options.get("num_predict"),
+                                         self.job.truncate)
+
+    @contextlib.asynccontextmanager
+    async def _given_back_on_failure(self) -> AsyncIterator[None]:
         try:
-            async for event in events:
+            yield
+        except BaseException as exc:
+            await self.release("error" if isinstance(exc, ApiError) else "cancelled")
+            raise
+
+    async def complete(self, prompt: str | list[int]) -> AsyncIterator[dict[str, Any]]:
+        """The runner's events: ``{"content": …}`` pieces, then one ``{"done": True, …}``.
+
+        Errors before the first event raise :class:`ApiError`; errors after it
+        are yielded as ``{"error": …}`` so a stream can end with an error object.
+        The runner is given back when this ends (iterated to the end, or closed).
+        """
+        job = self.job
+        body = {"prompt": prompt, "options": job.options, "grammar": job.grammar, "context": job.context,
+                "shift": job.shift, "truncate": job.truncate}
+        if job.grammar_triggers:
+            body["grammar_triggers"] = list(job.grammar_triggers)
+        if job.json_schema is not None:
+            body["json_schema"] = job.json_schema
+        events = self.loaded.runner.complete(body)
+        outcome = "cancelled"
+        try:
+            with runner_errors():
+                event = await anext(events, None)
+            if event is None:
+                raise ApiError(500, "model runner returned nothing")
+            self._first_token_at = time.perf_counter_ns()
+            while event is not None:
+                if event.get("done"):
+                    event["load_duration"] = self.load_duration
+                    event["total_duration"] = time.perf_counter_ns() - self._started
+                    self._done, outcome = event, "ok"
+                elif "error" in event:
+                    outcome = "error"
                 yield event
-                first = False
-        except RunnerBadRequest as exc:
-            if first:
-                raise bad_request(str(exc)) from None
-            yield {"error": str(exc)}
-        except RunnerError as exc:
-            if first:
-                raise ApiError(500, str(exc)) from None
-            yield {"error": str(exc)}
+                try:
+                    event = await anext(events, None)
+                except (RunnerBadRequest, RunnerError) as exc:  # after the first event: the stream ends with it
+                    event = {"error": str(exc)}
+        except ApiError:
+            outcome = "error"
+            raise
         finally:
             await events.aclose()
+            await self.release(outcome)
 
-
-def load_failure(exc: EngineRefused | RunnerError) -> ApiError:
-    """A failed load or runner as the client's answer: an engine refused for the model, or a context too
-    large for the memory there is, is the request's 400; memory or model slots the machine lacks now is a
-    503 with the figures; a runner that failed is a 500."""
-    if isinstance(exc, EngineRefused):
-        return bad_request(str(exc))
-    return ApiError(exc.status if isinstance(exc, NoRoom) else 500, str(exc))
+    async def release(self, outcome: str = "cancelled") -> None:
+        """Give the runner back (once) and, for a metered lease, record how the completion went."""
+        await self._hold.aclose()
+        if self._metrics is not None:
+            ttft = (self._first_token_at - self._started) / 1e9 if self._first_token_at else None
+            self._metrics.finished(self.job.model.name.display, outcome, self._done, ttft)
+            self._metrics = None
 
 
 @contextlib.contextmanager

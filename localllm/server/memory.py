@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..registry.gguf import GGUFFile
+from ..gguf import GGUFFile
 from ..workers.probe import WorkerDevice
-from .ggml_devices import BackendDevice, backend_devices
+from ..backends.ggml_devices import BackendDevice, backend_devices
 
 #: KV cache bytes an element, by LOCALLLM_KV_CACHE_TYPE (llama.cpp's default is F16).
 KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # ggml blocks of 32: scale + codes

@@ -11,6 +11,8 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from .runner_client import Health
+
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
 PREEMPTION_BUCKETS = (0, 1, 2, 4, 8, 16)  # a request preempted again and again is thrashing
@@ -85,7 +87,7 @@ class Metrics:
             if generated:
                 entry.token_latency.observe(done.get("eval_duration", 0) / 1e9 / generated)
 
-    def render(self, queue_depths: dict[str, int], runners: list[tuple[str, str, dict]] | None = None) -> str:
+    def render(self, queue_depths: dict[str, int], runners: list[tuple[str, str, Health]] | None = None) -> str:
         """The text exposition; ``runners``: (model, engine, its runner's ``/health``) of each generating runner."""
         lines: list[str] = []
 
@@ -113,16 +115,16 @@ class Metrics:
             family(name, "counter", help_text)
             for model, m in self.models.items():
                 lines.append(f'{name}{{model="{model}"}} {getattr(m, attr)}')
-        runners = runners or {}
+        runners = runners or []
         family("localllm_kv_blocks", "gauge", "Native engine KV blocks: in use, shared, cached for reuse, spilled to RAM.")
         for model, engine, health in runners:
-            for state, count in sorted((health.get("kv_blocks") or {}).items()):
+            for state, count in sorted(health.kv_blocks.items()):
                 if state != "block_size":
                     lines.append(f'localllm_kv_blocks{{model="{model}",engine="{engine}",state="{state}"}} {count}')
         family("localllm_prefix_cache_hit_ratio", "gauge", "Share of prompt tokens served from cached KV.")
         for model, engine, health in runners:
             lines.append(f'localllm_prefix_cache_hit_ratio{{model="{model}",engine="{engine}"}} '
-                         f'{health.get("cache_hit_rate", 0.0)}')
+                         f'{health.cache_hit_rate}')
         family("localllm_time_to_first_token_seconds", "histogram", "Time from request to first token.")
         for model, m in self.models.items():
             lines.extend(m.ttft.lines("localllm_time_to_first_token_seconds", f'model="{model}"'))

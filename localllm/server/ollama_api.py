@@ -12,8 +12,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from .. import __version__
+from ..templates import prompt as prompts
 from ..registry.create import CreateError, CreateSpec, check_spec, local_files, spec_from_modelfile
-from ..registry.gguf import InvalidGGUF
+from ..gguf import InvalidGGUF
 from ..registry.names import InvalidName
 from ..registry.pull import PullError, parse_pull_target
 from ..registry.remote import RegistryError
@@ -22,22 +23,30 @@ from ..registry.requires import normalize_requires
 from ..registry.store import CorruptManifest, DigestMismatch, InvalidDigest, ModelNotFound, parse_digest
 from . import show
 from .api_types import (
+    ChatRequest,
     CopyRequest,
     CreateRequest,
     DeleteRequest,
     EmbedRequest,
+    GenerateRequest,
     LegacyEmbeddingsRequest,
     PullRequest,
     PushRequest,
     ShowRequest,
 )
+from .conversation import check_think
+from .dialects.ollama import OllamaRenderer, chat_turn
+from .dialects.render import rendered
 from .embeddings import shorten
 from .errors import ApiError, bad_request, not_found
-from .inference import parse_name
+from .formats import format_constraint
+from .handler import ChatHandler, PreparedTurn
+from .inference import CompletionJob, parse_name, template_errors_as_400
 from .limits import check_request
 from .security import is_trusted_client
-from .options import validate_options
-from .state import details_at, state_of
+from .request_options import validate_options
+from .runner_client import Health
+from .state import DaemonState, details_at, state_of
 from .streaming import NDJSON, ndjson, streamed
 
 log = logging.getLogger("localllm.api")
@@ -289,9 +298,9 @@ async def running(request: Request) -> dict[str, Any]:
             "engine": loaded.engine,
             "engine_reason": loaded.engine_reason,
             "split": list(loaded.split),
-            "cache_tokens": health.get("cache_tokens", 0),
-            "cache_hit_rate": health.get("cache_hit_rate", 0.0),
-            "kv_blocks": health.get("kv_blocks", {}),
+            "cache_tokens": health.cache_tokens,
+            "cache_hit_rate": health.cache_hit_rate,
+            "kv_blocks": health.kv_blocks,
         })
     return {"models": models}
 
@@ -323,3 +332,75 @@ async def legacy_embeddings(body: LegacyEmbeddingsRequest, request: Request) -> 
     job = state.inference.job(body.model, body.options, body.keep_alive)
     answer = await state.inference.embed(job, [body.prompt], True)
     return {"embedding": answer["embeddings"][0]}
+
+
+# --- generation: chat and generate (converted by dialects.ollama) -----------------------
+
+
+async def _respond(handler: ChatHandler, turn: PreparedTurn, renderer: OllamaRenderer, stream: bool):
+    if not stream:
+        return JSONResponse(renderer.whole(await handler.answer(turn)))
+    deltas = await handler.open(turn)  # a failure before the first event is still a plain error status
+    return streamed(ndjson(rendered(renderer, deltas)), NDJSON)
+
+
+# --- loading without a prompt -------------------------------------------------------
+
+
+async def _load_only(state: DaemonState, job: CompletionJob, renderer: OllamaRenderer) -> JSONResponse:
+    """An empty prompt loads the model (or, with keep_alive 0, unloads it)."""
+    if job.keep_alive == 0:
+        await state.scheduler.unload(job.model.model_path, tuple(job.model.adapters))
+        load_ns = 0
+    else:
+        _, load_ns = await state.inference.load(job)
+    answer = renderer.message_object()
+    answer.update(done=True, done_reason="unload" if job.keep_alive == 0 else "load",
+                  total_duration=load_ns, load_duration=load_ns)
+    return JSONResponse(answer)
+
+
+# --- routes ---------------------------------------------------------------------------
+
+
+@router.post("/api/generate")
+async def generate(body: GenerateRequest, request: Request):
+    state = state_of(request)
+    check_request(state.settings.limits, texts=[body.prompt, body.system or "", body.suffix or "",
+                                                 body.template or ""],
+                  constraint=body.format or body.grammar)
+    think = check_think(body.think)
+    job = state.inference.job(body.model, body.options, body.keep_alive, format_constraint(body.format),
+                              body.grammar)
+    state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
+    job.context = body.context
+    job.shift, job.truncate = body.shift is not False, body.truncate is not False
+    model = job.model
+    renderer = OllamaRenderer(body.model, "generate")
+    if body.images:
+        raise bad_request(f"{model.name.display!r} does not support images")
+    if not body.prompt and not body.suffix and body.context is None:
+        return await _load_only(state, job, renderer)
+
+    def render(health: Health) -> str:
+        with template_errors_as_400(model):
+            return prompts.build_generate_prompt(
+                prompt=body.prompt, system=body.system if body.system is not None else model.system,
+                suffix=body.suffix, template_override=body.template, model_template=model.template,
+                gguf_chat_template=model.chat_template, bos=health.bos, eos=health.eos,
+                raw=body.raw, history=model.messages, think=think,
+            )
+
+    turn = state.chat.prepare_generate(job, render, None if body.raw else think)
+    return await _respond(state.chat, turn, renderer, body.stream)
+
+
+@router.post("/api/chat")
+async def chat(body: ChatRequest, request: Request):
+    state = state_of(request)
+    turn = chat_turn(body)
+    renderer = OllamaRenderer(body.model, "chat")
+    if not turn.messages:
+        job = state.inference.job(body.model, body.options, body.keep_alive)
+        return await _load_only(state, job, renderer)
+    return await _respond(state.chat, state.chat.prepare(turn), renderer, body.stream)

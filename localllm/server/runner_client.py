@@ -17,7 +17,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +53,39 @@ class RunnerConfig:
     adapters: tuple[Path, ...] = ()
     engine: str = "llama.cpp"
     kv_tokens: int | None = None  # native engine: positions in its KV block pool (None: the runner's default)
+    kv_cache_type: str = "f16"  # LOCALLLM_KV_CACHE_TYPE (the native engine keeps f16 or q8_0)
+    flash_attention: bool = False  # llama.cpp engine (LOCALLLM_FLASH_ATTENTION)
+    worker_timeout: float = 120.0  # seconds one decode step may wait on workers (LOCALLLM_WORKER_TIMEOUT)
+    stream_interval: float = 0.1  # seconds between bursts of streamed pieces (LOCALLLM_STREAM_INTERVAL)
 
     @property
     def remote_workers(self) -> tuple[str, ...]:
         """The workers (host:port) its ``devices`` name."""
         return tuple(sorted({device.partition("#")[0] for device in self.devices if "#" in device}))
+
+
+@dataclass(frozen=True)
+class Health:
+    """A runner's ``/health`` answer: what it loaded and how its KV cache is doing."""
+
+    n_ctx: int = 0
+    n_ctx_train: int = 0
+    n_parallel: int = 0
+    n_vocab: int = 0
+    bos: str = ""  # the BOS and EOS tokens' text, for chat templates
+    eos: str = ""
+    model_size: int = 0
+    kv_used_cells: int = 0
+    cache_tokens: int = 0
+    cache_hit_rate: float = 0.0
+    cache_ram_bytes: int = 0
+    queue_depth: int = 0
+    kv_blocks: dict[str, int] = field(default_factory=dict)
+    embedding: bool = False
+
+    @classmethod
+    def of(cls, answer: dict[str, Any]) -> Health:
+        return cls(**{f.name: answer[f.name] for f in fields(cls) if f.name in answer})
 
 
 @dataclass
@@ -68,7 +96,7 @@ class RunnerProcess:
     process: asyncio.subprocess.Process
     socket_path: Path
     client: httpx.AsyncClient
-    health: dict[str, Any] = field(default_factory=dict)
+    health: Health = field(default_factory=Health)
     stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=40))
     stderr_pump: asyncio.Task | None = None  # done when the runner's stderr reached its end
 
@@ -111,17 +139,35 @@ class RunnerProcess:
                 await self.process.wait()
         self.socket_path.unlink(missing_ok=True)
 
-    async def refresh_health(self) -> dict[str, Any]:
+    async def refresh_health(self) -> Health:
         """Re-read ``/health`` (cache size and hit rate change as requests run); the last answer if it fails."""
         try:
             response = await self.client.get("/health", timeout=5)
             if response.status_code == 200:
-                self.health = response.json()
+                self.health = Health.of(response.json())
         except httpx.TransportError:
             pass
         return self.health
 
-    async def post_json(self, path: str, body: dict[str, Any], timeout: float | None = 600.0) -> dict[str, Any]:
+    def complete(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """A completion's events (``/completion``): pieces, then one ``done`` or ``error``; closing cancels."""
+        return self._stream("/completion", body)
+
+    async def tokenize(self, content: str, prompt: bool = False, add_special: bool = True,
+                       parse_special: bool = True) -> list[int]:
+        """``content``'s tokens; ``prompt``: as a completion tokenizes its prompt (BOS where the model wants
+        one, specials parsed), else with llama.cpp's ``add_special`` and ``parse_special``."""
+        body = {"content": content, "prompt": prompt, "add_special": add_special, "parse_special": parse_special}
+        return (await self._post_json("/tokenize", body))["tokens"]
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return (await self._post_json("/detokenize", {"tokens": tokens}))["content"]
+
+    async def embed(self, texts: list[str], truncate: bool) -> dict[str, Any]:
+        """``/embedding`` of ``texts``: ``embeddings`` and ``prompt_eval_count``."""
+        return await self._post_json("/embedding", {"content": texts, "truncate": truncate})
+
+    async def _post_json(self, path: str, body: dict[str, Any], timeout: float | None = 600.0) -> dict[str, Any]:
         """POST to the runner and return its JSON answer."""
         try:
             response = await self.client.post(path, json=body, timeout=timeout)
@@ -129,7 +175,7 @@ class RunnerProcess:
             raise RunnerError(await self._gone_message(exc)) from None
         return _checked_json(response)
 
-    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """POST to the runner and yield its NDJSON lines; closing the iterator cancels."""
         try:
             async with self.client.stream("POST", path, json=body, timeout=httpx.Timeout(None, connect=10)) as response:
@@ -204,10 +250,16 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         args += ["--threads", str(config.n_threads)]
     if config.embedding:
         args.append("--embedding")
+    if config.flash_attention:
+        args.append("--flash-attention")
+    args += ["--kv-cache-type", config.kv_cache_type, "--worker-timeout", str(config.worker_timeout),
+             "--stream-interval", str(config.stream_interval)]
     for adapter in config.adapters:
         args += ["--adapter", str(adapter)]
-    # ggml aborts a runner whose worker goes away: without a debugger's backtrace on its stderr
-    env = {**os.environ, "GGML_NO_BACKTRACE": "1"} if config.remote_workers else None
+    # Every setting of the runner is on its command line: it reads none of the daemon's LOCALLLM_* variables.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LOCALLLM_")}
+    if config.remote_workers:  # ggml aborts a runner whose worker goes away: without a debugger's backtrace
+        env["GGML_NO_BACKTRACE"] = "1"
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env=env,
@@ -224,7 +276,7 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
             try:
                 response = await client.get("/health", timeout=5)
                 if response.status_code == 200:
-                    runner.health = response.json()
+                    runner.health = Health.of(response.json())
                     return runner
             except httpx.TransportError:
                 pass

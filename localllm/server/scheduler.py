@@ -36,10 +36,10 @@ from .memory import (
     shortfall,
     worker_offload,
 )
-from ..runner.engines import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
+from ..backends.capabilities import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
 from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
-from .workers import WorkerPool
+from .worker_pool import WorkerPool
 
 log = logging.getLogger("localllm.scheduler")
 
@@ -242,11 +242,13 @@ class Scheduler:
     async def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan,
                                                                                          WorkerPlan]:
         """The engine for this load and the GPU and worker plans it gets (none for an engine without them)."""
+        if self._gpus is None:  # the first look loads ggml's libraries: off the loop
+            self._gpus = await asyncio.to_thread(gpu_devices)
         llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
         workers = await self._plan_workers(request, need, llama_plan)
-        try:
-            choice = choose_engine(
-                Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
+        try:  # off the loop: it reads the model's tensors and may load (or build, for minutes) the kernels library
+            choice = await asyncio.to_thread(
+                choose_engine, Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
                 llama_plan.n_gpu_layers, self._llama_cpp_settings(), _describe_workers(workers),
             )  # fmt: skip
         except BaseException:
@@ -298,14 +300,12 @@ class Scheduler:
                 try:
                     await self._make_room(request.name, load.local_bytes)
                     model = await self._load(key, request, wanted_ctx, load)
-                except NoRoom as exc:
+                except BaseException as exc:
                     self.workers.release(load.worker_addresses)
-                    if exc.room is not None and self._context_is_why(load, wanted_ctx, exc.room):
+                    if isinstance(exc, NoRoom) and exc.room is not None and self._context_is_why(
+                            load, wanted_ctx, exc.room):
                         raise NoRoom(f"num_ctx {wanted_ctx} asks for more memory than there is: {exc}; the model "
                                      f"would fit with num_ctx {DEFAULT_NUM_CTX}", exc.room, 400) from None
-                    raise
-                except BaseException:
-                    self.workers.release(load.worker_addresses)
                     raise
             return model
 
@@ -324,7 +324,7 @@ class Scheduler:
     async def _plan_load(self, request: LoadRequest, n_ctx: int) -> LoadPlan:
         """The engine a load gets, its GPU and worker plans and its memory (the native pool, or llama.cpp's
         streams)."""
-        summary = read_model_summary(Path(request.model_path))
+        summary = await asyncio.to_thread(read_model_summary, Path(request.model_path))
         n_batch = request.num_batch or 512
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, self.settings.kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
@@ -397,6 +397,10 @@ class Scheduler:
             adapters=tuple(request.adapters),
             engine=choice.engine,
             kv_tokens=self.pool_tokens(n_ctx) if choice.engine == NATIVE else None,
+            kv_cache_type=self.settings.kv_cache_type,
+            flash_attention=self.settings.flash_attention,
+            worker_timeout=self.settings.worker_timeout,
+            stream_interval=self.settings.stream_interval,
         )
         log.info("loading %s on %s (%s), ctx %d, %d sequences", request.name, choice.engine, choice.reason, n_ctx,
                  config.n_parallel)

@@ -21,7 +21,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..config import Settings
+from ..config import Settings, is_loopback_host
+from .asgi import HttpMiddleware
 from .errors import error_body
 
 Scope = dict[str, Any]
@@ -43,17 +44,6 @@ MODEL_CHANGING_PATHS = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/
 PAGE_ASSETS = "/web/"
 #: Scope key the guard sets: True for a client on this machine or one that sent the API key.
 TRUSTED_CLIENT = "localllm.trusted_client"
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for names and addresses that can only mean this machine."""
-    host = host.strip("[]").lower()
-    if host in ("localhost", "") or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def changes_models(method: str, path: str) -> bool:
@@ -88,19 +78,16 @@ def _split_host(value: str) -> str:
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
-class AccessGuard:
+class AccessGuard(HttpMiddleware):
     """ASGI middleware enforcing the access rules before any route runs."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
-        self.app = app
+        super().__init__(app)
         self.settings = settings
         self.origins = DEFAULT_ORIGINS + tuple(settings.origins)
         self.loopback_only = is_loopback_host(settings.host)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path = scope["path"]
         host = _split_host(headers.get("host", ""))

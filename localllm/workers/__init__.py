@@ -5,11 +5,11 @@ server; a daemon given workers (``LOCALLLM_WORKERS``) asks each what memory
 it has and places layers there, and its runner opens the model with those
 remote devices, so llama.cpp itself moves tensors and activations.
 
-- :mod:`~localllm.workers.rpc`: the ctypes binding of libggml-rpc (server, client devices, protocol version);
+- :mod:`~localllm.backends.rpc`: the ctypes binding of libggml-rpc (server, client devices, protocol version);
 - :mod:`~localllm.workers.serve`: the ``localllm worker`` process;
 - :mod:`~localllm.workers.probe`: asking a worker for its devices and free memory, in a child process.
 
-The daemon's side: :mod:`localllm.server.workers` (which workers are free),
+The daemon's side: :mod:`localllm.server.worker_pool` (which workers are free),
 :func:`localllm.server.memory.plan_worker_layers` (which layers go where) and
-the runner's :class:`localllm.runner.backend.Offload` (the devices llama.cpp opens).
+the runner's :class:`localllm.backends.llama_cpp.Offload` (the devices llama.cpp opens).
 """

@@ -64,7 +64,7 @@ def _reason(endpoint: str, stderr: str) -> str:
     """ggml's abort message, made into a sentence about the worker."""
     mismatch = re.search(r"RPC server version mismatch: (\d+\.\d+\.\d+)", stderr)
     if mismatch:
-        from localllm.workers.rpc import protocol_version
+        from localllm.backends.rpc import protocol_version
 
         ours = protocol_version() or "another"
         return (f"worker {endpoint} speaks ggml RPC protocol {mismatch.group(1)}, this llama.cpp build speaks "
@@ -78,8 +78,8 @@ def _reason(endpoint: str, stderr: str) -> str:
 
 
 def main(endpoint: str) -> None:
-    from localllm.server.ggml_devices import describe
-    from localllm.workers.rpc import connect
+    from localllm.backends.ggml_devices import describe
+    from localllm.backends.rpc import connect
 
     devices = []
     for index, handle in enumerate(connect(endpoint)):

@@ -13,9 +13,9 @@ import ctypes
 import signal
 import sys
 
-from localllm.server.ggml_devices import BackendDevice, describe, device_handles
-from localllm.server.security import is_loopback_host
-from localllm.workers import rpc
+from localllm.backends.ggml_devices import BackendDevice, describe, device_handles
+from localllm.backends import rpc
+from localllm.config import is_loopback_host
 
 _IOLBF = 1
 
@@ -60,7 +60,7 @@ def run_worker(host: str, port: int, threads: int | None, device_names: list[str
     if not is_loopback_host(host):
         print(SECURITY_WARNING.format(host=host, port=port), file=sys.stderr, flush=True)
     if threads is None:
-        from localllm.runner.backend import physical_cores
+        from localllm.backends.llama_cpp import physical_cores
 
         threads = physical_cores()
     for _, device in chosen:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))  # fixtures (cached model files), daemon_helpers (a real daemon)
+sys.path.insert(0, str(ROOT / "tests"))  # support.fixtures (cached model files), support.daemon (a real daemon)
 
-import fixtures  # noqa: E402
+from support import fixtures  # noqa: E402
 import httpx  # noqa: E402
-from daemon_helpers import Daemon  # noqa: E402
+from support.daemon import Daemon  # noqa: E402
 
 MODEL = "smollm2:135m"
 

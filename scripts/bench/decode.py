@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))  # runner_helpers / fixtures: start a runner, find the model
+sys.path.insert(0, str(ROOT / "tests"))  # support.runner / support.fixtures: start a runner, find the model
 
 PROMPT = "<|im_start|>user\nWrite a long story about a dragon who learns to bake bread.<|im_end|>\n<|im_start|>assistant\n"
 
@@ -62,7 +62,7 @@ def runner_side(cfg: BenchConfig) -> Callable[[], Measurement]:
     """Our runner process: stream ``/completion`` over its unix socket."""
     import atexit
 
-    from runner_helpers import RunnerProcess
+    from support.runner import RunnerProcess
 
     runner = RunnerProcess(cfg.model, "--threads", str(cfg.threads), "--parallel", "1", "--ctx", "2048",
                            "--engine", cfg.engine or "native")
@@ -176,7 +176,7 @@ def main() -> None:
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the runner (atexit) when killed
     if args.model is None:
-        import fixtures
+        from support import fixtures
 
         args.model = fixtures.smollm2_gguf()
     ours = daemon_side if args.side == "daemon" else runner_side

@@ -34,12 +34,12 @@ import jsonschema
 import numpy as np
 
 from common import fixtures, report
-from localllm.runner.backend import Batch, Context, Model, init_backend
-from localllm.runner.options import CompletionOptions
+from localllm.backends.llama_cpp import Batch, Context, Model, init_backend
+from localllm.options import CompletionOptions
 from localllm.runner.sampling import GrammarError, Sampler
 from localllm.server.errors import ApiError
 from localllm.server.formats import checked_schema, schema_grammar
-from runner_helpers import chat_prompt
+from support.runner import chat_prompt
 
 SCHEMAS = Path(__file__).with_name("schemas.json")
 GREEDY = CompletionOptions(temperature=0, repeat_penalty=1.0)
@@ -65,7 +65,7 @@ class Generator:
         self.decode_seconds: list[float] = []
 
     def run(self, prompt: str, step: Step, limit: int, timings: list[float]) -> str:
-        tokens = self.model.tokenize_prompt(prompt)
+        tokens = self.model.vocab.tokenize_prompt(prompt)
         self.ctx.seq_rm(0)
         self.batch.clear()
         for pos, token in enumerate(tokens):
@@ -77,18 +77,18 @@ class Generator:
             started = time.perf_counter()
             token = step(logits)
             timings.append(time.perf_counter() - started)
-            if token is None or self.model.is_eog(token):
+            if token is None or self.model.vocab.is_eog(token):
                 break
             out.append(token)
             self.batch.clear()
             row = self.batch.add(token, pos, 0, True)
             self._decode()
-        return self.model.detokenize(out)
+        return self.model.vocab.detokenize(out)
 
     def _logits(self, row: int) -> np.ndarray:
         import llama_cpp as ll
 
-        view = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx.ptr, row), shape=(self.model.n_vocab,))
+        view = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx.ptr, row), shape=(self.model.vocab.n_vocab,))
         return view.copy()  # engines may write -inf into it
 
     def _decode(self) -> None:

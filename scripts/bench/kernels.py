@@ -47,17 +47,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import fixtures  # noqa: E402
-from gguf_builders import F16, quantized, tiny_model  # noqa: E402
-from native_helpers import Side  # noqa: E402
+from support import fixtures  # noqa: E402
+from support.gguf_builders import F16, quantized, tiny_model  # noqa: E402
+from support.native import Side  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import alternating  # noqa: E402
 
-from localllm.native import kernels  # noqa: E402
-from localllm.native.lib import Tensor, library  # noqa: E402
-from localllm.native.model import NativeWeights  # noqa: E402
-from localllm.registry.gguf import GGML_TYPES  # noqa: E402
+from localllm.backends.native import kernels  # noqa: E402
+from localllm.backends.native.lib import Tensor, library  # noqa: E402
+from localllm.backends.native.model import NativeWeights  # noqa: E402
+from localllm.gguf import GGML_TYPES  # noqa: E402
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 FORMATS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12,
@@ -215,7 +215,7 @@ def compare(label: str, path: Path, threads: int, tokens: int, rounds: int, pref
     n_ctx = 4096 if prefill else 1024
     native, reference = Side("native", path, n_ctx=n_ctx, threads=threads), Side("llama.cpp", path, n_ctx=n_ctx, threads=threads)
     try:  # the synthetic model's vocabulary has no byte pieces for text: fixed token ids
-        prompt = list(range(3, 19)) if label == "1b" else reference.model.tokenize_prompt(PROMPT)
+        prompt = list(range(3, 19)) if label == "1b" else reference.model.vocab.tokenize_prompt(PROMPT)
         theirs, ours = medians(rounds, lambda: llama_decode_rate(reference, prompt, tokens),
                                lambda: native_decode_rate(native, prompt, tokens))
         result[f"llama_decode_tps_{label}"], result[f"native_decode_tps_{label}"] = theirs, ours

@@ -33,9 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import alternating, report, start_daemon  # noqa: E402  (puts tests/ on the path)
 
-import fixtures  # noqa: E402
+from support import fixtures  # noqa: E402
 import httpx  # noqa: E402
-from worker_helpers import Worker  # noqa: E402
+from support.workers import Worker  # noqa: E402
 
 DECODE_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8,"
 ALL_LAYERS = 10_000  # num_worker_layers beyond the model's: every repeating layer

@@ -149,7 +149,7 @@ class Ours:
     """Our runner (native engine) over its unix socket: one side per speculative mode."""
 
     def __init__(self, model: Path, threads: int) -> None:
-        from runner_helpers import RunnerProcess
+        from support.runner import RunnerProcess
 
         self.runner = RunnerProcess(model, "--engine", "native", "--threads", str(threads), "--parallel", "4",
                                     "--ctx", "2048")
@@ -224,7 +224,7 @@ class NgramLlamaServer:
 
     def __init__(self, model: Path, threads: int) -> None:
         from common import PeerServer
-        from daemon_helpers import free_port
+        from support.daemon import free_port
         from llama_server import binary
 
         port = free_port()

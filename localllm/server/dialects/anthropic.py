@@ -20,33 +20,17 @@ import json
 import secrets
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api_types import RequestBody
 from ..conversation import (
-    Answer,
-    ChatTurn,
-    Content,
-    Delta,
-    Failure,
-    Final,
-    Message,
-    Thinking,
-    ThinkSetting,
-    ToolCallDelta,
+    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta
 )
 from ..errors import anthropic_error, bad_request
 from ..formats import Constraint
-from ..handler import ChatHandler, PreparedTurn
 from ..inference import parse_name
-from ..state import state_of
-from ..streaming import streamed
 from ..tools import ToolCall
-from .render import named_sse, rendered, truncation_headers
-from .openai_chat import response_format_constraint, sampling_options
-
-router = APIRouter(prefix="/v1")
+from .openai_family import response_format_constraint, sampling_options
 
 #: Request fields of Anthropic's that ask for what a local runner cannot do.
 REFUSED_FIELDS = {
@@ -57,11 +41,7 @@ REFUSED_FIELDS = {
 EFFORT_THINK = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class InputMessage(_Body):
+class InputMessage(RequestBody):
     role: Literal["user", "assistant"]
     content: str | list[dict[str, Any]]
 
@@ -391,30 +371,3 @@ class MessagesRenderer:
             return []
         self._open = None
         return [{"type": "content_block_stop", "index": self._index}]
-
-
-async def _respond(handler: ChatHandler, turn: PreparedTurn, model: str, stream: bool):
-    renderer = MessagesRenderer(model)
-    if not stream:
-        answer = await handler.answer(turn)
-        return JSONResponse(renderer.whole(answer), headers=truncation_headers(answer.final.truncated))
-    deltas = await handler.open(turn)  # a failure before the first event is still an error status
-    return streamed(named_sse(rendered(renderer, deltas)), "text/event-stream",
-                    truncation_headers(deltas.notes.truncated))
-
-
-# --- routes ---------------------------------------------------------------------------
-
-
-@router.post("/messages")
-async def messages(body: MessagesRequest, request: Request):
-    state = state_of(request)
-    turn = state.chat.prepare(messages_turn(body))
-    return await _respond(state.chat, turn, body.model, body.stream)
-
-
-@router.post("/messages/count_tokens")
-async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
-    state = state_of(request)
-    turn = state.chat.prepare(messages_turn(body))
-    return {"input_tokens": await state.chat.count_tokens(turn)}

@@ -1,40 +1,19 @@
 """Ollama's generation endpoints (``/api/chat``, ``/api/generate``): request translator
-and stream renderer over the conversation core."""
+and stream renderer over the conversation core (the routes are in ``server/ollama_api.py``)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
-
-from ...templates import prompt as prompts
-from ..api_types import ChatRequest, GenerateRequest
+from ..api_types import ChatRequest
 from ..conversation import (
-    Answer,
-    ChatTurn,
-    Content,
-    Delta,
-    Failure,
-    Final,
-    Message,
-    Thinking,
-    ToolCallDelta,
-    check_think,
-    shaped_logprobs,
+    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ToolCallDelta, check_think, shaped_logprobs
 )
 from ..errors import bad_request
 from ..formats import format_constraint
-from ..handler import ChatHandler, PreparedTurn
-from ..inference import CompletionJob, template_errors_as_400
-from ..limits import check_request
-from ..state import DaemonState, state_of
-from ..streaming import NDJSON, ndjson, streamed
 from ..tools import ToolCall, call_arguments
-from .render import rendered
 
-router = APIRouter()
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 
@@ -131,73 +110,3 @@ class OllamaRenderer:
             if key in final.metrics:
                 body[key] = final.metrics[key]
         return body
-
-
-async def _respond(handler: ChatHandler, turn: PreparedTurn, renderer: OllamaRenderer, stream: bool):
-    if not stream:
-        return JSONResponse(renderer.whole(await handler.answer(turn)))
-    deltas = await handler.open(turn)  # a failure before the first event is still a plain error status
-    return streamed(ndjson(rendered(renderer, deltas)), NDJSON)
-
-
-# --- loading without a prompt -------------------------------------------------------
-
-
-async def _load_only(state: DaemonState, job: CompletionJob, renderer: OllamaRenderer) -> JSONResponse:
-    """An empty prompt loads the model (or, with keep_alive 0, unloads it)."""
-    if job.keep_alive == 0:
-        await state.scheduler.unload(job.model.model_path, tuple(job.model.adapters))
-        load_ns = 0
-    else:
-        _, load_ns = await state.inference.load(job)
-    answer = renderer.message_object()
-    answer.update(done=True, done_reason="unload" if job.keep_alive == 0 else "load",
-                  total_duration=load_ns, load_duration=load_ns)
-    return JSONResponse(answer)
-
-
-# --- routes ---------------------------------------------------------------------------
-
-
-@router.post("/api/generate")
-async def generate(body: GenerateRequest, request: Request):
-    state = state_of(request)
-    check_request(state.settings.limits, texts=[body.prompt, body.system or "", body.suffix or "",
-                                                 body.template or ""],
-                  constraint=body.format or body.grammar)
-    think = check_think(body.think)
-    job = state.inference.job(body.model, body.options, body.keep_alive, format_constraint(body.format),
-                              body.grammar)
-    state.inference.want_logprobs(job, body.logprobs, body.top_logprobs)
-    job.context = body.context
-    job.shift, job.truncate = body.shift is not False, body.truncate is not False
-    model = job.model
-    renderer = OllamaRenderer(body.model, "generate")
-    if body.images:
-        raise bad_request(f"{model.name.display!r} does not support images")
-    if not body.prompt and not body.suffix and body.context is None:
-        return await _load_only(state, job, renderer)
-
-    def render(health: dict[str, Any]) -> str:
-        with template_errors_as_400(model):
-            return prompts.build_generate_prompt(
-                prompt=body.prompt, system=body.system if body.system is not None else model.system,
-                suffix=body.suffix, template_override=body.template, model_template=model.template,
-                gguf_chat_template=model.chat_template, bos=health.get("bos", ""), eos=health.get("eos", ""),
-                raw=body.raw, history=model.messages, think=think,
-            )
-
-    turn = state.chat.prepare_generate(job, render, None if body.raw else think)
-    return await _respond(state.chat, turn, renderer, body.stream)
-
-
-@router.post("/api/chat")
-async def chat(body: ChatRequest, request: Request):
-    state = state_of(request)
-    turn = chat_turn(body)
-    renderer = OllamaRenderer(body.model, "chat")
-    if not turn.messages:
-        job = state.inference.job(body.model, body.options, body.keep_alive)
-        return await _load_only(state, job, renderer)
-    return await _respond(state.chat, state.chat.prepare(turn), renderer, body.stream)
-

@@ -14,50 +14,33 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ..api_types import RequestBody
 from ..conversation import (
-    Answer,
-    ChatTurn,
-    Content,
-    Delta,
-    Failure,
-    Final,
-    Message,
-    Thinking,
-    ThinkSetting,
-    ToolCallDelta,
-    shaped_logprobs,
+    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ToolCallDelta, shaped_logprobs
 )
 from ..errors import bad_request, openai_error
-from ..formats import JSON_OBJECT_GBNF, NO_CONSTRAINT, Constraint, checked_schema
 from ..handler import ChatHandler, DeltaStream, PreparedTurn
-from ..inference import CompletionJob, parse_name
-from ..limits import check_request
-from ..state import state_of
+from ..inference import parse_name
 from ..streaming import sse, streamed
-from ..tools import ToolCall, call_arguments
 from .render import truncation_headers
-
-router = APIRouter(prefix="/v1")
+from .openai_family import (
+    image_data, openai_tool_call, reasoning_think, response_format_constraint, sampling_options, tool_choice_of,
+)
 
 MAX_CHOICES = 8
 MAX_TOP_LOGPROBS = 20
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class ContentPart(_Body):
+class ContentPart(RequestBody):
     type: str
     text: str | None = None
     image_url: dict[str, Any] | str | None = None
 
 
-class ChatMessage(_Body):
+class ChatMessage(RequestBody):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -66,11 +49,11 @@ class ChatMessage(_Body):
     reasoning_content: str | None = None
 
 
-class StreamOptions(_Body):
+class StreamOptions(RequestBody):
     include_usage: bool = False
 
 
-class SamplingBody(_Body):
+class SamplingBody(RequestBody):
     """Fields every OpenAI generation request shares."""
 
     model: str
@@ -111,67 +94,14 @@ class CompletionRequest(SamplingBody):
 # --- translator -----------------------------------------------------------------------
 
 
-def sampling_options(temperature: float | None, top_p: float | None, max_tokens: int | None,
-                     stop: str | list[str] | None = None, seed: int | None = None,
-                     top_k: int | None = None) -> dict[str, Any]:
-    """OpenAI-style sampling fields as Ollama options; temperature and top_p default to 1, as OpenAI's."""
-    options: dict[str, Any] = {"temperature": 1.0 if temperature is None else temperature,
-                               "top_p": 1.0 if top_p is None else top_p}
-    if max_tokens is not None:
-        options["num_predict"] = max_tokens
-    if seed is not None:
-        options["seed"] = seed
-    if top_k is not None:
-        options["top_k"] = top_k
-    if stop:
-        options["stop"] = [stop] if isinstance(stop, str) else list(stop)
-    return options
-
-
-def _options(body: SamplingBody, max_tokens: int | None) -> dict[str, Any]:
+def completion_options(body: SamplingBody, max_tokens: int | None) -> dict[str, Any]:
+    """A chat or text completion's sampling fields as Ollama options."""
     options = sampling_options(body.temperature, body.top_p, max_tokens, body.stop, body.seed)
     options["frequency_penalty"] = body.frequency_penalty or 0.0
     options["presence_penalty"] = body.presence_penalty or 0.0
     if body.logit_bias:
         raise bad_request("logit_bias is not supported")
     return options
-
-
-def response_format_constraint(response_format: dict[str, Any] | None, field: str = "response_format") -> Constraint:
-    """OpenAI's ``response_format`` (chat) or ``text.format`` (Responses) as an output constraint."""
-    if not response_format:
-        return NO_CONSTRAINT
-    kind = response_format.get("type")
-    if kind in (None, "text"):
-        return NO_CONSTRAINT
-    if kind == "json_object":
-        return Constraint(grammar=JSON_OBJECT_GBNF)
-    if kind == "json_schema":
-        # chat nests the schema under json_schema; Responses puts it beside the type
-        spec = response_format.get("json_schema", response_format)
-        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-            raise bad_request(f"{field}.json_schema must be an object with a 'schema' object")
-        return Constraint(json_schema=checked_schema(spec.get("schema") or {}))
-    raise bad_request(f"{field}.type {kind!r} is not supported: use text, json_object or json_schema")
-
-
-def reasoning_think(effort: str | None, field: str = "reasoning_effort") -> ThinkSetting:
-    """OpenAI's reasoning effort as a think setting (``none`` turns thinking off)."""
-    if effort is None:
-        return None
-    if effort == "none":
-        return False
-    if effort in ("low", "medium", "high"):
-        return effort
-    raise bad_request(f"invalid {field} {effort!r}: use none, low, medium or high")
-
-
-def image_data(url: str, field: str) -> str:
-    """The base64 data of an image given as a ``data:`` URL (we fetch nothing from the network)."""
-    head, comma, data = url.partition(",")
-    if not (head.startswith("data:image/") and head.endswith(";base64") and comma):
-        raise bad_request(f"{field}: only data:image/...;base64 URLs are supported (nothing is downloaded)")
-    return data
 
 
 def _content_of(content: str | list[ContentPart] | None, field: str) -> tuple[str, list[str]]:
@@ -191,13 +121,6 @@ def _content_of(content: str | list[ContentPart] | None, field: str) -> tuple[st
     return "".join(texts), images
 
 
-def openai_tool_call(call: dict[str, Any], field: str) -> ToolCall:
-    """A tool call as OpenAI clients send it back (arguments as a JSON string)."""
-    function = call.get("function") or {}
-    name = str(function.get("name", ""))
-    return ToolCall(name, call_arguments(function.get("arguments", "{}"), field, name), str(call.get("id") or ""))
-
-
 def chat_messages(messages: list[ChatMessage]) -> list[Message]:
     converted = []
     for index, m in enumerate(messages):
@@ -212,26 +135,13 @@ def chat_messages(messages: list[ChatMessage]) -> list[Message]:
     return converted
 
 
-def tool_choice_of(choice: str | dict[str, Any] | None) -> str:
-    """OpenAI's ``tool_choice`` as the core's: auto, none, required or a function name."""
-    if choice is None:
-        return "auto"
-    if choice in ("auto", "none", "required"):
-        return choice
-    if isinstance(choice, dict) and isinstance(choice.get("function"), dict) and choice["function"].get("name"):
-        return choice["function"]["name"]
-    if isinstance(choice, dict) and choice.get("type") == "function" and choice.get("name"):
-        return choice["name"]  # the Responses API's flat form
-    raise bad_request(f"invalid tool_choice {choice!r}: use none, auto, required or a function")
-
-
 def chat_turn(body: ChatCompletionRequest) -> ChatTurn:
     parse_name(body.model)
     return ChatTurn(
         model=body.model, messages=chat_messages(body.messages), tools=body.tools,
         tool_choice=tool_choice_of(body.tool_choice), parallel_tool_calls=body.parallel_tool_calls,
         think=reasoning_think(body.reasoning_effort),
-        options=_options(body, body.max_completion_tokens or body.max_tokens),
+        options=completion_options(body, body.max_completion_tokens or body.max_tokens),
         constraint=response_format_constraint(body.response_format), grammar=body.grammar,
         logprobs=body.logprobs, top_logprobs=body.top_logprobs if body.logprobs else None,
     )
@@ -424,40 +334,3 @@ class Completion:
             usage_chunk["usage"] = usage(finals)
             yield sse(usage_chunk)
         yield sse("[DONE]")
-
-
-# --- routes ---------------------------------------------------------------------------
-
-
-def completion_job(request: Request, body: CompletionRequest) -> CompletionJob:
-    state = state_of(request)
-    parse_name(body.model)
-    options = _options(body, body.max_tokens if body.max_tokens is not None else 16)
-    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-    check_request(state.settings.limits, texts=prompts, constraint=body.grammar)
-    return state.inference.job(body.model, options, None, NO_CONSTRAINT, body.grammar)
-
-
-@router.post("/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request):
-    state = state_of(request)
-    turn = state.chat.prepare(chat_turn(body))
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await Completion(state.chat, turn, body.model, "chat", n=body.n,
-                            include_usage=include_usage).respond(body.stream)
-
-
-@router.post("/completions")
-async def completions(body: CompletionRequest, request: Request):
-    if isinstance(body.prompt, list) and len(body.prompt) != 1:
-        raise bad_request("prompt: send one prompt string per request")
-    prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
-    if body.suffix:
-        raise bad_request("suffix is not supported by /v1/completions; use /api/generate with suffix")
-    state = state_of(request)
-    job = completion_job(request, body)
-    state.inference.want_logprobs(job, body.logprobs is not None, body.logprobs)
-    turn = PreparedTurn(job, lambda health: prompt)  # the prompt as it is: no template, no parsing
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await Completion(state.chat, turn, body.model, "text", n=body.n, include_usage=include_usage,
-                            echo=prompt if body.echo else "").respond(body.stream)

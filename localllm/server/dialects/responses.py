@@ -18,41 +18,20 @@ import copy
 import json
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ..api_types import RequestBody
 from ..conversation import (
-    Answer,
-    ChatTurn,
-    Content,
-    Delta,
-    Failure,
-    Final,
-    Message,
-    Thinking,
-    ToolCallDelta,
-    shaped_logprobs,
+    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ToolCallDelta, shaped_logprobs
 )
 from ..errors import bad_request
 from ..inference import parse_name
-from ..state import state_of
-from ..streaming import streamed
 from ..tools import ToolCall
-from .render import named_sse, rendered, truncation_headers
-from .openai_chat import (
-    image_data,
-    openai_tool_call,
-    reasoning_think,
-    response_format_constraint,
-    sampling_options,
-    tool_choice_of,
+from .openai_family import (
+    image_data, openai_tool_call, reasoning_think, response_format_constraint, sampling_options, tool_choice_of
 )
-
-router = APIRouter(prefix="/v1")
 
 #: ``include`` values we honour: token log-probabilities, and reasoning handed back to be
 #: sent again (we do not encrypt it: ``encrypted_content`` holds the thinking text).
@@ -61,21 +40,17 @@ REASONING_INCLUDE = "reasoning.encrypted_content"
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class TextConfig(_Body):
+class TextConfig(RequestBody):
     format: dict[str, Any] | None = None
     verbosity: str | None = None
 
 
-class ReasoningConfig(_Body):
+class ReasoningConfig(RequestBody):
     effort: str | None = None
     summary: str | None = None
 
 
-class ResponsesRequest(_Body):
+class ResponsesRequest(RequestBody):
     model: str
     input: str | list[dict[str, Any]] = Field(default_factory=list)
     instructions: str | None = None
@@ -463,51 +438,3 @@ class ResponseRenderer:
             else:
                 message.tool_calls.append(ToolCall(item["name"], json.loads(item["arguments"]), item["call_id"]))
         return message
-
-
-async def _then_at_final(deltas: AsyncIterable[Delta], at_final: Callable[[], None]) -> AsyncIterator[Delta]:
-    """``deltas``; ``at_final`` runs once the final delta's events have been sent."""
-    async for delta in deltas:
-        yield delta
-        if isinstance(delta, Final):
-            at_final()
-
-
-# --- routes ---------------------------------------------------------------------------
-
-
-@router.post("/responses")
-async def create_response(body: ResponsesRequest, request: Request):
-    state = state_of(request)
-    history = (state.responses.get(body.previous_response_id, "previous_response_id").conversation
-               if body.previous_response_id else [])
-    turn = responses_turn(body, history)
-    prepared = state.chat.prepare(turn)
-    renderer = ResponseRenderer(response_object(body, new_id("resp"), int(time.time())),
-                                reasoning_handed_back=REASONING_INCLUDE in (body.include or []))
-
-    def keep() -> None:
-        if body.store:
-            conversation = turn.messages[1:] if body.instructions else turn.messages
-            state.responses.save(renderer.response["id"], [*conversation, renderer.output_message()],
-                                 renderer.response)
-
-    if not body.stream:
-        answer = await state.chat.answer(prepared)
-        response = renderer.whole(answer)
-        keep()
-        return JSONResponse(response, headers=truncation_headers(answer.final.truncated))
-    deltas = await state.chat.open(prepared)  # a failure before the first event is still a plain error status
-    return streamed(named_sse(rendered(renderer, _then_at_final(deltas, keep))), "text/event-stream",
-                    truncation_headers(deltas.notes.truncated))
-
-
-@router.get("/responses/{response_id}")
-async def retrieve_response(response_id: str, request: Request) -> dict[str, Any]:
-    return state_of(request).responses.get(response_id).response
-
-
-@router.delete("/responses/{response_id}")
-async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
-    state_of(request).responses.delete(response_id)
-    return {"id": response_id, "object": "response", "deleted": True}

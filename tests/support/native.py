@@ -1,0 +1,81 @@
+"""Drive the native engine and llama.cpp side by side on one model (tests and benchmark)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import llama_cpp as ll
+import numpy as np
+
+from localllm.backends.native import backend as native
+from localllm.backends import llama_cpp as llama
+
+
+BLOCK = 16
+
+
+class Side:
+    """One engine with ``n_seq`` sequences: prefill a prompt, then greedy steps; logits as NumPy rows.
+
+    The native side's sequences own fixed runs of KV blocks (sequence s: blocks s*k ... s*k + k-1).
+    """
+
+    def __init__(self, kind: str, model_path: Path, n_ctx: int = 1024, n_seq: int = 1, threads: int = 2,
+                 kv_cache_type: str = "f16") -> None:
+        llama.init_backend()
+        self.kind = kind
+        if kind == "native":
+            self.model = native.Model(model_path)
+            per_seq = -(-n_ctx // BLOCK)
+            self.ctx = native.Context(self.model, per_seq * n_seq, BLOCK, n_ctx, n_seq, 512, threads, kv_cache_type)
+            self.ctx.tables[:] = np.arange(per_seq * n_seq, dtype=np.int32).reshape(n_seq, per_seq)
+        else:
+            self.model = llama.Model(model_path)
+            self.ctx = llama.Context(self.model, n_ctx * n_seq, n_seq, 512, threads)
+        self.batch = llama.Batch(512)
+
+    def reset(self, seq: int = 0) -> None:
+        """Forget what ``seq`` holds (the native side simply overwrites its cells)."""
+        if self.kind != "native":
+            self.ctx.seq_rm(seq)
+
+    def logits(self, row: int) -> np.ndarray:
+        if self.kind == "native":
+            return self.ctx.logits(row).copy()
+        ptr = ll.llama_get_logits_ith(self.ctx.ptr, row)
+        return np.ctypeslib.as_array(ptr, shape=(self.model.vocab.n_vocab,)).copy()
+
+    def eval(self, tokens: Sequence[int], start: int, seq: int = 0) -> np.ndarray:
+        """Evaluate ``tokens`` at positions ``start``...; the logits after the last one."""
+        self.batch.clear()
+        for i, token in enumerate(tokens):
+            row = self.batch.add(token, start + i, seq, i == len(tokens) - 1)
+        rc = self.ctx.decode(self.batch)
+        assert rc == 0, f"{self.kind} decode returned {rc}"
+        return self.logits(row)
+
+    def greedy(self, prompt: Sequence[int], n: int) -> tuple[list[int], list[np.ndarray]]:
+        """``n`` greedy tokens after ``prompt`` (a fresh sequence 0), and the logits each was picked from."""
+        self.reset()
+        logits = self.eval(prompt, 0)
+        tokens, steps = [], []
+        for i in range(n):
+            steps.append(logits)
+            tokens.append(int(np.argmax(logits)))
+            logits = self.eval([tokens[-1]], len(prompt) + i)
+        return tokens, steps
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def top2_gap(logits: np.ndarray) -> float:
+    top = np.sort(logits)[-2:]
+    return float(top[1] - top[0])
