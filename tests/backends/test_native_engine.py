@@ -163,7 +163,7 @@ def test_a_q8_0_cache_stays_close_to_f16_in_about_half_the_bytes(request: pytest
     try:
         assert q8.ctx.block_bytes * 64 == f16.ctx.block_bytes * 34  # ggml's Q8_0: 34 bytes for 32 values
         text = "A lighthouse keeper counts the ships that pass his rock each night and writes their names. " * 60
-        tokens = f16.model.tokenize_prompt(text)[:700]
+        tokens = f16.model.vocab.tokenize_prompt(text)[:700]
         for side in (f16, q8):
             side.eval(tokens[:400], 0)
         ours, theirs = q8.eval(tokens[400:], 400), f16.eval(tokens[400:], 400)
