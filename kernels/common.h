@@ -139,6 +139,31 @@ typedef void (*dot_rows_fn)(const void *w, size_t w_row, const void *act, int64_
 typedef void (*dot_group_fn)(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
                              size_t out_stride);
 
+#define ATTN_TILE 16 /* cells of a tile: the unit of the attention kernels' loops over the cache */
+/* s[i * s_stride + j] for the n_q query rows q[i] (head_dim apart) and the cells j of n_tiles tiles:
+ * one fused multiply-add chain over the dimensions in order (Q8_0: a chain per 32 dimensions, then
+ * one over the blocks with the scales).  tiles[2t] is tile t's K at its first cell (cells per dimension row:
+ * stride), tiles[2t + 1] its Q8_0 scales (stride per 32 dimensions).  s_stride a multiple of 16. */
+typedef void (*attn_scores_fn)(const float *q, int n_q, int head_dim, const void *const *tiles, int n_tiles,
+                               int stride, float *s, int s_stride);
+/* acc[i][d] += p[i * p_stride + j] * V_j[d] over the cells j of n_tiles tiles in order (the last has
+ * last_cells), one fused chain per (i, d): tiles[2t] is tile t's first V row, rows row_bytes apart. */
+typedef void (*attn_accum_fn)(const float *p, int n_q, int p_stride, const void *const *tiles, int n_tiles,
+                              int last_cells, size_t row_bytes, int head_dim, float *acc);
+/* s[0..n) (n a multiple of 16): the cells in [lo, hi] become their softmax weights, exp(s * scale - max)
+ * over the sum (in 16 lanes by index, then llk_reduce16's order), rounded to half precision as ggml
+ * hands them to V; the others 0.  Returns the sum, and the max in *max_out. */
+typedef float (*attn_softmax_fn)(float *s, int n, int lo, int hi, float scale, float *max_out);
+void llk_attn_scores_f16_ref(const float *q, int n_q, int head_dim, const void *const *tiles, int n_tiles,
+                             int stride, float *s, int s_stride);
+void llk_attn_scores_q8_ref(const float *q, int n_q, int head_dim, const void *const *tiles, int n_tiles,
+                            int stride, float *s, int s_stride);
+void llk_attn_accum_f16_ref(const float *p, int n_q, int p_stride, const void *const *tiles, int n_tiles,
+                            int last_cells, size_t row_bytes, int head_dim, float *acc);
+void llk_attn_accum_q8_ref(const float *p, int n_q, int p_stride, const void *const *tiles, int n_tiles,
+                           int last_cells, size_t row_bytes, int head_dim, float *acc);
+float llk_attn_softmax_ref(float *s, int n, int lo, int hi, float scale, float *max_out);
+
 /* One ISA level's kernels; NULL entries fall back to the scalar reference. */
 typedef struct {
     dot_fn dot[LLK_TYPE_SLOTS];
@@ -149,16 +174,17 @@ typedef struct {
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8k)(const float *x, block_q8k *y, int64_t n);
     float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);
-    /* Attention scores q.k as ggml sums them: in `lanes` (64: four 16-lane accumulators, as
-     * ggml_vec_dot_f16 when a sequence decodes one token; 16: one, as llamafile's tiles when it
-     * brings several), then the 16 lanes in _mm512_reduce_add_ps's order. */
-    float (*dot_f16_lanes)(const float *q, const f16_t *k, int64_t n, int lanes);
-    void (*axpy_f16)(float a, const f16_t *x, float *y, int64_t n);
     void (*f32_to_f16)(const float *x, f16_t *y, int64_t n);
+    /* Attention over tiles of ATTN_TILE cached cells (see attention.h for the cache's layout); each
+     * result is one fixed chain of fused operations, so every level gives the reference's bits. */
+    attn_scores_fn attn_scores[2];   /* [kv type: 0 F16, 1 Q8_0] */
+    attn_accum_fn attn_accum[2];
+    attn_softmax_fn attn_softmax;
 } kernel_table;
 
 extern kernel_table llk_ref_kernels;
 void llk_fill_repacked_ref(kernel_table *t);
+void llk_fill_attention_ref(kernel_table *t);
 void llk_fill_avx2(kernel_table *t);
 void llk_fill_avxvnni(kernel_table *t);
 void llk_fill_avx512(kernel_table *t);

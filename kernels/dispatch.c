@@ -42,6 +42,7 @@ static int detect(void) {
 /* Each level's table starts as a copy of the reference, so a kernel a level lacks falls back. */
 __attribute__((constructor(200))) static void init_tables(void) {
     llk_fill_repacked_ref(&llk_ref_kernels);
+    llk_fill_attention_ref(&llk_ref_kernels);
     for (int i = 0; i < N_LEVELS; i++) tables[i] = llk_ref_kernels;
     llk_fill_avx2(&tables[LLK_ISA_AVX2]);
     llk_fill_avxvnni(&tables[LLK_ISA_AVXVNNI]);

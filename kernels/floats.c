@@ -51,11 +51,3 @@ float llk_reduce16(const float *v) {
     for (int i = 0; i < 4; i++) b[i] = a[i + 4] + a[i];
     return (b[0] + b[2]) + (b[1] + b[3]);
 }
-
-float llk_reduce_lanes(const float *v, size_t stride, int lanes) {
-    float r[16];
-    for (int l = 0; l < 16; l++) /* 64 lanes: ggml's GGML_F32x16_REDUCE, x0 += x2, x1 += x3, x0 += x1 */
-        r[l] = lanes == 64 ? (v[l * stride] + v[(32 + l) * stride]) + (v[(16 + l) * stride] + v[(48 + l) * stride])
-                           : v[l * stride];
-    return llk_reduce16(r);
-}

@@ -26,7 +26,13 @@ static inline float round_f16(float x) { return f16_to_f32(llk_f32_to_f16(x)); }
 
 /* The sum of 16 floats in _mm512_reduce_add_ps's order: halves, quarters, then pairs. */
 float llk_reduce16(const float *v);
-/* The sum of the accumulator lanes v[0], v[stride], ... of dot_f16_lanes' order (lanes 16 or 64). */
-float llk_reduce_lanes(const float *v, size_t stride, int lanes);
+
+/* Functions using fmaf are built twice on x86, with and without FMA instructions (chosen at load):
+ * fmaf without them is a library call per operation. AArch64 always has them. */
+#if defined(__x86_64__)
+#define WITH_FMA __attribute__((target_clones("fma", "default")))
+#else
+#define WITH_FMA
+#endif
 
 #endif

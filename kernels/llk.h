@@ -93,10 +93,11 @@ typedef struct llk_ctx llk_ctx;
 const void *llk_map_file(const char *path, int64_t *size);
 void llk_unmap_file(const void *base, int64_t size);
 
-/* A context over a pool of n_blocks KV blocks of block_size cells (a power of two) for sequences of at
- * most max_seq_len positions; NULL on bad arguments or no memory. */
+/* A context over a pool of n_blocks KV blocks of block_size cells (a power of two, at least 16) in
+ * kv_type (LLK_F16, or LLK_Q8_0 for heads of a multiple of 32 dimensions) for sequences of at most
+ * max_seq_len positions; NULL on bad arguments or no memory. */
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
-                     int n_threads);
+                     int n_threads, int kv_type);
 void llk_ctx_free(llk_ctx *ctx);
 const char *llk_ctx_error(const llk_ctx *ctx);
 

@@ -5,11 +5,12 @@
  * Weights are read in place from the mapped GGUF, or from the copies repacked at
  * load (repack.c).
  *
- * The KV cache is a pool of fixed-size blocks of half floats.  A sequence is a
- * block table: the token at position p lives in cell p % block_size of block
- * table[p / block_size].  Blocks are owned by the caller (reference counts,
- * prefix sharing, eviction live in Python); this file only reads and writes
- * the cells the tables name, through kv_row().  A token attends to positions
+ * The KV cache is a pool of fixed-size blocks, in half floats or Q8_0.  A
+ * sequence is a block table: the token at position p lives in cell
+ * p % block_size of block table[p / block_size].  Blocks are owned by the
+ * caller (reference counts, prefix sharing, eviction live in Python); this
+ * file only writes the cells the tables name, and attention (attention.c,
+ * which alone knows the blocks' layout) reads them.  A token attends to positions
  * 0..p of its own table (causal, and the sliding window on the layers that
  * have one), so the tokens of one batch are written to the cache before any
  * of them attends.
@@ -18,9 +19,9 @@
  * position, never by the batch.  Matrix rows are dotted one at a time (the
  * multi-row and multi-column kernels give each row its single-row result, and
  * a repacked group's kernel takes each token through the same operations),
- * and attention sums a token's cells in 64 lanes chosen by position (ggml's
- * one-token decode layout), whatever block each cell sits in, however the
- * prompt was chunked and whatever else is in the batch.
+ * and attention reduces a token's cells in segments and tiles fixed by
+ * position (attention.h), whatever block each cell sits in, however the prompt
+ * was chunked and whatever else is in the batch.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attention.h"
 #include "common.h"
 #include "ops.h"
 #include "pool.h"
@@ -43,7 +45,8 @@ struct llk_ctx {
     llk_layer *layers;
     int n_blocks, block_size, block_shift, max_seq_len, n_batch, kv_dim, q_dim;
     llk_pool *pool;
-    f16_t *kv;                  /* [block][layer][K, V][cell][kv_dim]: one block's K and V are contiguous */
+    kv_cache kv;                /* the blocks, laid out as attention.h says */
+    attention *attn;
     float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
     /* scratch for n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
@@ -51,8 +54,6 @@ struct llk_ctx {
     const int32_t **table_of;   /* [token]: its sequence's block table */
     void *act[3];               /* quantized activations per act_kind */
     int act_valid[3];
-    float *scores;              /* [thread][max_seq_len] */
-    float *vsum;                /* [thread][64][head_dim]: attention's V sums, one row per lane */
     char error[256];
 };
 
@@ -92,26 +93,16 @@ static void zfree(void *p, size_t n) {
     if (p) munmap(p, n ? n : 1);
 }
 
-static size_t block_elems(const llk_ctx *c) { return (size_t)c->m.n_layer * 2 * c->block_size * c->kv_dim; }
-
-static size_t kv_bytes(const llk_ctx *c) { return (size_t)c->n_blocks * block_elems(c) * sizeof(f16_t); }
-
-/* The K (kv = 0) or V (kv = 1) row of the cell holding position `pos` of the sequence `table` in `layer`:
- * the one place that knows the cache's layout. */
-static inline f16_t *kv_row(const llk_ctx *c, const int32_t *table, int layer, int kv, int pos) {
-    size_t block = (size_t)table[pos >> c->block_shift];
-    size_t cell = (size_t)(pos & (c->block_size - 1));
-    return c->kv + (((block * c->m.n_layer + layer) * 2 + kv) * c->block_size + cell) * c->kv_dim;
-}
+static size_t kv_bytes(const llk_ctx *c) { return (size_t)c->n_blocks * c->kv.block_bytes; }
 
 void llk_ctx_free(llk_ctx *c) {
     if (!c) return;
     llk_pool_free(c->pool);
-    zfree(c->kv, kv_bytes(c));
+    zfree(c->kv.base, kv_bytes(c));
+    attention_free(c->attn);
     free(c->layers);
     free(c->rope_scale);
-    free(c->vsum);
-    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->scores};
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(c->pos_of);
     free(c->table_of);
@@ -124,8 +115,11 @@ const char *llk_ctx_error(const llk_ctx *c) { return c ? c->error : "out of memo
 static int max_i(int a, int b) { return a > b ? a : b; }
 
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
-                     int n_threads) {
-    if (n_blocks < 1 || block_size < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1)
+                     int n_threads, int kv_type) {
+    const char *why;
+    kv_cache kv;
+    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 ||
+        kv_cache_init(&kv, kv_type, model->n_layer, model->n_head_kv, model->head_dim, block_size, &why))
         return NULL;
     llk_ctx *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -142,7 +136,10 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     if (c->layers) memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
     c->m.layers = c->layers;
     c->pool = llk_pool_new(n_threads);
-    c->kv = zalloc(kv_bytes(c));
+    c->kv = kv;
+    c->kv.base = zalloc(kv_bytes(c));
+    c->attn = attention_new(c->pool ? llk_pool_size(c->pool) : 1, m->n_head, m->n_head_kv, m->head_dim, n_batch,
+                            max_seq_len);
     c->rope_scale = calloc((size_t)m->n_layer, sizeof(float));
     size_t B = (size_t)n_batch;
     int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
@@ -158,11 +155,9 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->cs = malloc(B * (size_t)m->rope_dim * sizeof(float));
     c->pos_of = malloc(B * sizeof(int32_t));
     c->table_of = malloc(B * sizeof(int32_t *));
-    c->scores = malloc((size_t)(c->pool ? llk_pool_size(c->pool) : 1) * max_seq_len * sizeof(float));
-    c->vsum = malloc((size_t)(c->pool ? llk_pool_size(c->pool) : 1) * 64 * m->head_dim * sizeof(float));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->layers && c->pool && c->kv && c->rope_scale && c->x && c->xn && c->q && c->k && c->v && c->att &&
-             c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->scores && c->vsum && c->act[0] &&
+    int ok = c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q && c->k && c->v && c->att &&
+             c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->act[0] &&
              c->act[1] && c->act[2];
     if (!ok) {
         llk_ctx_free(c);
@@ -290,55 +285,6 @@ static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, f
     matmul_n(c, 1, &w, x, n_tok, &out, &out_stride);
 }
 
-/* ---- attention ------------------------------------------------------------ */
-
-typedef struct {
-    llk_ctx *c;
-    int layer, n_tok, window;
-    float scale;
-    _Atomic int next;
-} attn_job;
-
-/* One (token, head) of attention in ggml's order for one decoding token (non-flash path): scores by
- * dot_f16_lanes in 64 lanes, the softmax as ggml_vec_soft_max_f32, and each output dimension summed
- * over the positions in the same lanes (V is a transposed F16 matrix to ggml, the weights rounded to
- * half).  The lanes are fixed whatever the batch: a prompt token gets the result it would get decoded
- * alone (llama.cpp's prefill tiles sum in 16 lanes instead; batch invariance outranks that parity). */
-static void attn_task(void *arg, int ith, int nth) {
-    (void)nth;
-    attn_job *j = arg;
-    llk_ctx *c = j->c;
-    const llk_model *m = &c->m;
-    const kernel_table *k = llk_kernels();
-    const int hd = m->head_dim, group = m->n_head / m->n_head_kv;
-    float *scores = c->scores + (size_t)ith * c->max_seq_len;
-    float *vsum = c->vsum + (size_t)ith * 64 * hd;
-    for (;;) {
-        int item = atomic_fetch_add(&j->next, 1);
-        if (item >= j->n_tok * m->n_head) return;
-        int t = item / m->n_head, h = item % m->n_head, kvh = h / group;
-        const int pos = c->pos_of[t], n = pos + 1, lanes = 64;
-        const int first = j->window && pos >= j->window ? pos - j->window + 1 : 0;
-        const int32_t *table = c->table_of[t];
-        const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
-        float *out = c->att + (size_t)t * c->q_dim + (size_t)h * hd;
-        float max = -INFINITY;
-        for (int i = 0; i < n; i++) {
-            scores[i] = i < first ? -INFINITY
-                                  : k->dot_f16_lanes(q, kv_row(c, table, j->layer, 0, i) + (size_t)kvh * hd, hd, lanes) * j->scale;
-            max = scores[i] > max ? scores[i] : max;
-        }
-        double sum = llk_softmax_exp(scores, n, max);
-        float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
-        memset(vsum, 0, (size_t)lanes * hd * sizeof(float));
-        for (int i = 0; i < n; i++)
-            if (scores[i] != 0.0f)
-                k->axpy_f16(round_f16(scores[i] * inv), kv_row(c, table, j->layer, 1, i) + (size_t)kvh * hd,
-                            vsum + (size_t)(i % lanes) * hd, hd);
-        for (int d = 0; d < hd; d++) out[d] = llk_reduce_lanes(vsum + d, (size_t)hd, lanes);
-    }
-}
-
 /* ---- forward -------------------------------------------------------------- */
 
 static void add_bias(float *x, const llk_tensor *b, int n_tok, int n) {
@@ -357,10 +303,9 @@ static void head_norm(float *x, const llk_tensor *w, int n_tok, int n_heads, int
     for (int i = 0; i < n_tok * n_heads; i++) llk_rmsnorm(x + (size_t)i * hd, w->data, x + (size_t)i * hd, hd, eps);
 }
 
-static void layer_forward(llk_ctx *c, int il, int T) {
+static int layer_forward(llk_ctx *c, int il, int T) {
     const llk_model *m = &c->m;
     const llk_layer *L = &c->layers[il];
-    const kernel_table *k = llk_kernels();
     const int E = m->n_embd, hd = m->head_dim;
 
     norm_rows(c->x, &L->attn_norm, c->xn, T, E, m->eps);
@@ -379,18 +324,16 @@ static void layer_forward(llk_ctx *c, int il, int T) {
         llk_rope_angles(cs, c->rope_scale[il], m->rope_dim, (float)c->pos_of[t], m->rope_freqs.data);
         llk_rope(c->q + (size_t)t * c->q_dim, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
         llk_rope(c->k + (size_t)t * c->kv_dim, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
-        k->f32_to_f16(c->k + (size_t)t * c->kv_dim, kv_row(c, c->table_of[t], il, 0, c->pos_of[t]), c->kv_dim);
-        k->f32_to_f16(c->v + (size_t)t * c->kv_dim, kv_row(c, c->table_of[t], il, 1, c->pos_of[t]), c->kv_dim);
+        kv_store(&c->kv, c->table_of[t], il, c->pos_of[t], c->k + (size_t)t * c->kv_dim, c->v + (size_t)t * c->kv_dim);
     }
     /* As llama.cpp: Q meets the half-precision K cache as half-precision values; Gemma 3 and Phi-3
      * scale Q before that, llama scales the scores after the dot product. */
     int scale_q = m->arch == LLK_ARCH_GEMMA3 || m->arch == LLK_ARCH_PHI3;
     float q_scale = scale_q ? m->attn_scale : 1.0f;
     for (size_t i = 0; i < (size_t)T * c->q_dim; i++) c->q[i] = round_f16(c->q[i] * q_scale);
-    attn_job aj = {.c = c, .layer = il, .n_tok = T, .window = L->sliding ? m->sliding_window : 0,
-                   .scale = scale_q ? 1.0f : m->attn_scale};
-    atomic_init(&aj.next, 0);
-    llk_pool_run(c->pool, attn_task, &aj);
+    if (attention_run(c->attn, c->pool, &c->kv, il, T, c->pos_of, c->table_of, c->q,
+                      L->sliding ? m->sliding_window : 0, scale_q ? 1.0f : m->attn_scale, c->att))
+        return -1;
 
     new_input(c);
     matmul(c, &L->wo, c->att, T, c->o, E);
@@ -412,6 +355,7 @@ static void layer_forward(llk_ctx *c, int il, int T) {
     matmul(c, &L->w_down, c->g, T, c->o, E);
     if (L->post_ffn_norm.data) norm_rows(c->o, &L->post_ffn_norm, c->o, T, E, m->eps);
     for (size_t i = 0; i < (size_t)T * E; i++) c->x[i] += c->o[i];
+    return 0;
 }
 
 static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
@@ -447,7 +391,8 @@ int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int
         if (m->embd_scale != 1.0f)
             for (int e = 0; e < E; e++) x[e] *= m->embd_scale;
     }
-    for (int il = 0; il < m->n_layer; il++) layer_forward(c, il, n);
+    for (int il = 0; il < m->n_layer; il++)
+        if (layer_forward(c, il, n)) return fail(c, -6, "out of memory for attention over %ld tokens (layer %ld)", n, il);
     int n_out = 0;
     for (int i = 0; i < n; i++)
         if (want[i]) llk_rmsnorm(c->x + (size_t)i * E, m->output_norm.data, c->xn + (size_t)n_out++ * E, E, m->eps);
@@ -461,9 +406,9 @@ int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int
 
 /* ---- blocks ------------------------------------------------------------------ */
 
-size_t llk_kv_block_bytes(const llk_ctx *c) { return block_elems(c) * sizeof(f16_t); }
+size_t llk_kv_block_bytes(const llk_ctx *c) { return c->kv.block_bytes; }
 
-static f16_t *block_at(const llk_ctx *c, int block) { return c->kv + (size_t)block * block_elems(c); }
+static uint8_t *block_at(const llk_ctx *c, int block) { return c->kv.base + (size_t)block * c->kv.block_bytes; }
 
 int llk_kv_block_copy(llk_ctx *c, int dst, int src) {
     if (dst < 0 || dst >= c->n_blocks || src < 0 || src >= c->n_blocks) return -1;

@@ -4,14 +4,6 @@
 
 #include <math.h>
 
-/* Functions using fmaf are built twice on x86, with and without FMA instructions (chosen at load):
- * fmaf without them is a library call per operation. AArch64 always has them. */
-#if defined(__x86_64__)
-#define WITH_FMA __attribute__((target_clones("fma", "default")))
-#else
-#define WITH_FMA
-#endif
-
 void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps) {
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]); /* as ggml: the square in float, the sum in double */
@@ -61,18 +53,7 @@ static inline float expf_ggml(float x) {
     return j * scale.f; /* exact: as _mm512_scalef_ps for normal results */
 }
 
-WITH_FMA double llk_softmax_exp(float *x, int n, float max) {
-    double sum = 0.0;
-    float chunk[16];
-    for (int i = 0; i < n; i += 16) { /* as ggml_vec_soft_max_f32: 16 at a time, each chunk's sum added in double */
-        for (int k = 0; k < 16; k++) {
-            chunk[k] = i + k < n ? expf_ggml(x[i + k] - max) : 0.0f;
-            if (i + k < n) x[i + k] = chunk[k];
-        }
-        sum += (double)llk_reduce16(chunk);
-    }
-    return sum;
-}
+WITH_FMA float llk_expf(float x) { return expf_ggml(x); }
 
 WITH_FMA void llk_silu_mul(float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf_ggml(-g[i])) * u[i];

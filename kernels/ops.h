@@ -8,8 +8,8 @@ void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps);
 /* Rotate n_heads heads of x (head_dim apart) at position pos; cs holds cos,sin pairs of rope_dim/2 angles. */
 void llk_rope_angles(float *cs, float theta_scale, int rope_dim, float pos, const float *freq_factors);
 void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int neox);
-/* x[i] = exp(x[i] - max) for i < n (a -inf gives 0); returns their sum, added as ggml's softmax adds it. */
-double llk_softmax_exp(float *x, int n, float max);
+/* exp(x) as ggml's vectorised expf gives it (the attention kernels' vector forms give the same bits). */
+float llk_expf(float x);
 void llk_silu_mul(float *g, const float *u, int n); /* g = silu(g) * u */
 void llk_gelu_mul(float *g, const float *u, int n); /* g = gelu_tanh(g) * u */
 

@@ -369,20 +369,6 @@ static float dot_f32_f16_ref(const float *x, const f16_t *y, int64_t n) {
     return s;
 }
 
-static float dot_f16_lanes_ref(const float *q, const f16_t *k, int64_t n, int lanes) {
-    float acc[64] = {0};
-    int64_t i = 0;
-    for (; i + lanes <= n; i += lanes)
-        for (int l = 0; l < lanes; l++) acc[l] += f16_to_f32(k[i + l]) * q[i + l];
-    double d = llk_reduce_lanes(acc, 1, lanes);
-    for (; i < n; i++) d += (double)(f16_to_f32(k[i]) * q[i]);
-    return (float)d;
-}
-
-static void axpy_f16_ref(float a, const f16_t *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * f16_to_f32(x[i]);
-}
-
 static void f32_to_f16_ref(const float *x, f16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = llk_f32_to_f16(x[i]);
 }
@@ -398,8 +384,6 @@ kernel_table llk_ref_kernels = {
     .quantize_q8a = quantize_q8a_ref,
     .quantize_q8k = quantize_q8k_ref,
     .dot_f32_f16 = dot_f32_f16_ref,
-    .dot_f16_lanes = dot_f16_lanes_ref,
-    .axpy_f16 = axpy_f16_ref,
     .f32_to_f16 = f32_to_f16_ref,
 };
 

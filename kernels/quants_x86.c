@@ -1,5 +1,6 @@
 /* Instantiates quants_x86.inc for each x86 ISA level (see dispatch.c). */
 #include "common.h"
+#include "ops.h"
 
 #include <math.h>
 

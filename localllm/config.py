@@ -89,6 +89,7 @@ def is_loopback_host(host: str) -> bool:
 
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
+NATIVE_KV_CACHE_TYPES = ("f16", "q8_0")  # without flash attention: llama.cpp would need it for q8_0
 DEFAULT_KV_DISK = 4 << 30
 
 
@@ -183,7 +184,7 @@ class Settings:
     max_queue: int = 512
     memory_limit: int = 0  # bytes all loaded models may take together; 0: only free RAM limits them
     load_timeout: float = 300.0  # seconds a load waits for busy models to free memory or a slot
-    kv_cache_type: str = "f16"  # llama.cpp engine: f16, q8_0 or q4_0 (the quantized ones need flash attention)
+    kv_cache_type: str = "f16"  # f16 or q8_0 (both engines), q4_0 (llama.cpp, with flash attention)
     flash_attention: bool = False
     origins: tuple[str, ...] = ()
     api_key: str | None = None
@@ -269,9 +270,10 @@ def load_settings() -> Settings:
     if kv_cache_type not in KV_CACHE_TYPES:
         raise SettingsError(f"LOCALLLM_KV_CACHE_TYPE must be one of {', '.join(KV_CACHE_TYPES)}, got {kv_cache_type!r}")
     flash_attention = _bool_env("LOCALLLM_FLASH_ATTENTION")
-    if kv_cache_type != "f16" and not flash_attention:
+    if kv_cache_type not in NATIVE_KV_CACHE_TYPES and not flash_attention:
         raise SettingsError(f"LOCALLLM_KV_CACHE_TYPE={kv_cache_type} needs LOCALLLM_FLASH_ATTENTION=1 "
-                            "(llama.cpp quantizes the V cache only with flash attention)")
+                            "(llama.cpp quantizes the V cache only with flash attention, and the native engine "
+                            f"keeps {' or '.join(NATIVE_KV_CACHE_TYPES)})")
     origins = tuple(o.strip() for o in os.environ.get("LOCALLLM_ORIGINS", "").split(",") if o.strip())
     kv_tokens = _int_env("LOCALLLM_KV_TOKENS", 0)
     if kv_tokens < 0:

@@ -23,7 +23,7 @@ from typing import Any
 
 import uvicorn
 
-from localllm.config import ENGINES, KV_CACHE_TYPES
+from localllm.config import ENGINES, KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES
 from localllm.backends.capabilities import POOL_CONTEXTS
 from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores
@@ -120,9 +120,9 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
     from localllm.runner.kv_blocks import BlockPool
     from localllm.runner.paged_engine import PagedEngine
 
-    if args.kv_cache_type != "f16" or args.flash_attention:
-        raise BackendError("LOCALLLM_KV_CACHE_TYPE and LOCALLLM_FLASH_ATTENTION apply to the llama.cpp engine only; "
-                           "unset them or use LOCALLLM_ENGINE=llama.cpp")
+    if args.kv_cache_type not in NATIVE_KV_CACHE_TYPES or args.flash_attention:
+        raise BackendError(f"LOCALLLM_KV_CACHE_TYPE={args.kv_cache_type} and LOCALLLM_FLASH_ATTENTION apply to the "
+                           "llama.cpp engine only; unset them or use LOCALLLM_ENGINE=llama.cpp")
 
     model = NativeModel(args.model, args.adapter, args.gpu_layers)
     n_ctx = _fit_ctx(n_ctx, model.n_ctx_train)
@@ -133,7 +133,8 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
                     n_blocks * BLOCK_SIZE, n_ctx)
     max_seq_len = max(n_ctx, model.n_ctx_train)  # a request's num_ctx may go up to the trained context
     try:
-        ctx = NativeContext(model, n_blocks, BLOCK_SIZE, max_seq_len, args.parallel, args.batch, threads)
+        ctx = NativeContext(model, n_blocks, BLOCK_SIZE, max_seq_len, args.parallel, args.batch, threads,
+                            args.kv_cache_type)
     except BaseException:
         model.close()
         raise
@@ -143,9 +144,10 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
     rt.engine = PagedEngine(model, ctx, args.parallel, n_ctx, pool)
     rt.drafts = DraftModels(model, n_ctx, args.parallel, args.batch, threads)
     log.info(
-        "loaded %s on the native engine: ctx=%d, up to %d sequences over %d KV blocks of %d (%d MiB), "
+        "loaded %s on the native engine: ctx=%d, up to %d sequences over %d KV blocks of %d (%d MiB, %s), "
         "batch=%d, threads=%d",
-        args.model, n_ctx, args.parallel, n_blocks, BLOCK_SIZE, (n_blocks * ctx.block_bytes) >> 20, args.batch, threads,
+        args.model, n_ctx, args.parallel, n_blocks, BLOCK_SIZE, (n_blocks * ctx.block_bytes) >> 20,
+        args.kv_cache_type, args.batch, threads,
     )  # fmt: skip
     return rt, ctx
 
@@ -157,7 +159,8 @@ def _disk_tier(args: argparse.Namespace, model: Any, ctx: Any) -> Any:
     if args.kv_disk is None or not args.kv_disk_bytes:
         return None
     h = model.weights.hyper
-    layout = f"[layer {h.n_layer}][K,V][cell {BLOCK_SIZE}][{h.n_head_kv * h.head_dim}]"
+    layout = (f"[layer {h.n_layer}][K [head {h.n_head_kv}][dim {h.head_dim}][cell {BLOCK_SIZE}], "
+              f"V [cell {BLOCK_SIZE}][{h.n_head_kv * h.head_dim}]] (kernels/attention.h)")
     return DiskTier(args.kv_disk, weights_id(args.model), args.kv_disk_bytes, engine="native",
                     kv_type=args.kv_cache_type, block_size=BLOCK_SIZE, layout=layout, block_bytes=ctx.block_bytes)
 
@@ -167,6 +170,19 @@ def _fit_ctx(n_ctx: int, n_ctx_train: int) -> int:
         log.warning("context %d exceeds the model's training context %d; using %d", n_ctx, n_ctx_train, n_ctx_train)
         return n_ctx_train
     return n_ctx
+
+
+def _llama_cpp_kv_type(args: argparse.Namespace) -> str:
+    """The KV type llama.cpp gets: it quantizes the V cache only with flash attention, so a q8_0 cache set
+    for the native engine is refused for generation there; embeddings hold no cache past a request."""
+    if args.kv_cache_type == "f16" or args.flash_attention:
+        return args.kv_cache_type
+    if args.embedding:
+        log.info("embeddings keep an f16 KV cache: LOCALLLM_KV_CACHE_TYPE=%s needs flash attention on llama.cpp",
+                 args.kv_cache_type)
+        return "f16"
+    raise BackendError(f"LOCALLLM_KV_CACHE_TYPE={args.kv_cache_type} on the llama.cpp engine needs "
+                       "LOCALLLM_FLASH_ATTENTION=1 (llama.cpp quantizes the V cache only with flash attention)")
 
 
 def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
@@ -179,10 +195,11 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
         return _native_runtime(args, args.ctx, threads)
     if len(args.device) != len(args.tensor_split):
         raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
+    kv_cache_type = _llama_cpp_kv_type(args)
     model = Model(args.model, args.adapter, args.gpu_layers, Offload.open(args.device, args.tensor_split))
     n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
     parallel = 1 if args.embedding else args.parallel
-    context_options: dict[str, Any] = {"kv_cache_type": args.kv_cache_type, "flash_attention": args.flash_attention}
+    context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": args.flash_attention}
     if model.offload is not None and model.offload.workers:
         context_options["watchdog"] = DecodeWatchdog(args.worker_timeout, ", ".join(model.offload.workers))
     try:

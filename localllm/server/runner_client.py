@@ -57,7 +57,7 @@ class RunnerConfig:
     kv_tokens: int | None = None  # native engine: positions in its KV block pool (None: the runner's default)
     kv_disk: Path | None = None  # native engine: the prefix cache's disk tier (all models' blocks), None: off
     kv_disk_bytes: int = 0  # most bytes the disk tier's files take together
-    kv_cache_type: str = "f16"  # llama.cpp engine (LOCALLLM_KV_CACHE_TYPE)
+    kv_cache_type: str = "f16"  # LOCALLLM_KV_CACHE_TYPE (the native engine keeps f16 or q8_0)
     flash_attention: bool = False  # llama.cpp engine (LOCALLLM_FLASH_ATTENTION)
     worker_timeout: float = 120.0  # seconds one decode step may wait on workers (LOCALLLM_WORKER_TIMEOUT)
     stream_interval: float = 0.1  # seconds between bursts of streamed pieces (LOCALLLM_STREAM_INTERVAL)

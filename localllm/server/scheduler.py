@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ..config import Settings
+from ..config import NATIVE_KV_CACHE_TYPES, Settings
 from ..registry.models import read_model_summary
 from .memory import (
     NO_WORKERS,
@@ -258,7 +258,7 @@ class Scheduler:
     def _llama_cpp_settings(self) -> str | None:
         """Settings only the llama.cpp engine honours, if any are set (the native engine never ignores them)."""
         s = self.settings
-        if s.kv_cache_type != "f16" or s.flash_attention:
+        if s.kv_cache_type not in NATIVE_KV_CACHE_TYPES or s.flash_attention:
             return f"LOCALLLM_KV_CACHE_TYPE={s.kv_cache_type} / LOCALLLM_FLASH_ATTENTION={int(s.flash_attention)} apply to llama.cpp only"
         return None
 
@@ -387,7 +387,8 @@ class Scheduler:
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, self.settings.kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
         if choice.engine == NATIVE:  # one pool, however many sequences share it
-            return LoadPlan(choice, gpu, footprint(summary, n_ctx, 1, n_batch, kv_tokens=self.pool_tokens(n_ctx)))
+            return LoadPlan(choice, gpu, footprint(summary, n_ctx, 1, n_batch, self.settings.kv_cache_type,
+                                                   kv_tokens=self.pool_tokens(n_ctx)))
         return LoadPlan(choice, gpu, streams, workers)
 
     def _fits(self, need: int) -> bool:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
@@ -53,9 +54,10 @@ def binary() -> Path:
 class LlamaServer(PeerServer):
     """``llama-server -np N`` on a loopback port."""
 
-    def __init__(self, model: Path, threads: int, parallel: int, ctx_per_seq: int, port: int) -> None:
+    def __init__(self, model: Path, threads: int, parallel: int, ctx_per_seq: int, port: int,
+                 extra: Sequence[str] = ()) -> None:
         cmd = [str(binary()), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-np", str(parallel),
-               "-c", str(ctx_per_seq * parallel), "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+               "-c", str(ctx_per_seq * parallel), "--host", "127.0.0.1", "--port", str(port), "--no-webui", *extra]
         super().__init__("llama-server", cmd, f"http://127.0.0.1:{port}", "/health")
 
 

@@ -25,6 +25,9 @@
   and again after the daemon restarted (its runner wrote the prompt's KV blocks to the disk tier when it
   stopped), alternating: median time to first token after the restart over cold, the runner's start
   included on both sides → ``restart_ttft_ratio`` (target <= 0.05); the answers must be identical.
+- ``long_context``: a ~7,000-token prompt against llama-server, f16 and q8_0 KV
+  (scripts/bench/long_context.py) → ``long_prefill_ratio``,
+  ``long_decode_ratio_8k`` and ``long_decode_ratio_8k_q8_0`` (targets >= 1.5).
 
 The sides run one after the other, never at once (they would share the CPU).
 ``--json`` puts each of those keys at the top level, beside each section's detail.
@@ -50,13 +53,14 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode  # noqa: E402
+import long_context  # noqa: E402
 from common import MODEL, PeerServer, alternating, fixtures, report, start_daemon  # noqa: E402
 from llama_server import LlamaServer  # noqa: E402
 
-SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single", "restart")
+SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single", "restart", "long_context")
 HEADLINE = ("throughput_ratio_c8", "throughput_ratio_c8_llama_server", "ttft_p50_c8_llama_server_ratio",
             "ttft_growth_turn10", "prefill_work_ratio", "shared_prefix_kv_ratio", "single_stream_ratio",
-            "restart_ttft_ratio")
+            "restart_ttft_ratio", *long_context.HEADLINE)
 TOPICS = ["dragons", "the ocean", "a lighthouse", "robots", "a small village", "the moon", "trains", "a forest"]
 
 
@@ -300,7 +304,8 @@ def main() -> None:
     settings = Settings(threads=args.threads, tokens=32 if args.quick else 128, rounds=1 if args.quick else args.rounds,
                         turns=4 if args.quick else 10, quick=args.quick)
     runs = {"concurrency": bench_concurrency, "multiturn": bench_multiturn,
-            "shared_prefix": bench_shared_prefix, "single": bench_single, "restart": bench_restart}
+            "shared_prefix": bench_shared_prefix, "single": bench_single, "restart": bench_restart,
+            "long_context": lambda s: long_context.bench(s.threads, s.rounds, s.quick)}
     results: dict[str, Any] = {"model": MODEL, "threads": args.threads, "quick": args.quick}
     rows: list[tuple[str, Any]] = []
     for name in chosen:

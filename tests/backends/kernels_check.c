@@ -119,31 +119,58 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
                    same ? "identical ok" : "FAILED");
         }
     }
-    /* attention's helpers: scores in ggml's lanes, V accumulation, the cache's half precision */
-    float q[256], y[256], y_ref[256];
-    f16_t k[256], h[256], h_ref[256];
+    /* attention's tile kernels (three tiles of 16 cells, 64 and 96 dimensions, 7 queries) and the
+     * cache's half precision: the same bits as the reference */
+    enum { NQ = 7, HD = 96, TILES = 3, STRIDE = 32 };
+    static float q[NQ * HD], s[NQ * 64], s_ref[NQ * 64], acc[NQ * HD], acc_ref[NQ * HD], wide[256];
+    static f16_t k16[HD * STRIDE * TILES], scales[HD / 32 * STRIDE * TILES], v16[48 * HD], h[256], h_ref[256];
+    static int8_t k8[HD * STRIDE * TILES];
+    static block_q8_0 v8[48 * HD / 32];
     for (int isa = 1; isa <= best; isa++) {
         if (llk_isa_set(isa) != isa) continue;
         const kernel_table *simd = llk_kernels();
-        double worst = 0.0;
-        int halves_differ = 0;
-        for (int trial = 0; trial < 50; trial++) {
-            for (int i = 0; i < 256; i++) { q[i] = uniform(); k[i] = to_half(uniform() + 2.0f); y[i] = y_ref[i] = uniform(); }
-            for (int lanes = 16; lanes <= 64; lanes *= 4) {
-                double a = simd->dot_f16_lanes(q, k, 256, lanes), b = llk_ref_kernels.dot_f16_lanes(q, k, 256, lanes);
-                worst = fmax(worst, fabs(a - b) / (fabs(b) + 1.0));
+        int differ = 0;
+        for (int trial = 0; trial < 20; trial++) {
+            for (int i = 0; i < NQ * HD; i++) q[i] = uniform();
+            for (int i = 0; i < HD * STRIDE * TILES; i++) { k16[i] = to_half(uniform() + 2.0f); k8[i] = (int8_t)next(); }
+            for (int i = 0; i < HD / 32 * STRIDE * TILES; i++) scales[i] = to_half(0.01f + 0.001f * (float)(next() % 100));
+            for (int i = 0; i < 48 * HD; i++) v16[i] = to_half(uniform() + 2.0f);
+            for (int i = 0; i < 48 * HD / 32; i++) {
+                v8[i].d = scales[i % (HD / 32 * STRIDE)];
+                for (int j = 0; j < 32; j++) v8[i].qs[j] = (int8_t)next();
             }
-            simd->axpy_f16(0.37f, k, y, 256);
-            llk_ref_kernels.axpy_f16(0.37f, k, y_ref, 256);
-            for (int i = 0; i < 256; i++) worst = fmax(worst, fabs((double)y[i] - y_ref[i]) / (fabs(y_ref[i]) + 1.0));
-            simd->f32_to_f16(q, h, 256);
-            llk_ref_kernels.f32_to_f16(q, h_ref, 256);
-            halves_differ += memcmp(h, h_ref, sizeof h) != 0;
+            for (int hd = 64; hd <= HD; hd += 32) {
+                for (int q8 = 0; q8 < 2; q8++) {
+                    const void *tiles[2 * TILES], *rows[2 * TILES];
+                    for (int t = 0; t < TILES; t++) { /* tiles of blocks of 32 cells: the second half of one, then others */
+                        const int cell = t ? 0 : 16, block = t * HD * STRIDE;
+                        tiles[2 * t] = q8 ? (const void *)(k8 + block + cell) : (const void *)(k16 + block + cell);
+                        tiles[2 * t + 1] = scales + t * HD / 32 * STRIDE + cell;
+                        rows[2 * t] = q8 ? (const void *)(v8 + t * 16 * HD / 32) : (const void *)(v16 + t * 16 * HD);
+                    }
+                    simd->attn_scores[q8](q, NQ, hd, tiles, TILES, STRIDE, s, 64);
+                    llk_ref_kernels.attn_scores[q8](q, NQ, hd, tiles, TILES, STRIDE, s_ref, 64);
+                    differ += memcmp(s, s_ref, sizeof s) != 0;
+                    for (int i = 0; i < NQ; i++) { /* the softmax over a range cut inside the first and last tiles */
+                        float m, m_ref, sum = simd->attn_softmax(s + i * 64, 48, 3 + i, 40 - i, 0.125f, &m);
+                        float sum_ref = llk_ref_kernels.attn_softmax(s_ref + i * 64, 48, 3 + i, 40 - i, 0.125f, &m_ref);
+                        differ += sum != sum_ref || m != m_ref;
+                    }
+                    differ += memcmp(s, s_ref, sizeof s) != 0;
+                    for (int i = 0; i < NQ * HD; i++) acc[i] = acc_ref[i] = uniform();
+                    size_t row = q8 ? HD / 32 * sizeof(block_q8_0) : HD * sizeof(f16_t);
+                    simd->attn_accum[q8](s, NQ, 64, rows, TILES, 9, row, hd, acc);
+                    llk_ref_kernels.attn_accum[q8](s_ref, NQ, 64, rows, TILES, 9, row, hd, acc_ref);
+                    differ += memcmp(acc, acc_ref, sizeof acc) != 0;
+                }
+            }
+            for (int i = 0; i < 256; i++) wide[i] = uniform() * 1000.0f;
+            simd->f32_to_f16(wide, h, 256);
+            llk_ref_kernels.f32_to_f16(wide, h_ref, 256);
+            differ += memcmp(h, h_ref, sizeof h) != 0;
         }
-        int ok = worst < 1e-5 && !halves_differ;
-        failures += !ok;
-        printf("isa %d attention helpers worst relative difference %.2e, half conversions %s %s\n", isa, worst,
-               halves_differ ? "differ" : "identical", ok ? "ok" : "FAILED");
+        failures += differ != 0;
+        printf("isa %d attention tiles and half conversions %s\n", isa, differ ? "FAILED" : "identical ok");
     }
     printf("levels checked up to %d, %d failures\n", best, failures);
     return failures != 0 || best == 0;

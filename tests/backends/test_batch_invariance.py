@@ -4,7 +4,9 @@ Alone or batched with seven other sequences (prefilling and decoding), its
 prompt in one chunk or in chunks of any size, its KV in any blocks, shared
 with another sequence's table, or written back from bytes saved in host RAM.
 On SmolLM2 and on Gemma 3, whose sliding-window layers are exercised by a
-prompt longer than their window.
+prompt longer than their window, and on SmolLM2 with a q8_0 cache and a prompt
+of three attention segments (merged in place for a prefill chunk, split over
+threads for a decode step).
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ N_SEQ = 8
 class Pool:
     """A native context whose 8 sequences each own blocks drawn at random from a shared pool."""
 
-    def __init__(self, path: Path, max_len: int, seed: int = 0) -> None:
+    def __init__(self, path: Path, max_len: int, kv_cache_type: str = "f16", seed: int = 0) -> None:
         init_backend()
         self.model = native.Model(path)
         per_seq = -(-max_len // BLOCK)
-        self.ctx = native.Context(self.model, per_seq * N_SEQ, BLOCK, max_len, N_SEQ, 512, 2)
+        self.ctx = native.Context(self.model, per_seq * N_SEQ, BLOCK, max_len, N_SEQ, 512, 2, kv_cache_type)
         order = np.random.default_rng(seed).permutation(per_seq * N_SEQ).astype(np.int32)
         self.ctx.tables[:] = order.reshape(N_SEQ, per_seq)
         self.batch = Batch(512)
@@ -70,13 +72,14 @@ def prompt_tokens(model: native.Model, n: int, salt: str) -> list[int]:
     return model.vocab.tokenize_prompt(text)[:n]
 
 
-CASES = [("smollm2_path", 200, 1024), ("gemma3_path", 560, 1024)]  # Gemma 3's window is 512 positions
+CASES = [("smollm2_path", 200, 1024, "f16"), ("gemma3_path", 560, 1024, "f16"),  # Gemma 3's window: 512 positions
+         ("smollm2_path", 1100, 1280, "q8_0")]
 
 
-@pytest.fixture(scope="module", params=CASES, ids=["smollm2", "gemma3"])
+@pytest.fixture(scope="module", params=CASES, ids=["smollm2", "gemma3", "smollm2-q8_0"])
 def pool(request: pytest.FixtureRequest):
-    name, prompt_len, max_len = request.param
-    p = Pool(request.getfixturevalue(name), max_len)
+    name, prompt_len, max_len, kv_cache_type = request.param
+    p = Pool(request.getfixturevalue(name), max_len, kv_cache_type)
     p.prompt_len = prompt_len
     yield p
     p.close()
@@ -111,7 +114,9 @@ def test_batched_with_seven_others_in_prefill_and_decode(pool: Pool, reference) 
     work += [(s, others[s][:50], 0) for s in (5, 6, 7)]  # and these prefill beside it
     pool.run(work)
     if len(prompt) > 300:
-        pool.run([(1, prompt[300:], 300), (5, others[5][50:], 50), (6, [9], 0)])
+        pool.run([(1, prompt[300:700], 300), (5, others[5][50:], 50), (6, [9], 0)])
+    if len(prompt) > 700:
+        pool.run([(1, prompt[700:], 700), (6, [10], 1)])
     # the last prompt token, batched with decoding and prefilling neighbours
     got = pool.run([(2, [7], len(others[2]) + 1), (1, prompt[-1:], len(prompt) - 1), (7, others[7][50:], 50)])[1]
     assert np.array_equal(got, expected[0])

@@ -3,7 +3,8 @@
 Parity is a stated tolerance, not bit for bit (batch invariance is the promise, see
 test_batch_invariance.py): first-step logits cosine >= 0.997 with llama.cpp, and greedy
 continuations that agree for 64 tokens, a divergence allowed only where llama.cpp's top two logits
-are within 0.1 of each other (0.25 without the AVX-512 forms).
+are within 0.25 of each other (attention sums in its own tiles and segments, not in ggml's lanes, so
+near ties may fall either way on any ISA).
 
 The native engine repacks its matrices at load (kernels/repack.c) and sums each row in that layout's
 order, where llama.cpp sums in ggml's (or in its own repacked layouts'). The integers are the same
@@ -24,15 +25,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localllm.backends.native import kernels
-from localllm.backends.native.backend import BackendError, Model
+from localllm.backends.native.backend import BackendError, Context, Model
 from localllm.backends.native.lib import NativeError
 from localllm.backends.native.model import NativeWeights
 from support.gguf_builders import tiny_model
 from support.native import Side, cosine, top2_gap
 
 MIN_COSINE = 0.997
-MAX_GAP = 0.1 if kernels.isa() == "avx512" else 0.25
+# Where greedy continuations part, llama.cpp's top two logits must be close: our sums run in other
+# orders than ggml's (attention in tiles and segments, fused chains), so near ties may go either way.
+MAX_GAP = 0.25
 
 PROMPTS = [
     "The capital of France is",
@@ -151,6 +153,42 @@ def test_kv_block_operations(smollm2_path: Path) -> None:
             ctx.write_block(0, saved[:-1])
     finally:
         side.close()
+
+
+@pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
+def test_a_q8_0_cache_stays_close_to_f16_in_about_half_the_bytes(request: pytest.FixtureRequest, model: str) -> None:
+    """The same prompt over 700 positions (two attention segments) with either cache."""
+    path = request.getfixturevalue(model)
+    f16, q8 = Side("native", path, n_ctx=768), Side("native", path, n_ctx=768, kv_cache_type="q8_0")
+    try:
+        assert q8.ctx.block_bytes * 64 == f16.ctx.block_bytes * 34  # ggml's Q8_0: 34 bytes for 32 values
+        text = "A lighthouse keeper counts the ships that pass his rock each night and writes their names. " * 60
+        tokens = f16.model.vocab.tokenize_prompt(text)[:700]
+        for side in (f16, q8):
+            side.eval(tokens[:400], 0)
+        ours, theirs = q8.eval(tokens[400:], 400), f16.eval(tokens[400:], 400)
+        assert cosine(ours, theirs) >= 0.99
+        for i in range(4):  # greedy steps agree
+            assert np.argmax(ours) == np.argmax(theirs)
+            token = int(np.argmax(ours))
+            ours, theirs = q8.eval([token], 700 + i), f16.eval([token], 700 + i)
+            assert cosine(ours, theirs) >= 0.99
+    finally:
+        f16.close()
+        q8.close()
+
+
+def test_kv_cache_types_the_native_engine_cannot_keep_are_refused(tmp_path: Path, smollm2_path: Path) -> None:
+    model = Model(smollm2_path)
+    narrow = Model(tiny_model(tmp_path / "narrow.gguf", head_dim=16))
+    try:
+        with pytest.raises(BackendError, match="f16 or q8_0, not 'q4_0'"):
+            Context(model, 8, 16, 64, 1, 64, 1, "q4_0")
+        with pytest.raises(BackendError, match="multiple of 32 dimensions; this model's have 16"):
+            Context(narrow, 8, 16, 64, 1, 64, 1, "q8_0")
+    finally:
+        model.close()
+        narrow.close()
 
 
 def test_decode_refuses_bad_batches(smollm2_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""LOCALLLM_KV_CACHE_TYPE and LOCALLLM_FLASH_ATTENTION on the llama.cpp engine, through the real daemon."""
+"""LOCALLLM_KV_CACHE_TYPE and LOCALLLM_FLASH_ATTENTION on both engines, through the real daemon."""
 
 from __future__ import annotations
 
@@ -14,31 +14,50 @@ GENERATE = {"model": MODEL, "prompt": "The capital of France is", "stream": Fals
             "options": {"num_predict": 8, "temperature": 0}}
 
 
-def _loaded_size_and_text(root, smollm2_path, **env: str) -> tuple[int, int, str, str]:
+def _loaded(root, smollm2_path, **env: str) -> tuple[dict, str]:
+    """What /api/ps says of the model after one answer, and the answer."""
     daemon = Daemon(root, LOCALLLM_NUM_PARALLEL="1", **env).start()
     try:
         daemon.create(MODEL, f"FROM {smollm2_path}")
         answer = httpx.post(f"{daemon.url}/api/generate", json=GENERATE, timeout=120)
         assert answer.status_code == 200, answer.text
-        loaded = httpx.get(f"{daemon.url}/api/ps", timeout=30).json()["models"][0]
-        return loaded["size"], loaded["context_length"], answer.json()["response"], loaded["engine_reason"]
+        return httpx.get(f"{daemon.url}/api/ps", timeout=30).json()["models"][0], answer.json()["response"]
     finally:
         daemon.stop()
 
 
 def test_a_q8_0_cache_with_flash_attention_generates_and_is_counted_smaller(tmp_path, smollm2_path):
-    f16_size, context, f16_text, _ = _loaded_size_and_text(tmp_path / "f16", smollm2_path, LOCALLLM_ENGINE="llama.cpp")
-    q8_size, _, q8_text, why = _loaded_size_and_text(tmp_path / "q8", smollm2_path, LOCALLLM_KV_CACHE_TYPE="q8_0",
-                                                     LOCALLLM_FLASH_ATTENTION="1")
-    assert "apply to llama.cpp only" in why  # the setting takes the model to the engine that honours it
+    f16, f16_text = _loaded(tmp_path / "f16", smollm2_path, LOCALLLM_ENGINE="llama.cpp")
+    q8, q8_text = _loaded(tmp_path / "q8", smollm2_path, LOCALLLM_KV_CACHE_TYPE="q8_0", LOCALLLM_FLASH_ATTENTION="1")
+    assert "apply to llama.cpp only" in q8["engine_reason"]  # flash attention takes the model to the engine that has it
     assert q8_text.strip() and f16_text.strip()
-    f16 = footprint(read_gguf(smollm2_path), context, 1)
-    kv_f16 = f16.kv_per_layer * f16.n_layers
-    assert f16_size - q8_size == pytest.approx(kv_f16 * (1 - 34 / 64), rel=0.01)
+    plan = footprint(read_gguf(smollm2_path), f16["context_length"], 1)
+    kv_f16 = plan.kv_per_layer * plan.n_layers
+    assert f16["size"] - q8["size"] == pytest.approx(kv_f16 * (1 - 34 / 64), rel=0.01)
+
+
+def test_a_q8_0_cache_stays_on_the_native_engine_and_is_counted_smaller(tmp_path, smollm2_path):
+    f16, f16_text = _loaded(tmp_path / "f16", smollm2_path, LOCALLLM_KV_TOKENS="8192")
+    q8, q8_text = _loaded(tmp_path / "q8", smollm2_path, LOCALLLM_KV_TOKENS="8192", LOCALLLM_KV_CACHE_TYPE="q8_0")
+    assert f16["engine"] == q8["engine"] == "native"
+    assert q8_text.strip() and f16_text.strip()
+    plan = footprint(read_gguf(smollm2_path), f16["context_length"], 1, kv_tokens=8192)
+    assert f16["size"] - q8["size"] == pytest.approx(plan.kv_per_layer * plan.n_layers * (1 - 34 / 64), rel=0.01)
+
+
+def test_a_q8_0_cache_without_flash_attention_is_refused_on_llama_cpp(tmp_path, smollm2_path):
+    daemon = Daemon(tmp_path, LOCALLLM_ENGINE="llama.cpp", LOCALLLM_KV_CACHE_TYPE="q8_0").start()
+    try:
+        daemon.create(MODEL, f"FROM {smollm2_path}")
+        answer = httpx.post(f"{daemon.url}/api/generate", json=GENERATE, timeout=120)
+        assert 400 <= answer.status_code < 600 and "LOCALLLM_FLASH_ATTENTION=1" in answer.text, answer.text
+        assert httpx.get(f"{daemon.url}/api/version", timeout=30).status_code == 200  # the daemon lives on
+    finally:
+        daemon.stop()
 
 
 @pytest.mark.parametrize("env,message", [
-    ({"LOCALLLM_KV_CACHE_TYPE": "q8_0"}, "LOCALLLM_KV_CACHE_TYPE=q8_0 needs LOCALLLM_FLASH_ATTENTION=1"),
+    ({"LOCALLLM_KV_CACHE_TYPE": "q4_0"}, "LOCALLLM_KV_CACHE_TYPE=q4_0 needs LOCALLLM_FLASH_ATTENTION=1"),
     ({"LOCALLLM_KV_CACHE_TYPE": "f8"}, "LOCALLLM_KV_CACHE_TYPE must be one of f16, q8_0, q4_0"),
     ({"LOCALLLM_FLASH_ATTENTION": "maybe"}, "LOCALLLM_FLASH_ATTENTION must be 1 or 0"),
 ])

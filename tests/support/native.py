@@ -21,13 +21,14 @@ class Side:
     The native side's sequences own fixed runs of KV blocks (sequence s: blocks s*k ... s*k + k-1).
     """
 
-    def __init__(self, kind: str, model_path: Path, n_ctx: int = 1024, n_seq: int = 1, threads: int = 2) -> None:
+    def __init__(self, kind: str, model_path: Path, n_ctx: int = 1024, n_seq: int = 1, threads: int = 2,
+                 kv_cache_type: str = "f16") -> None:
         llama.init_backend()
         self.kind = kind
         if kind == "native":
             self.model = native.Model(model_path)
             per_seq = -(-n_ctx // BLOCK)
-            self.ctx = native.Context(self.model, per_seq * n_seq, BLOCK, n_ctx, n_seq, 512, threads)
+            self.ctx = native.Context(self.model, per_seq * n_seq, BLOCK, n_ctx, n_seq, 512, threads, kv_cache_type)
             self.ctx.tables[:] = np.arange(per_seq * n_seq, dtype=np.int32).reshape(n_seq, per_seq)
         else:
             self.model = llama.Model(model_path)

@@ -24,7 +24,10 @@ from localllm.backends import llama_cpp
 from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Batch
 
-__all__ = ["Batch", "BackendError", "Context", "Model"]
+__all__ = ["Batch", "BackendError", "Context", "Model", "KV_TYPES"]
+
+#: The KV cache types the native engine keeps, by name, with their ggml type ids.
+KV_TYPES = {"f16": 1, "q8_0": 8}
 
 
 class Model:
@@ -67,9 +70,16 @@ class Context:
     """
 
     def __init__(
-        self, model: Model, n_blocks: int, block_size: int, max_seq_len: int, n_seq: int, n_batch: int, n_threads: int
+        self, model: Model, n_blocks: int, block_size: int, max_seq_len: int, n_seq: int, n_batch: int, n_threads: int,
+        kv_cache_type: str = "f16",
     ) -> None:
+        if kv_cache_type not in KV_TYPES:
+            raise BackendError(f"the native engine keeps its KV cache in {' or '.join(KV_TYPES)}, not {kv_cache_type!r}")
+        head_dim = model.weights.params.head_dim
+        if kv_cache_type == "q8_0" and head_dim % 32:
+            raise BackendError(f"a q8_0 KV cache needs heads of a multiple of 32 dimensions; this model's have {head_dim}")
         self.model = model
+        self.kv_cache_type = kv_cache_type
         self.ptr = None  # no llama_context: samplers take logits from :meth:`logits`
         self.n_blocks = n_blocks
         self.block_size = block_size
@@ -78,7 +88,8 @@ class Context:
         self.tables = np.zeros((n_seq, -(-max_seq_len // block_size)), dtype=np.int32)
         self._lib = library()
         self._ctx = self._lib.llk_ctx_new(
-            ctypes.byref(model.weights.params), n_blocks, block_size, max_seq_len, n_batch, n_threads
+            ctypes.byref(model.weights.params), n_blocks, block_size, max_seq_len, n_batch, n_threads,
+            KV_TYPES[kv_cache_type],
         )
         if not self._ctx:
             raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: out of memory")

@@ -129,7 +129,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_vec_dot_rows": (c_int, [c_int, c_int, vp, ctypes.c_size_t, vp, c_i64, fp]),
         "llk_map_file": (vp, [ctypes.c_char_p, ctypes.POINTER(c_i64)]),
         "llk_unmap_file": (None, [vp, c_i64]),
-        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int]),
+        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int]),
         "llk_ctx_free": (None, [vp]),
         "llk_ctx_error": (ctypes.c_char_p, [vp]),
         "llk_decode": (
