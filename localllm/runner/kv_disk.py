@@ -134,9 +134,6 @@ class DiskTier:
 
     # -- writing -------------------------------------------------------------
 
-    def has(self, key: bytes) -> bool:
-        return self._path(key).exists()
-
     def write(self, key: bytes, data: bytes) -> bool:
         """Store a block (whole, then renamed); False when the tier does not write (off, full, failing)."""
         if not self.writing or len(data) != self.block_bytes:
@@ -176,14 +173,7 @@ class DiskTier:
     def _make_room(self, size: int) -> None:
         """Delete the least recently used block files of every model until ``size`` more bytes fit (with a tenth of
         the budget spare, so this scan is rare)."""
-        files = []
-        for path in self.root.glob(f"*/*/*{SUFFIX}"):
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            files.append((st.st_mtime_ns, st.st_size, path))
-        files.sort()
+        files = sorted(self._block_files())
         used = sum(f[1] for f in files)
         target = max(0, self.budget - self.budget // 10 - size)
         for _, n, path in files:
@@ -194,13 +184,18 @@ class DiskTier:
         self._used = used
 
     def _scan_usage(self) -> int:
-        total = 0
+        return sum(size for _, size, _ in self._block_files())
+
+    def _block_files(self) -> list[tuple[int, int, Path]]:
+        """(modification time, size, path) of every model's block files under the root."""
+        files = []
         for path in self.root.glob(f"*/*/*{SUFFIX}"):
             try:
-                total += path.stat().st_size
+                st = path.stat()
             except OSError:
-                pass
-        return total
+                continue
+            files.append((st.st_mtime_ns, st.st_size, path))
+        return files
 
     def _remove_orphans(self) -> None:
         """Temporary files of runners that are gone (killed mid-write); a live runner's are left alone."""
