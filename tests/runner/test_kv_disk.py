@@ -28,24 +28,19 @@ from typing import Any
 import httpx
 import pytest
 
-from support.gguf_builders import tiny_model
 from localllm.backends.native import backend as native
-from localllm.backends.llama_cpp import init_backend
 from localllm.runner.kv_blocks import BlockPool
 from localllm.runner.kv_disk import MAGIC, SUFFIX, DiskTier, chain_key, clear
+from support.native import BLOCK, tiny_block_store
 from support.runner import RunnerProcess, complete, runner_threads
 
-BS = 16
+BS = BLOCK  # the tiny store's block size
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[native.Context]:
-    init_backend()
-    model = native.Model(tiny_model(tmp_path / "tiny.gguf"))
-    ctx = native.Context(model, 4, BS, 128, 2, 64, 1)
-    yield ctx
-    ctx.close()
-    model.close()
+    with tiny_block_store(tmp_path, 4) as ctx:
+        yield ctx
 
 
 def tier(root: Path, store: native.Context, budget: int = 1 << 30, digest: str = "sha256-test",

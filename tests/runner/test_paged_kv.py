@@ -22,25 +22,20 @@ from typing import Any
 import httpx
 import pytest
 
-from support.gguf_builders import tiny_model
 from localllm.backends.native import backend as native
-from localllm.backends.llama_cpp import init_backend
 from localllm.runner.kv_blocks import BlockPool
+from support.native import BLOCK, tiny_block_store
 from support.runner import (
     SYSTEM, RunnerProcess, cancellation_storm, chat, complete, parse_stream, running_runner, runner_threads, tokens_of,
 )
 
-BS = 16
+BS = BLOCK  # the tiny store's block size
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[native.Context]:
-    init_backend()
-    model = native.Model(tiny_model(tmp_path / "tiny.gguf"))
-    ctx = native.Context(model, 8, BS, 128, 2, 64, 1)
-    yield ctx
-    ctx.close()
-    model.close()
+    with tiny_block_store(tmp_path, 8) as ctx:
+        yield ctx
 
 
 def run(n: int, start: int = 0) -> list[int]:

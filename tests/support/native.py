@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import llama_cpp as ll
@@ -79,3 +80,19 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 def top2_gap(logits: np.ndarray) -> float:
     top = np.sort(logits)[-2:]
     return float(top[1] - top[0])
+
+
+@contextmanager
+def tiny_block_store(tmp_path: Path, n_blocks: int) -> Iterator[native.Context]:
+    """A native context of a tiny model with ``n_blocks`` KV blocks of ``BLOCK`` cells: a real store for a
+    :class:`~localllm.runner.kv_blocks.BlockPool`, so its copies, spills and restores move real bytes."""
+    from support.gguf_builders import tiny_model
+
+    llama.init_backend()
+    model = native.Model(tiny_model(tmp_path / "tiny.gguf"))
+    ctx = native.Context(model, n_blocks, BLOCK, 128, 2, 64, 1)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+        model.close()
