@@ -399,6 +399,7 @@ class Context:
         kv_cache_type: str = "f16",
         flash_attention: bool = False,
         watchdog: DecodeWatchdog | None = None,
+        pooling: int | None = None,
     ) -> None:
         self.watchdog = watchdog
         params = ll.llama_context_default_params()
@@ -414,8 +415,8 @@ class Context:
         params.flash_attn_type = (ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention
                                   else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.type_k = params.type_v = _KV_GGML_TYPES[kv_cache_type]
-        if embeddings:
-            params.pooling_type = ll.LLAMA_POOLING_TYPE_UNSPECIFIED
+        if embeddings:  # ``pooling`` (a llama_pooling_type) over the model's own
+            params.pooling_type = ll.LLAMA_POOLING_TYPE_UNSPECIFIED if pooling is None else pooling
         with captured_errors() as errors:
             ptr = ll.llama_init_from_model(model.ptr, params)
         if not ptr:

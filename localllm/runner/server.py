@@ -289,8 +289,9 @@ def create_app(rt: Runtime) -> Starlette:
         if not isinstance(content, list) or not content or not all(isinstance(c, str) for c in content):
             raise BadRequest("'content' must be a non-empty list of strings")
         truncate = _flag(body, "truncate", True)
-        vectors, count = await asyncio.to_thread(rt.embedder.embed, content, truncate)
-        return JSONResponse({"embeddings": vectors, "prompt_eval_count": count})
+        inputs = await asyncio.to_thread(rt.embedder.tokenize, content, truncate)
+        vectors = await asyncio.wrap_future(rt.embedder.submit(inputs))  # passes shared with other requests
+        return JSONResponse({"embeddings": vectors, "prompt_eval_count": sum(len(tokens) for tokens in inputs)})
 
     async def bad_request(_: Request, exc: Exception) -> Response:
         return _error(str(exc))
