@@ -12,8 +12,8 @@ from support import encoder_models as em
 from support.fixtures import smollm2_gguf
 
 # Our runner packs up to 16 pairs into one decode; llama.cpp's reference scores each pair alone.
-# Batched and single matrix products round differently: scores agree to this (they are of order one).
-TOLERANCE = 1e-3
+# Batched and single matrix products round differently (measured: 5e-7 at most); scores are of order one.
+TOLERANCE = 1e-5
 
 QUERY = "what is the capital of france"
 DOCUMENTS = [

@@ -21,7 +21,7 @@ from gguf import GGUFReader, GGUFWriter, Keys, PoolingType
 
 from .fixtures import cache_dir
 
-BUILD = 1  # part of every cached file's name
+BUILD = 2  # part of every cached file's name
 
 # Words the tests write texts with: WordPiece and unigram vocabularies hold each one whole.
 WORDS = (
@@ -156,7 +156,8 @@ def qwen3_reranker(path: Path, vocab_source: Path, n_embd: int = 64, n_layer: in
         if field.name.startswith("tokenizer.") and not field.name.startswith("tokenizer.chat_template"):
             sub = field.types[-1] if len(field.types) > 1 else None
             w.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
-    t = _tensors(w, 4, n_embd, n_vocab=n_vocab, token_types=0, encoder=False)
+    # small token embeddings: the tied head's "yes"/"no" logits stay close, so scores spread over (0, 1)
+    t = _tensors(w, 4, n_embd, n_vocab=n_vocab, token_types=0, encoder=False, scale=0.05)
     t("output_norm.weight", n_embd, norm=True)
     for il in range(n_layer):
         blk = f"blk.{il}."
@@ -244,10 +245,10 @@ class _Tensors:
 
 
 def _tensors(w: GGUFWriter, seed: int, e: int, n_vocab: int | None = None, token_types: int = 2,
-             encoder: bool = True) -> _Tensors:
+             encoder: bool = True, scale: float = 1.0) -> _Tensors:
     """The input embeddings (token, token type, their norm for encoders) and a writer of the rest."""
     t = _Tensors(w, seed)
-    t("token_embd.weight", e, n_vocab or len(wordpiece_tokens()), scale=1.0)
+    t("token_embd.weight", e, n_vocab or len(wordpiece_tokens()), scale=scale)
     if token_types:
         t("token_types.weight", e, token_types, scale=0.1)
     if encoder:  # encoders normalise the embeddings first
