@@ -205,6 +205,11 @@ class Vocabulary:
         self.n_vocab: int = ll.llama_vocab_n_tokens(self.ptr)
         self.bos: int = ll.llama_vocab_bos(self.ptr)
         self.eos: int = ll.llama_vocab_eos(self.ptr)
+        self.sep: int = ll.llama_vocab_sep(self.ptr)
+        # what the model's tokenizer adds around a text (a reranker's query/document pair is built from these)
+        self.add_bos: bool = bool(ll.llama_vocab_get_add_bos(self.ptr))
+        self.add_eos: bool = bool(ll.llama_vocab_get_add_eos(self.ptr))
+        self.add_sep: bool = bool(ll.llama_vocab_get_add_sep(self.ptr))
         self._pieces: dict[int, bytes] = {}
         self.bos_text = self.token_text(self.bos)  # spelled once: /health serves them to the daemon's templates
         self.eos_text = self.token_text(self.eos)
@@ -298,7 +303,11 @@ class Model:
         self.vocab = Vocabulary(ptr)
         self.n_ctx_train: int = ll.llama_model_n_ctx_train(ptr)
         self.n_embd: int = ll.llama_model_n_embd(ptr)
+        self.n_cls_out: int = ll.llama_model_n_cls_out(ptr)  # a classifier's labels (a reranker's scores)
         self.size: int = ll.llama_model_size(ptr)
+        template = ll.llama_model_chat_template(ptr, b"rerank")
+        # a reranker's prompt with {query} and {document} (Qwen3-Reranker's); None: the pair is joined by specials
+        self.rerank_template: str | None = template.decode("utf-8") if template else None
         self.adapters = [self._load_adapter(Path(a)) for a in adapters]
 
     def _load_adapter(self, path: Path) -> ctypes.c_void_p:
@@ -428,6 +437,7 @@ class Context:
         self.memory = ll.llama_get_memory(ptr)
         self.can_shift: bool = bool(ll.llama_memory_can_shift(self.memory))
         self.pooling: int = ll.llama_pooling_type(ptr) if embeddings else ll.LLAMA_POOLING_TYPE_NONE
+        self.ranks = self.pooling == ll.LLAMA_POOLING_TYPE_RANK  # pooled output: a classifier's scores
         if model.adapters:
             n = len(model.adapters)
             arr = (ll.llama_adapter_lora_p_ctypes * n)(*model.adapters)
@@ -473,14 +483,15 @@ class Context:
         return ll.llama_state_seq_set_data(self.ptr, buf, len(state), seq_id) == len(state)
 
     def embedding(self, seq_id: int, row: int) -> list[float]:
-        """The pooled embedding of ``seq_id`` (or of ``row`` when the model does not pool)."""
+        """The pooled embedding of ``seq_id`` (or of ``row`` when the model does not pool); with rank
+        pooling the classifier's ``n_cls_out`` scores, the first of them the relevance."""
         if self.pooling == ll.LLAMA_POOLING_TYPE_NONE:
             ptr = ll.llama_get_embeddings_ith(self.ptr, row)
         else:
             ptr = ll.llama_get_embeddings_seq(self.ptr, seq_id)
         if not ptr:
             raise BackendError("the model produced no embedding")
-        return ptr[: self.model.n_embd]
+        return ptr[: self.model.n_cls_out if self.ranks else self.model.n_embd]
 
     def close(self) -> None:
         if self.ptr:

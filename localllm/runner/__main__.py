@@ -265,7 +265,7 @@ def _embedding_runtime(args: argparse.Namespace, threads: int) -> tuple[Runtime,
         model.close()
         raise
     rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=1, stream_interval=args.stream_interval)
-    rt.embedder = Embedder(model.vocab, encoder, n_ctx)
+    rt.embedder = Embedder(model, encoder, n_ctx)
     log.info("loaded %s for embeddings on %s: ctx=%d, %s pooling, up to %d sequences and %d tokens a pass, "
              "threads=%d", args.model, args.engine, n_ctx, pooling.name.lower(), encoder.n_seq, encoder.n_tokens,
              threads)

@@ -1,4 +1,5 @@
-"""Embeddings for a runner started with ``--embedding``: every client's inputs share forward passes.
+"""Embeddings and rerank scores for a runner started with ``--embedding``: every client's inputs share
+forward passes.
 
 Requests hand their tokenized inputs to one worker thread (:class:`Embedder`),
 which packs whatever is waiting, from any number of requests, into passes of
@@ -19,8 +20,9 @@ here:
   sequence a pass, and llama.cpp pools it.
 
 Vectors are L2-normalised, as Ollama and OpenAI return them.  Pooling is the
-one ``<arch>.pooling_type`` names (:func:`~localllm.backends.pooling.model_pooling`); ``rank`` pooling
-(rerankers) is a slot of the same path, whose scores are not normalised.
+one ``<arch>.pooling_type`` names (:func:`~localllm.backends.pooling.model_pooling`).  A reranker
+(pooling ``rank``, on llama.cpp) scores query/document pairs through the same passes: each pair one
+sequence, its score the first output of the model's classification head, never normalised.
 """
 
 from __future__ import annotations
@@ -49,11 +51,21 @@ class InputTooLong(ValueError):
     """An input exceeds the context and truncation was not allowed."""
 
 
+@dataclass(frozen=True)
+class Ranked:
+    """One document's relevance to the query, as the model's classification head scores the pair."""
+
+    score: float
+    tokens: int  # the pair's tokens evaluated
+    truncated: bool  # the document was cut to fit the context
+
+
 class Encoder(Protocol):
     """One engine's forward pass and pooling over a group of token sequences (owned by the worker thread)."""
 
     n_seq: int  # sequences one pass takes at most
     n_tokens: int  # tokens one pass takes at most
+    ranks: bool  # its outputs are a classifier's scores (pooling rank), not vectors to normalise
 
     def encode(self, group: list[list[int]]) -> list[np.ndarray]:
         """The pooled, not yet normalised, vector of each sequence of ``group``."""
@@ -71,6 +83,7 @@ class NativeEncoder:
                                "use the llama.cpp engine")
         self.ctx = ctx
         self.pooling = pooling
+        self.ranks = False
         self.n_seq = len(ctx.tables)
         self.n_tokens = ctx.n_batch
         self.batch = Batch(ctx.n_batch)
@@ -116,6 +129,7 @@ class LlamaCppEncoder:
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
+        self.ranks = ctx.ranks
         self.n_tokens = ctx.n_batch
         self.batch = Batch(ctx.n_batch)
 
@@ -152,11 +166,12 @@ class _Request:
 
 
 class Embedder:
-    """Normalised embeddings of whole inputs; one worker thread owns the encoder and packs every
-    waiting request's inputs into its passes, in arrival order."""
+    """Normalised embeddings of whole inputs, or a reranker's scores of query/document pairs; one worker
+    thread owns the encoder and packs every waiting request's inputs into its passes, in arrival order."""
 
-    def __init__(self, vocab: Any, encoder: Encoder, n_ctx_seq: int) -> None:
-        self.vocab = vocab
+    def __init__(self, model: Any, encoder: Encoder, n_ctx_seq: int) -> None:
+        self.model = model
+        self.vocab = model.vocab
         self.encoder = encoder
         self.limit = min(n_ctx_seq, encoder.n_tokens)
         self._waiting: collections.deque[tuple[_Request, int]] = collections.deque()
@@ -164,6 +179,11 @@ class Embedder:
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="embedder", daemon=True)
         self._thread.start()
+
+    @property
+    def ranks(self) -> bool:
+        """The model is a reranker: it scores pairs (:meth:`rank`) instead of embedding texts."""
+        return self.encoder.ranks
 
     def tokenize(self, texts: Sequence[str], truncate: bool = True) -> list[list[int]]:
         """The tokens of each text, cut to the context when ``truncate`` (else :class:`InputTooLong`)."""
@@ -196,6 +216,49 @@ class Embedder:
         inputs = self.tokenize(texts, truncate)
         return self.submit(inputs).result(), sum(len(t) for t in inputs)
 
+    def rank(self, query: str, documents: Sequence[str]) -> list[Ranked]:
+        """The relevance of each of ``documents`` to ``query``, in order (blocking). Each pair is built as
+        llama-server builds it; a document too long for the context is cut to fit (and says so),
+        a query that leaves no room for any document is refused."""
+        pairs = [self._fitted_pair(query, document) for document in documents]
+        outputs = self.submit([tokens for tokens, _ in pairs]).result()
+        return [Ranked(out[0], len(tokens), cut) for out, (tokens, cut) in zip(outputs, pairs)]
+
+    def _pair(self, query: str, document: str) -> list[int]:
+        """The tokens of one query/document pair, as llama-server's ``format_prompt_rerank``: the model's
+        ``rerank`` template filled in, else ``[BOS] query [EOS] [SEP] document [EOS]`` as its vocabulary adds them."""
+        vocab = self.vocab
+        template = self.model.rerank_template
+        if template is not None:
+            text = template.replace("{query}", query).replace("{document}", document)
+            return vocab.tokenize(text, add_special=False, parse_special=True)
+        end = vocab.eos if vocab.eos >= 0 else vocab.sep
+        tokens = [vocab.bos] if vocab.add_bos else []
+        tokens += vocab.tokenize(query, add_special=False, parse_special=False)
+        tokens += [end] if vocab.add_eos else []
+        tokens += [vocab.sep] if vocab.add_sep else []
+        tokens += vocab.tokenize(document, add_special=False, parse_special=False)
+        tokens += [end] if vocab.add_eos else []
+        return tokens
+
+    def _fitted_pair(self, query: str, document: str) -> tuple[list[int], bool]:
+        """The pair's tokens within the context, the document's tail cut if need be; and whether it was."""
+        tokens = self._pair(query, document)
+        if len(tokens) <= self.limit:
+            return tokens, False
+        bare = len(self._pair(query, ""))
+        if bare >= self.limit:
+            raise InputTooLong(f"the query takes {bare} tokens of the rerank prompt, which leaves no room for a "
+                               f"document in the context length {self.limit}; shorten the query")
+        vocab = self.vocab
+        text = vocab.tokenize(document, add_special=False, parse_special=False)
+        keep = len(text) - (len(tokens) - self.limit)
+        while True:  # detokenized text may tokenize a little differently: shrink until the pair fits
+            tokens = self._pair(query, vocab.detokenize(text[:max(keep, 0)]))
+            if len(tokens) <= self.limit:
+                return tokens, True
+            keep -= len(tokens) - self.limit
+
     def _next_group(self) -> list[tuple[_Request, int]] | None:
         """The waiting inputs of the next pass, in arrival order (None: closing)."""
         with self._changed:
@@ -224,7 +287,7 @@ class Embedder:
             for (request, i), vector in zip(group, vectors):
                 if request.future.done():  # failed with an earlier pass
                     continue
-                request.vectors[i] = _normalised(vector)
+                request.vectors[i] = vector.tolist() if self.encoder.ranks else _normalised(vector)
                 request.remaining -= 1
                 if not request.remaining:
                     request.future.set_result(request.vectors)
