@@ -63,6 +63,7 @@ class Ranked:
 class Encoder(Protocol):
     """One engine's forward pass and pooling over a group of token sequences (owned by the worker thread)."""
 
+    ctx: Any  # the engine's context, which the encoder owns
     n_seq: int  # sequences one pass takes at most
     n_tokens: int  # tokens one pass takes at most
     ranks: bool  # its outputs are a classifier's scores (pooling rank), not vectors to normalise
@@ -204,6 +205,9 @@ class Embedder:
     def submit(self, inputs: list[list[int]]) -> Future:
         """A future of the vectors of ``inputs`` (token lists from :meth:`tokenize`), in their order."""
         request = _Request(inputs)
+        if not inputs:
+            request.future.set_result([])
+            return request.future
         with self._changed:
             if self._closing:
                 raise BackendError("the embedder is shutting down")
