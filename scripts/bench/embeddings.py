@@ -84,7 +84,7 @@ def llama_servers(url: str) -> Callable[[httpx.Client, str], None]:
 def embeddings(args: argparse.Namespace) -> dict:
     """The embedding sections' figures and keys."""
     work = passages(args.clients, args.passages)
-    daemon = start_daemon(LOCALLLM_NUM_THREADS=str(args.threads))
+    daemon = start_daemon(LOCALLLM_NUM_THREADS=str(args.threads), LOCALLLM_KEEP_ALIVE="2h")  # loaded across rounds
     peer = LlamaServer(fixtures.smollm2_gguf(), args.threads, parallel=args.clients, ctx_per_seq=2048,
                        port=free_port(), extra=["--embedding", "--pooling", "mean", "-ub", "2048", "-b", "2048"])
     try:
