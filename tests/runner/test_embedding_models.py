@@ -14,6 +14,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 import pytest
+from support import encoder_models
 from support.gguf_builders import embedding_model
 from support.runner import running_runner, runner_threads
 
@@ -99,3 +100,17 @@ def test_vectors_do_not_depend_on_the_pass(models: dict[str, Path]) -> None:
             mixed = c.post("/embedding", json={"content": TEXTS + others}).json()["embeddings"][:3]
             backwards = c.post("/embedding", json={"content": (TEXTS + others)[::-1]}).json()["embeddings"][-3:]
         assert alone == mixed == backwards[::-1], name
+
+
+def test_a_reranker_shares_the_path_and_answers_no_documents_at_once(tmp_path: Path) -> None:
+    """A reranker's pairs go through the same passes (llama.cpp, one pair a pass: scores alone equal scores
+    among others); a call with no documents is answered, not left waiting for a pass that never comes."""
+    reranker = encoder_models.bert(tmp_path / "reranker.gguf", reranker=True)
+    documents = ["a cat on a mat", "stock markets fell", "the cat sat"]
+    with running_runner(reranker, "--embedding", "--engine", "llama.cpp", "--ctx", "128",
+                        "--threads", runner_threads()) as r, r.client(timeout=60) as c:
+        assert c.post("/rerank", json={"query": "cat", "documents": []}).json()["results"] == []
+        together = [d["score"] for d in c.post("/rerank", json={"query": "cat", "documents": documents}).json()["results"]]
+        alone = [c.post("/rerank", json={"query": "cat", "documents": [d]}).json()["results"][0]["score"]
+                 for d in documents]
+    assert together == alone
