@@ -49,7 +49,7 @@ class Embedder:
     @property
     def ranks(self) -> bool:
         """The model is a reranker: it scores pairs (:meth:`rank`) instead of embedding texts."""
-        return self.ctx.ranks
+        return self.model.ranks
 
     def embed(self, texts: Sequence[str], truncate: bool = True) -> tuple[list[list[float]], int]:
         """Embeddings of ``texts`` and the number of tokens evaluated."""
