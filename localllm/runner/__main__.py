@@ -27,7 +27,7 @@ from localllm.config import ENGINES, KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES
 from localllm.backends.capabilities import POOL_CONTEXTS
 from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores
-from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
+from localllm.runner.embed import RANK_BATCH, SEQUENCES as EMBED_SEQUENCES, Embedder
 from localllm.backends.projector import Projector
 from localllm.runner.stream_engine import StreamEngine
 from localllm.runner.server import Runtime, create_app
@@ -204,7 +204,11 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
         context_options["watchdog"] = DecodeWatchdog(args.worker_timeout, ", ".join(model.offload.workers))
     try:
         if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
-            ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True, **context_options)
+            batch = max(args.batch, n_ctx)
+            if model.ranks:  # as llama-server runs a reranker: flash attention (its default), and many short
+                context_options["flash_attention"] = True  # pairs a pass (encoders' contexts are 512)
+                batch = max(batch, RANK_BATCH)
+            ctx = Context(model, n_ctx, EMBED_SEQUENCES, batch, threads, embeddings=True, **context_options)
         else:
             ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **context_options)
     except BaseException:
