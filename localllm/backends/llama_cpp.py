@@ -305,10 +305,18 @@ class Model:
         self.n_embd: int = ll.llama_model_n_embd(ptr)
         self.n_cls_out: int = ll.llama_model_n_cls_out(ptr)  # a classifier's labels (a reranker's scores)
         self.size: int = ll.llama_model_size(ptr)
+        # a reranker: its GGUF names rank pooling (a classification head scores query/document pairs)
+        self.ranks = self.meta(f"{self.meta('general.architecture')}.pooling_type") == str(ll.LLAMA_POOLING_TYPE_RANK)
         template = ll.llama_model_chat_template(ptr, b"rerank")
         # a reranker's prompt with {query} and {document} (Qwen3-Reranker's); None: the pair is joined by specials
         self.rerank_template: str | None = template.decode("utf-8") if template else None
         self.adapters = [self._load_adapter(Path(a)) for a in adapters]
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as llama.cpp reads it, as text; None when the file lacks it."""
+        buf = ctypes.create_string_buffer(256)
+        n = ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
     def _load_adapter(self, path: Path) -> ctypes.c_void_p:
         with captured_errors() as errors:
@@ -437,7 +445,6 @@ class Context:
         self.memory = ll.llama_get_memory(ptr)
         self.can_shift: bool = bool(ll.llama_memory_can_shift(self.memory))
         self.pooling: int = ll.llama_pooling_type(ptr) if embeddings else ll.LLAMA_POOLING_TYPE_NONE
-        self.ranks = self.pooling == ll.LLAMA_POOLING_TYPE_RANK  # pooled output: a classifier's scores
         if model.adapters:
             n = len(model.adapters)
             arr = (ll.llama_adapter_lora_p_ctypes * n)(*model.adapters)
@@ -491,7 +498,7 @@ class Context:
             ptr = ll.llama_get_embeddings_seq(self.ptr, seq_id)
         if not ptr:
             raise BackendError("the model produced no embedding")
-        return ptr[: self.model.n_cls_out if self.ranks else self.model.n_embd]
+        return ptr[: self.model.n_cls_out if self.pooling == ll.LLAMA_POOLING_TYPE_RANK else self.model.n_embd]
 
     def close(self) -> None:
         if self.ptr:

@@ -253,6 +253,8 @@ def _embedding_runtime(args: argparse.Namespace, threads: int) -> tuple[Runtime,
         model: Any = NativeModel(args.model, args.adapter, args.gpu_layers)
     else:
         model, context_options = _llama_cpp_model(args)
+        if model.ranks:  # as llama-server runs a reranker: flash attention, its default
+            context_options["flash_attention"] = True
     n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
     n_batch = max(args.batch, n_ctx)
     try:

@@ -130,7 +130,7 @@ class LlamaCppEncoder:
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
-        self.ranks = ctx.ranks
+        self.ranks = ctx.model.ranks
         self.n_tokens = ctx.n_batch
         self.batch = Batch(ctx.n_batch)
 

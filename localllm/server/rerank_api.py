@@ -1,4 +1,4 @@
-"""Reranking: ``POST /v1/rerank`` (also ``/rerank`` and Ollama-style ``/api/rerank``).
+"""Reranking: ``POST /v1/rerank`` (also ``/rerank``, Cohere's ``/v2/rerank`` and Ollama-style ``/api/rerank``).
 
 The request and answer are llama-server's and Jina's (which Cohere's clients, Open WebUI's external
 reranker and LangChain's Jina/Cohere rerankers all speak): ``model``, ``query``, ``documents``
@@ -35,6 +35,7 @@ class RerankRequest(RequestBody):
 
 
 @router.post("/v1/rerank")
+@router.post("/v2/rerank")  # Cohere's v2 path (its ClientV2, LangChain's CohereRerank): the same shape
 @router.post("/rerank")
 @router.post("/api/rerank")
 async def rerank(body: RerankRequest, request: Request) -> dict[str, Any]:

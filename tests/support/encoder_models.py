@@ -64,14 +64,17 @@ def unigram_pieces() -> list[tuple[str, float]]:
 # --- builders -----------------------------------------------------------------------------------
 
 def bert(path: Path, pooling: PoolingType = PoolingType.MEAN, reranker: bool = False, n_embd: int = 64,
-         n_layer: int = 2, context_length: int = 512) -> Path:
+         n_layer: int = 2, context_length: int = 512, n_ff: int | None = None) -> Path:
     """A BERT encoder (``all-minilm``-like) with the WordPiece vocabulary above; ``reranker`` makes it
-    a cross-encoder (pooling ``rank``: ``cls`` dense + tanh, then a one-label ``cls.output``)."""
-    w = _encoder_writer(path, "bert", n_embd, n_layer, context_length, PoolingType.RANK if reranker else pooling)
+    a cross-encoder (pooling ``rank``: ``cls`` dense + tanh, then a one-label ``cls.output``).
+    ``n_ff``: the feed-forward width, twice ``n_embd`` unless given (real BERTs: four times)."""
+    n_ff = n_ff or 2 * n_embd
+    w = _encoder_writer(path, "bert", n_embd, n_layer, context_length, PoolingType.RANK if reranker else pooling,
+                        n_ff)
     _wordpiece(w)
     t = _tensors(w, 1, n_embd)
     t("position_embd.weight", n_embd, context_length, scale=0.1)
-    _bert_body(t, n_embd, n_layer, fused_qkv=False, gated=False)
+    _bert_body(t, n_embd, n_layer, fused_qkv=False, gated=False, ff=n_ff)
     if reranker:
         _classifier(w, t, n_embd)
     return _finish(w, path)
@@ -193,12 +196,12 @@ def cached(name: str, build: Callable[[Path], Path]) -> Path:
 # --- parts --------------------------------------------------------------------------------------
 
 def _encoder_writer(path: Path, arch: str, n_embd: int, n_layer: int, context_length: int,
-                    pooling: PoolingType) -> GGUFWriter:
+                    pooling: PoolingType, n_ff: int | None = None) -> GGUFWriter:
     w = GGUFWriter(str(path), arch)
     w.add_block_count(n_layer)
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
-    w.add_feed_forward_length(2 * n_embd)
+    w.add_feed_forward_length(n_ff or 2 * n_embd)
     w.add_head_count(4)
     w.add_layer_norm_eps(1e-12)
     w.add_causal_attention(False)
@@ -257,9 +260,9 @@ def _tensors(w: GGUFWriter, seed: int, e: int, n_vocab: int | None = None, token
     return t
 
 
-def _bert_body(t: _Tensors, e: int, n_layer: int, fused_qkv: bool, gated: bool) -> None:
+def _bert_body(t: _Tensors, e: int, n_layer: int, fused_qkv: bool, gated: bool, ff: int | None = None) -> None:
     """Post-norm encoder layers: attention (+ biases unless nomic), norm, feed-forward, norm."""
-    ff = 2 * e
+    ff = ff or 2 * e
     for il in range(n_layer):
         blk = f"blk.{il}."
         if fused_qkv:
