@@ -1,6 +1,7 @@
 """Embedding throughput with SmolLM2-135M: requests of several clients packed into shared passes.
 
     python scripts/bench/embeddings.py [--json] [--rounds 3] [--threads 2] [--clients 8] [--passages 64]
+        [--only embeddings,rerank]
 
 A RAG indexer's load: ``--clients`` clients at once, each embedding its
 ``--passages`` passages of mixed length (10 to 150 words, fixed by a seed), one
@@ -16,6 +17,8 @@ request per passage, as an indexing loop sends them. Measured in
 
 ``embed_throughput_ratio_c8`` is ours concurrent ÷ llama-server (target >= 1.5),
 ``embed_batching_gain`` ours concurrent ÷ ours one at a time (target >= 2.0).
+The rerank section is scripts/bench/rerank.py's (100 documents against
+``llama-server --reranking``): ``rerank_ratio`` (target >= 1.0) and its details.
 The sides run one after the other, never at once (they would share the CPU).
 ``--json`` puts each key at the top level, with ``cpu`` naming the processor.
 """
@@ -110,9 +113,14 @@ def embeddings(args: argparse.Namespace) -> dict:
     }
 
 
+def rerank(args: argparse.Namespace) -> dict:
+    from rerank import bench
+
+    return bench(args.threads, args.rounds)
+
+
 # Each section: a function of the arguments returning its keys (top level) and details.
-# rerank (scripts/bench, issue #28's other half) adds ``rerank_ratio`` here.
-SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {"embeddings": embeddings}
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {"embeddings": embeddings, "rerank": rerank}
 
 
 def main() -> None:
@@ -122,13 +130,14 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--passages", type=int, default=64, help="passages per client (default 64)")
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
     args = p.parse_args()
     results: dict = {"cpu": cpu_name(), "threads": args.threads, "rounds": args.rounds}
-    for section in SECTIONS.values():
-        results.update(section(args))
+    for name in args.only.split(","):
+        results.update(SECTIONS[name](args))
     rows = [("cpu", results["cpu"])] + [(key, value) for key, value in results.items()
                                         if isinstance(value, float)]
-    for side, value in results["embeddings"]["passages_per_s"].items():
+    for side, value in results.get("embeddings", {}).get("passages_per_s", {}).items():
         rows.append((f"passages/s, {side}", value))
     report(f"embedding benchmark, {MODEL}, {args.clients} clients x {args.passages} passages, {args.threads} threads",
            rows, results, args.json)
