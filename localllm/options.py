@@ -97,6 +97,9 @@ def checked(options: dict[str, Any] | None) -> dict[str, Any]:
     if result.get("engine") not in (None, *ENGINES):
         raise OptionError(f"option 'engine' must be one of {', '.join(ENGINES)}, got {result['engine']!r}")
     _check_speculative(result)
+    if result.get("num_gpu", -1) < -1:
+        raise OptionError(f"option 'num_gpu' must be -1 (as many layers as fit) or a count of layers from 0 up, "
+                          f"got {result['num_gpu']}")
     return result
 
 

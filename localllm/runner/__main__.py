@@ -26,6 +26,7 @@ import uvicorn
 from localllm.config import ENGINES, KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES
 from localllm.backends.capabilities import POOL_CONTEXTS
 from localllm.backends.contract import BackendError
+from localllm.backends.ggml_devices import free_bytes
 from localllm.backends.llama_cpp import Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
 from localllm.backends.projector import Projector
@@ -196,7 +197,9 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     if len(args.device) != len(args.tensor_split):
         raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
     kv_cache_type = _llama_cpp_kv_type(args)
-    model = Model(args.model, args.adapter, args.gpu_layers, Offload.open(args.device, args.tensor_split))
+    offload = Offload.open(args.device, args.tensor_split)
+    free_before = free_bytes(args.device)  # what the load takes of each local device, as ggml reports it
+    model = Model(args.model, args.adapter, args.gpu_layers, offload)
     n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
     parallel = 1 if args.embedding else args.parallel
     context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": args.flash_attention}
@@ -211,6 +214,7 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
         model.close()
         raise
     rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=args.stream_interval)
+    rt.device_bytes = {name: free - free_bytes([name]).get(name, free) for name, free in free_before.items()}
     if args.projector is not None and not args.embedding:
         try:
             rt.projector = Projector(model, args.projector, threads, use_gpu=args.gpu_layers != 0)

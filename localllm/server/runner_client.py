@@ -79,6 +79,7 @@ class Health:
     bos: str = ""  # the BOS and EOS tokens' text, for chat templates
     eos: str = ""
     model_size: int = 0
+    device_bytes: dict[str, int] = field(default_factory=dict)  # what the load took of each local offload device
     kv_used_cells: int = 0
     cache_tokens: int = 0
     cache_hit_rate: float = 0.0

@@ -13,11 +13,11 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ..config import NATIVE_KV_CACHE_TYPES, Settings
+from ..config import ALL_DEVICES, NATIVE_KV_CACHE_TYPES, Settings
 from ..registry.models import read_model_summary
 from .memory import (
     NO_WORKERS,
@@ -29,8 +29,10 @@ from .memory import (
     WorkerPlan,
     available_ram,
     check_fits_in_ram,
+    describe_devices,
     footprint,
     gpu_devices,
+    gpu_offload,
     plan_gpu_layers,
     plan_worker_layers,
     shortfall,
@@ -138,13 +140,29 @@ class Scheduler:
         self._locks: dict[tuple, asyncio.Lock] = {}
         self._changed = asyncio.Condition()
         self._reaper: asyncio.Task | None = None
-        self._gpus: list[Device] | None = None
+        self._gpus: list[Device] | None = None  # as last listed
+        self._cost_scale: dict[str, float] = {}  # device -> measured / estimated bytes of its last load
         self.workers = WorkerPool(settings.workers)
 
+    def _list_devices(self) -> list[Device]:
+        """The GPUs now (free memory changes as models load), each within its LOCALLLM_GPU_MEMORY cap less what
+        our loaded models hold of it, with the planner's correction from the last measured load."""
+        caps = self.settings.gpu_memory
+        held: dict[str, int] = {}
+        for model in self.loaded.values():
+            for entry in model.split:
+                if entry["host"] == "local" and entry["device"] != "CPU":
+                    held[entry["device"]] = held.get(entry["device"], 0) + entry["size"]
+        devices = []
+        for device in gpu_devices(caps=caps):
+            cap = caps.get(device.name, caps.get(ALL_DEVICES))
+            free = device.free_bytes if cap is None else max(0, min(device.free_bytes, cap - held.get(device.name, 0)))
+            devices.append(replace(device, free_bytes=free, cost_scale=self._cost_scale.get(device.name, 1.0)))
+        self._gpus = devices
+        return devices
+
     def _devices(self) -> list[Device]:
-        if self._gpus is None:
-            self._gpus = gpu_devices()
-        return self._gpus
+        return self._list_devices() if self._gpus is None else self._gpus
 
     @property
     def max_loaded(self) -> int:
@@ -174,7 +192,18 @@ class Scheduler:
         return {m.name: max(0, m.active - m.runner.config.n_parallel) for m in self.loaded.values()}
 
     def start(self) -> None:
-        self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+        loop = asyncio.get_running_loop()
+        self._reaper = loop.create_task(self._reap_forever())
+        loop.create_task(self._log_devices())
+
+    async def _log_devices(self) -> None:
+        """Say at start-up which GPUs this build of llama.cpp sees (listing them loads ggml: off the loop)."""
+        try:
+            devices = await asyncio.to_thread(self._list_devices)
+        except (OSError, AttributeError) as exc:  # llama-cpp-python missing or without ggml's device API
+            log.warning("cannot list ggml's devices: %s", exc)
+            return
+        log.info("devices: %s", describe_devices(devices))
 
     async def close(self) -> None:
         if self._reaper:
@@ -265,9 +294,8 @@ class Scheduler:
     async def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan,
                                                                                          WorkerPlan]:
         """The engine for this load and the GPU and worker plans it gets (none for an engine without them)."""
-        if self._gpus is None:  # the first look loads ggml's libraries: off the loop
-            self._gpus = await asyncio.to_thread(gpu_devices)
-        llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
+        devices = await asyncio.to_thread(self._list_devices)  # the first look loads ggml's libraries: off the loop
+        llama_plan = plan_gpu_layers(need, devices, request.num_gpu)
         workers = await self._plan_workers(request, need, llama_plan)
         try:  # off the loop: it reads the model's tensors and may load (or build, for minutes) the kernels library
             choice = await asyncio.to_thread(
@@ -279,6 +307,9 @@ class Scheduler:
             self.workers.release(device.endpoint for device in workers.devices)
             raise
         gpu = llama_plan if CAPABILITIES[choice.engine].gpu_layers else plan_gpu_layers(need, [], 0)
+        why = _gpu_note(llama_plan, devices, request.num_gpu)
+        if why:
+            choice = replace(choice, reason=f"{choice.reason}; {why}")
         return choice, gpu, workers if CAPABILITIES[choice.engine].workers else NO_WORKERS
 
     async def _plan_workers(self, request: LoadRequest, need: ModelFootprint, gpu: GpuPlan) -> WorkerPlan:
@@ -324,18 +355,45 @@ class Scheduler:
                 await self._unload(model)
                 model = None
             if model is None:
-                load = await self._plan_load(request, wanted_ctx)
-                try:
-                    await self._make_room(request.name, load.local_bytes)
-                    model = await self._load(key, request, wanted_ctx, load)
-                except BaseException as exc:
-                    self.workers.release(load.worker_addresses)
-                    if isinstance(exc, NoRoom) and exc.room is not None and self._context_is_why(
-                            load, wanted_ctx, exc.room):
-                        raise NoRoom(f"num_ctx {wanted_ctx} asks for more memory than there is: {exc}; the model "
-                                     f"would fit with num_ctx {DEFAULT_NUM_CTX}", exc.room, 400) from None
-                    raise
+                model = await self._plan_and_load(key, request, wanted_ctx)
             return model
+
+    async def _plan_and_load(self, key: tuple, request: LoadRequest, n_ctx: int) -> LoadedModel:
+        """Plan a load and run it; a load with GPU layers that fails (a device gone, or refusing the memory)
+        is loaded again on the CPU, saying why in the log and in ``engine_reason``."""
+        load = await self._plan_load(request, n_ctx)
+        try:
+            await self._make_room(request.name, load.local_bytes)
+            model = await self._load(key, request, n_ctx, load)
+        except BaseException as exc:
+            self.workers.release(load.worker_addresses)
+            if isinstance(exc, NoRoom) and exc.room is not None and self._context_is_why(load, n_ctx, exc.room):
+                raise NoRoom(f"num_ctx {n_ctx} asks for more memory than there is: {exc}; the model "
+                             f"would fit with num_ctx {DEFAULT_NUM_CTX}", exc.room, 400) from None
+            if isinstance(exc, NoRoom) or not isinstance(exc, RunnerError) or not load.gpu.n_gpu_layers:
+                raise
+            log.warning("loading %s with %d layers on %s failed: %s; loading it on the CPU instead", request.name,
+                        load.gpu.n_gpu_layers, ", ".join(gpu_offload(load.gpu, self._devices()).devices), exc)
+            model = await self._plan_and_load(key, replace(request, num_gpu=0), n_ctx)
+            model.engine_reason += f"; the GPU load failed ({exc})"
+            return model
+        self._check_estimate(request.name, load.gpu, model.runner.health.device_bytes)
+        return model
+
+    def _check_estimate(self, name: str, gpu: GpuPlan, measured: dict[str, int]) -> None:
+        """Compare what a load took of each device (ggml's free memory before and after) with the plan's
+        estimate; the next plan for that device scales its estimates by the ratio."""
+        for device, estimate in zip(self._devices(), gpu.device_bytes):
+            took = measured.get(device.name, 0)
+            if not estimate:
+                continue
+            if took <= 0:
+                log.info("%s on %s: ggml reports no change in free memory, the estimate of %s stays unchecked",
+                         name, device.name, _mib(estimate))
+                continue
+            self._cost_scale[device.name] = took / estimate
+            log.info("%s on %s took %s, estimated %s: the next plans for %s scale their estimates by %.2f",
+                     name, device.name, _mib(took), _mib(estimate), device.name, took / estimate)
 
     @staticmethod
     def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
@@ -441,7 +499,10 @@ class Scheduler:
                               self._workers_note(workers))
         except DoesNotFit as exc:
             raise NoRoom(str(exc), free - SAFETY_MARGIN_BYTES + plan.gpu_bytes) from None
-        offload = worker_offload(plan, self._devices(), workers) if workers.n_layers else None
+        if workers.n_layers:
+            offload = worker_offload(plan, self._devices(), workers)
+        else:  # local GPUs by name: never one the plan left out (a software device)
+            offload = gpu_offload(plan, self._devices()) if plan.n_gpu_layers else None
         config = RunnerConfig(
             model_path=request.model_path,
             n_ctx=n_ctx,
@@ -518,6 +579,19 @@ class Scheduler:
                     await self._unload(model)
             async with self._changed:
                 self._changed.notify_all()
+
+
+def _gpu_note(plan: GpuPlan, devices: list[Device], num_gpu: int | None) -> str:
+    """Why a plan has no GPU layers though this build has GPUs, or what it could not do as asked ("": nothing)."""
+    if plan.note or plan.n_gpu_layers or not devices:
+        return plan.note
+    if num_gpu == 0:
+        return "num_gpu 0 keeps every layer on the CPU"
+    software = [d.name for d in devices if d.on_request_only]
+    if len(software) == len(devices):
+        return (f"{', '.join(software)} is a software device, slower than the CPU: used only when asked for "
+                "(num_gpu, or naming it in LOCALLLM_GPU_MEMORY)")
+    return f"no layer fits in the GPUs' free memory ({describe_devices(devices)})"
 
 
 def _describe_workers(workers: WorkerPlan) -> str | None:
