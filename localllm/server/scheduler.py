@@ -66,6 +66,7 @@ class LoadedModel:
     split: tuple[dict, ...] = ()  # where the layers are: {"host": "local" or a worker, "device", "layers", "size"}
     workers: tuple[str, ...] = ()  # the workers holding its layers (host:port)
     size_workers: int = 0  # bytes of ``size`` on workers, not on this machine
+    num_gpu: int | None = None  # the num_gpu it was loaded for (None: as many layers as fit)
     keep_alive: float | None = None  # seconds; None keeps it forever
     forget_kv: bool = False  # its KV blocks are deleted from the disk tier once its runner has stopped
     active: int = 0
@@ -348,7 +349,7 @@ class Scheduler:
             wanted_ctx = request.num_ctx or DEFAULT_NUM_CTX
             if request.num_ctx:
                 self._check_trained_ctx(request, model)
-            reload = self._reload_reason(model, wanted_ctx) if model is not None else None
+            reload = self._reload_reason(model, wanted_ctx, request.num_gpu) if model is not None else None
             if reload:
                 log.info("loading %s again: %s", request.name, reload)
                 await self._wait_idle(model)
@@ -376,6 +377,7 @@ class Scheduler:
                         load.gpu.n_gpu_layers, ", ".join(gpu_offload(load.gpu, self._devices()).devices), exc)
             model = await self._plan_and_load(key, replace(request, num_gpu=0), n_ctx)
             model.engine_reason += f"; the GPU load failed ({exc})"
+            model.num_gpu = _as_many_as_fit(request.num_gpu)  # asking again for the same is no reason to try the device again
             return model
         self._check_estimate(request.name, load.gpu, model.runner.health.device_bytes)
         return model
@@ -409,12 +411,15 @@ class Scheduler:
             raise NoRoom(f"num_ctx {request.num_ctx} is more than the model's trained context of {trained} tokens",
                          status=400)
 
-    def _reload_reason(self, model: LoadedModel, n_ctx: int) -> str | None:
-        """Why the loaded runner cannot serve a request of context ``n_ctx`` (None: it can, without a reload).
+    def _reload_reason(self, model: LoadedModel, n_ctx: int, num_gpu: int | None) -> str | None:
+        """Why the loaded runner cannot serve a request of context ``n_ctx`` and ``num_gpu`` (None: it can,
+        without a reload).
 
         A native runner serves any context its KV pool holds; llama.cpp's sequences have the size they were
-        loaded with.
+        loaded with. A request that names no ``num_gpu`` takes the layers as they are.
         """
+        if num_gpu is not None and _as_many_as_fit(num_gpu) != _as_many_as_fit(model.num_gpu):
+            return f"num_gpu {num_gpu} differs from the {model.num_gpu} it was loaded with"
         config = model.runner.config
         if config.n_ctx >= n_ctx:
             return None
@@ -532,6 +537,7 @@ class Scheduler:
             size=load.local_bytes + workers.total_bytes,
             processor=plan.processor, size_vram=plan.gpu_bytes, engine=choice.engine, engine_reason=choice.reason,
             split=self._split(need, plan, workers), workers=load.worker_addresses, size_workers=workers.total_bytes,
+            num_gpu=_as_many_as_fit(request.num_gpu),
         )
         self.loaded[key] = model
         return model
@@ -579,6 +585,11 @@ class Scheduler:
                     await self._unload(model)
             async with self._changed:
                 self._changed.notify_all()
+
+
+def _as_many_as_fit(num_gpu: int | None) -> int | None:
+    """``num_gpu`` with Ollama's -1 (any negative) as None: as many layers as fit."""
+    return None if num_gpu is None or num_gpu < 0 else num_gpu
 
 
 def _gpu_note(plan: GpuPlan, devices: list[Device], num_gpu: int | None) -> str:

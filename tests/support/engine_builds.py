@@ -1,20 +1,24 @@
-"""A Vulkan build of the llama.cpp engine for the GPU tests, made once into the test cache.
+"""GPU builds of the llama.cpp engine for the tests, each made once into the test cache.
 
-No machine here has a GPU, but Mesa's software Vulkan driver (``llvmpipe``,
-Debian's ``mesa-vulkan-drivers``) is a real ggml GPU backend: a Vulkan build of
-llama-cpp-python offloads layers to it, with device buffers, a device memory
-report and its own arithmetic. This module installs what the build needs
-through apt (root only), builds the same llama-cpp-python version as the one
-installed with ``-DGGML_VULKAN=on -DGGML_RPC=on`` into
-``<test cache>/vulkan-llama-cpp-<version>/site`` (``pip install --target``:
-the environment's CPU build is untouched), and says why when it cannot.
+Each is the same llama-cpp-python version as the one installed, built with
+its GPU backend and ``-DGGML_RPC=on`` into
+``<test cache>/<variant>-llama-cpp-<version>/site`` (``pip install --target``:
+the environment's CPU build is untouched); a build that cannot be made raises
+:class:`EngineBuildUnavailable` saying why (a test's skip reason).
 
-Debian 12's Vulkan headers (1.3.239) lack ``vk::LayerSettingEXT``, which
+``vulkan``: no machine here has a GPU, but Mesa's software Vulkan driver
+(``llvmpipe``, Debian's ``mesa-vulkan-drivers``) is a real ggml GPU backend: a
+Vulkan build offloads layers to it, with device buffers, a device memory report
+and its own arithmetic. What the build needs is installed through apt (root
+only). Debian 12's Vulkan headers (1.3.239) lack ``vk::LayerSettingEXT``, which
 ggml-vulkan uses: newer ones (Debian 13's ``libvulkan-dev``) are fetched with a
 private apt source list and unpacked into the cache, never installed.
 
-Run as a script to make the build ahead of the tests:
-``python tests/support/vulkan.py``.
+``cuda``: needs ``nvcc``; compiled for ``$LOCALLLM_CUDA_ARCHITECTURES`` (default
+90, one architecture keeps the build short) whether or not a GPU is there.
+
+Run as a script to make a build ahead of the tests:
+``python tests/support/engine_builds.py vulkan`` (or ``cuda``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
@@ -38,17 +43,31 @@ HEADERS_SUITE = "trixie"  # Debian 13: Vulkan headers with vk::LayerSettingEXT
 LLVMPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
 
 
-class VulkanUnavailable(RuntimeError):
-    """The Vulkan build cannot be made or run on this machine; the message says why (a test's skip reason)."""
+class EngineBuildUnavailable(RuntimeError):
+    """A GPU build cannot be made or run on this machine; the message says why (a test's skip reason)."""
 
 
-def build_dir() -> Path:
-    return cache_dir() / f"vulkan-llama-cpp-{importlib.metadata.version('llama_cpp_python')}"
+def build_dir(variant: str) -> Path:
+    return cache_dir() / f"{variant}-llama-cpp-{importlib.metadata.version('llama_cpp_python')}"
 
 
 def vulkan_site() -> Path:
     """The directory holding the Vulkan build's ``llama_cpp`` package, built on first use (minutes)."""
-    target = build_dir()
+    return _cached_build("vulkan", _vulkan_cmake_args)
+
+
+def cuda_site() -> Path:
+    """The directory holding the CUDA build's ``llama_cpp`` package, built on first use (many minutes)."""
+    return _cached_build("cuda", _cuda_cmake_args)
+
+
+def build_seconds(variant: str) -> float:
+    """How long the cached build of ``variant`` took."""
+    return float((build_dir(variant) / "built").read_text().split()[2])
+
+
+def _cached_build(variant: str, cmake_args: Callable[[Path], str]) -> Path:
+    target = build_dir(variant)
     site = target / "site"
     if (target / "built").exists():
         return site
@@ -56,7 +75,9 @@ def vulkan_site() -> Path:
     with (target / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build, however many sessions ask at once
         if not (target / "built").exists():
-            _build(target, site)
+            started = time.monotonic()
+            _pip_build(target, site, cmake_args(target.parent))
+            (target / "built").write_text(f"built in {time.monotonic() - started:.0f} s\n")
     return site
 
 
@@ -64,18 +85,27 @@ def vulkan_env(site: Path) -> dict[str, str]:
     """Environment for a daemon on the Vulkan build: its ``llama_cpp`` first on the path, Mesa's software device
     as the only Vulkan driver, and ggml told to list it (ggml skips CPU-type Vulkan devices by default)."""
     if not LLVMPIPE_ICD.exists():
-        raise VulkanUnavailable(f"no software Vulkan driver ({LLVMPIPE_ICD} is missing: apt-get install "
-                                "mesa-vulkan-drivers)")
+        raise EngineBuildUnavailable(f"no software Vulkan driver ({LLVMPIPE_ICD} is missing: apt-get install "
+                                     "mesa-vulkan-drivers)")
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path, "VK_ICD_FILENAMES": str(LLVMPIPE_ICD), "GGML_VK_VISIBLE_DEVICES": "0"}
 
 
-def _build(target: Path, site: Path) -> None:
-    started = time.monotonic()
+def _vulkan_cmake_args(cache: Path) -> str:
     _install_packages()
-    headers = _vulkan_headers(target.parent)
+    return f"-DGGML_VULKAN=on -DGGML_RPC=on -DVulkan_INCLUDE_DIR={_vulkan_headers(cache)}"
+
+
+def _cuda_cmake_args(_cache: Path) -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise EngineBuildUnavailable("no nvcc on the PATH: the CUDA build needs the CUDA toolkit")
+    architectures = os.environ.get("LOCALLLM_CUDA_ARCHITECTURES", "90")
+    return f"-DGGML_CUDA=on -DGGML_RPC=on -DCMAKE_CUDA_COMPILER={nvcc} -DCMAKE_CUDA_ARCHITECTURES={architectures}"
+
+
+def _pip_build(target: Path, site: Path, cmake_args: str) -> None:
     log = target / "build.log"
-    cmake_args = f"-DGGML_VULKAN=on -DGGML_RPC=on -DVulkan_INCLUDE_DIR={headers}"
     shutil.rmtree(site, ignore_errors=True)
     version = importlib.metadata.version("llama_cpp_python")
     with log.open("w") as out:
@@ -87,8 +117,8 @@ def _build(target: Path, site: Path) -> None:
         )
     if done.returncode != 0:
         tail = log.read_text(errors="replace")[-1500:]
-        raise VulkanUnavailable(f"the Vulkan build of llama-cpp-python {version} failed (log: {log}): {tail}")
-    (target / "built").write_text(f"built in {time.monotonic() - started:.0f} s\n")
+        raise EngineBuildUnavailable(f"the build of llama-cpp-python {version} with {cmake_args} failed "
+                                     f"(log: {log}): {tail}")
 
 
 def _install_packages() -> None:
@@ -96,12 +126,12 @@ def _install_packages() -> None:
     if not missing:
         return
     if shutil.which("apt-get") is None or os.geteuid() != 0:
-        raise VulkanUnavailable(f"the Vulkan build needs {' '.join(missing)} (apt-get install, as root)")
+        raise EngineBuildUnavailable(f"the Vulkan build needs {' '.join(missing)} (apt-get install, as root)")
     subprocess.run(["apt-get", "update", "-q"], capture_output=True)
     done = subprocess.run(["apt-get", "install", "-y", "-q", *missing], capture_output=True, text=True,
                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     if done.returncode != 0:
-        raise VulkanUnavailable(f"apt-get install {' '.join(missing)} failed: {done.stderr[-500:]}")
+        raise EngineBuildUnavailable(f"apt-get install {' '.join(missing)} failed: {done.stderr[-500:]}")
 
 
 def _installed(package: str) -> bool:
@@ -128,12 +158,12 @@ def _vulkan_headers(cache: Path) -> Path:
         for step in (["update", "-q"], ["download", f"libvulkan-dev/{HEADERS_SUITE}"]):
             done = subprocess.run(["apt-get", *private, *step], cwd=work, capture_output=True, text=True)
             if done.returncode != 0:
-                raise VulkanUnavailable(f"fetching Debian {HEADERS_SUITE}'s Vulkan headers failed (apt-get "
+                raise EngineBuildUnavailable(f"fetching Debian {HEADERS_SUITE}'s Vulkan headers failed (apt-get "
                                         f"{step[0]}): {done.stderr[-500:]}")
         deb = next(work.glob("libvulkan-dev_*.deb"))
         subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
     if not _has_layer_settings(unpacked / "usr" / "include"):
-        raise VulkanUnavailable(f"Debian {HEADERS_SUITE}'s libvulkan-dev has no vk::LayerSettingEXT either")
+        raise EngineBuildUnavailable(f"Debian {HEADERS_SUITE}'s libvulkan-dev has no vk::LayerSettingEXT either")
     return unpacked / "usr" / "include"
 
 
@@ -143,5 +173,6 @@ def _has_layer_settings(include: Path) -> bool:
 
 
 if __name__ == "__main__":
-    began = time.monotonic()
-    print(f"Vulkan build of llama-cpp-python in {vulkan_site()} ({time.monotonic() - began:.0f} s)")
+    variant = sys.argv[1] if len(sys.argv) > 1 else "vulkan"
+    where = {"vulkan": vulkan_site, "cuda": cuda_site}[variant]()
+    print(f"{variant} build of llama-cpp-python in {where} (built in {build_seconds(variant):.0f} s)")
