@@ -344,6 +344,6 @@ def describe_devices(devices: list[Device]) -> str:
     """One line for the log: each device, its free memory and whether it is used by default."""
     if not devices:
         return "no GPU device (layers run on the CPU)"
-    return "; ".join(f"{d.name} ({d.description}, {_gib(d.free_bytes)} free"
-                     f"{', software: used only when asked for by num_gpu or LOCALLLM_GPU_MEMORY' if d.on_request_only else ''})"
+    software = ", software: used only when asked for by num_gpu or LOCALLLM_GPU_MEMORY"
+    return "; ".join(f"{d.name} ({d.description}, {_gib(d.free_bytes)} free{software if d.on_request_only else ''})"
                      for d in devices)

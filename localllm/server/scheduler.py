@@ -145,15 +145,20 @@ class Scheduler:
         self._cost_scale: dict[str, float] = {}  # device -> measured / estimated bytes of its last load
         self.workers = WorkerPool(settings.workers)
 
-    def _list_devices(self) -> list[Device]:
-        """The GPUs now (free memory changes as models load), each within its LOCALLLM_GPU_MEMORY cap less what
-        our loaded models hold of it, with the planner's correction from the last measured load."""
-        caps = self.settings.gpu_memory
+    async def _refresh_devices(self) -> list[Device]:
+        """The GPUs now (free memory changes as models load): listing them loads ggml the first time, off the loop."""
         held: dict[str, int] = {}
         for model in self.loaded.values():
             for entry in model.split:
                 if entry["host"] == "local" and entry["device"] != "CPU":
                     held[entry["device"]] = held.get(entry["device"], 0) + entry["size"]
+        return await asyncio.to_thread(self._list_devices, held)
+
+    def _list_devices(self, held: dict[str, int] | None = None) -> list[Device]:
+        """The GPUs, each within its LOCALLLM_GPU_MEMORY cap less what our loaded models ``held`` of it, with the
+        planner's correction from the last measured load."""
+        caps = self.settings.gpu_memory
+        held = held or {}
         devices = []
         for device in gpu_devices(caps=caps):
             cap = caps.get(device.name, caps.get(ALL_DEVICES))
@@ -200,8 +205,8 @@ class Scheduler:
     async def _log_devices(self) -> None:
         """Say at start-up which GPUs this build of llama.cpp sees (listing them loads ggml: off the loop)."""
         try:
-            devices = await asyncio.to_thread(self._list_devices)
-        except (OSError, AttributeError) as exc:  # llama-cpp-python missing or without ggml's device API
+            devices = await self._refresh_devices()
+        except (ImportError, OSError, AttributeError) as exc:  # llama-cpp-python missing or without ggml's device API
             log.warning("cannot list ggml's devices: %s", exc)
             return
         log.info("devices: %s", describe_devices(devices))
@@ -295,7 +300,7 @@ class Scheduler:
     async def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan,
                                                                                          WorkerPlan]:
         """The engine for this load and the GPU and worker plans it gets (none for an engine without them)."""
-        devices = await asyncio.to_thread(self._list_devices)  # the first look loads ggml's libraries: off the loop
+        devices = await self._refresh_devices()
         llama_plan = plan_gpu_layers(need, devices, request.num_gpu)
         workers = await self._plan_workers(request, need, llama_plan)
         try:  # off the loop: it reads the model's tensors and may load (or build, for minutes) the kernels library
@@ -377,7 +382,7 @@ class Scheduler:
                         load.gpu.n_gpu_layers, ", ".join(gpu_offload(load.gpu, self._devices()).devices), exc)
             model = await self._plan_and_load(key, replace(request, num_gpu=0), n_ctx)
             model.engine_reason += f"; the GPU load failed ({exc})"
-            model.num_gpu = _as_many_as_fit(request.num_gpu)  # asking again for the same is no reason to try the device again
+            model.num_gpu = _as_many_as_fit(request.num_gpu)  # asked again: no reason to try the device again
             return model
         self._check_estimate(request.name, load.gpu, model.runner.health.device_bytes)
         return model
