@@ -18,6 +18,8 @@ import os
 import signal
 import stat
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,9 @@ from localllm.config import ENGINES, KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES
 from localllm.backends.capabilities import POOL_CONTEXTS
 from localllm.backends.contract import BackendError
 from localllm.backends.ggml_devices import free_bytes
-from localllm.backends.llama_cpp import Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores
+from localllm.backends.llama_cpp import (
+    Context, DecodeWatchdog, Model, Offload, allocated_buffers, init_backend, physical_cores,
+)
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
 from localllm.backends.projector import Projector
 from localllm.runner.stream_engine import StreamEngine
@@ -186,6 +190,21 @@ def _llama_cpp_kv_type(args: argparse.Namespace) -> str:
                        "LOCALLLM_FLASH_ATTENTION=1 (llama.cpp quantizes the V cache only with flash attention)")
 
 
+@contextmanager
+def measured_load(devices: list[str]) -> Iterator[dict[str, int]]:
+    """What the load inside the block takes of each named local device: ggml's free memory before and after, or,
+    where the driver reports no change (no memory budget, as Mesa's software device), llama.cpp's own account of
+    the buffers it allocated there. Filled in when the block ends."""
+    before = free_bytes(devices)
+    measured: dict[str, int] = {}
+    with allocated_buffers() as allocated:
+        yield measured
+    after = free_bytes(devices)
+    for name, free in before.items():
+        took = free - after.get(name, free)
+        measured[name] = took if took > 0 else allocated.get(name, 0)
+
+
 def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     """Load the model and create the context the arguments describe."""
     init_backend(verbose=args.verbose)
@@ -198,23 +217,24 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
         raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
     kv_cache_type = _llama_cpp_kv_type(args)
     offload = Offload.open(args.device, args.tensor_split)
-    free_before = free_bytes(args.device)  # what the load takes of each local device, as ggml reports it
-    model = Model(args.model, args.adapter, args.gpu_layers, offload)
-    n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
-    parallel = 1 if args.embedding else args.parallel
-    context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": args.flash_attention}
-    if model.offload is not None and model.offload.workers:
-        context_options["watchdog"] = DecodeWatchdog(args.worker_timeout, ", ".join(model.offload.workers))
-    try:
-        if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
-            ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True, **context_options)
-        else:
-            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **context_options)
-    except BaseException:
-        model.close()
-        raise
-    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=args.stream_interval)
-    rt.device_bytes = {name: free - free_bytes([name]).get(name, free) for name, free in free_before.items()}
+    with measured_load(args.device) as device_bytes:
+        model = Model(args.model, args.adapter, args.gpu_layers, offload)
+        n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
+        parallel = 1 if args.embedding else args.parallel
+        context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": args.flash_attention}
+        if model.offload is not None and model.offload.workers:
+            context_options["watchdog"] = DecodeWatchdog(args.worker_timeout, ", ".join(model.offload.workers))
+        try:
+            if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
+                ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True,
+                              **context_options)
+            else:
+                ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **context_options)
+        except BaseException:
+            model.close()
+            raise
+    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=args.stream_interval,
+                 device_bytes=device_bytes)
     if args.projector is not None and not args.embedding:
         try:
             rt.projector = Projector(model, args.projector, threads, use_gpu=args.gpu_layers != 0)

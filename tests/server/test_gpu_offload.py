@@ -95,7 +95,7 @@ def _cosine(a: dict, b: dict) -> float:
 
 
 def test_the_software_device_is_listed_with_its_memory_and_not_used_by_default(gpu_daemon):
-    listed = _wait_for_log(gpu_daemon, r"devices: Vulkan0 \((llvmpipe[^,]*), ([0-9.]+) GiB free, software")
+    listed = _wait_for_log(gpu_daemon, r"devices: Vulkan0 \((llvmpipe.*?), ([0-9.]+) GiB free, software")
     assert float(listed.group(2)) > 0
     _generate(gpu_daemon)
     model = _loaded(gpu_daemon)
@@ -113,8 +113,8 @@ def test_num_gpu_puts_that_many_layers_on_the_device_and_ps_shows_the_split(gpu_
     ps = subprocess.run([sys.executable, "-m", "localllm", "ps"], capture_output=True, text=True, timeout=60,
                         env={**gpu_daemon.env})
     assert "LAYERS" in ps.stdout and "15 Vulkan0" in ps.stdout and "CPU/GPU" in ps.stdout, ps.stdout
-    measured = _wait_for_log(gpu_daemon, r"smol on Vulkan0 (took [0-9]+ MiB, estimated [0-9]+ MiB|: ggml reports no)")
-    assert measured.group(1)
+    measured = _wait_for_log(gpu_daemon, r"smol:latest on Vulkan0 took ([0-9]+) MiB, estimated ([0-9]+) MiB")
+    assert 0 < int(measured.group(1)) <= model["size_vram"] >> 20  # within the plan's estimate
 
 
 def test_every_layer_on_the_device_agrees_with_the_cpu_on_the_top_tokens(gpu_daemon):
