@@ -28,6 +28,8 @@ from support.workers import Worker
 from localllm.config import SettingsError, parse_gpu_memory
 
 PROMPT = "The capital of France is"
+# The first test builds the Vulkan engine (minutes on 2 cores) in its fixture: more than the suite's 300 s.
+pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(scope="module")
