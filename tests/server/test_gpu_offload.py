@@ -156,6 +156,10 @@ def test_a_device_named_with_a_memory_cap_gets_the_layers_that_fit_their_kv_coun
         assert 0 < long["Vulkan0"] < short["Vulkan0"] < 30 and long["CPU"] + long["Vulkan0"] == 30
         assert 0 < _loaded(daemon)["size_vram"] <= 520 << 20
         assert "software device" not in _loaded(daemon)["engine_reason"]  # named, so used
+        _generate(daemon, num_gpu=0)  # no layer on the GPU: the engine is chosen as on a CPU-only machine
+        cpu = _loaded(daemon)
+        assert _layers(cpu) == {"CPU": 30} and "num_gpu 0 keeps every layer on the CPU" in cpu["engine_reason"]
+        assert cpu["engine"] == "native" or "not measured faster" in cpu["engine_reason"]
     finally:
         daemon.stop()
 
