@@ -23,14 +23,17 @@ Run as a script to make a build ahead of the tests:
 
 from __future__ import annotations
 
+import ctypes.util
 import fcntl
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -96,12 +99,44 @@ def _vulkan_cmake_args(cache: Path) -> str:
     return f"-DGGML_VULKAN=on -DGGML_RPC=on -DVulkan_INCLUDE_DIR={_vulkan_headers(cache)}"
 
 
-def _cuda_cmake_args(_cache: Path) -> str:
+def _cuda_cmake_args(cache: Path) -> str:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise EngineBuildUnavailable("no nvcc on the PATH: the CUDA build needs the CUDA toolkit")
     architectures = os.environ.get("LOCALLLM_CUDA_ARCHITECTURES", "90")
-    return f"-DGGML_CUDA=on -DGGML_RPC=on -DCMAKE_CUDA_COMPILER={nvcc} -DCMAKE_CUDA_ARCHITECTURES={architectures}"
+    args = f"-DGGML_CUDA=on -DGGML_RPC=on -DCMAKE_CUDA_ARCHITECTURES={architectures}{_cublas_args(cache, nvcc)}"
+    toolkit = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    if ctypes.util.find_library("cuda") is None and not (toolkit / "lib64" / "stubs" / "libcuda.so").exists():
+        args += " -DGGML_CUDA_NO_VMM=ON"  # no driver library to link: ggml's virtual memory pool needs it
+    return args
+
+
+def _cublas_args(cache: Path, nvcc: str) -> str:
+    """cuBLAS, which ggml-cuda links, from NVIDIA's ``nvidia-cublas`` wheel (unpacked into the cache) when the
+    toolkit has none (a compiler-only install)."""
+    toolkit = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    if any((toolkit / "lib64").glob("libcublas.so*")):
+        return ""
+    version = re.search(r"release (\d+)\.(\d+)", subprocess.run([nvcc, "--version"], capture_output=True,
+                                                              text=True).stdout)
+    if version is None:
+        raise EngineBuildUnavailable(f"{nvcc} --version names no release")
+    major, minor = version.groups()
+    unpacked = cache / f"cublas-{major}.{minor}"
+    if not (unpacked / "unpacked").exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp,
+                                   f"nvidia-cublas=={major}.{minor}.*"], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise EngineBuildUnavailable(f"the toolkit has no cuBLAS and the nvidia-cublas {major}.{minor} wheel "
+                                             f"could not be fetched: {done.stderr[-500:]}")
+            with zipfile.ZipFile(next(Path(tmp).glob("*.whl"))) as wheel:
+                wheel.extractall(unpacked)
+        (unpacked / "unpacked").touch()
+    root = next(unpacked.glob("nvidia/cu*"))
+    return (f" -DCUDA_cublas_LIBRARY={root}/lib/libcublas.so.{major}"
+            f" -DCUDA_cublasLt_LIBRARY={root}/lib/libcublasLt.so.{major}"
+            f" -DCMAKE_CUDA_FLAGS=-I{root}/include -DCMAKE_CXX_FLAGS=-I{root}/include")
 
 
 def _pip_build(target: Path, site: Path, cmake_args: str) -> None:
