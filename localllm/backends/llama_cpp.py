@@ -160,6 +160,12 @@ class Offload:
         self.workers = tuple(workers)  # host:port of the remote ones
 
     @classmethod
+    def cpu_only(cls) -> Offload:
+        """No offload device: llama.cpp then sends no work to a GPU, not even a prompt's large batches (its op
+        offload, which by default copies CPU-held weights to any GPU it has, a software one included)."""
+        return cls([], [])
+
+    @classmethod
     def open(cls, names: Sequence[str], layers: Sequence[int]) -> Offload | None:
         """Resolve ``names`` (connecting to workers; a worker that cannot be reached aborts the process)."""
         if not names:

@@ -78,6 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="an offload device, in order: a worker's HOST:PORT#INDEX or a local ggml device (CUDA0, CPU); repeatable",
     )
     p.add_argument("--tensor-split", type=_split, default=(), metavar="N,N,...", help="layers on each --device")
+    p.add_argument("--no-gpu", action="store_true",
+                   help="llama.cpp engine: use no GPU at all, not even for a prompt's batches (op offload)")
     p.add_argument("--adapter", type=Path, action="append", default=[], help="LoRA adapter GGUF (repeatable)")
     p.add_argument("--projector", type=Path, default=None, help="vision projector GGUF (llama.cpp's --mmproj)")
     p.add_argument(
@@ -216,7 +218,7 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     if len(args.device) != len(args.tensor_split):
         raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
     kv_cache_type = _llama_cpp_kv_type(args)
-    offload = Offload.open(args.device, args.tensor_split)
+    offload = Offload.cpu_only() if args.no_gpu else Offload.open(args.device, args.tensor_split)
     with measured_load(args.device) as device_bytes:
         model = Model(args.model, args.adapter, args.gpu_layers, offload)
         n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)

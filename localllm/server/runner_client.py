@@ -50,6 +50,7 @@ class RunnerConfig:
     n_gpu_layers: int = 0
     devices: tuple[str, ...] = ()  # offload devices in order (workers' "host:port#i", local names); () llama.cpp's
     tensor_split: tuple[int, ...] = ()  # layers on each of ``devices``
+    no_gpu: bool = False  # llama.cpp may use no GPU at all (num_gpu 0, or none that should take layers)
     embedding: bool = False
     adapters: tuple[Path, ...] = ()
     projector: Path | None = None  # vision projector GGUF: images in
@@ -254,6 +255,8 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         args += ["--device", device]
     if config.tensor_split:
         args += ["--tensor-split", ",".join(map(str, config.tensor_split))]
+    if config.no_gpu:
+        args.append("--no-gpu")
     if config.remote_workers:
         # No host-RAM prefix tier: copying a sequence's KV off a worker takes a round trip per V row
         # (thousands a prompt), slower over a real network than computing the prefix again.

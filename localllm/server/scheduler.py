@@ -141,6 +141,7 @@ class Scheduler:
         self._locks: dict[tuple, asyncio.Lock] = {}
         self._changed = asyncio.Condition()
         self._reaper: asyncio.Task | None = None
+        self._device_log: asyncio.Task | None = None
         self._gpus: list[Device] | None = None  # as last listed
         self._cost_scale: dict[str, float] = {}  # device -> measured / estimated bytes of its last load
         self.workers = WorkerPool(settings.workers)
@@ -200,7 +201,7 @@ class Scheduler:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._reaper = loop.create_task(self._reap_forever())
-        loop.create_task(self._log_devices())
+        self._device_log = loop.create_task(self._log_devices())
 
     async def _log_devices(self) -> None:
         """Say at start-up which GPUs this build of llama.cpp sees (listing them loads ggml: off the loop)."""
@@ -212,8 +213,9 @@ class Scheduler:
         log.info("devices: %s", describe_devices(devices))
 
     async def close(self) -> None:
-        if self._reaper:
-            self._reaper.cancel()
+        for task in (self._reaper, self._device_log):
+            if task:
+                task.cancel()
         for model in list(self.loaded.values()):
             await self._unload(model)
 
@@ -522,6 +524,7 @@ class Scheduler:
             n_gpu_layers=offload.n_gpu_layers if offload else plan.n_gpu_layers,
             devices=offload.devices if offload else (),
             tensor_split=offload.split if offload else (),
+            no_gpu=offload is None and bool(self._devices()),  # no op offload to a GPU that takes no layers
             embedding=request.embedding,
             adapters=tuple(request.adapters),
             projector=Path(request.projector) if request.projector and not request.embedding else None,

@@ -79,6 +79,12 @@ def _layers(model: dict) -> dict[str, int]:
     return {entry["device"]: entry["layers"] for entry in model["split"] if entry["layers"]}
 
 
+def _runner_command(daemon: Daemon) -> list[str]:
+    """The command line of the daemon's one runner."""
+    (pid,) = daemon.runner_pids()
+    return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+
+
 def _wait_for_log(daemon: Daemon, pattern: str) -> re.Match:
     deadline = time.monotonic() + 60
     while not (match := re.search(pattern, daemon.log_path.read_text(errors="replace"))):
@@ -107,6 +113,8 @@ def test_the_software_device_is_listed_with_its_memory_and_not_used_by_default(g
 
 def test_num_gpu_puts_that_many_layers_on_the_device_and_ps_shows_the_split(gpu_daemon):
     cpu = _generate(gpu_daemon, engine="llama.cpp", num_gpu=0)
+    # No layer on the GPU: llama.cpp is told to use none, not even for a prompt's batches (its op offload).
+    assert "--no-gpu" in _runner_command(gpu_daemon)
     half = _generate(gpu_daemon, engine="llama.cpp", num_gpu=15)
     model = _loaded(gpu_daemon)
     assert _layers(model) == {"CPU": 15, "Vulkan0": 15}
@@ -218,8 +226,7 @@ def test_gpu_layers_with_a_worker_keep_the_planned_device_order(vulkan, smollm2_
         split = _generate(daemon, num_gpu=10, num_worker_layers=5)
         layers = _layers(_loaded(daemon))
         assert layers == {"CPU": 15, "Vulkan0": 10, f"{worker.address}#0": 5}
-        (pid,) = daemon.runner_pids()
-        command = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        command = _runner_command(daemon)
         devices = [command[i + 1] for i, arg in enumerate(command) if arg == "--device"]
         assert devices == [f"{worker.address}#0", "Vulkan0", "CPU"]  # workers, then the GPU, the head on the CPU
         assert command[command.index("--tensor-split") + 1] == "5,10,1"
