@@ -207,7 +207,7 @@ class Scheduler:
         """Say at start-up which GPUs this build of llama.cpp sees (listing them loads ggml: off the loop)."""
         try:
             devices = await self._refresh_devices()
-        except (ImportError, OSError, AttributeError) as exc:  # llama-cpp-python missing or without ggml's device API
+        except (ImportError, OSError, AttributeError) as exc:  # no llama-cpp-python, or one without ggml's device API
             log.warning("cannot list ggml's devices: %s", exc)
             return
         log.info("devices: %s", describe_devices(devices))
@@ -390,14 +390,15 @@ class Scheduler:
         return model
 
     def _check_estimate(self, name: str, gpu: GpuPlan, measured: dict[str, int]) -> None:
-        """Compare what a load took of each device (ggml's free memory before and after) with the plan's
-        estimate; the next plan for that device scales its estimates by the ratio."""
+        """Compare what a load took of each device (as the runner measured it: ggml's free memory before and after,
+        or llama.cpp's account of its buffers) with the plan's estimate; the next plan for that device scales its
+        estimates by the ratio."""
         for device, estimate in zip(self._devices(), gpu.device_bytes):
             took = measured.get(device.name, 0)
             if not estimate:
                 continue
             if took <= 0:
-                log.info("%s on %s: ggml reports no change in free memory, the estimate of %s stays unchecked",
+                log.info("%s on %s: the runner measured nothing there, the estimate of %s stays unchecked",
                          name, device.name, _mib(estimate))
                 continue
             self._cost_scale[device.name] = took / estimate
