@@ -146,6 +146,10 @@ def test_num_gpu_in_a_modelfile_is_honoured_and_clamped_to_the_layers_with_a_not
     assert _layers(_loaded(gpu_daemon)) == {"CPU": 26, "Vulkan0": 4}
 
 
+def test_serve_logs_the_devices_of_a_cpu_build(daemon):
+    _wait_for_log(daemon, r"devices: no GPU device \(layers run on the CPU\)")  # the environment's own build
+
+
 @pytest.mark.parametrize("value, problem", [(-2, "must be -1"), (2.5, "whole number"), ("all", "whole number")])
 def test_a_bad_num_gpu_is_a_400_naming_it(daemon, value, problem):
     response = httpx.post(f"{daemon.url}/api/generate", timeout=60, json={
