@@ -36,6 +36,7 @@ its next blocks up there by their chained token hash (:attr:`Node.key`).
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -196,14 +197,16 @@ class BlockPool:
             else:
                 self._free.append(block)
 
-    def persist(self) -> int:
-        """Write every full indexed block (resident or in host RAM) to the disk tier, parents first: the runner is
-        stopping. The number of blocks the disk tier holds now."""
+    def persist(self, deadline: float = float("inf")) -> int:
+        """Write every full indexed block (resident or in host RAM) to the disk tier, parents first, until
+        ``deadline`` (``time.monotonic()``): the runner is stopping. The number of blocks the disk tier holds now."""
         if self.disk is None:
             return 0
         kept, level = 0, list(self.root.children.values())
         while level and self.disk.writing:
             for node in level:
+                if time.monotonic() > deadline:
+                    return kept
                 if len(node.run) < self.block_size:
                     continue
                 data = node.spilled if node.block is None else self.store.read_block(node.block)
