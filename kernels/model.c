@@ -82,10 +82,8 @@ void llk_unmap_file(const void *base, int64_t size) {
 /* ---- context ------------------------------------------------------------ */
 
 static void *zalloc(size_t n) {
-    /* populated at once: the pool is the memory the planner counted, held from the start (a runner that
-     * cannot have it fails at load, not mid-request), and its resident size does not creep as blocks
-     * are first used */
-    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    /* zeroed pages, faulted in by llk_kv_populate (off the load's critical path), not by MAP_POPULATE */
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -94,6 +92,23 @@ static void zfree(void *p, size_t n) {
 }
 
 static size_t kv_bytes(const llk_ctx *c) { return (size_t)c->n_blocks * c->kv.block_bytes; }
+
+int llk_kv_populate(llk_ctx *c) {
+#ifdef MADV_POPULATE_WRITE
+    /* Faults in pages that are not there yet and leaves present ones (and what they hold) alone, so it may
+     * run while the engine writes blocks.  In slices: the call holds the process's mmap lock, which every
+     * other mapping (a thread's stack, a large malloc) waits for. */
+    const size_t slice = (size_t)8 << 20;
+    uint8_t *base = c->kv.base;
+    for (size_t off = 0, n = kv_bytes(c); off < n; off += slice) {
+        if (madvise(base + off, n - off < slice ? n - off : slice, MADV_POPULATE_WRITE) != 0) return errno;
+    }
+    return 0;
+#else
+    (void)c;
+    return ENOSYS;
+#endif
+}
 
 void llk_ctx_free(llk_ctx *c) {
     if (!c) return;

@@ -13,6 +13,7 @@ sampler chain to run on.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -94,6 +95,11 @@ class Context:
         if not self._ctx:
             raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: out of memory")
         self.block_bytes: int = self._lib.llk_kv_block_bytes(self._ctx)
+        # The pool's pages are faulted in beside the runner's start and first requests (a few hundred ms for
+        # a large pool), not before them; ctypes lets go of the GIL for the call.
+        self._populating = threading.Thread(target=self._lib.llk_kv_populate, args=(self._ctx,),
+                                            name="kv-populate", daemon=True)
+        self._populating.start()
         self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
 
@@ -137,5 +143,6 @@ class Context:
 
     def close(self) -> None:
         if self._ctx:
+            self._populating.join()
             self._lib.llk_ctx_free(self._ctx)
             self._ctx = None
