@@ -141,6 +141,7 @@ class Scheduler:
         self._changed = asyncio.Condition()
         self._reaper: asyncio.Task | None = None
         self._gpus: list[Device] | None = None
+        self._first_look: asyncio.Task | None = None  # ggml's devices, looked at (off the loop) when the daemon starts
         self.workers = WorkerPool(settings.workers)
 
     def _devices(self) -> list[Device]:
@@ -176,7 +177,9 @@ class Scheduler:
         return {m.name: max(0, m.active - m.runner.config.n_parallel) for m in self.loaded.values()}
 
     def start(self) -> None:
-        self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+        loop = asyncio.get_running_loop()
+        self._reaper = loop.create_task(self._reap_forever())
+        self._first_look = loop.create_task(asyncio.to_thread(_look_around))
 
     async def close(self) -> None:
         if self._reaper:
@@ -272,8 +275,8 @@ class Scheduler:
     async def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan,
                                                                                          WorkerPlan]:
         """The engine for this load and the GPU and worker plans it gets (none for an engine without them)."""
-        if self._gpus is None:  # the first look loads ggml's libraries: off the loop
-            self._gpus = await asyncio.to_thread(gpu_devices)
+        if self._gpus is None:  # the first look loads ggml's libraries: off the loop, begun when the daemon started
+            self._gpus = await (self._first_look or asyncio.to_thread(gpu_devices))
         llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
         workers = await self._plan_workers(request, need, llama_plan)
         try:  # off the loop: it reads the model's tensors and may load (or build, for minutes) the kernels library
@@ -324,7 +327,7 @@ class Scheduler:
                 model = None
             wanted_ctx = request.num_ctx or DEFAULT_NUM_CTX
             if request.num_ctx:
-                self._check_trained_ctx(request, model)
+                await self._check_trained_ctx(request, model)
             reload = self._reload_reason(model, wanted_ctx, self._kv_cache_type(request)) if model is not None else None
             if reload:
                 log.info("loading %s again: %s", request.name, reload)
@@ -347,13 +350,14 @@ class Scheduler:
             return model
 
     @staticmethod
-    def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
+    async def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
         """A ``num_ctx`` over the model's trained context is the request's 400, naming both."""
         if model is not None and model.runner.health.n_ctx_train:
             trained = model.runner.health.n_ctx_train
         else:
             try:
-                trained = read_model_summary(Path(request.model_path)).arch_value("context_length", 0)
+                summary = await asyncio.to_thread(read_model_summary, Path(request.model_path))
+                trained = summary.arch_value("context_length", 0)
             except (OSError, ValueError):  # the load says what is wrong with the file
                 return
         if isinstance(trained, int) and 0 < trained < request.num_ctx:
@@ -563,6 +567,16 @@ class Scheduler:
                     await self._unload(model, wait=False)
             async with self._changed:
                 self._changed.notify_all()
+
+
+def _look_around() -> list[Device]:
+    """What every load needs first, ready before the first request: ggml's devices, and the native kernels library
+    (loaded, or built once for minutes); a library that cannot load says so at the load that needs it."""
+    from ..backends.native.lib import NativeError, library
+
+    with contextlib.suppress(NativeError):
+        library()
+    return gpu_devices()
 
 
 def _describe_workers(workers: WorkerPlan) -> str | None:
