@@ -21,7 +21,7 @@
   unshared copies of their prompts → ``shared_prefix_kv_ratio`` (target <= 0.25).
 - ``single``: one stream's decode tokens/s over ``Llama.generate``
   (scripts/bench/decode.py) → ``single_stream_ratio`` (target >= 1.8).
-- ``daemon_share``: one stream's decode tokens/s through the daemon (streamed ``/api/generate``, native
+- ``daemon_cost``: one stream's decode tokens/s through the daemon (streamed ``/api/generate``, native
   engine) over the bare native loop's (one ``Context.decode`` and an argmax a token, in this process), same
   model, prompt and threads, alternating → ``daemon_share`` (target >= 0.97).
 - ``restart``: a ~7,000-token prompt on the native engine, cold (a fresh daemon, the disk cache cleared)
@@ -60,7 +60,7 @@ import long_context  # noqa: E402
 from common import MODEL, PeerServer, alternating, fixtures, report, start_daemon  # noqa: E402
 from llama_server import LlamaServer  # noqa: E402
 
-SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single", "daemon_share", "restart", "long_context")
+SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single", "daemon_cost", "restart", "long_context")
 HEADLINE = ("throughput_ratio_c8", "throughput_ratio_c8_llama_server", "ttft_p50_c8_llama_server_ratio",
             "ttft_growth_turn10", "prefill_work_ratio", "shared_prefix_kv_ratio", "single_stream_ratio",
             "daemon_share", "restart_ttft_ratio", *long_context.HEADLINE)
@@ -244,7 +244,7 @@ def bench_single(s: Settings) -> dict[str, Any]:
             "single_stream_ratio": result["decode_ratio"], "engine": result["engine"]}
 
 
-def bench_daemon_share(s: Settings) -> dict[str, Any]:
+def bench_daemon_cost(s: Settings) -> dict[str, Any]:
     """What the daemon, the runner process and the stream cost a decode step: daemon tokens/s over the bare loop's."""
     from support.native import Side
 
@@ -332,7 +332,7 @@ def main() -> None:
     settings = Settings(threads=args.threads, tokens=32 if args.quick else 128, rounds=1 if args.quick else args.rounds,
                         turns=4 if args.quick else 10, quick=args.quick)
     runs = {"concurrency": bench_concurrency, "multiturn": bench_multiturn,
-            "shared_prefix": bench_shared_prefix, "single": bench_single, "daemon_share": bench_daemon_share,
+            "shared_prefix": bench_shared_prefix, "single": bench_single, "daemon_cost": bench_daemon_cost,
             "restart": bench_restart,
             "long_context": lambda s: long_context.bench(s.threads, s.rounds, s.quick)}
     results: dict[str, Any] = {"model": MODEL, "threads": args.threads, "quick": args.quick}
