@@ -101,7 +101,7 @@ class DiskTier:
             self._remove_orphans()
         except OSError as exc:
             self._stop_writing(exc)
-        self._used = self._scan_usage()
+        self._used: int | None = None  # bytes of every model's block files; scanned at the first write, not at load
 
     def _prefix(self, key: bytes) -> bytes:
         header = (self._header[:-1] + f', "key": "{key.hex()}"}}').encode()
@@ -174,6 +174,8 @@ class DiskTier:
         path = self._path(key)
         if path.exists():
             return True
+        if self._used is None:
+            self._used = self._scan_usage()
         if self._used + size > self.budget:
             self._make_room(size)
         temp = self.dir / f".{key.hex()}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
