@@ -82,7 +82,8 @@ void llk_unmap_file(const void *base, int64_t size) {
 /* ---- context ------------------------------------------------------------ */
 
 static void *zalloc(size_t n) {
-    /* zeroed pages, faulted in by llk_kv_populate (off the load's critical path), not by MAP_POPULATE */
+    /* zeroed pages, faulted in as blocks are first written and by llk_kv_populate while the engine is idle,
+     * not all at load by MAP_POPULATE */
     void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
@@ -93,19 +94,14 @@ static void zfree(void *p, size_t n) {
 
 static size_t kv_bytes(const llk_ctx *c) { return (size_t)c->n_blocks * c->kv.block_bytes; }
 
-int llk_kv_populate(llk_ctx *c) {
+int llk_kv_populate(llk_ctx *c, size_t offset, size_t len) {
+    size_t n = kv_bytes(c);
+    if (offset >= n) return 0;
+    if (len > n - offset) len = n - offset;
 #ifdef MADV_POPULATE_WRITE
-    /* Faults in pages that are not there yet and leaves present ones (and what they hold) alone, so it may
-     * run while the engine writes blocks.  In slices: the call holds the process's mmap lock, which every
-     * other mapping (a thread's stack, a large malloc) waits for. */
-    const size_t slice = (size_t)8 << 20;
-    uint8_t *base = c->kv.base;
-    for (size_t off = 0, n = kv_bytes(c); off < n; off += slice) {
-        if (madvise(base + off, n - off < slice ? n - off : slice, MADV_POPULATE_WRITE) != 0) return errno;
-    }
-    return 0;
+    /* Faults in pages that are not there yet and leaves present ones (and what they hold) alone. */
+    return madvise((uint8_t *)c->kv.base + offset, len, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
 #else
-    (void)c;
     return ENOSYS;
 #endif
 }

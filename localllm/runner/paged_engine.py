@@ -69,6 +69,9 @@ class PagedEngine(Engine):
     def kv_blocks(self) -> dict[str, int]:
         return {**self.pool.counts(), "block_size": self.pool.block_size}
 
+    def _chore(self) -> bool:
+        return self.ctx.populate_next()  # the pool's pages, a slice at a time
+
     def kv_disk(self) -> dict[str, Any]:
         disk = self.pool.disk
         if disk is None:
