@@ -36,6 +36,7 @@ OPTION_TYPES: dict[str, type] = {
     "main_gpu": int,
     "use_mmap": bool,
     "num_thread": int,
+    "kv_cache_type": str,  # localllm (LOCALLLM_KV_CACHE_TYPE for this model): f16, q8_0, q4_0
     "num_keep": int,
     "seed": int,
     "num_predict": int,
@@ -116,6 +117,7 @@ class LoadOptions:
     num_gpu: int | None = None
     num_worker_layers: int | None = None
     num_thread: int | None = None
+    kv_cache_type: str | None = None
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> LoadOptions:

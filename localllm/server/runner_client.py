@@ -27,7 +27,8 @@ log = logging.getLogger("localllm.runner_client")
 
 LOAD_TIMEOUT_S = 120.0
 EXIT_GRACE_S = 1.0  # how long a runner whose connection broke may take to exit
-STOP_TIMEOUT_S = 30.0  # how long a stopping runner may take: writing its KV blocks to the disk tier
+STOP_TIMEOUT_S = 30.0  # how long a stopping runner may take: its engine's last step, then at most 10 s writing
+# its KV blocks to the disk tier (PERSIST_BUDGET_S)
 
 
 class RunnerError(RuntimeError):

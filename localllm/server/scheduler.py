@@ -93,6 +93,7 @@ class LoadRequest:
     num_worker_layers: int | None = None  # layers to put on workers; None or negative: only what does not fit here
     embedding: bool = False  # embedding runners are separate from generating ones
     engine: str | None = None  # forced by a setting or PARAMETER; None: chosen per load
+    kv_cache_type: str | None = None  # option or PARAMETER kv_cache_type; None: LOCALLLM_KV_CACHE_TYPE
 
 
 @dataclass(frozen=True)
@@ -135,10 +136,12 @@ class Scheduler:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.loaded: dict[tuple, LoadedModel] = {}
+        self._stopping: dict[asyncio.Task, LoadedModel] = {}  # runners on their way out (writing their KV to disk)
         self._locks: dict[tuple, asyncio.Lock] = {}
         self._changed = asyncio.Condition()
         self._reaper: asyncio.Task | None = None
         self._gpus: list[Device] | None = None
+        self._first_look: asyncio.Task | None = None  # ggml's devices, looked at (off the loop) when the daemon starts
         self.workers = WorkerPool(settings.workers)
 
     def _devices(self) -> list[Device]:
@@ -174,13 +177,16 @@ class Scheduler:
         return {m.name: max(0, m.active - m.runner.config.n_parallel) for m in self.loaded.values()}
 
     def start(self) -> None:
-        self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+        loop = asyncio.get_running_loop()
+        self._reaper = loop.create_task(self._reap_forever())
+        self._first_look = loop.create_task(asyncio.to_thread(_look_around))
 
     async def close(self) -> None:
         if self._reaper:
             self._reaper.cancel()
         for model in list(self.loaded.values()):
-            await self._unload(model)
+            await self._unload(model, wait=False)
+        await self._wait_stopped()
 
     @contextlib.asynccontextmanager
     async def lease(self, request: LoadRequest, keep_alive: float | None) -> AsyncIterator[LoadedModel]:
@@ -218,15 +224,15 @@ class Scheduler:
                 await self._unload(model)
         return found
 
-    def clear_kv_cache(self, model_path: os.PathLike | None = None) -> int:
+    async def clear_kv_cache(self, model_path: os.PathLike | None = None) -> int:
         """Delete the prefix cache's disk blocks of one model's weights (None: of every model); the bytes freed.
 
-        A loaded runner of those weights writes its blocks when it stops: they are deleted then too.
+        A loaded (or stopping) runner of those weights writes its blocks when it stops: they are deleted then too.
         """
-        for model in self.loaded.values():
+        for model in [*self.loaded.values(), *self._stopping.values()]:
             if model_path is None or model.key[0] == str(model_path):
                 model.forget_kv = True
-        return self._clear_kv(model_path)
+        return await asyncio.to_thread(self._clear_kv, model_path)  # thousands of files: off the event loop
 
     def _clear_kv(self, model_path: os.PathLike | None) -> int:
         root = self.settings.kv_cache_dir
@@ -255,24 +261,29 @@ class Scheduler:
         return (*self._weights(request.model_path, request.adapters), request.engine, request.embedding,
                 str(request.projector or "") if not request.embedding else "")
 
-    def _llama_cpp_settings(self) -> str | None:
+    def _kv_cache_type(self, request: LoadRequest) -> str:
+        """The KV type a load of ``request`` keeps: its option (or PARAMETER), else LOCALLLM_KV_CACHE_TYPE."""
+        return request.kv_cache_type or self.settings.kv_cache_type
+
+    def _llama_cpp_settings(self, kv_cache_type: str) -> str | None:
         """Settings only the llama.cpp engine honours, if any are set (the native engine never ignores them)."""
-        s = self.settings
-        if s.kv_cache_type not in NATIVE_KV_CACHE_TYPES or s.flash_attention:
-            return f"LOCALLLM_KV_CACHE_TYPE={s.kv_cache_type} / LOCALLLM_FLASH_ATTENTION={int(s.flash_attention)} apply to llama.cpp only"
+        if kv_cache_type not in NATIVE_KV_CACHE_TYPES or self.settings.flash_attention:
+            return (f"KV cache type {kv_cache_type} / LOCALLLM_FLASH_ATTENTION={int(self.settings.flash_attention)} "
+                    "apply to llama.cpp only")
         return None
 
     async def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan,
                                                                                          WorkerPlan]:
         """The engine for this load and the GPU and worker plans it gets (none for an engine without them)."""
-        if self._gpus is None:  # the first look loads ggml's libraries: off the loop
-            self._gpus = await asyncio.to_thread(gpu_devices)
+        if self._gpus is None:  # the first look loads ggml's libraries: off the loop, begun when the daemon started
+            self._gpus = await (self._first_look or asyncio.to_thread(gpu_devices))
         llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
         workers = await self._plan_workers(request, need, llama_plan)
         try:  # off the loop: it reads the model's tensors and may load (or build, for minutes) the kernels library
             choice = await asyncio.to_thread(
                 choose_engine, Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
-                llama_plan.n_gpu_layers, self._llama_cpp_settings(), _describe_workers(workers),
+                llama_plan.n_gpu_layers, self._llama_cpp_settings(self._kv_cache_type(request)),
+                _describe_workers(workers),
                 images=request.projector is not None,
             )  # fmt: skip
         except BaseException:
@@ -316,14 +327,15 @@ class Scheduler:
                 model = None
             wanted_ctx = request.num_ctx or DEFAULT_NUM_CTX
             if request.num_ctx:
-                self._check_trained_ctx(request, model)
-            reload = self._reload_reason(model, wanted_ctx) if model is not None else None
+                await self._check_trained_ctx(request, model)
+            reload = self._reload_reason(model, wanted_ctx, self._kv_cache_type(request)) if model is not None else None
             if reload:
                 log.info("loading %s again: %s", request.name, reload)
                 await self._wait_idle(model)
                 await self._unload(model)
                 model = None
             if model is None:
+                await self._wait_stopped(key)  # its last runner's KV blocks, on their way to disk, are this one's
                 load = await self._plan_load(request, wanted_ctx)
                 try:
                     await self._make_room(request.name, load.local_bytes)
@@ -338,26 +350,30 @@ class Scheduler:
             return model
 
     @staticmethod
-    def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
+    async def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
         """A ``num_ctx`` over the model's trained context is the request's 400, naming both."""
         if model is not None and model.runner.health.n_ctx_train:
             trained = model.runner.health.n_ctx_train
         else:
             try:
-                trained = read_model_summary(Path(request.model_path)).arch_value("context_length", 0)
+                summary = await asyncio.to_thread(read_model_summary, Path(request.model_path))
+                trained = summary.arch_value("context_length", 0)
             except (OSError, ValueError):  # the load says what is wrong with the file
                 return
         if isinstance(trained, int) and 0 < trained < request.num_ctx:
             raise NoRoom(f"num_ctx {request.num_ctx} is more than the model's trained context of {trained} tokens",
                          status=400)
 
-    def _reload_reason(self, model: LoadedModel, n_ctx: int) -> str | None:
-        """Why the loaded runner cannot serve a request of context ``n_ctx`` (None: it can, without a reload).
+    def _reload_reason(self, model: LoadedModel, n_ctx: int, kv_cache_type: str) -> str | None:
+        """Why the loaded runner cannot serve a request of context ``n_ctx`` and KV type ``kv_cache_type`` (None:
+        it can, without a reload).
 
         A native runner serves any context its KV pool holds; llama.cpp's sequences have the size they were
         loaded with.
         """
         config = model.runner.config
+        if config.kv_cache_type != kv_cache_type and not config.embedding:
+            return f"kv_cache_type {kv_cache_type} is not the {config.kv_cache_type} it was loaded with"
         if config.n_ctx >= n_ctx:
             return None
         if config.engine != NATIVE or config.embedding:
@@ -384,14 +400,15 @@ class Scheduler:
         streams)."""
         summary = await asyncio.to_thread(read_model_summary, Path(request.model_path))
         n_batch = request.num_batch or 512
+        kv_cache_type = self._kv_cache_type(request)
         if request.embedding:  # one context's cells on either engine, reused by every pass (runner/embed.py)
-            need = footprint(summary, n_ctx, 1, n_batch, self.settings.kv_cache_type)
+            need = footprint(summary, n_ctx, 1, n_batch, kv_cache_type)
             choice, gpu, workers = await self._choose_engine(request, need)
             return LoadPlan(choice, gpu, need, workers)
-        streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, self.settings.kv_cache_type)
+        streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
         if choice.engine == NATIVE:  # one pool, however many sequences share it
-            return LoadPlan(choice, gpu, footprint(summary, n_ctx, 1, n_batch, self.settings.kv_cache_type,
+            return LoadPlan(choice, gpu, footprint(summary, n_ctx, 1, n_batch, kv_cache_type,
                                                    kv_tokens=self.pool_tokens(n_ctx)))
         return LoadPlan(choice, gpu, streams, workers)
 
@@ -403,15 +420,21 @@ class Scheduler:
         return not limit or self._held() + need <= limit
 
     async def _make_room(self, name: str, need: int) -> None:
-        """Evict idle models (soonest to expire first) until one more fits, then wait for busy
-        ones up to LOCALLLM_LOAD_TIMEOUT; refuse, saying what was needed and what was free."""
-        deadline = time.monotonic() + self.settings.load_timeout
+        """Evict idle models (soonest to expire first) until one more fits, then wait for those stopping
+        (their memory) and for busy ones up to LOCALLLM_LOAD_TIMEOUT; refuse, saying what was needed and
+        what was free."""
+        deadline: float | None = None
         while not self._fits(need):
             idle = [m for m in self.loaded.values() if m.active == 0]
             if idle:
                 victim = min(idle, key=lambda m: m.expires_at if m.expires_at is not None else float("inf"))
-                await self._unload(victim)
+                await self._unload(victim, wait=False)
                 continue
+            if self._stopping:  # bounded by their stop timeout
+                await self._wait_stopped()
+                continue
+            if deadline is None:
+                deadline = time.monotonic() + self.settings.load_timeout
             remaining = deadline - time.monotonic()
             if not self.loaded or remaining <= 0:
                 limit, held = self.settings.memory_limit, self._held()
@@ -421,8 +444,8 @@ class Scheduler:
                     await asyncio.wait_for(self._changed.wait(), remaining)
 
     def _held(self) -> int:
-        """Bytes the loaded models take of this machine."""
-        return sum(m.size - m.size_workers for m in self.loaded.values())
+        """Bytes the loaded models take of this machine, and those of runners still stopping."""
+        return sum(m.size - m.size_workers for m in [*self.loaded.values(), *self._stopping.values()])
 
     def _no_room_message(self, name: str, need: int) -> str:
         held = self._held()
@@ -439,12 +462,16 @@ class Scheduler:
     async def _load(self, key: tuple, request: LoadRequest, n_ctx: int, load: LoadPlan) -> LoadedModel:
         choice, plan, need, workers = load.choice, load.gpu, load.need, load.workers
         n_batch = request.num_batch or 512
-        free = available_ram()
-        try:
-            check_fits_in_ram(need, request.name, free, plan.gpu_bytes + workers.moved_bytes,
-                              self._workers_note(workers))
-        except DoesNotFit as exc:
-            raise NoRoom(str(exc), free - SAFETY_MARGIN_BYTES + plan.gpu_bytes) from None
+        while True:
+            free = available_ram()
+            try:
+                check_fits_in_ram(need, request.name, free, plan.gpu_bytes + workers.moved_bytes,
+                                  self._workers_note(workers))
+                break
+            except DoesNotFit as exc:
+                if not self._stopping:
+                    raise NoRoom(str(exc), free - SAFETY_MARGIN_BYTES + plan.gpu_bytes) from None
+            await self._wait_stopped()  # their memory comes back when they exit
         offload = worker_offload(plan, self._devices(), workers) if workers.n_layers else None
         config = RunnerConfig(
             model_path=request.model_path,
@@ -462,7 +489,7 @@ class Scheduler:
             kv_tokens=self.pool_tokens(n_ctx) if choice.engine == NATIVE else None,
             kv_disk=self.settings.kv_cache_dir if choice.engine == NATIVE else None,
             kv_disk_bytes=self.settings.kv_disk,
-            kv_cache_type=self.settings.kv_cache_type,
+            kv_cache_type=self._kv_cache_type(request),
             flash_attention=self.settings.flash_attention,
             worker_timeout=self.settings.worker_timeout,
             stream_interval=self.settings.stream_interval,
@@ -501,16 +528,38 @@ class Scheduler:
                             "size": size + workers.compute_bytes})
         return tuple(entries)
 
-    async def _unload(self, model: LoadedModel) -> None:
+    async def _unload(self, model: LoadedModel, wait: bool = True) -> None:
+        """Take ``model`` out of service and stop its runner.
+
+        A stopping runner writes its KV blocks to the disk tier before it exits (seconds for a full pool):
+        with ``wait=False`` that goes on in the background while other models load, its memory counted as
+        held (:meth:`_held`) until the process is gone. Waiting is for callers that need it gone: a reload
+        of the same model (which reads those blocks), ``stop``, ``rm``.
+        """
         if self.loaded.get(model.key) is model:
             del self.loaded[model.key]
         log.info("unloading %s", model.name)
-        await model.runner.stop()
-        if model.forget_kv:
-            self._clear_kv(model.key[0])
-        self.workers.release(model.workers)
-        async with self._changed:
-            self._changed.notify_all()
+        stop = asyncio.get_running_loop().create_task(self._stop(model))
+        self._stopping[stop] = model
+        if wait:
+            await asyncio.shield(stop)  # a caller that goes away does not cut the stop short
+
+    async def _stop(self, model: LoadedModel) -> None:
+        try:
+            await model.runner.stop()
+            if model.forget_kv:
+                await asyncio.to_thread(self._clear_kv, model.key[0])
+            self.workers.release(model.workers)
+        finally:
+            del self._stopping[asyncio.current_task()]
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _wait_stopped(self, key: tuple | None = None) -> None:
+        """Until every runner stopping now (of ``key``, if given) has exited."""
+        stops = [task for task, model in self._stopping.items() if key is None or model.key == key]
+        if stops:
+            await asyncio.wait(stops)
 
     async def _reap_forever(self) -> None:
         while True:
@@ -519,9 +568,19 @@ class Scheduler:
             for model in list(self.loaded.values()):
                 expired = model.active == 0 and model.expires_at is not None and model.expires_at <= now
                 if expired or (model.active == 0 and not model.runner.alive):
-                    await self._unload(model)
+                    await self._unload(model, wait=False)
             async with self._changed:
                 self._changed.notify_all()
+
+
+def _look_around() -> list[Device]:
+    """What every load needs first, ready before the first request: ggml's devices, and the native kernels library
+    (loaded, or built once for minutes); a library that cannot load says so at the load that needs it."""
+    from ..backends.native.lib import NativeError, library
+
+    with contextlib.suppress(NativeError):
+        library()
+    return gpu_devices()
 
 
 def _describe_workers(workers: WorkerPlan) -> str | None:
