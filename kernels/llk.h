@@ -111,6 +111,10 @@ const char *llk_ctx_error(const llk_ctx *ctx);
  * logits, written to logits_out in the order of the asked rows.  0 ok, <0 bad input. */
 int llk_decode(llk_ctx *ctx, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
                const int8_t *want, float *logits_out, const int32_t *tables, int n_tables, int table_len);
+/* llk_decode without the output head, for embeddings: the final-normed hidden states of the wanted
+ * rows ([n_asked][n_embd], in their order) to hidden_out.  0 ok, <0 bad input. */
+int llk_decode_hidden(llk_ctx *ctx, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
+                      const int8_t *want, float *hidden_out, const int32_t *tables, int n_tables, int table_len);
 
 /* Whole KV blocks: their size, copy on write, and spilling to (and restoring from) host memory. */
 size_t llk_kv_block_bytes(const llk_ctx *ctx);

@@ -374,8 +374,10 @@ static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
     return code;
 }
 
-int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
-               const int8_t *want, float *logits_out, const int32_t *tables, int n_tables, int table_len) {
+/* The batch through every layer; the output-normed hidden states of the wanted rows, in their order, are
+ * then c->xn [n_out][n_embd].  n_out, or <0 on bad input. */
+static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
+                   const int8_t *want, const int32_t *tables, int n_tables, int table_len) {
     const llk_model *m = &c->m;
     if (n <= 0 || n > c->n_batch) return fail(c, -1, "batch of %ld tokens, capacity is %ld", n, c->n_batch);
     if (table_len < 1 || (int64_t)table_len * c->block_size < c->max_seq_len)
@@ -407,12 +409,25 @@ int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int
     int n_out = 0;
     for (int i = 0; i < n; i++)
         if (want[i]) llk_rmsnorm(c->x + (size_t)i * E, m->output_norm.data, c->xn + (size_t)n_out++ * E, E, m->eps);
-    if (n_out) {
-        const llk_tensor *out = m->output.data ? &m->output : &m->tok_embd;
+    return n_out;
+}
+
+int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
+               const int8_t *want, float *logits_out, const int32_t *tables, int n_tables, int table_len) {
+    int n_out = forward(c, n, tokens, pos, seq_ids, want, tables, n_tables, table_len);
+    if (n_out > 0) {
+        const llk_tensor *out = c->m.output.data ? &c->m.output : &c->m.tok_embd;
         new_input(c);
-        matmul(c, out, c->xn, n_out, logits_out, m->n_vocab);
+        matmul(c, out, c->xn, n_out, logits_out, c->m.n_vocab);
     }
-    return 0;
+    return n_out < 0 ? n_out : 0;
+}
+
+int llk_decode_hidden(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
+                      const int8_t *want, float *hidden_out, const int32_t *tables, int n_tables, int table_len) {
+    int n_out = forward(c, n, tokens, pos, seq_ids, want, tables, n_tables, table_len);
+    if (n_out > 0) memcpy(hidden_out, c->xn, (size_t)n_out * c->m.n_embd * sizeof(float));
+    return n_out < 0 ? n_out : 0;
 }
 
 /* ---- blocks ------------------------------------------------------------------ */

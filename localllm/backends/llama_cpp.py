@@ -231,6 +231,11 @@ class Vocabulary:
         self.n_vocab: int = ll.llama_vocab_n_tokens(self.ptr)
         self.bos: int = ll.llama_vocab_bos(self.ptr)
         self.eos: int = ll.llama_vocab_eos(self.ptr)
+        self.sep: int = ll.llama_vocab_sep(self.ptr)
+        # what the model's tokenizer adds around a text (a reranker's query/document pair is built from these)
+        self.add_bos: bool = bool(ll.llama_vocab_get_add_bos(self.ptr))
+        self.add_eos: bool = bool(ll.llama_vocab_get_add_eos(self.ptr))
+        self.add_sep: bool = bool(ll.llama_vocab_get_add_sep(self.ptr))
         self._pieces: dict[int, bytes] = {}
         self.bos_text = self.token_text(self.bos)  # spelled once: /health serves them to the daemon's templates
         self.eos_text = self.token_text(self.eos)
@@ -324,8 +329,20 @@ class Model:
         self.vocab = Vocabulary(ptr)
         self.n_ctx_train: int = ll.llama_model_n_ctx_train(ptr)
         self.n_embd: int = ll.llama_model_n_embd(ptr)
+        self.n_cls_out: int = ll.llama_model_n_cls_out(ptr)  # a classifier's labels (a reranker's scores)
         self.size: int = ll.llama_model_size(ptr)
+        # a reranker: its GGUF names rank pooling (a classification head scores query/document pairs)
+        self.ranks = self.meta(f"{self.meta('general.architecture')}.pooling_type") == str(ll.LLAMA_POOLING_TYPE_RANK)
+        template = ll.llama_model_chat_template(ptr, b"rerank")
+        # a reranker's prompt with {query} and {document} (Qwen3-Reranker's); None: the pair is joined by specials
+        self.rerank_template: str | None = template.decode("utf-8") if template else None
         self.adapters = [self._load_adapter(Path(a)) for a in adapters]
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as llama.cpp reads it, as text; None when the file lacks it."""
+        buf = ctypes.create_string_buffer(256)
+        n = ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
     def _load_adapter(self, path: Path) -> ctypes.c_void_p:
         with captured_errors() as errors:
@@ -425,6 +442,7 @@ class Context:
         kv_cache_type: str = "f16",
         flash_attention: bool = False,
         watchdog: DecodeWatchdog | None = None,
+        pooling: int | None = None,
     ) -> None:
         self.watchdog = watchdog
         params = ll.llama_context_default_params()
@@ -440,8 +458,8 @@ class Context:
         params.flash_attn_type = (ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention
                                   else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.type_k = params.type_v = _KV_GGML_TYPES[kv_cache_type]
-        if embeddings:
-            params.pooling_type = ll.LLAMA_POOLING_TYPE_UNSPECIFIED
+        if embeddings:  # ``pooling`` (a llama_pooling_type) over the model's own
+            params.pooling_type = ll.LLAMA_POOLING_TYPE_UNSPECIFIED if pooling is None else pooling
         with captured_errors() as errors:
             ptr = ll.llama_init_from_model(model.ptr, params)
         if not ptr:
@@ -498,14 +516,15 @@ class Context:
         return ll.llama_state_seq_set_data(self.ptr, buf, len(state), seq_id) == len(state)
 
     def embedding(self, seq_id: int, row: int) -> list[float]:
-        """The pooled embedding of ``seq_id`` (or of ``row`` when the model does not pool)."""
+        """The pooled embedding of ``seq_id`` (or of ``row`` when the model does not pool); with rank
+        pooling the classifier's ``n_cls_out`` scores, the first of them the relevance."""
         if self.pooling == ll.LLAMA_POOLING_TYPE_NONE:
             ptr = ll.llama_get_embeddings_ith(self.ptr, row)
         else:
             ptr = ll.llama_get_embeddings_seq(self.ptr, seq_id)
         if not ptr:
             raise BackendError("the model produced no embedding")
-        return ptr[: self.model.n_embd]
+        return ptr[: self.model.n_cls_out if self.pooling == ll.LLAMA_POOLING_TYPE_RANK else self.model.n_embd]
 
     def close(self) -> None:
         if self.ptr:

@@ -32,6 +32,8 @@ from .store import (
 # Arrays longer than this (tokenizer vocabularies) are not decoded for show/list.
 SUMMARY_ARRAY_LIMIT = 1024
 
+RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker's classification head scores pairs
+
 
 def human_number(count: int) -> str:
     """Ollama's parameter-size format: 134515008 -> "134.52M", 7000000000 -> "7B"."""
@@ -120,7 +122,7 @@ class LocalModel:
     def capabilities(self) -> list[str]:
         """What Ollama lists under ``capabilities`` for this model."""
         pooling = self.gguf.arch_value("pooling_type")
-        caps = ["embedding"] if pooling not in (None, 0) else ["completion"]
+        caps = ["completion"] if pooling in (None, 0) else ["rerank"] if pooling == RANK_POOLING else ["embedding"]
         template = self.template or self.chat_template or ""
         if "tools" in template:
             caps.append("tools")

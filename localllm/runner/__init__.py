@@ -39,9 +39,10 @@ else runs, so nothing below is shared without a reason written here):
   the grammar and llguidance set-up of a new request's sampler. The BOS and
   EOS texts in ``/health`` are rendered once at load. It hands requests over
   through a thread-safe queue and cancels them by setting a flag.
-- **Embedding workers** (``asyncio.to_thread``; ``--embedding`` runners have
-  no engine thread) own the embedding context one at a time, under
-  ``Embedder``'s lock; they tokenize outside it.
+- **The embedder thread** (``--embedding`` runners, in place of the engine
+  thread) owns the embedding context; requests tokenize on ``asyncio.to_thread``
+  workers and hand their tokens over through ``Embedder.submit``, and every
+  waiting request's inputs share its passes.
 - **The decode watchdog** (workers only) reads a start time.
 
 :func:`~localllm.backends.llama_cpp.captured_errors` lends fd 2 to llama.cpp

@@ -32,7 +32,8 @@ from localllm.backends.ggml_devices import free_bytes
 from localllm.backends.llama_cpp import (
     Context, DecodeWatchdog, Model, Offload, allocated_buffers, init_backend, physical_cores,
 )
-from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder
+from localllm.backends.pooling import model_pooling
+from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder, LlamaCppEncoder, NativeEncoder
 from localllm.backends.projector import Projector
 from localllm.runner.stream_engine import StreamEngine
 from localllm.runner.server import Runtime, create_app
@@ -211,50 +212,89 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     """Load the model and create the context the arguments describe."""
     init_backend(verbose=args.verbose)
     threads = args.threads or physical_cores()
-    if args.engine == "native" and not args.embedding:
+    if args.embedding:
+        return _embedding_runtime(args, threads)
+    if args.engine == "native":
         if args.projector is not None:
             raise BackendError("the native engine takes no images; a model with a projector runs on llama.cpp")
         return _native_runtime(args, args.ctx, threads)
-    if len(args.device) != len(args.tensor_split):
-        raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
-    kv_cache_type = _llama_cpp_kv_type(args)
-    offload = Offload.cpu_only() if args.no_gpu else Offload.open(args.device, args.tensor_split)
     with measured_load(args.device) as device_bytes:
-        model = Model(args.model, args.adapter, args.gpu_layers, offload)
+        model, context_options = _llama_cpp_model(args)
         n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
-        parallel = 1 if args.embedding else args.parallel
-        context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": args.flash_attention}
-        if model.offload is not None and model.offload.workers:
-            context_options["watchdog"] = DecodeWatchdog(args.worker_timeout, ", ".join(model.offload.workers))
+        parallel = args.parallel
         try:
-            if args.embedding:  # inputs share one context of n_ctx cells, each fits one batch
-                ctx = Context(model, n_ctx, EMBED_SEQUENCES, max(args.batch, n_ctx), threads, embeddings=True,
-                              **context_options)
-            else:
-                ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **context_options)
+            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **context_options)
         except BaseException:
             model.close()
             raise
     rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=args.stream_interval,
                  device_bytes=device_bytes)
-    if args.projector is not None and not args.embedding:
+    if args.projector is not None:
         try:
             rt.projector = Projector(model, args.projector, threads, use_gpu=args.gpu_layers != 0)
         except BaseException:
             ctx.close()
             model.close()
             raise
-    if args.embedding:
-        rt.embedder = Embedder(model, ctx, n_ctx)
-    else:
-        rt.engine = StreamEngine(model, ctx, parallel, n_ctx, cache_ram_bytes=args.cache_ram_mb << 20,
-                                 projector=rt.projector)
+    rt.engine = StreamEngine(model, ctx, parallel, n_ctx, cache_ram_bytes=args.cache_ram_mb << 20,
+                             projector=rt.projector)
     log.info(
         "loaded %s: ctx=%d x %d sequences, batch=%d, threads=%d%s",
-        args.model, n_ctx, parallel, ctx.n_batch, threads,
-        ", embedding" if args.embedding else f", projector {args.projector}" if rt.projector else "",
+        args.model, n_ctx, parallel, ctx.n_batch, threads, f", projector {args.projector}" if rt.projector else "",
     )
     return rt, ctx
+
+
+def _llama_cpp_model(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
+    """The llama.cpp model the arguments name, and the options its contexts take."""
+    if len(args.device) != len(args.tensor_split):
+        raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
+    kv_cache_type = _llama_cpp_kv_type(args)
+    offload = Offload.cpu_only() if args.no_gpu else Offload.open(args.device, args.tensor_split)
+    model = Model(args.model, args.adapter, args.gpu_layers, offload)
+    context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": args.flash_attention}
+    if model.offload is not None and model.offload.workers:
+        context_options["watchdog"] = DecodeWatchdog(args.worker_timeout, ", ".join(model.offload.workers))
+    return model, context_options
+
+
+def _native_embedding_context(model: Any, n_ctx: int, n_batch: int, threads: int) -> Any:
+    """A native context for embedding passes: blocks for one pass's tokens, every sequence's last block partial."""
+    from localllm.backends.native.backend import Context as NativeContext
+
+    n_blocks = -(-n_batch // BLOCK_SIZE) + EMBED_SEQUENCES
+    return NativeContext(model, n_blocks, BLOCK_SIZE, n_ctx, EMBED_SEQUENCES, n_batch, threads)
+
+
+def _embedding_runtime(args: argparse.Namespace, threads: int) -> tuple[Runtime, Any]:
+    """An ``--embedding`` runner: a pass takes up to n_ctx tokens (at least ``--batch``), so any input that
+    fits the context fits a pass; the engine's encoder is runner/embed.py's."""
+    pooling = model_pooling(args.model)
+    if args.engine == "native":
+        from localllm.backends.native.backend import Model as NativeModel
+
+        model: Any = NativeModel(args.model, args.adapter, args.gpu_layers)
+    else:
+        model, context_options = _llama_cpp_model(args)
+        if model.ranks:  # as llama-server runs a reranker: flash attention, its default
+            context_options["flash_attention"] = True
+    n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
+    n_batch = max(args.batch, n_ctx)
+    try:
+        if args.engine == "native":
+            encoder: Any = NativeEncoder(_native_embedding_context(model, n_ctx, n_batch, threads), pooling)
+        else:
+            encoder = LlamaCppEncoder(Context(model, n_ctx, 1, n_batch, threads, embeddings=True, pooling=pooling,
+                                              **context_options))
+    except BaseException:
+        model.close()
+        raise
+    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=1, stream_interval=args.stream_interval)
+    rt.embedder = Embedder(model, encoder, n_ctx)
+    log.info("loaded %s for embeddings on %s: ctx=%d, %s pooling, up to %d sequences and %d tokens a pass, "
+             "threads=%d", args.model, args.engine, n_ctx, pooling.name.lower(), encoder.n_seq, encoder.n_tokens,
+             threads)
+    return rt, encoder.ctx
 
 
 class _Terminated(Exception):

@@ -48,7 +48,11 @@ bad input):
 ``POST /embedding`` (runner started with ``--embedding`` only)
     ``{"content": [str], "truncate": true}`` → ``{"embeddings": [[float]],
     "prompt_eval_count": int}``; L2-normalised; 400 for an over-long input
-    when ``truncate`` is false.
+    when ``truncate`` is false, and from a reranker.
+``POST /rerank`` (a reranker's runner, pooling ``rank``, started with ``--embedding``)
+    ``{"query": str, "documents": [str]}`` → ``{"results": [{"score", "tokens", "truncated"}],
+    "prompt_eval_count": int}``, one result per document in order; a document too long for the
+    context is cut to fit (``truncated``); 400 from a model that does not rank.
 """
 
 from __future__ import annotations
@@ -290,9 +294,29 @@ def create_app(rt: Runtime) -> Starlette:
             content = [content]
         if not isinstance(content, list) or not content or not all(isinstance(c, str) for c in content):
             raise BadRequest("'content' must be a non-empty list of strings")
+        if rt.embedder.ranks:
+            raise BadRequest("this model is a reranker (pooling type rank): it scores query/document pairs "
+                             "and gives no embeddings")
         truncate = _flag(body, "truncate", True)
-        vectors, count = await asyncio.to_thread(rt.embedder.embed, content, truncate)
-        return JSONResponse({"embeddings": vectors, "prompt_eval_count": count})
+        inputs = await asyncio.to_thread(rt.embedder.tokenize, content, truncate)
+        vectors = await asyncio.wrap_future(rt.embedder.submit(inputs))  # passes shared with other requests
+        return JSONResponse({"embeddings": vectors, "prompt_eval_count": sum(len(tokens) for tokens in inputs)})
+
+    async def rerank(request: Request) -> Response:
+        if rt.embedder is None or not rt.embedder.ranks:
+            raise BadRequest("this model cannot rerank: its GGUF names no rank pooling (a reranker's "
+                             "classification head)")
+        body = await _body(request)
+        query, documents = body.get("query"), body.get("documents")
+        if not isinstance(query, str):
+            raise BadRequest("'query' must be a string")
+        if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
+            raise BadRequest("'documents' must be a list of strings")
+        ranked = await asyncio.to_thread(rt.embedder.rank, query, documents)
+        return JSONResponse({
+            "results": [{"score": r.score, "tokens": r.tokens, "truncated": r.truncated} for r in ranked],
+            "prompt_eval_count": sum(r.tokens for r in ranked),
+        })
 
     async def bad_request(_: Request, exc: Exception) -> Response:
         return _error(str(exc))
@@ -308,6 +332,7 @@ def create_app(rt: Runtime) -> Starlette:
             Route("/detokenize", detokenize, methods=["POST"]),
             Route("/completion", completion, methods=["POST"]),
             Route("/embedding", embedding, methods=["POST"]),
+            Route("/rerank", rerank, methods=["POST"]),
         ],
         exception_handlers={
             BadRequest: bad_request,

@@ -19,6 +19,7 @@ from .disconnect import CancelOnDisconnect
 from .errors import ApiError, error_body
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
+from .rerank_api import router as rerank_router
 from .security import AccessGuard
 from .state import DaemonState
 from .web import router as web_router
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ollama_router)
     app.include_router(openai_router)
     app.include_router(anthropic_router)
+    app.include_router(rerank_router)
     app.add_middleware(JsonBodies)
     app.add_middleware(CancelOnDisconnect)
     app.add_middleware(AccessGuard, settings=settings)

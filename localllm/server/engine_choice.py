@@ -38,8 +38,8 @@ def choose_engine(
     ``llama_cpp_settings`` names settings in force that only llama.cpp honours (a KV cache type),
     ``workers`` says which layers the plan puts on workers (None: none) and ``images`` that the model
     has a vision projector."""
-    if embedding:  # a forced engine is for generation: embeddings have one engine
-        return EngineChoice(LLAMA_CPP, "embeddings run on llama.cpp")
+    if embedding:  # a forced engine is for generation: embeddings go where their vectors are batch-invariant
+        return _embedding_engine(model_path, adapters, gpu_layers, llama_cpp_settings, workers)
     if forced == LLAMA_CPP:
         return EngineChoice(LLAMA_CPP, "forced by the engine setting")
     if forced == NATIVE:
@@ -64,6 +64,24 @@ def choose_engine(
     if blocker:
         return EngineChoice(LLAMA_CPP, blocker)
     return EngineChoice(NATIVE, f"the native forward runs this model exactly ({isa})")
+
+
+def _embedding_engine(model_path: Path, adapters: bool, gpu_layers: int, llama_cpp_settings: str | None,
+                      workers: str | None) -> EngineChoice:
+    """The native engine for the decoders it runs with a pooling it does (its passes are batch-invariant, so
+    concurrent requests share them); llama.cpp, one sequence a pass, for the rest (runner/embed.py)."""
+    blocker = (_workers_blocker(workers) or (f"{gpu_layers} layers offloaded to a GPU" if gpu_layers else None)
+               or llama_cpp_settings or _native_blocker(model_path, adapters) or _pooling_blocker(model_path))
+    if blocker:
+        return EngineChoice(LLAMA_CPP, f"embeddings on llama.cpp: {blocker}")
+    return EngineChoice(NATIVE, "embeddings on the native forward (batch-invariant passes shared by requests)")
+
+
+def _pooling_blocker(model_path: Path) -> str | None:
+    from localllm.backends.pooling import NATIVE_POOLINGS, model_pooling
+
+    pooling = model_pooling(model_path)
+    return None if pooling in NATIVE_POOLINGS else f"{pooling.name.lower()} pooling needs llama.cpp"
 
 
 def _workers_blocker(workers: str | None) -> str | None:

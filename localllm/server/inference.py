@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,7 @@ from .metrics import Metrics
 from .request_options import keep_alive_seconds, merge_options, validate_options
 from .engine_choice import EngineRefused
 from .history import ChatHistory, FittedPrompt, check_generate_system, fit_history
-from .runner_client import Health, RunnerBadRequest, RunnerError
+from .runner_client import Health, RunnerBadRequest, RunnerError, RunnerProcess
 from .scheduler import LoadedModel, LoadRequest, NoRoom, Scheduler
 from .tools import ToolUse
 
@@ -243,14 +243,31 @@ class Inference:
 
     async def embed(self, job: CompletionJob, inputs: list[str | list[int]], truncate: bool) -> dict[str, Any]:
         """Embeddings of ``inputs`` (texts or token lists) from the model's embedding runner."""
+
+        async def embed(runner: RunnerProcess) -> dict[str, Any]:
+            texts = [await runner.detokenize(item) if isinstance(item, list) else item for item in inputs]
+            return await runner.embed(texts, truncate)
+
+        return await self._on_embedding_runner(job, embed)
+
+    async def rerank(self, job: CompletionJob, query: str, documents: list[str]) -> dict[str, Any]:
+        """Scores of ``documents`` for ``query`` (in their order) from a reranker's runner (pooling rank)."""
+        if "rerank" not in job.model.capabilities:
+            raise bad_request(f"model '{job.model.name.display}' cannot rerank: it is not a reranker (its GGUF names "
+                              f"no rank pooling; capabilities: {', '.join(job.model.capabilities)})")
+        return await self._on_embedding_runner(job, lambda runner: runner.rerank(query, documents))
+
+    async def _on_embedding_runner(self, job: CompletionJob,
+                                   call: Callable[[RunnerProcess], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """``call``'s answer from the model's embedding runner (loaded, or held while it runs), with
+        ``load_duration`` and ``total_duration`` added."""
         started = time.perf_counter_ns()
         request = self.load_request(job, embedding=True)
         self.check_capacity(request)
         with runner_errors():
             async with self.scheduler.lease(request, job.keep_alive) as loaded:
                 load_duration = time.perf_counter_ns() - started
-                texts = [await loaded.runner.detokenize(item) if isinstance(item, list) else item for item in inputs]
-                answer = await loaded.runner.embed(texts, truncate)
+                answer = await call(loaded.runner)
         answer["load_duration"] = load_duration
         answer["total_duration"] = time.perf_counter_ns() - started
         return answer

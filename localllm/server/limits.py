@@ -19,10 +19,11 @@ def _over(what: str, value: int, name: str, limit: int) -> None:
         raise bad_request(f"{what} is {value}, over the limit of {limit} (LOCALLLM_MAX_{name.upper()})")
 
 
-def check_request(limits: RequestLimits, *, texts: list[str] = (), messages: int = 0,
+def check_request(limits: RequestLimits, *, texts: list[str] = (), messages: int = 0, documents: int = 0,
                   tools: list[Any] | None = None, constraint: Any = None, options: dict[str, Any] | None = None) -> None:
-    """400 when the request exceeds any configured bound."""
+    """400 when the request exceeds any configured bound (``documents``: a rerank's, bounded as messages are)."""
     _over("the number of messages", messages, "messages", limits.messages)
+    _over("the number of documents", documents, "messages", limits.messages)
     _over("the prompt length in characters", sum(len(t) for t in texts if t), "prompt_chars", limits.prompt_chars)
     _over("the number of tools", len(tools or []), "tools", limits.tools)
     if constraint is not None:

@@ -179,6 +179,10 @@ class RunnerProcess:
         """``/embedding`` of ``texts``: ``embeddings`` and ``prompt_eval_count``."""
         return await self._post_json("/embedding", {"content": texts, "truncate": truncate})
 
+    async def rerank(self, query: str, documents: list[str]) -> dict[str, Any]:
+        """``/rerank``: per document (in order) its ``score``, ``tokens`` and ``truncated``; ``prompt_eval_count``."""
+        return await self._post_json("/rerank", {"query": query, "documents": documents})
+
     async def _post_json(self, path: str, body: dict[str, Any], timeout: float | None = 600.0) -> dict[str, Any]:
         """POST to the runner and return its JSON answer."""
         try:

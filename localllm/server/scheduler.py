@@ -473,6 +473,10 @@ class Scheduler:
         summary = await asyncio.to_thread(read_model_summary, Path(request.model_path))
         n_batch = request.num_batch or 512
         kv_cache_type = self._kv_cache_type(request)
+        if request.embedding:  # one context's cells on either engine, reused by every pass (runner/embed.py)
+            need = footprint(summary, n_ctx, 1, n_batch, kv_cache_type)
+            choice, gpu, workers = await self._choose_engine(request, need)
+            return LoadPlan(choice, gpu, need, workers)
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
         if choice.engine == NATIVE:  # one pool, however many sequences share it

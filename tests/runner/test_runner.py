@@ -341,6 +341,8 @@ def test_embeddings(smollm2_path: Path) -> None:
         r400 = c.post("/embedding", json={"content": [long_text], "truncate": False})
         assert r400.status_code == 400 and "context length" in r400.json()["error"]
         assert c.post("/completion", json={"prompt": "hi"}).status_code == 400
+        refused = c.post("/rerank", json={"query": "cats", "documents": ["the cat sat"]})
+        assert refused.status_code == 400 and "cannot rerank" in refused.json()["error"]
 
 
 def test_bad_model_file_exits_with_a_message(tmp_path: Path) -> None:

@@ -16,14 +16,18 @@ F32, F16 = 0, 1  # general.file_type values
 def tiny_model(
     path: Path, arch: str = "llama", q_rows: int | None = None, file_type: int = F32,
     extra: Callable[[GGUFWriter], None] | None = None, head_dim: int = 16,
-    n_embd: int = 64, n_ff: int = 128, n_vocab: int = 32, n_layer: int = 1,
+    n_embd: int = 64, n_ff: int = 128, n_vocab: int = 32, n_layer: int = 1, vocab_from: Path | None = None,
+    seed: int = 0,
 ) -> Path:  # fmt: skip
     """A GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused
     attn_qkv and gate+up in ffn_up) with random weights and a SentencePiece vocabulary,
     so llama.cpp loads it too.  Four query heads and two KV heads of ``head_dim`` (other than
     n_embd / 4: wider than embedding/heads, as Mistral Nemo's, stated by attention.key_length); ``q_rows``
     other than 4 * head_dim breaks attn_q's shape; ``extra`` adds keys or tensors to the writer.
-    Big ones (the benchmark's ~1B model) are written through a temporary file, tensor by tensor."""
+    Big ones (the benchmark's ~1B model) are written through a temporary file, tensor by tensor.
+    ``vocab_from``: a GGUF whose tokenizer (tokens, merges, special ids) replaces the made-up one,
+    and whose vocabulary size replaces ``n_vocab``. gemma3 and gemma-embedding get their
+    extra norms (q/k, post-attention, post-FFN)."""
     w = GGUFWriter(str(path), arch, use_temp_file=n_layer > 1)
     e, ff, vocab = n_embd, n_ff, n_vocab
     q_dim, kv_dim = 4 * head_dim, 2 * head_dim
@@ -40,13 +44,16 @@ def tiny_model(
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
     w.add_file_type(file_type)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(["<unk>", "<s>", "</s>"] + [f"\u2581w{i}" for i in range(vocab - 3)])
-    w.add_token_scores([0.0] * 3 + [-float(i) for i in range(vocab - 3)])
-    w.add_token_types([2, 3, 3] + [1] * (vocab - 3))  # unknown, control, control, normal...
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    rng = np.random.default_rng(0)
+    if vocab_from is None:
+        w.add_tokenizer_model("llama")
+        w.add_token_list(["<unk>", "<s>", "</s>"] + [f"\u2581w{i}" for i in range(vocab - 3)])
+        w.add_token_scores([0.0] * 3 + [-float(i) for i in range(vocab - 3)])
+        w.add_token_types([2, 3, 3] + [1] * (vocab - 3))  # unknown, control, control, normal...
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+    else:
+        vocab = _copy_tokenizer(vocab_from, w)
+    rng = np.random.default_rng(seed)
 
     def t(name: str, *shape: int) -> None:
         data = rng.standard_normal(shape[::-1]).astype(np.float32)
@@ -78,10 +85,14 @@ def _layer(t: Callable[..., None], blk: str, arch: str, e: int, ff: int, q_rows:
         t(f"{blk}attn_q.bias", q_dim)
         t(f"{blk}attn_k.bias", kv_dim)
         t(f"{blk}attn_v.bias", kv_dim)
-    if arch == "qwen3":
+    gemma = arch in ("gemma3", "gemma-embedding")
+    if arch == "qwen3" or gemma:
         t(f"{blk}attn_q_norm.weight", head_dim)
         t(f"{blk}attn_k_norm.weight", head_dim)
     t(f"{blk}attn_output.weight", q_dim, e)
+    if gemma:
+        t(f"{blk}post_attention_norm.weight", e)
+        t(f"{blk}post_ffw_norm.weight", e)
     t(f"{blk}ffn_norm.weight", e)
     if arch == "phi3":
         t(f"{blk}ffn_up.weight", e, 2 * ff)
@@ -89,6 +100,46 @@ def _layer(t: Callable[..., None], blk: str, arch: str, e: int, ff: int, q_rows:
         t(f"{blk}ffn_gate.weight", e, ff)
         t(f"{blk}ffn_up.weight", e, ff)
     t(f"{blk}ffn_down.weight", ff, e)
+
+
+def embedding_model(path: Path, arch: str, vocab_from: Path, pooling: int | None = None, dense: bool = False,
+                    sliding_window: int = 4) -> Path:
+    """A two-layer decoder embedding model with ``vocab_from``'s vocabulary (SmolLM2's BPE for the tests) and
+    ``pooling`` (a llama_pooling_type) as ``<arch>.pooling_type``: llama as SmolLM2, qwen3 as Qwen3-Embedding
+    (last-token pooling), gemma-embedding as embeddinggemma (non-causal attention, a symmetric
+    ``sliding_window`` on its first layer, and with ``dense`` sentence-transformers' two dense
+    projections after pooling: dense_2 n_embd -> 2 n_embd, dense_3 back)."""
+    from gguf import PoolingType
+
+    n_embd = 64
+
+    def extra(w: GGUFWriter) -> None:
+        if pooling is not None:
+            w.add_pooling_type(PoolingType(pooling))
+        if arch == "gemma-embedding":  # layer 0 sliding, layer 1 global (llama.cpp needs one of each)
+            w.add_sliding_window(sliding_window)
+            w.add_sliding_window_pattern(2)
+        if dense:
+            rng = np.random.default_rng(7)
+            w.add_dense_features_dims("dense_2", n_embd, 2 * n_embd)
+            w.add_dense_features_dims("dense_3", 2 * n_embd, n_embd)
+            w.add_tensor("dense_2.weight", rng.standard_normal((2 * n_embd, n_embd)).astype(np.float32) / 8)
+            w.add_tensor("dense_3.weight", rng.standard_normal((n_embd, 2 * n_embd)).astype(np.float32) / 11)
+
+    return tiny_model(path, arch, extra=extra, n_embd=n_embd, n_layer=2, vocab_from=vocab_from, seed=3)
+
+
+def _copy_tokenizer(source: Path, w: GGUFWriter) -> int:
+    """Every ``tokenizer.*`` key of ``source`` onto ``w``; the number of tokens."""
+    from gguf import GGUFReader, GGUFValueType
+
+    reader = GGUFReader(source)
+    for field in reader.fields.values():
+        if field.name.startswith("tokenizer.") and field.name != "tokenizer.chat_template":
+            kind = field.types[0]
+            sub_type = field.types[-1] if kind == GGUFValueType.ARRAY else None
+            w.add_key_value(field.name, field.contents(), kind, sub_type=sub_type)
+    return len(reader.fields["tokenizer.ggml.tokens"].data)
 
 
 def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: float = 0.05) -> Path:

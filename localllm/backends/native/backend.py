@@ -113,6 +113,23 @@ class Context:
         self._rows = {row: i for i, row in enumerate(want)} if rc == 0 else {}
         return rc
 
+    def decode_hidden(self, batch: Batch) -> np.ndarray:
+        """Evaluate the batch without the output head, for embeddings: the final-normed hidden states of
+        the rows that ask for output, ``[rows][n_embd]`` in row order (a new array)."""
+        raw = batch.raw
+        n_out = sum(1 for i in range(batch.n_tokens) if raw.logits[i])
+        hidden = np.empty((n_out, self.model.n_embd), dtype=np.float32)
+        n_seq, table_len = self.tables.shape
+        rc = self._lib.llk_decode_hidden(
+            self._ctx, batch.n_tokens, raw.token, raw.pos, raw.seq_id, raw.logits,
+            hidden.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+            self.tables.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), n_seq, table_len,
+        )  # fmt: skip
+        self._rows = {}  # the logits of an earlier decode are gone
+        if rc != 0:
+            raise BackendError(f"native decode failed: {self.last_error}")
+        return hidden
+
     @property
     def last_error(self) -> str:
         return self._lib.llk_ctx_error(self._ctx).decode()

@@ -136,6 +136,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_decode": (
             c_int, [vp, c_int, i32p, i32p, ctypes.POINTER(i32p), ctypes.POINTER(ctypes.c_int8), fp, i32p, c_int, c_int]
         ),
+        "llk_decode_hidden": (
+            c_int, [vp, c_int, i32p, i32p, ctypes.POINTER(i32p), ctypes.POINTER(ctypes.c_int8), fp, i32p, c_int, c_int]
+        ),
         "llk_kv_block_bytes": (ctypes.c_size_t, [vp]),
         "llk_kv_block_copy": (c_int, [vp, c_int, c_int]),
         "llk_kv_block_read": (c_int, [vp, c_int, vp]),

@@ -88,6 +88,7 @@ _READ_KEYS = frozenset({
     "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
     "rope.scaling.original_context_length", "rope.scaling.finetuned",
+    "pooling_type",  # how an embedding runner pools the hidden states (runner/embed.py); the forward is the same
 })  # fmt: skip
 _ARCH_READ_KEYS = {
     "gemma3": frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
