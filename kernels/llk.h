@@ -99,6 +99,9 @@ void llk_unmap_file(const void *base, int64_t size);
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
                      int n_threads, int kv_type);
 void llk_ctx_free(llk_ctx *ctx);
+/* Fault in len bytes of the KV pool from offset (the memory the planner counted, so that it is held before
+ * blocks are first used), leaving what pages hold alone.  0, or the errno (ENOSYS without the call). */
+int llk_kv_populate(llk_ctx *ctx, size_t offset, size_t len);
 const char *llk_ctx_error(const llk_ctx *ctx);
 
 /* One forward step over n tokens (any mix of sequences).  seq_ids is llama_batch's int32** (first id

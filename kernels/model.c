@@ -82,10 +82,9 @@ void llk_unmap_file(const void *base, int64_t size) {
 /* ---- context ------------------------------------------------------------ */
 
 static void *zalloc(size_t n) {
-    /* populated at once: the pool is the memory the planner counted, held from the start (a runner that
-     * cannot have it fails at load, not mid-request), and its resident size does not creep as blocks
-     * are first used */
-    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    /* zeroed pages, faulted in as blocks are first written and by llk_kv_populate while the engine is idle,
+     * not all at load by MAP_POPULATE */
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -94,6 +93,18 @@ static void zfree(void *p, size_t n) {
 }
 
 static size_t kv_bytes(const llk_ctx *c) { return (size_t)c->n_blocks * c->kv.block_bytes; }
+
+int llk_kv_populate(llk_ctx *c, size_t offset, size_t len) {
+    size_t n = kv_bytes(c);
+    if (offset >= n) return 0;
+    if (len > n - offset) len = n - offset;
+#ifdef MADV_POPULATE_WRITE
+    /* Faults in pages that are not there yet and leaves present ones (and what they hold) alone. */
+    return madvise((uint8_t *)c->kv.base + offset, len, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+#else
+    return ENOSYS;
+#endif
+}
 
 void llk_ctx_free(llk_ctx *c) {
     if (!c) return;

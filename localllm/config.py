@@ -125,19 +125,52 @@ def _bool_env(name: str) -> bool:
 _SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def _size_env(name: str) -> int:
-    """A byte count such as ``1500M`` or ``8G`` (binary units; a bare number is bytes); 0 when unset."""
-    raw = os.environ.get(name, "").strip().upper().removesuffix("IB").removesuffix("B")
+def parse_size(text: str) -> int:
+    """A byte count such as ``1500M`` or ``8G`` (binary units; a bare number is bytes); 0 when empty."""
+    raw = text.strip().upper().removesuffix("IB").removesuffix("B")
     number, scale = (raw[:-1], _SIZE_UNITS[raw[-1]]) if raw[-1:] in _SIZE_UNITS else (raw, 1)
     try:
         value = float(number) if raw else 0.0
         if not math.isfinite(value):
             raise ValueError(value)
     except ValueError:
-        raise SettingsError(f"{name} must be a size such as 8G or 1500M, got {os.environ[name]!r}") from None
+        raise SettingsError(f"must be a size such as 8G or 1500M, got {text!r}") from None
     if value < 0:
-        raise SettingsError(f"{name} must not be negative, got {os.environ[name]!r}")
+        raise SettingsError(f"must not be negative, got {text!r}")
     return int(value * scale)
+
+
+def _size_env(name: str) -> int:
+    """The size setting ``name`` (see :func:`parse_size`); 0 when unset."""
+    try:
+        return parse_size(os.environ.get(name, ""))
+    except SettingsError as exc:
+        raise SettingsError(f"{name} {exc}") from None
+
+
+#: LOCALLLM_GPU_MEMORY's key for a size that caps every device.
+ALL_DEVICES = "*"
+
+
+def parse_gpu_memory(value: str | None) -> dict[str, int]:
+    """``LOCALLLM_GPU_MEMORY``: a size for every GPU (``6G``), or ``NAME=SIZE`` pairs by ggml device name
+    (``CUDA0=6G,Vulkan1=2G``); a device named here is used even when it is a software one."""
+    caps: dict[str, int] = {}
+    for item in (value or "").split(","):
+        if not item.strip():
+            continue
+        name, sep, size = item.rpartition("=")
+        name = name.strip() if sep else ALL_DEVICES
+        if not name or not re.fullmatch(r"[A-Za-z0-9_.:*-]+", name) or name in caps:
+            raise SettingsError(f"LOCALLLM_GPU_MEMORY must be a size (6G) or NAME=SIZE pairs separated by commas "
+                                f"(CUDA0=6G,Vulkan1=2G), each device once; got {item.strip()!r}")
+        try:
+            caps[name] = parse_size(size)
+        except SettingsError as exc:
+            raise SettingsError(f"LOCALLLM_GPU_MEMORY: {name if sep else 'the size'} {exc}") from None
+        if not size.strip():
+            raise SettingsError(f"LOCALLLM_GPU_MEMORY: {item.strip()!r} has no size")
+    return caps
 
 
 def _size_or_default(name: str, default: int) -> int:
@@ -183,6 +216,7 @@ class Settings:
     max_loaded_models: int = 0  # 0: chosen from memory
     max_queue: int = 512
     memory_limit: int = 0  # bytes all loaded models may take together; 0: only free RAM limits them
+    gpu_memory: dict[str, int] = field(default_factory=dict)  # device name (or ALL_DEVICES) -> most bytes it takes
     load_timeout: float = 300.0  # seconds a load waits for busy models to free memory or a slot
     kv_cache_type: str = "f16"  # f16 or q8_0 (both engines), q4_0 (llama.cpp, with flash attention)
     flash_attention: bool = False
@@ -293,6 +327,7 @@ def load_settings() -> Settings:
         max_loaded_models=_int_env("LOCALLLM_MAX_LOADED_MODELS", 0),
         max_queue=_int_env("LOCALLLM_MAX_QUEUE", 512),
         memory_limit=_size_env("LOCALLLM_MEMORY_LIMIT"),
+        gpu_memory=parse_gpu_memory(os.environ.get("LOCALLLM_GPU_MEMORY")),
         kv_cache_type=kv_cache_type,
         flash_attention=flash_attention,
         load_timeout=parse_duration(os.environ.get("LOCALLLM_LOAD_TIMEOUT"), defaults.load_timeout) or 0.0,

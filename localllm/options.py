@@ -36,6 +36,7 @@ OPTION_TYPES: dict[str, type] = {
     "main_gpu": int,
     "use_mmap": bool,
     "num_thread": int,
+    "kv_cache_type": str,  # localllm (LOCALLLM_KV_CACHE_TYPE for this model): f16, q8_0, q4_0
     "num_keep": int,
     "seed": int,
     "num_predict": int,
@@ -97,6 +98,9 @@ def checked(options: dict[str, Any] | None) -> dict[str, Any]:
     if result.get("engine") not in (None, *ENGINES):
         raise OptionError(f"option 'engine' must be one of {', '.join(ENGINES)}, got {result['engine']!r}")
     _check_speculative(result)
+    if result.get("num_gpu", -1) < -1:
+        raise OptionError(f"option 'num_gpu' must be -1 (as many layers as fit) or a count of layers from 0 up, "
+                          f"got {result['num_gpu']}")
     return result
 
 
@@ -116,6 +120,7 @@ class LoadOptions:
     num_gpu: int | None = None
     num_worker_layers: int | None = None
     num_thread: int | None = None
+    kv_cache_type: str | None = None
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> LoadOptions:

@@ -89,3 +89,8 @@ def register(registry: int) -> list[int]:
     lib = _libggml()
     lib.ggml_backend_register(registry)
     return [lib.ggml_backend_reg_dev_get(registry, index) for index in range(lib.ggml_backend_reg_dev_count(registry))]
+
+
+def free_bytes(names: list[str] | tuple[str, ...]) -> dict[str, int]:
+    """Free memory of the named local devices now (those ggml has), to measure what a load takes of them."""
+    return {d.name: d.free_bytes for d in backend_devices() if d.name in names}

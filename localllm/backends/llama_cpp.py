@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -31,6 +32,9 @@ _backend_ready = False
 _log_verbose = False
 _log_capture: list[str] | None = None
 _log_last_level = 0
+_buffer_sizes: dict[str, int] | None = None  # device -> bytes llama.cpp says it allocated there, while collected
+# llama.cpp's log of each buffer it allocates: "load_tensors:      Vulkan0 model buffer size =    41.49 MiB"
+_BUFFER_LINE = re.compile(r"(\S+) (?:model|KV|RS|compute) buffer size =\s*([0-9.]+) MiB")
 
 
 _PIECE_BYTES = 64  # most token texts fit; a longer one is rendered again into a buffer of its size
@@ -45,6 +49,9 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     message = text.decode("utf-8", "replace") if text else ""
     if _log_capture is not None and _log_last_level >= _GGML_LOG_LEVEL_WARN:
         _log_capture.append(message)
+    if _buffer_sizes is not None:
+        for device, mib in _BUFFER_LINE.findall(message):
+            _buffer_sizes[device] = _buffer_sizes.get(device, 0) + int(float(mib) * (1 << 20))
     if _log_verbose:
         os.write(2, message.encode())
 
@@ -87,6 +94,19 @@ def captured_errors() -> Iterator[list[str]]:
             os.close(saved)
             spill.seek(0)
             lines.extend(spill.read().decode("utf-8", "replace").splitlines())
+
+
+@contextmanager
+def allocated_buffers() -> Iterator[dict[str, int]]:
+    """The bytes llama.cpp allocates on each device (weights, KV cache, compute buffers) inside the block, as its
+    log states them: a measurement for devices whose driver reports no change in free memory (no memory budget)."""
+    global _buffer_sizes
+    sizes: dict[str, int] = {}
+    _buffer_sizes = sizes
+    try:
+        yield sizes
+    finally:
+        _buffer_sizes = None
 
 
 def _detail(lines: list[str], fallback: str) -> str:
@@ -138,6 +158,12 @@ class Offload:
         self.devices = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)  # NULL-terminated
         self.split = (ctypes.c_float * max(ll.LLAMA_MAX_DEVICES, len(layers)))(*layers)
         self.workers = tuple(workers)  # host:port of the remote ones
+
+    @classmethod
+    def cpu_only(cls) -> Offload:
+        """No offload device: llama.cpp then sends no work to a GPU, not even a prompt's large batches (its op
+        offload, which by default copies CPU-held weights to any GPU it has, a software one included)."""
+        return cls([], [])
 
     @classmethod
     def open(cls, names: Sequence[str], layers: Sequence[int]) -> Offload | None:

@@ -231,7 +231,8 @@ def ps() -> None:
     """List the loaded models."""
     with connect() as client:
         models = client.ps()
-    split = any(entry.get("host") != "local" for m in models for entry in m.get("split") or ())
+    split = any((entry.get("host"), entry.get("device")) != ("local", "CPU") for m in models
+                for entry in m.get("split") or ())
     rows = []
     for m in models:
         until = human_time(m.get("expires_at"), zero="Forever")
@@ -245,7 +246,7 @@ def ps() -> None:
 
 
 def _layers_per_machine(model: dict[str, Any]) -> str:
-    """``ps``'s LAYERS column for a model split over workers: "10 local, 10 host:port (25 MB), ..."."""
+    """``ps``'s LAYERS column for a model split over GPUs or workers: "10 CPU (25 MB), 20 Vulkan0 (50 MB), ..."."""
     parts = []
     for entry in model.get("split") or ():
         where = entry.get("device") if entry.get("host") == "local" else entry.get("host")

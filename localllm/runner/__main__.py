@@ -18,6 +18,8 @@ import os
 import signal
 import stat
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,10 @@ import uvicorn
 from localllm.config import ENGINES, KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES
 from localllm.backends.capabilities import POOL_CONTEXTS
 from localllm.backends.contract import BackendError
-from localllm.backends.llama_cpp import Context, DecodeWatchdog, Model, Offload, init_backend, physical_cores
+from localllm.backends.ggml_devices import free_bytes
+from localllm.backends.llama_cpp import (
+    Context, DecodeWatchdog, Model, Offload, allocated_buffers, init_backend, physical_cores,
+)
 from localllm.backends.pooling import model_pooling
 from localllm.runner.embed import SEQUENCES as EMBED_SEQUENCES, Embedder, LlamaCppEncoder, NativeEncoder
 from localllm.backends.projector import Projector
@@ -74,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="an offload device, in order: a worker's HOST:PORT#INDEX or a local ggml device (CUDA0, CPU); repeatable",
     )
     p.add_argument("--tensor-split", type=_split, default=(), metavar="N,N,...", help="layers on each --device")
+    p.add_argument("--no-gpu", action="store_true",
+                   help="llama.cpp engine: use no GPU at all, not even for a prompt's batches (op offload)")
     p.add_argument("--adapter", type=Path, action="append", default=[], help="LoRA adapter GGUF (repeatable)")
     p.add_argument("--projector", type=Path, default=None, help="vision projector GGUF (llama.cpp's --mmproj)")
     p.add_argument(
@@ -186,6 +193,21 @@ def _llama_cpp_kv_type(args: argparse.Namespace) -> str:
                        "LOCALLLM_FLASH_ATTENTION=1 (llama.cpp quantizes the V cache only with flash attention)")
 
 
+@contextmanager
+def measured_load(devices: list[str]) -> Iterator[dict[str, int]]:
+    """What the load inside the block takes of each named local device: ggml's free memory before and after, or,
+    where the driver reports no change (no memory budget, as Mesa's software device), llama.cpp's own account of
+    the buffers it allocated there. Filled in when the block ends."""
+    before = free_bytes(devices)
+    measured: dict[str, int] = {}
+    with allocated_buffers() as allocated:
+        yield measured
+    after = free_bytes(devices)
+    for name, free in before.items():
+        took = free - after.get(name, free)
+        measured[name] = took if took > 0 else allocated.get(name, 0)
+
+
 def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
     """Load the model and create the context the arguments describe."""
     init_backend(verbose=args.verbose)
@@ -196,17 +218,17 @@ def build_runtime(args: argparse.Namespace) -> tuple[Runtime, Any]:
         if args.projector is not None:
             raise BackendError("the native engine takes no images; a model with a projector runs on llama.cpp")
         return _native_runtime(args, args.ctx, threads)
-    if len(args.device) != len(args.tensor_split):
-        raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
-    model, context_options = _llama_cpp_model(args)
-    n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
-    parallel = args.parallel
-    try:
-        ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **context_options)
-    except BaseException:
-        model.close()
-        raise
-    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=args.stream_interval)
+    with measured_load(args.device) as device_bytes:
+        model, context_options = _llama_cpp_model(args)
+        n_ctx = _fit_ctx(args.ctx, model.n_ctx_train)
+        parallel = args.parallel
+        try:
+            ctx = Context(model, n_ctx * parallel, parallel, args.batch, threads, **context_options)
+        except BaseException:
+            model.close()
+            raise
+    rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=parallel, stream_interval=args.stream_interval,
+                 device_bytes=device_bytes)
     if args.projector is not None:
         try:
             rt.projector = Projector(model, args.projector, threads, use_gpu=args.gpu_layers != 0)
@@ -228,7 +250,8 @@ def _llama_cpp_model(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
     if len(args.device) != len(args.tensor_split):
         raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
     kv_cache_type = _llama_cpp_kv_type(args)
-    model = Model(args.model, args.adapter, args.gpu_layers, Offload.open(args.device, args.tensor_split))
+    offload = Offload.cpu_only() if args.no_gpu else Offload.open(args.device, args.tensor_split)
+    model = Model(args.model, args.adapter, args.gpu_layers, offload)
     context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": args.flash_attention}
     if model.offload is not None and model.offload.workers:
         context_options["watchdog"] = DecodeWatchdog(args.worker_timeout, ", ".join(model.offload.workers))

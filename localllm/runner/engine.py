@@ -52,6 +52,7 @@ Logprob = tuple[float, list[tuple[int, float]]]  # a token's log-probability and
 
 WAIT_FOR_PREFIX = 64  # a request waits for a running prefill that will share this many more tokens
 MAX_BYPASS = 4  # later arrivals that may start before a waiting request; then it goes first
+CHORES_AFTER_IDLE_S = 1.0  # idle this long (no request since), the engine does its chores (the KV pool's pages)
 
 
 @dataclass(eq=False)
@@ -274,6 +275,11 @@ class Engine:
         """Let go of ``slot``'s KV; with ``keep`` it stays as a cache entry where it can."""
         raise NotImplementedError
 
+    def _chore(self) -> bool:
+        """One short piece of work for a moment with nothing to run (a request waits at most that long);
+        whether more remains."""
+        return False
+
     def _check_kv(self) -> None:
         """Assert that the KV books agree with themselves and with the slots."""
         raise NotImplementedError
@@ -295,10 +301,17 @@ class Engine:
         return self._shift(slot)
 
     def _run(self) -> None:
+        chores, busy_at = True, time.monotonic()  # idle-time work left (_chore); when there last was work
         while True:
-            self._receive(block=not self._active and not self._waiting)
+            idle = not self._active and not self._waiting
+            wait = max(0.0, busy_at + CHORES_AFTER_IDLE_S - time.monotonic()) if idle and chores else None
+            self._receive(block=idle, timeout=wait)
             if self._stopping:
                 break
+            if idle and not self._waiting and chores:  # nothing came for CHORES_AFTER_IDLE_S
+                chores = self._chore()
+                continue
+            busy_at = time.monotonic()
             try:
                 self._admit()
                 self._reap_cancelled()
@@ -329,9 +342,9 @@ class Engine:
             "kv_disk": self.kv_disk(),
         }
 
-    def _receive(self, block: bool) -> None:
+    def _receive(self, block: bool, timeout: float | None = None) -> None:
         try:
-            item = self._incoming.get(block=block)
+            item = self._incoming.get(block=block, timeout=timeout)
             while True:
                 if item is not None:
                     self._waiting.append(item)

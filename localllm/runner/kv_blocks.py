@@ -36,8 +36,9 @@ its next blocks up there by their chained token hash (:attr:`Node.key`).
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -131,20 +132,35 @@ class BlockPool:
         bs = self.block_size
         found = Placement(blocks=[], nodes=[], tokens=0)
         node = self.root
-        while found.tokens + bs <= len(tokens):
-            run = tuple(tokens[found.tokens : found.tokens + bs])
-            child = node.children.get(run)
-            if child is None:
-                child = self._from_disk(node, run, found)
-            if child is None or not self._make_resident(child, found):
-                break
-            self._take(child.block)
-            found.blocks.append(child.block)
-            found.nodes.append(child)
-            found.tokens += bs
-            node = child
+        from_disk: Iterator[bytes | None] | None = None  # the rest of the prompt's full runs, read ahead
+        try:
+            while found.tokens + bs <= len(tokens):
+                run = tuple(tokens[found.tokens : found.tokens + bs])
+                child = node.children.get(run)
+                if child is None and self.disk is not None:
+                    # past what RAM holds, every later run is a new node under the last: one read-ahead serves them
+                    from_disk = from_disk or self.disk.read_ahead(self._chain(node.key, tokens, found.tokens))
+                    child = self._from_disk(node, run, next(from_disk, None), found)
+                if child is None or not self._make_resident(child, found):
+                    break
+                self._take(child.block)
+                found.blocks.append(child.block)
+                found.nodes.append(child)
+                found.tokens += bs
+                node = child
+        finally:
+            if from_disk is not None:
+                from_disk.close()
         self._copy_partial(node, tokens, found)
         return found
+
+    def _chain(self, key: bytes, tokens: Sequence[int], start: int) -> list[bytes]:
+        """The keys of the full runs of ``tokens`` from ``start`` on, after the block whose key is ``key``."""
+        keys, bs = [], self.block_size
+        for i in range(start, len(tokens) - bs + 1, bs):
+            key = chain_key(key, tokens[i : i + bs])
+            keys.append(key)
+        return keys
 
     def allocate(self) -> int | None:
         """A block for a sequence to write (ref 1, private), evicting the oldest cached one if needed."""
@@ -196,14 +212,16 @@ class BlockPool:
             else:
                 self._free.append(block)
 
-    def persist(self) -> int:
-        """Write every full indexed block (resident or in host RAM) to the disk tier, parents first: the runner is
-        stopping. The number of blocks the disk tier holds now."""
+    def persist(self, deadline: float = float("inf")) -> int:
+        """Write every full indexed block (resident or in host RAM) to the disk tier, parents first, until
+        ``deadline`` (``time.monotonic()``): the runner is stopping. The number of blocks the disk tier holds now."""
         if self.disk is None:
             return 0
         kept, level = 0, list(self.root.children.values())
         while level and self.disk.writing:
             for node in level:
+                if time.monotonic() > deadline:
+                    return kept
                 if len(node.run) < self.block_size:
                     continue
                 data = node.spilled if node.block is None else self.store.read_block(node.block)
@@ -272,15 +290,12 @@ class BlockPool:
         self.stats.disk_restores += restored
         return restored
 
-    def _from_disk(self, parent: Node, run: tuple[int, ...], found: Placement) -> Node | None:
-        """A new node for ``run`` under ``parent`` holding its block read from the disk tier, if it is there."""
-        if self.disk is None:
-            return None
-        key = chain_key(parent.key, run)
-        data = self.disk.read(key)
+    def _from_disk(self, parent: Node, run: tuple[int, ...], data: bytes | None, found: Placement) -> Node | None:
+        """A new node for ``run`` under ``parent`` holding ``data``, its block as the disk tier read it (None: it
+        was not there)."""
         if data is None:
             return None
-        node = Node(run=run, parent=parent, key=key)
+        node = Node(run=run, parent=parent, key=chain_key(parent.key, run))
         if not self._restore(node, data, found):
             return None
         parent.children[run] = node

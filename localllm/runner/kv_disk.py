@@ -26,7 +26,9 @@ Files are mode 0600: KV reveals the prompt.
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -34,7 +36,8 @@ import secrets
 import shutil
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 log = logging.getLogger("localllm.runner")
@@ -43,6 +46,8 @@ MAGIC = b"LLKVBLK1"
 SUFFIX = ".kv"
 _U32 = struct.Struct("<I")
 ROOT_KEY = b"\0" * 16  # the key "before" the first block
+READ_THREADS = 2  # reading and checking a block lets go of the GIL: two read while the engine copies them in
+READ_AHEAD = 8  # blocks read ahead of the one being restored
 
 
 def chain_key(parent: bytes, run: Sequence[int]) -> bytes:
@@ -96,7 +101,7 @@ class DiskTier:
             self._remove_orphans()
         except OSError as exc:
             self._stop_writing(exc)
-        self._used = self._scan_usage()
+        self._used: int | None = None  # bytes of every model's block files; scanned at the first write, not at load
 
     def _prefix(self, key: bytes) -> bytes:
         header = (self._header[:-1] + f', "key": "{key.hex()}"}}').encode()
@@ -109,12 +114,33 @@ class DiskTier:
 
     def read(self, key: bytes) -> bytes | None:
         """The block named ``key``, checked; None when there is none or it is unusable (then it is deleted)."""
+        return self._counted(*self._load(key))
+
+    def read_ahead(self, keys: Sequence[bytes]) -> Iterator[bytes | None]:
+        """The blocks named ``keys`` in order, as :meth:`read` gives them, read (and checked) up to READ_AHEAD
+        blocks ahead on READ_THREADS threads: a restarted runner's long prompt is hundreds of files. Closing
+        it (as a caller does at the first None) stops the reading."""
+        queued = iter(keys)
+        with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="kv-disk-read") as pool:
+            pending = collections.deque(pool.submit(self._load, key) for key in itertools.islice(queued, READ_AHEAD))
+            try:
+                while pending:
+                    loaded = pending.popleft().result()
+                    pending.extend(pool.submit(self._load, key) for key in itertools.islice(queued, 1))
+                    yield self._counted(*loaded)
+            finally:
+                for future in pending:
+                    future.cancel()
+
+    def _load(self, key: bytes) -> tuple[bytes | None, bool]:
+        """The checked block named ``key`` (None if absent or unusable) and whether an unusable file was deleted;
+        it touches only that file (reading threads call it)."""
         path = self._path(key)
         try:
             with open(path, "rb", buffering=0) as f:
                 data = f.read()
         except OSError:
-            return None
+            return None, False
         prefix = self._prefix(key)
         n = len(prefix) + self.block_bytes
         ok = (len(data) == n + _U32.size and data.startswith(prefix)
@@ -122,15 +148,18 @@ class DiskTier:
         if not ok:
             log.warning("KV disk tier: dropping unusable block file %s (truncated, corrupt, or another model's "
                         "or KV type's)", path.name)
-            self.dropped += 1
             self._unlink(path)
-            return None
+            return None, True
         try:
             os.utime(path)  # recently used: last out
         except OSError:
             pass
-        self.reads += 1
-        return data[len(prefix):n]
+        return data[len(prefix):n], False
+
+    def _counted(self, data: bytes | None, dropped: bool) -> bytes | None:
+        self.reads += data is not None
+        self.dropped += dropped
+        return data
 
     # -- writing -------------------------------------------------------------
 
@@ -145,6 +174,8 @@ class DiskTier:
         path = self._path(key)
         if path.exists():
             return True
+        if self._used is None:
+            self._used = self._scan_usage()
         if self._used + size > self.budget:
             self._make_room(size)
         temp = self.dir / f".{key.hex()}.{os.getpid()}.{secrets.token_hex(4)}.tmp"

@@ -36,6 +36,8 @@ from localllm.runner.kv_blocks import BlockPool, Node
 
 log = logging.getLogger("localllm.runner")
 
+PERSIST_BUDGET_S = 10.0  # a stopping runner's time for writing its cached blocks to the disk tier (parents first)
+
 
 @dataclass(eq=False)
 class PagedSlot(Slot):
@@ -67,6 +69,9 @@ class PagedEngine(Engine):
     def kv_blocks(self) -> dict[str, int]:
         return {**self.pool.counts(), "block_size": self.pool.block_size}
 
+    def _chore(self) -> bool:
+        return self.ctx.populate_next()  # the pool's pages, a slice at a time
+
     def kv_disk(self) -> dict[str, Any]:
         disk = self.pool.disk
         if disk is None:
@@ -74,12 +79,13 @@ class PagedEngine(Engine):
         return {"reads": disk.reads, "writes": disk.writes, "dropped": disk.dropped, "writing": disk.writing}
 
     def persist(self) -> None:
-        """Write the cached blocks to the disk tier, so a later runner of this model starts from them."""
+        """Write the cached blocks to the disk tier, so a later runner of this model starts from them; at most
+        PERSIST_BUDGET_S, so that an unload (and the memory it gives back) never waits long on a slow disk."""
         if self.pool.disk is not None:
-            started, before = time.perf_counter(), self.pool.disk.writes
-            kept = self.pool.persist()
+            started, before = time.monotonic(), self.pool.disk.writes
+            kept = self.pool.persist(deadline=started + PERSIST_BUDGET_S)
             log.info("KV disk tier: %d cached blocks on disk (%d written now) in %.2f s", kept,
-                     self.pool.disk.writes - before, time.perf_counter() - started)
+                     self.pool.disk.writes - before, time.monotonic() - started)
 
     # -- admission ---------------------------------------------------------------
 

@@ -6,7 +6,7 @@ bad input):
 ``GET /health``
     ``{"status": "ok", "n_ctx", "n_ctx_train", "n_parallel", "n_vocab",
     "bos", "eos", "model_size", "kv_used_cells", "queue_depth", "embedding",
-    "cache_tokens", "cache_hit_rate", "cache_ram_bytes", "kv_blocks", "kv_disk"}``. ``n_ctx`` is the
+    "cache_tokens", "cache_hit_rate", "cache_ram_bytes", "kv_blocks", "kv_disk", "device_bytes"}``. ``n_ctx`` is the
     context of ONE sequence. ``kv_used_cells`` counts every token held in KV,
     ``cache_tokens`` those of idle sequences kept for reuse (so with nothing
     running the two are equal); ``cache_hit_rate`` is the share of all prompt
@@ -60,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -101,6 +101,7 @@ class Runtime:
     embedder: Embedder | None = None
     drafts: DraftModels | None = None  # draft models for speculation (native engine only)
     projector: Projector | None = None  # images in (llama.cpp engine, --projector)
+    device_bytes: dict[str, int] = field(default_factory=dict)  # local offload device -> bytes the load took on it
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -201,6 +202,7 @@ def create_app(rt: Runtime) -> Starlette:
                 **(rt.engine.kv_state if rt.engine else NO_KV),
                 "queue_depth": rt.engine.queue_depth if rt.engine else 0,
                 "embedding": rt.embedder is not None,
+                "device_bytes": rt.device_bytes,
             }
         )
 

@@ -38,6 +38,7 @@ class PreparedTurn:
     tool_use: ToolUse | None = None
     parser_setup: ParserSetup = field(default_factory=ParserSetup)
     history: ChatHistory | None = None  # a chat's messages: older ones are left out when they do not fit
+    system_render: PromptRenderer | None = None  # a plain prompt's system part alone (never cut to fit)
 
 
 @dataclass
@@ -130,9 +131,12 @@ class ChatHandler:
         return PreparedTurn(job, lambda health: render(health, history.messages), turn.think, tool_use, setup,
                             history)
 
-    def prepare_generate(self, job: CompletionJob, render: PromptRenderer, think: ThinkSetting) -> PreparedTurn:
-        """A completion of a plain prompt (``/api/generate``): thinking is split out, no tools."""
-        return PreparedTurn(job, render, think, None, ParserSetup(thinking_tags=thinking_tags(job.model, think)))
+    def prepare_generate(self, job: CompletionJob, render: PromptRenderer, think: ThinkSetting,
+                         system_render: PromptRenderer | None = None) -> PreparedTurn:
+        """A completion of a plain prompt (``/api/generate``): thinking is split out, no tools;
+        ``system_render`` renders its system part alone, which a context must hold."""
+        return PreparedTurn(job, render, think, None, ParserSetup(thinking_tags=thinking_tags(job.model, think)),
+                            system_render=system_render)
 
     # -- running -----------------------------------------------------------------------
 
@@ -148,6 +152,8 @@ class ChatHandler:
         if turn.history is None:
             prompt: str | list[int] = await lease.render(turn.render)
             text = prompt
+            if turn.system_render is not None:
+                await lease.check_system(turn.system_render, prompt)
         else:  # a chat: older messages are left out (or one is cut) to fit the context
             fitted = await lease.fit(turn.history)
             prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated

@@ -144,8 +144,24 @@ async def _check_system_fits(counter: _Counter, messages: list[dict[str, Any]], 
     if not system:
         return
     _, tokens = await counter.prompt(system)
-    if len(tokens) > n_ctx:
-        raise bad_request(f"num_ctx {n_ctx} is smaller than the prompt's system part of {len(tokens)} tokens; "
+    check_system_tokens(len(tokens), n_ctx)
+
+
+async def check_generate_system(render_system: Callable[[Health], str], prompt: str, runner: RunnerProcess,
+                                num_ctx: int | None = None) -> None:
+    """A plain prompt's system part (``/api/generate``'s ``system``) in the request's context: the runner cuts
+    a long prompt, but a context the system part alone overflows is the request's 400, naming both sizes."""
+    n_ctx = num_ctx or runner.health.n_ctx
+    if len(prompt.encode("utf-8")) < n_ctx:  # a token holds at least a byte: the system part surely fits
+        return
+    text = await asyncio.to_thread(render_system, runner.health)
+    check_system_tokens(len(await runner.tokenize(text, prompt=True)), n_ctx)
+
+
+def check_system_tokens(n_system: int, n_ctx: int) -> None:
+    """A 400 naming both sizes when the system part (always kept) overflows the context."""
+    if n_system > n_ctx:
+        raise bad_request(f"num_ctx {n_ctx} is smaller than the prompt's system part of {n_system} tokens; "
                           "raise num_ctx or shorten the system prompt")
 
 

@@ -19,7 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Settings
+from ..backends.capabilities import LLAMA_CPP
+from ..config import KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES, Settings
 from ..options import LoadOptions
 from ..registry.links import LinkedFileError
 from ..registry.models import LocalModel, load_local_model
@@ -34,7 +35,7 @@ from .limits import check_request
 from .metrics import Metrics
 from .request_options import keep_alive_seconds, merge_options, validate_options
 from .engine_choice import EngineRefused
-from .history import ChatHistory, FittedPrompt, fit_history
+from .history import ChatHistory, FittedPrompt, check_generate_system, fit_history
 from .runner_client import Health, RunnerBadRequest, RunnerError, RunnerProcess
 from .scheduler import LoadedModel, LoadRequest, NoRoom, Scheduler
 from .tools import ToolUse
@@ -181,6 +182,9 @@ class Inference:
         if layers and layers > 0 and not self.settings.workers:
             raise bad_request(f"option 'num_worker_layers' asks for {layers} layers on workers, but this daemon has "
                               "none (set LOCALLLM_WORKERS=host:port,... or start it with localllm serve --worker)")
+        kv_cache_type = load.kv_cache_type
+        if kv_cache_type is not None:
+            self._check_kv_cache_type(kv_cache_type, load.engine or self.settings.engine)
         return LoadRequest(
             embedding=embedding,
             name=model.name.display,
@@ -194,7 +198,19 @@ class Inference:
             num_gpu=load.num_gpu,
             num_worker_layers=layers,
             engine=load.engine or self.settings.engine,
+            kv_cache_type=kv_cache_type,
         )
+
+    def _check_kv_cache_type(self, kv_cache_type: str, engine: str | None) -> None:
+        """A KV type no engine here can keep for this load is the request's 400 (the native engine keeps f16 and
+        q8_0; llama.cpp quantizes its V cache only with flash attention)."""
+        if kv_cache_type not in KV_CACHE_TYPES:
+            raise bad_request(f"option 'kv_cache_type' must be one of {', '.join(KV_CACHE_TYPES)}, "
+                              f"got {kv_cache_type!r}")
+        native_keeps = kv_cache_type in NATIVE_KV_CACHE_TYPES and engine != LLAMA_CPP
+        if not native_keeps and kv_cache_type != "f16" and not self.settings.flash_attention:
+            raise bad_request(f"option 'kv_cache_type' {kv_cache_type} needs LOCALLLM_FLASH_ATTENTION=1 on the "
+                              f"llama.cpp engine (the native engine keeps {' or '.join(NATIVE_KV_CACHE_TYPES)})")
 
     async def load(self, job: CompletionJob) -> tuple[LoadedModel, int]:
         """Load the model (or refresh its keep_alive); returns it and the load time in ns."""
@@ -308,6 +324,14 @@ class Lease:
             with runner_errors():
                 return await fit_history(history, self.loaded.runner, self.job.options.get("num_predict"),
                                          self.job.truncate, self.job.options.get("num_ctx"))
+
+    async def check_system(self, render_system: PromptRenderer, prompt: str) -> None:
+        """A plain prompt's system part within the request's context
+        (:func:`~localllm.server.history.check_generate_system`); a failure gives the runner back."""
+        async with self._given_back_on_failure():
+            with runner_errors():
+                await check_generate_system(render_system, prompt, self.loaded.runner,
+                                            self.job.options.get("num_ctx"))
 
     @contextlib.asynccontextmanager
     async def _given_back_on_failure(self) -> AsyncIterator[None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..config import ALL_DEVICES
 from ..gguf import GGUFFile
 from ..workers.probe import WorkerDevice
 from ..backends.ggml_devices import BackendDevice, backend_devices
@@ -113,7 +114,14 @@ class Device:
     """A GPU as llama.cpp reports it: what the layer planner needs of it."""
 
     name: str
-    free_bytes: int
+    free_bytes: int  # what ggml reports free, lowered to its LOCALLLM_GPU_MEMORY cap
+    description: str = ""
+    on_request_only: bool = False  # a software device (llvmpipe): slower than the CPU, used only when asked for
+    cost_scale: float = 1.0  # measured / estimated bytes of its last load: the planner's correction
+
+
+#: Software Vulkan drivers: ggml lists them as GPUs, yet they compute on the CPU, slower than the CPU backend.
+SOFTWARE_DEVICES = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,8 @@ class GpuPlan:
     layers_per_device: tuple[int, ...]
     gpu_bytes: int  # weights + KV + buffers placed on GPUs
     total_bytes: int
+    note: str = ""  # what the plan could not do as asked (num_gpu clamped, no device for it)
+    device_bytes: tuple[int, ...] = ()  # the estimate for each device (uncorrected), for the measurement to check
 
     @property
     def processor(self) -> str:
@@ -141,19 +151,31 @@ def plan_gpu_layers(need: ModelFootprint, devices: list[Device], requested: int 
 
     Layers are filled into devices in order (llama.cpp's layer split); the
     output head follows the last layer only when every layer is offloaded.
-    ``requested`` (the ``num_gpu`` option) overrides the count, capped at what exists.
+    ``requested`` (the ``num_gpu`` option, -1 or None: as many as fit) overrides the count, clamped to the
+    model's layers with a note. Software devices take layers only when ``num_gpu`` asks for some and no
+    other GPU is there.
     """
-    if not devices or need.n_layers == 0:
-        return GpuPlan(0, tuple(0 for _ in devices), 0, need.total)
-    budgets = [max(0, d.free_bytes - SAFETY_MARGIN_BYTES - need.compute_buffer) for d in devices]
+    if requested is not None and requested < 0:
+        requested = None
+    hardware = [not d.on_request_only for d in devices]
+    usable = hardware if any(hardware) else [bool(requested)] * len(devices)
+    if not any(usable) or need.n_layers == 0 or requested == 0:
+        note = f"num_gpu {requested} asked, but there is no GPU device" if requested and not devices else ""
+        return GpuPlan(0, tuple(0 for _ in devices), 0, need.total, note)
+    note = ""
+    if requested is not None and requested > need.n_layers + 1:
+        note = (f"num_gpu {requested} is more than the model's {need.n_layers + 1} layers (with the output "
+                f"layer): clamped to {need.n_layers + 1}")
+    budgets = [max(0, int((d.free_bytes - SAFETY_MARGIN_BYTES - need.compute_buffer) / d.cost_scale)) if ok else 0
+               for d, ok in zip(devices, usable)]
     placed = [0] * len(devices)
     used = [0] * len(devices)
-    target = need.n_layers if requested is None or requested < 0 else min(requested, need.n_layers + 1)
-    device = 0
+    target = need.n_layers if requested is None else min(requested, need.n_layers + 1)
+    device = usable.index(True)
     layer = 0
     while layer < min(target, need.n_layers) and device < len(devices):
         cost = need.layer_weights[layer] + need.kv_per_layer
-        if used[device] + cost <= budgets[device] or requested is not None:
+        if usable[device] and (used[device] + cost <= budgets[device] or requested is not None):
             used[device] += cost
             placed[device] += 1
             layer += 1
@@ -165,8 +187,8 @@ def plan_gpu_layers(need: ModelFootprint, devices: list[Device], requested: int 
         if used[last] + need.other_weights <= budgets[last] or requested is not None:
             used[last] += need.other_weights
             n_gpu += 1  # llama.cpp counts the output layer as one more
-    gpu_bytes = sum(used) + (need.compute_buffer * sum(1 for c in placed if c))
-    return GpuPlan(n_gpu, tuple(placed), gpu_bytes, need.total)
+    per_device = tuple(u + need.compute_buffer if c else 0 for u, c in zip(used, placed))
+    return GpuPlan(n_gpu, tuple(placed), sum(per_device), need.total, note, per_device)
 
 
 @dataclass(frozen=True)
@@ -272,23 +294,56 @@ def worker_offload(gpu: GpuPlan, gpus: list[Device], workers: WorkerPlan) -> Dev
     then the CPU again for the head alone, so that logits (vocabulary-sized)
     never cross the network, only activations (embedding-sized) do.
     """
-    local = [(d.name, n) for d, n in zip(gpus, gpu.layers_per_device) if n]
+    local = _local_layers(gpu, gpus)
     devices = [w.spec for w in workers.devices] + [name for name, _ in local] + ["CPU"]
     return DeviceSplit(tuple(devices), (*workers.layers, *(n for _, n in local), 1))
+
+
+def gpu_offload(gpu: GpuPlan, gpus: list[Device]) -> DeviceSplit:
+    """The device list for a load on local GPUs alone: the planned devices by name (never one the plan
+    left out, such as a software device), the output head on the last when the plan offloads it."""
+    local = _local_layers(gpu, gpus)
+    split = [n for _, n in local]
+    if local and gpu.n_gpu_layers > sum(split):
+        split[-1] += gpu.n_gpu_layers - sum(split)
+    return DeviceSplit(tuple(name for name, _ in local), tuple(split))
+
+
+def _local_layers(gpu: GpuPlan, gpus: list[Device]) -> list[tuple[str, int]]:
+    return [(d.name, n) for d, n in zip(gpus, gpu.layers_per_device) if n]
 
 
 def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-def gpu_devices(devices: list[BackendDevice] | None = None) -> list[Device]:
+def gpu_devices(devices: list[BackendDevice] | None = None, caps: dict[str, int] | None = None) -> list[Device]:
     """GPUs llama.cpp could offload layers to, with their free memory; empty on a CPU build.
 
     From ggml's device list (``devices``, or the live one), so CUDA, ROCm,
     Vulkan and Metal builds all plan layers; integrated GPUs count (their
     memory is host memory, as ggml reports it), CPUs and accelerators
-    (BLAS, AMX) hold no offloaded layers.
+    (BLAS, AMX) hold no offloaded layers. ``caps`` (LOCALLLM_GPU_MEMORY) lowers a device's free memory;
+    a software device is kept for ``num_gpu`` only, unless ``caps`` names it.
     """
     if devices is None:
         devices = backend_devices()
-    return [Device(d.name, d.free_bytes) for d in devices if d.kind in ("gpu", "igpu")]
+    caps = caps or {}
+    found = []
+    for d in devices:
+        if d.kind not in ("gpu", "igpu"):
+            continue
+        cap = caps.get(d.name, caps.get(ALL_DEVICES))
+        software = any(word in d.description.lower() for word in SOFTWARE_DEVICES)
+        found.append(Device(d.name, d.free_bytes if cap is None else min(cap, d.free_bytes), d.description,
+                            on_request_only=software and d.name not in caps))
+    return found
+
+
+def describe_devices(devices: list[Device]) -> str:
+    """One line for the log: each device, its free memory and whether it is used by default."""
+    if not devices:
+        return "no GPU device (layers run on the CPU)"
+    software = ", software: used only when asked for by num_gpu or LOCALLLM_GPU_MEMORY"
+    return "; ".join(f"{d.name} ({d.description}, {_gib(d.free_bytes)} free{software if d.on_request_only else ''})"
+                     for d in devices)

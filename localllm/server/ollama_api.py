@@ -144,7 +144,7 @@ async def delete_model(body: DeleteRequest, request: Request) -> Response:
         raise not_found(str(exc)) from None
     if model is not None:
         await state.scheduler.unload(model.model_path, tuple(model.adapters))
-        state.scheduler.clear_kv_cache(model.model_path)  # KV reveals the prompts: it goes with the model
+        await state.scheduler.clear_kv_cache(model.model_path)  # KV reveals the prompts: it goes with the model
     return Response(status_code=200)
 
 
@@ -158,7 +158,7 @@ async def clear_cache(request: Request, body: CacheClearRequest | None = None) -
             path = load_local_model(state.store, parse_name(body.model), verify_links=False).model_path
         except ModelNotFound as exc:
             raise not_found(str(exc)) from None
-    return JSONResponse({"freed_bytes": state.scheduler.clear_kv_cache(path)})
+    return JSONResponse({"freed_bytes": await state.scheduler.clear_kv_cache(path)})
 
 
 @router.post("/api/pull")
@@ -403,16 +403,27 @@ async def generate(body: GenerateRequest, request: Request):
     if not body.prompt and not body.suffix and body.context is None:
         return await _load_only(state, job, renderer)
 
+    system = body.system if body.system is not None else model.system
+
     def render(health: Health) -> str:
         with template_errors_as_400(model):
             return prompts.build_generate_prompt(
-                prompt=prompt, system=body.system if body.system is not None else model.system,
-                suffix=body.suffix, template_override=body.template, model_template=model.template,
-                gguf_chat_template=model.chat_template, bos=health.bos, eos=health.eos,
-                raw=body.raw, history=model.messages, think=think,
+                prompt=prompt, system=system, suffix=body.suffix, template_override=body.template,
+                model_template=model.template, gguf_chat_template=model.chat_template, bos=health.bos,
+                eos=health.eos, raw=body.raw, history=model.messages, think=think,
             )
 
-    turn = state.chat.prepare_generate(job, render, None if body.raw else think)
+    def render_system(health: Health) -> str:  # as a chat's system part is counted
+        with template_errors_as_400(model):
+            return prompts.build_prompt(
+                messages=[{"role": "system", "content": system}], system=None,
+                model_template=body.template or model.template, gguf_chat_template=model.chat_template,
+                bos_token=health.bos, eos_token=health.eos, think=think,
+            )
+
+    with_system = system and not body.raw and not body.suffix
+    turn = state.chat.prepare_generate(job, render, None if body.raw else think,
+                                       render_system if with_system else None)
     return await _respond(state.chat, turn, renderer, body.stream)
 
 

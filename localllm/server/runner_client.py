@@ -27,7 +27,8 @@ log = logging.getLogger("localllm.runner_client")
 
 LOAD_TIMEOUT_S = 120.0
 EXIT_GRACE_S = 1.0  # how long a runner whose connection broke may take to exit
-STOP_TIMEOUT_S = 30.0  # how long a stopping runner may take: writing its KV blocks to the disk tier
+STOP_TIMEOUT_S = 30.0  # how long a stopping runner may take: its engine's last step, then at most 10 s writing
+# its KV blocks to the disk tier (PERSIST_BUDGET_S)
 
 
 class RunnerError(RuntimeError):
@@ -50,6 +51,7 @@ class RunnerConfig:
     n_gpu_layers: int = 0
     devices: tuple[str, ...] = ()  # offload devices in order (workers' "host:port#i", local names); () llama.cpp's
     tensor_split: tuple[int, ...] = ()  # layers on each of ``devices``
+    no_gpu: bool = False  # llama.cpp may use no GPU at all (num_gpu 0, or none that should take layers)
     embedding: bool = False
     adapters: tuple[Path, ...] = ()
     projector: Path | None = None  # vision projector GGUF: images in
@@ -79,6 +81,7 @@ class Health:
     bos: str = ""  # the BOS and EOS tokens' text, for chat templates
     eos: str = ""
     model_size: int = 0
+    device_bytes: dict[str, int] = field(default_factory=dict)  # what the load took of each local offload device
     kv_used_cells: int = 0
     cache_tokens: int = 0
     cache_hit_rate: float = 0.0
@@ -257,6 +260,8 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         args += ["--device", device]
     if config.tensor_split:
         args += ["--tensor-split", ",".join(map(str, config.tensor_split))]
+    if config.no_gpu:
+        args.append("--no-gpu")
     if config.remote_workers:
         # No host-RAM prefix tier: copying a sequence's KV off a worker takes a round trip per V row
         # (thousands a prompt), slower over a real network than computing the prefix again.

@@ -13,11 +13,11 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ..config import NATIVE_KV_CACHE_TYPES, Settings
+from ..config import ALL_DEVICES, NATIVE_KV_CACHE_TYPES, Settings
 from ..registry.models import read_model_summary
 from .memory import (
     NO_WORKERS,
@@ -29,8 +29,10 @@ from .memory import (
     WorkerPlan,
     available_ram,
     check_fits_in_ram,
+    describe_devices,
     footprint,
     gpu_devices,
+    gpu_offload,
     plan_gpu_layers,
     plan_worker_layers,
     shortfall,
@@ -64,6 +66,7 @@ class LoadedModel:
     split: tuple[dict, ...] = ()  # where the layers are: {"host": "local" or a worker, "device", "layers", "size"}
     workers: tuple[str, ...] = ()  # the workers holding its layers (host:port)
     size_workers: int = 0  # bytes of ``size`` on workers, not on this machine
+    num_gpu: int | None = None  # the num_gpu it was loaded for (None: as many layers as fit)
     keep_alive: float | None = None  # seconds; None keeps it forever
     forget_kv: bool = False  # its KV blocks are deleted from the disk tier once its runner has stopped
     active: int = 0
@@ -93,6 +96,7 @@ class LoadRequest:
     num_worker_layers: int | None = None  # layers to put on workers; None or negative: only what does not fit here
     embedding: bool = False  # embedding runners are separate from generating ones
     engine: str | None = None  # forced by a setting or PARAMETER; None: chosen per load
+    kv_cache_type: str | None = None  # option or PARAMETER kv_cache_type; None: LOCALLLM_KV_CACHE_TYPE
 
 
 @dataclass(frozen=True)
@@ -135,16 +139,39 @@ class Scheduler:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.loaded: dict[tuple, LoadedModel] = {}
+        self._stopping: dict[asyncio.Task, LoadedModel] = {}  # runners on their way out (writing their KV to disk)
         self._locks: dict[tuple, asyncio.Lock] = {}
         self._changed = asyncio.Condition()
         self._reaper: asyncio.Task | None = None
-        self._gpus: list[Device] | None = None
+        self._gpus: list[Device] | None = None  # as last listed
+        self._cost_scale: dict[str, float] = {}  # device -> measured / estimated bytes of its last load
+        self._first_look: asyncio.Task | None = None  # ggml's devices, looked at (off the loop) when the daemon starts
         self.workers = WorkerPool(settings.workers)
 
+    async def _refresh_devices(self) -> list[Device]:
+        """The GPUs now (free memory changes as models load): listing them loads ggml the first time, off the loop."""
+        held: dict[str, int] = {}
+        for model in self.loaded.values():
+            for entry in model.split:
+                if entry["host"] == "local" and entry["device"] != "CPU":
+                    held[entry["device"]] = held.get(entry["device"], 0) + entry["size"]
+        return await asyncio.to_thread(self._list_devices, held)
+
+    def _list_devices(self, held: dict[str, int] | None = None) -> list[Device]:
+        """The GPUs, each within its LOCALLLM_GPU_MEMORY cap less what our loaded models ``held`` of it, with the
+        planner's correction from the last measured load."""
+        caps = self.settings.gpu_memory
+        held = held or {}
+        devices = []
+        for device in gpu_devices(caps=caps):
+            cap = caps.get(device.name, caps.get(ALL_DEVICES))
+            free = device.free_bytes if cap is None else max(0, min(device.free_bytes, cap - held.get(device.name, 0)))
+            devices.append(replace(device, free_bytes=free, cost_scale=self._cost_scale.get(device.name, 1.0)))
+        self._gpus = devices
+        return devices
+
     def _devices(self) -> list[Device]:
-        if self._gpus is None:
-            self._gpus = gpu_devices()
-        return self._gpus
+        return self._list_devices() if self._gpus is None else self._gpus
 
     @property
     def max_loaded(self) -> int:
@@ -174,13 +201,28 @@ class Scheduler:
         return {m.name: max(0, m.active - m.runner.config.n_parallel) for m in self.loaded.values()}
 
     def start(self) -> None:
-        self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+        loop = asyncio.get_running_loop()
+        self._reaper = loop.create_task(self._reap_forever())
+        self._first_look = loop.create_task(self._look_around())
+
+    async def _look_around(self) -> None:
+        """What every load needs first, ready before the first request: ggml's devices (logged: which GPUs this
+        build of llama.cpp sees), and the native kernels library (loaded, or built once for minutes); a library
+        that cannot load says so at the load that needs it."""
+        try:
+            devices = await self._refresh_devices()
+        except (ImportError, OSError, AttributeError) as exc:  # no llama-cpp-python, or one without ggml's device API
+            log.warning("cannot list ggml's devices: %s", exc)
+        else:
+            log.info("devices: %s", describe_devices(devices))
+        await asyncio.to_thread(_load_native_library)
 
     async def close(self) -> None:
         if self._reaper:
             self._reaper.cancel()
         for model in list(self.loaded.values()):
-            await self._unload(model)
+            await self._unload(model, wait=False)
+        await self._wait_stopped()
 
     @contextlib.asynccontextmanager
     async def lease(self, request: LoadRequest, keep_alive: float | None) -> AsyncIterator[LoadedModel]:
@@ -218,15 +260,15 @@ class Scheduler:
                 await self._unload(model)
         return found
 
-    def clear_kv_cache(self, model_path: os.PathLike | None = None) -> int:
+    async def clear_kv_cache(self, model_path: os.PathLike | None = None) -> int:
         """Delete the prefix cache's disk blocks of one model's weights (None: of every model); the bytes freed.
 
-        A loaded runner of those weights writes its blocks when it stops: they are deleted then too.
+        A loaded (or stopping) runner of those weights writes its blocks when it stops: they are deleted then too.
         """
-        for model in self.loaded.values():
+        for model in [*self.loaded.values(), *self._stopping.values()]:
             if model_path is None or model.key[0] == str(model_path):
                 model.forget_kv = True
-        return self._clear_kv(model_path)
+        return await asyncio.to_thread(self._clear_kv, model_path)  # thousands of files: off the event loop
 
     def _clear_kv(self, model_path: os.PathLike | None) -> int:
         root = self.settings.kv_cache_dir
@@ -255,30 +297,39 @@ class Scheduler:
         return (*self._weights(request.model_path, request.adapters), request.engine, request.embedding,
                 str(request.projector or "") if not request.embedding else "")
 
-    def _llama_cpp_settings(self) -> str | None:
+    def _kv_cache_type(self, request: LoadRequest) -> str:
+        """The KV type a load of ``request`` keeps: its option (or PARAMETER), else LOCALLLM_KV_CACHE_TYPE."""
+        return request.kv_cache_type or self.settings.kv_cache_type
+
+    def _llama_cpp_settings(self, kv_cache_type: str) -> str | None:
         """Settings only the llama.cpp engine honours, if any are set (the native engine never ignores them)."""
-        s = self.settings
-        if s.kv_cache_type not in NATIVE_KV_CACHE_TYPES or s.flash_attention:
-            return f"LOCALLLM_KV_CACHE_TYPE={s.kv_cache_type} / LOCALLLM_FLASH_ATTENTION={int(s.flash_attention)} apply to llama.cpp only"
+        if kv_cache_type not in NATIVE_KV_CACHE_TYPES or self.settings.flash_attention:
+            return (f"KV cache type {kv_cache_type} / LOCALLLM_FLASH_ATTENTION={int(self.settings.flash_attention)} "
+                    "apply to llama.cpp only")
         return None
 
     async def _choose_engine(self, request: LoadRequest, need: ModelFootprint) -> tuple[EngineChoice, GpuPlan,
                                                                                          WorkerPlan]:
         """The engine for this load and the GPU and worker plans it gets (none for an engine without them)."""
-        if self._gpus is None:  # the first look loads ggml's libraries: off the loop
-            self._gpus = await asyncio.to_thread(gpu_devices)
-        llama_plan = plan_gpu_layers(need, self._devices(), request.num_gpu)
+        if self._first_look is not None:  # begun when the daemon started: what it loads, this load needs
+            await self._first_look
+        devices = await self._refresh_devices()
+        llama_plan = plan_gpu_layers(need, devices, request.num_gpu)
         workers = await self._plan_workers(request, need, llama_plan)
         try:  # off the loop: it reads the model's tensors and may load (or build, for minutes) the kernels library
             choice = await asyncio.to_thread(
                 choose_engine, Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
-                llama_plan.n_gpu_layers, self._llama_cpp_settings(), _describe_workers(workers),
+                llama_plan.n_gpu_layers, self._llama_cpp_settings(self._kv_cache_type(request)),
+                _describe_workers(workers),
                 images=request.projector is not None,
             )  # fmt: skip
         except BaseException:
             self.workers.release(device.endpoint for device in workers.devices)
             raise
         gpu = llama_plan if CAPABILITIES[choice.engine].gpu_layers else plan_gpu_layers(need, [], 0)
+        why = _gpu_note(llama_plan, devices, request.num_gpu)
+        if why:
+            choice = replace(choice, reason=f"{choice.reason}; {why}")
         return choice, gpu, workers if CAPABILITIES[choice.engine].workers else NO_WORKERS
 
     async def _plan_workers(self, request: LoadRequest, need: ModelFootprint, gpu: GpuPlan) -> WorkerPlan:
@@ -316,48 +367,85 @@ class Scheduler:
                 model = None
             wanted_ctx = request.num_ctx or DEFAULT_NUM_CTX
             if request.num_ctx:
-                self._check_trained_ctx(request, model)
-            reload = self._reload_reason(model, wanted_ctx) if model is not None else None
+                await self._check_trained_ctx(request, model)
+            reload = (self._reload_reason(model, wanted_ctx, self._kv_cache_type(request), request.num_gpu)
+                      if model is not None else None)
             if reload:
                 log.info("loading %s again: %s", request.name, reload)
                 await self._wait_idle(model)
                 await self._unload(model)
                 model = None
             if model is None:
-                load = await self._plan_load(request, wanted_ctx)
-                try:
-                    await self._make_room(request.name, load.local_bytes)
-                    model = await self._load(key, request, wanted_ctx, load)
-                except BaseException as exc:
-                    self.workers.release(load.worker_addresses)
-                    if isinstance(exc, NoRoom) and exc.room is not None and self._context_is_why(
-                            load, wanted_ctx, exc.room):
-                        raise NoRoom(f"num_ctx {wanted_ctx} asks for more memory than there is: {exc}; the model "
-                                     f"would fit with num_ctx {DEFAULT_NUM_CTX}", exc.room, 400) from None
-                    raise
+                await self._wait_stopped(key)  # its last runner's KV blocks, on their way to disk, are this one's
+                model = await self._plan_and_load(key, request, wanted_ctx)
             return model
 
+    async def _plan_and_load(self, key: tuple, request: LoadRequest, n_ctx: int) -> LoadedModel:
+        """Plan a load and run it; a load with GPU layers that fails (a device gone, or refusing the memory)
+        is loaded again on the CPU, saying why in the log and in ``engine_reason``."""
+        load = await self._plan_load(request, n_ctx)
+        try:
+            await self._make_room(request.name, load.local_bytes)
+            model = await self._load(key, request, n_ctx, load)
+        except BaseException as exc:
+            self.workers.release(load.worker_addresses)
+            if isinstance(exc, NoRoom) and exc.room is not None and self._context_is_why(load, n_ctx, exc.room):
+                raise NoRoom(f"num_ctx {n_ctx} asks for more memory than there is: {exc}; the model "
+                             f"would fit with num_ctx {DEFAULT_NUM_CTX}", exc.room, 400) from None
+            if isinstance(exc, NoRoom) or not isinstance(exc, RunnerError) or not load.gpu.n_gpu_layers:
+                raise
+            log.warning("loading %s with %d layers on %s failed: %s; loading it on the CPU instead", request.name,
+                        load.gpu.n_gpu_layers, ", ".join(gpu_offload(load.gpu, self._devices()).devices), exc)
+            model = await self._plan_and_load(key, replace(request, num_gpu=0), n_ctx)
+            model.engine_reason += f"; the GPU load failed ({exc})"
+            model.num_gpu = _as_many_as_fit(request.num_gpu)  # asked again: no reason to try the device again
+            return model
+        self._check_estimate(request.name, load.gpu, model.runner.health.device_bytes)
+        return model
+
+    def _check_estimate(self, name: str, gpu: GpuPlan, measured: dict[str, int]) -> None:
+        """Compare what a load took of each device (as the runner measured it: ggml's free memory before and after,
+        or llama.cpp's account of its buffers) with the plan's estimate; the next plan for that device scales its
+        estimates by the ratio."""
+        for device, estimate in zip(self._devices(), gpu.device_bytes):
+            took = measured.get(device.name, 0)
+            if not estimate:
+                continue
+            if took <= 0:
+                log.info("%s on %s: the runner measured nothing there, the estimate of %s stays unchecked",
+                         name, device.name, _mib(estimate))
+                continue
+            self._cost_scale[device.name] = took / estimate
+            log.info("%s on %s took %s, estimated %s: the next plans for %s scale their estimates by %.2f",
+                     name, device.name, _mib(took), _mib(estimate), device.name, took / estimate)
+
     @staticmethod
-    def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
+    async def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
         """A ``num_ctx`` over the model's trained context is the request's 400, naming both."""
         if model is not None and model.runner.health.n_ctx_train:
             trained = model.runner.health.n_ctx_train
         else:
             try:
-                trained = read_model_summary(Path(request.model_path)).arch_value("context_length", 0)
+                summary = await asyncio.to_thread(read_model_summary, Path(request.model_path))
+                trained = summary.arch_value("context_length", 0)
             except (OSError, ValueError):  # the load says what is wrong with the file
                 return
         if isinstance(trained, int) and 0 < trained < request.num_ctx:
             raise NoRoom(f"num_ctx {request.num_ctx} is more than the model's trained context of {trained} tokens",
                          status=400)
 
-    def _reload_reason(self, model: LoadedModel, n_ctx: int) -> str | None:
-        """Why the loaded runner cannot serve a request of context ``n_ctx`` (None: it can, without a reload).
+    def _reload_reason(self, model: LoadedModel, n_ctx: int, kv_cache_type: str, num_gpu: int | None) -> str | None:
+        """Why the loaded runner cannot serve a request of context ``n_ctx``, KV type ``kv_cache_type`` and
+        ``num_gpu`` (None: it can, without a reload).
 
         A native runner serves any context its KV pool holds; llama.cpp's sequences have the size they were
-        loaded with.
+        loaded with. A request that names no ``num_gpu`` takes the layers as they are.
         """
+        if num_gpu is not None and _as_many_as_fit(num_gpu) != _as_many_as_fit(model.num_gpu):
+            return f"num_gpu {num_gpu} differs from the {model.num_gpu} it was loaded with"
         config = model.runner.config
+        if config.kv_cache_type != kv_cache_type and not config.embedding:
+            return f"kv_cache_type {kv_cache_type} is not the {config.kv_cache_type} it was loaded with"
         if config.n_ctx >= n_ctx:
             return None
         if config.engine != NATIVE or config.embedding:
@@ -384,14 +472,15 @@ class Scheduler:
         streams)."""
         summary = await asyncio.to_thread(read_model_summary, Path(request.model_path))
         n_batch = request.num_batch or 512
+        kv_cache_type = self._kv_cache_type(request)
         if request.embedding:  # one context's cells on either engine, reused by every pass (runner/embed.py)
-            need = footprint(summary, n_ctx, 1, n_batch, self.settings.kv_cache_type)
+            need = footprint(summary, n_ctx, 1, n_batch, kv_cache_type)
             choice, gpu, workers = await self._choose_engine(request, need)
             return LoadPlan(choice, gpu, need, workers)
-        streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, self.settings.kv_cache_type)
+        streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
         if choice.engine == NATIVE:  # one pool, however many sequences share it
-            return LoadPlan(choice, gpu, footprint(summary, n_ctx, 1, n_batch, self.settings.kv_cache_type,
+            return LoadPlan(choice, gpu, footprint(summary, n_ctx, 1, n_batch, kv_cache_type,
                                                    kv_tokens=self.pool_tokens(n_ctx)))
         return LoadPlan(choice, gpu, streams, workers)
 
@@ -403,15 +492,21 @@ class Scheduler:
         return not limit or self._held() + need <= limit
 
     async def _make_room(self, name: str, need: int) -> None:
-        """Evict idle models (soonest to expire first) until one more fits, then wait for busy
-        ones up to LOCALLLM_LOAD_TIMEOUT; refuse, saying what was needed and what was free."""
-        deadline = time.monotonic() + self.settings.load_timeout
+        """Evict idle models (soonest to expire first) until one more fits, then wait for those stopping
+        (their memory) and for busy ones up to LOCALLLM_LOAD_TIMEOUT; refuse, saying what was needed and
+        what was free."""
+        deadline: float | None = None
         while not self._fits(need):
             idle = [m for m in self.loaded.values() if m.active == 0]
             if idle:
                 victim = min(idle, key=lambda m: m.expires_at if m.expires_at is not None else float("inf"))
-                await self._unload(victim)
+                await self._unload(victim, wait=False)
                 continue
+            if self._stopping:  # bounded by their stop timeout
+                await self._wait_stopped()
+                continue
+            if deadline is None:
+                deadline = time.monotonic() + self.settings.load_timeout
             remaining = deadline - time.monotonic()
             if not self.loaded or remaining <= 0:
                 limit, held = self.settings.memory_limit, self._held()
@@ -421,8 +516,8 @@ class Scheduler:
                     await asyncio.wait_for(self._changed.wait(), remaining)
 
     def _held(self) -> int:
-        """Bytes the loaded models take of this machine."""
-        return sum(m.size - m.size_workers for m in self.loaded.values())
+        """Bytes the loaded models take of this machine, and those of runners still stopping."""
+        return sum(m.size - m.size_workers for m in [*self.loaded.values(), *self._stopping.values()])
 
     def _no_room_message(self, name: str, need: int) -> str:
         held = self._held()
@@ -439,13 +534,20 @@ class Scheduler:
     async def _load(self, key: tuple, request: LoadRequest, n_ctx: int, load: LoadPlan) -> LoadedModel:
         choice, plan, need, workers = load.choice, load.gpu, load.need, load.workers
         n_batch = request.num_batch or 512
-        free = available_ram()
-        try:
-            check_fits_in_ram(need, request.name, free, plan.gpu_bytes + workers.moved_bytes,
-                              self._workers_note(workers))
-        except DoesNotFit as exc:
-            raise NoRoom(str(exc), free - SAFETY_MARGIN_BYTES + plan.gpu_bytes) from None
-        offload = worker_offload(plan, self._devices(), workers) if workers.n_layers else None
+        while True:
+            free = available_ram()
+            try:
+                check_fits_in_ram(need, request.name, free, plan.gpu_bytes + workers.moved_bytes,
+                                  self._workers_note(workers))
+                break
+            except DoesNotFit as exc:
+                if not self._stopping:
+                    raise NoRoom(str(exc), free - SAFETY_MARGIN_BYTES + plan.gpu_bytes) from None
+            await self._wait_stopped()  # their memory comes back when they exit
+        if workers.n_layers:
+            offload = worker_offload(plan, self._devices(), workers)
+        else:  # local GPUs by name: never one the plan left out (a software device)
+            offload = gpu_offload(plan, self._devices()) if plan.n_gpu_layers else None
         config = RunnerConfig(
             model_path=request.model_path,
             n_ctx=n_ctx,
@@ -455,6 +557,7 @@ class Scheduler:
             n_gpu_layers=offload.n_gpu_layers if offload else plan.n_gpu_layers,
             devices=offload.devices if offload else (),
             tensor_split=offload.split if offload else (),
+            no_gpu=offload is None and bool(self._devices()),  # no op offload to a GPU that takes no layers
             embedding=request.embedding,
             adapters=tuple(request.adapters),
             projector=Path(request.projector) if request.projector and not request.embedding else None,
@@ -462,7 +565,7 @@ class Scheduler:
             kv_tokens=self.pool_tokens(n_ctx) if choice.engine == NATIVE else None,
             kv_disk=self.settings.kv_cache_dir if choice.engine == NATIVE else None,
             kv_disk_bytes=self.settings.kv_disk,
-            kv_cache_type=self.settings.kv_cache_type,
+            kv_cache_type=self._kv_cache_type(request),
             flash_attention=self.settings.flash_attention,
             worker_timeout=self.settings.worker_timeout,
             stream_interval=self.settings.stream_interval,
@@ -475,6 +578,7 @@ class Scheduler:
             size=load.local_bytes + workers.total_bytes,
             processor=plan.processor, size_vram=plan.gpu_bytes, engine=choice.engine, engine_reason=choice.reason,
             split=self._split(need, plan, workers), workers=load.worker_addresses, size_workers=workers.total_bytes,
+            num_gpu=_as_many_as_fit(request.num_gpu),
         )
         self.loaded[key] = model
         return model
@@ -501,16 +605,38 @@ class Scheduler:
                             "size": size + workers.compute_bytes})
         return tuple(entries)
 
-    async def _unload(self, model: LoadedModel) -> None:
+    async def _unload(self, model: LoadedModel, wait: bool = True) -> None:
+        """Take ``model`` out of service and stop its runner.
+
+        A stopping runner writes its KV blocks to the disk tier before it exits (seconds for a full pool):
+        with ``wait=False`` that goes on in the background while other models load, its memory counted as
+        held (:meth:`_held`) until the process is gone. Waiting is for callers that need it gone: a reload
+        of the same model (which reads those blocks), ``stop``, ``rm``.
+        """
         if self.loaded.get(model.key) is model:
             del self.loaded[model.key]
         log.info("unloading %s", model.name)
-        await model.runner.stop()
-        if model.forget_kv:
-            self._clear_kv(model.key[0])
-        self.workers.release(model.workers)
-        async with self._changed:
-            self._changed.notify_all()
+        stop = asyncio.get_running_loop().create_task(self._stop(model))
+        self._stopping[stop] = model
+        if wait:
+            await asyncio.shield(stop)  # a caller that goes away does not cut the stop short
+
+    async def _stop(self, model: LoadedModel) -> None:
+        try:
+            await model.runner.stop()
+            if model.forget_kv:
+                await asyncio.to_thread(self._clear_kv, model.key[0])
+            self.workers.release(model.workers)
+        finally:
+            del self._stopping[asyncio.current_task()]
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _wait_stopped(self, key: tuple | None = None) -> None:
+        """Until every runner stopping now (of ``key``, if given) has exited."""
+        stops = [task for task, model in self._stopping.items() if key is None or model.key == key]
+        if stops:
+            await asyncio.wait(stops)
 
     async def _reap_forever(self) -> None:
         while True:
@@ -519,9 +645,34 @@ class Scheduler:
             for model in list(self.loaded.values()):
                 expired = model.active == 0 and model.expires_at is not None and model.expires_at <= now
                 if expired or (model.active == 0 and not model.runner.alive):
-                    await self._unload(model)
+                    await self._unload(model, wait=False)
             async with self._changed:
                 self._changed.notify_all()
+
+
+def _as_many_as_fit(num_gpu: int | None) -> int | None:
+    """``num_gpu`` with Ollama's -1 (any negative) as None: as many layers as fit."""
+    return None if num_gpu is None or num_gpu < 0 else num_gpu
+
+
+def _gpu_note(plan: GpuPlan, devices: list[Device], num_gpu: int | None) -> str:
+    """Why a plan has no GPU layers though this build has GPUs, or what it could not do as asked ("": nothing)."""
+    if plan.note or plan.n_gpu_layers or not devices:
+        return plan.note
+    if num_gpu == 0:
+        return "num_gpu 0 keeps every layer on the CPU"
+    software = [d.name for d in devices if d.on_request_only]
+    if len(software) == len(devices):
+        return (f"{', '.join(software)} is a software device, slower than the CPU: used only when asked for "
+                "(num_gpu, or naming it in LOCALLLM_GPU_MEMORY)")
+    return f"no layer fits in the GPUs' free memory ({describe_devices(devices)})"
+
+
+def _load_native_library() -> None:
+    from ..backends.native.lib import NativeError, library
+
+    with contextlib.suppress(NativeError):
+        library()
 
 
 def _describe_workers(workers: WorkerPlan) -> str | None:

@@ -21,6 +21,9 @@
   unshared copies of their prompts → ``shared_prefix_kv_ratio`` (target <= 0.25).
 - ``single``: one stream's decode tokens/s over ``Llama.generate``
   (scripts/bench/decode.py) → ``single_stream_ratio`` (target >= 1.8).
+- ``daemon_cost``: one stream's decode tokens/s through the daemon (streamed ``/api/generate``, native
+  engine) over the bare native loop's (one ``Context.decode`` and an argmax a token, in this process), same
+  model, prompt and threads, alternating → ``daemon_share`` (target >= 0.97).
 - ``restart``: a ~7,000-token prompt on the native engine, cold (a fresh daemon, the disk cache cleared)
   and again after the daemon restarted (its runner wrote the prompt's KV blocks to the disk tier when it
   stopped), alternating: median time to first token after the restart over cold, the runner's start
@@ -57,10 +60,10 @@ import long_context  # noqa: E402
 from common import MODEL, PeerServer, alternating, fixtures, report, start_daemon  # noqa: E402
 from llama_server import LlamaServer  # noqa: E402
 
-SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single", "restart", "long_context")
+SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single", "daemon_cost", "restart", "long_context")
 HEADLINE = ("throughput_ratio_c8", "throughput_ratio_c8_llama_server", "ttft_p50_c8_llama_server_ratio",
             "ttft_growth_turn10", "prefill_work_ratio", "shared_prefix_kv_ratio", "single_stream_ratio",
-            "restart_ttft_ratio", *long_context.HEADLINE)
+            "daemon_share", "restart_ttft_ratio", *long_context.HEADLINE)
 TOPICS = ["dragons", "the ocean", "a lighthouse", "robots", "a small village", "the moon", "trains", "a forest"]
 
 
@@ -241,6 +244,31 @@ def bench_single(s: Settings) -> dict[str, Any]:
             "single_stream_ratio": result["decode_ratio"], "engine": result["engine"]}
 
 
+def bench_daemon_cost(s: Settings) -> dict[str, Any]:
+    """What the daemon, the runner process and the stream cost a decode step: daemon tokens/s over the bare loop's."""
+    from support.native import Side
+
+    cfg = decode.BenchConfig(model=fixtures.smollm2_gguf(), threads=s.threads, tokens=32 if s.quick else 128,
+                             engine="native")
+    bare = Side("native", cfg.model, n_ctx=2048, threads=s.threads)
+    prompt = bare.model.vocab.tokenize_prompt(cfg.prompt)  # as the runner tokenizes a raw prompt
+
+    def bare_loop() -> decode.Measurement:
+        token = int(bare.eval(prompt, 0).argmax())
+        start = time.perf_counter()
+        for i in range(cfg.tokens - 1):  # as the daemon side counts: the tokens after the first
+            token = int(bare.eval([token], len(prompt) + i).argmax())
+        return decode.Measurement(cfg.tokens - 1, time.perf_counter() - start, "native")
+
+    sides = {"daemon": decode.daemon_side(cfg), "bare_loop": bare_loop}
+    for measure in sides.values():
+        measure()  # warm-up: page in the weights, fill caches
+    results = alternating(s.rounds, sides)
+    rates = {name: statistics.median(m.tokens_per_second for m in ms) for name, ms in results.items()}
+    return {"daemon_tokens_per_s": rates["daemon"], "bare_loop_tokens_per_s": rates["bare_loop"],
+            "daemon_share": rates["daemon"] / rates["bare_loop"]}
+
+
 def bench_restart(s: Settings) -> dict[str, Any]:
     """TTFT of a long prompt after a daemon restart (KV from the disk tier) over the same prompt cold."""
     daemon = start_daemon(LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=str(s.threads))
@@ -304,7 +332,8 @@ def main() -> None:
     settings = Settings(threads=args.threads, tokens=32 if args.quick else 128, rounds=1 if args.quick else args.rounds,
                         turns=4 if args.quick else 10, quick=args.quick)
     runs = {"concurrency": bench_concurrency, "multiturn": bench_multiturn,
-            "shared_prefix": bench_shared_prefix, "single": bench_single, "restart": bench_restart,
+            "shared_prefix": bench_shared_prefix, "single": bench_single, "daemon_cost": bench_daemon_cost,
+            "restart": bench_restart,
             "long_context": lambda s: long_context.bench(s.threads, s.rounds, s.quick)}
     results: dict[str, Any] = {"model": MODEL, "threads": args.threads, "quick": args.quick}
     rows: list[tuple[str, Any]] = []

@@ -136,6 +136,7 @@ def test_ctrl_c_stops_generation_without_leaving(repl: PtySession) -> None:
     repl.expect(r"\w+ \w+ \w+ \w+", timeout=120)  # words of the answer are streaming
     repl.send("\x03")
     repl.expect(PROMPT, timeout=30)
+    repl.wait_reading_keys()
     repl.send("\x03")  # at the prompt: a hint, still no exit
     repl.expect(r"Use Ctrl \+ d or /bye to exit\.")
     repl.expect(PROMPT)

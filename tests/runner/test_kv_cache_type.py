@@ -65,3 +65,42 @@ def test_a_cache_setting_that_cannot_be_honoured_stops_the_daemon_with_a_message
     with pytest.raises(RuntimeError, match="daemon exited") as info:
         Daemon(tmp_path, **env).start(timeout=60)
     assert message in str(info.value)
+
+
+def test_parameter_kv_cache_type_loads_a_q8_0_native_runner_and_an_option_reloads_it(tmp_path, smollm2_path):
+    daemon = Daemon(tmp_path, LOCALLLM_NUM_PARALLEL="1", LOCALLLM_KV_TOKENS="8192").start()
+    try:
+        daemon.create(MODEL, f"FROM {smollm2_path}")
+        daemon.create("q8", f"FROM {smollm2_path}\nPARAMETER kv_cache_type q8_0\n")
+
+        def ps() -> dict:
+            return httpx.get(f"{daemon.url}/api/ps", timeout=30).json()["models"][0]
+
+        def generate(model: str, **options: str) -> str:
+            body = {**GENERATE, "model": model, "options": {**GENERATE["options"], **options}}
+            answer = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+            return answer.json()["response"]
+
+        assert generate("q8").strip()
+        q8 = ps()
+        assert q8["engine"] == "native" and "KV blocks of 16" in daemon.log() and ", q8_0)" in daemon.log()
+        assert generate(MODEL, kv_cache_type="f16").strip()  # the same weights asked with another KV type
+        assert "kv_cache_type f16 is not the q8_0 it was loaded with" in daemon.log()
+        f16 = ps()
+        assert f16["engine"] == "native"
+        plan = footprint(read_gguf(smollm2_path), f16["context_length"], 1, kv_tokens=8192)
+        assert f16["size"] - q8["size"] == pytest.approx(plan.kv_per_layer * plan.n_layers * (1 - 34 / 64), rel=0.01)
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"kv_cache_type": "f8"}, "option 'kv_cache_type' must be one of f16, q8_0, q4_0, got 'f8'"),
+    ({"kv_cache_type": "q4_0"}, "option 'kv_cache_type' q4_0 needs LOCALLLM_FLASH_ATTENTION=1"),
+    ({"kv_cache_type": "q8_0", "engine": "llama.cpp"}, "option 'kv_cache_type' q8_0 needs LOCALLLM_FLASH_ATTENTION=1"),
+])
+def test_a_kv_cache_type_option_that_cannot_be_honoured_is_a_400_naming_it(daemon, options, message):
+    body = {**GENERATE, "options": {**GENERATE["options"], **options}}
+    answer = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=120)
+    assert answer.status_code == 400 and message in answer.json()["error"], answer.text

@@ -311,6 +311,43 @@ def test_a_failing_disk_stops_the_tier_writing_and_requests_go_on(smollm2_path: 
     assert not block_files(tmp_path / "kv") and not list((tmp_path / "kv").rglob("*.tmp"))
 
 
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MiB file system (tmpfs): room for five of SmolLM2's blocks, then ENOSPC."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount)],
+                                 capture_output=True, text=True)
+    except FileNotFoundError:
+        pytest.skip("no mount command: a full disk cannot be made here")
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root or CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_stops_the_tier_writing_and_requests_go_on(smollm2_path: Path, cold, small_disk: Path) -> None:
+    text, logprobs, _ = cold
+    runner = RunnerProcess(smollm2_path, *runner_args(small_disk / "kv", budget=1 << 30))
+    try:
+        runner.wait_ready()
+        with runner.client() as client:
+            got, done = greedy(client)
+        assert runner.stop() == 0, runner.stderr  # stopping writes the prompt's blocks: the disk fills up
+        log = runner.stderr
+    finally:
+        runner.cleanup()
+    assert got == text and [e["top_logprobs"] for e in done["logprobs"]] == logprobs
+    assert log.count("KV disk tier: cannot write") == 1 and "No space left on device" in log, log
+    written = block_files(small_disk / "kv")
+    assert 0 < len(written) < done["prompt_eval_count"] // BS and not list(small_disk.rglob("*.tmp"))
+    again, done = answer(smollm2_path, small_disk / "kv")[:2]  # the blocks that fitted are read back
+    assert again == text and done["cached_tokens"] == len(written) * BS
+
+
 def test_two_runners_on_one_directory_write_and_read_the_same_blocks(smollm2_path: Path, cold,
                                                                       tmp_path: Path) -> None:
     text, logprobs, _ = cold

@@ -107,6 +107,13 @@ def test_the_daemon_reloads_only_for_a_context_the_pool_cannot_hold(smollm2_path
         assert refused.status_code == 400 and "num_ctx 200" in error and "system part" in error, error
         size = int(re.search(r"system part of (\d+) tokens", error).group(1))
         assert size > 200
+        plain = {"model": "ctx", "stream": False, "system": system, "prompt": "Hi", "options": {"num_ctx": 200}}
+        refused = httpx.post(f"{daemon.url}/api/generate", json=plain, timeout=300)
+        assert refused.status_code == 400 and f"num_ctx 200 is smaller than the prompt's system part of {size} " \
+            "tokens" in refused.json()["error"], refused.text  # counted as the chat's
+        cut = httpx.post(f"{daemon.url}/api/generate", timeout=300, json={
+            **plain, "system": "Be brief.", "prompt": "Hi " * 300, "options": {"num_ctx": 200, "num_predict": 1}})
+        assert cut.status_code == 200 and cut.json()["truncated"] is True, cut.text  # a short system: the prompt is cut
     finally:
         daemon.stop()
 

@@ -1,4 +1,4 @@
-"""LOCALLLM_MEMORY_LIMIT through the real daemon: a load that does not fit evicts idle
+"""LOCALLLM_MEMORY_LIMIT and the model slots through the real daemon: a load that does not fit evicts idle
 models, waits for busy ones up to LOCALLLM_LOAD_TIMEOUT, then refuses saying why.
 
 A model's generating and embedding runners are separate loads of the same size,
@@ -7,12 +7,16 @@ so one model gives the two loads these tests need.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 
 import httpx
 import pytest
 
 from support.daemon import Daemon
+from support.faults import wait_for
 from localllm.gguf import read_gguf
 from localllm.server.memory import footprint
 
@@ -76,6 +80,43 @@ def test_a_busy_model_is_waited_for_then_the_load_is_refused(tmp_path, smollm2_p
             time.sleep(0.1)
         embedded = httpx.post(f"{daemon.url}/api/embed", json=EMBED, timeout=120)  # idle now: evicted for it
         assert embedded.status_code == 200, embedded.text
+    finally:
+        daemon.stop()
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter (``T``: stopped), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return None if state in ("Z", "X") else state
+
+
+def test_a_runner_slow_to_stop_does_not_hold_up_the_next_load(tmp_path, smollm2_path):
+    """An evicted runner writes its KV to the disk tier on its way out; the load that evicted it goes on meanwhile.
+
+    The evicted runner is frozen (SIGSTOP) so that its stop cannot end before it is let go: the embedding load
+    must have answered while it was still there, its memory counted until it exited.
+    """
+    daemon = Daemon(tmp_path, LOCALLLM_MAX_LOADED_MODELS="1").start()
+    try:
+        daemon.create(MODEL, f"FROM {smollm2_path}")
+        assert httpx.post(f"{daemon.url}/api/generate", json=GENERATE, timeout=120).status_code == 200
+        [frozen] = daemon.runner_pids()
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            embedded = httpx.post(f"{daemon.url}/api/embed", json=EMBED, timeout=120)
+            assert embedded.status_code == 200, embedded.text
+            assert _state(frozen) == "T", "the embedding load waited for the evicted runner to stop"
+            assert [m["name"] for m in _loaded(daemon)] == [MODEL] and len(daemon.runner_pids()) == 2
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # killed: its stop was waited for, up to its timeout
+                os.kill(frozen, signal.SIGCONT)
+        wait_for(lambda: frozen not in daemon.runner_pids(), 60, "the evicted runner to exit")
+        answered = httpx.post(f"{daemon.url}/api/generate", json=GENERATE, timeout=120)  # it takes the slot back
+        assert answered.status_code == 200, answered.text
     finally:
         daemon.stop()
 

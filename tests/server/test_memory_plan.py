@@ -8,7 +8,7 @@ from localllm.gguf import read_gguf
 from localllm.backends.ggml_devices import BackendDevice, backend_devices
 from localllm.server.memory import (
     SAFETY_MARGIN_BYTES, Device, DoesNotFit, ModelFootprint, check_fits_in_ram, footprint, gpu_devices,
-    plan_gpu_layers,
+    gpu_offload, plan_gpu_layers,
 )
 
 GIB = 1 << 30
@@ -90,8 +90,63 @@ def test_described_devices_of_any_backend_plan_layers_and_honour_num_gpu(smollm2
         BackendDevice("Vulkan1", "Intel(R) Iris(R) Xe Graphics", "igpu", 2 * GIB, 8 * GIB),
     ]
     gpus = gpu_devices(described)
-    assert gpus == [Device("ROCm0", 20 * GIB), Device("Vulkan1", 2 * GIB)]
+    assert [(d.name, d.free_bytes, d.on_request_only) for d in gpus] == [("ROCm0", 20 * GIB, False),
+                                                                          ("Vulkan1", 2 * GIB, False)]
     need = footprint(read_gguf(smollm2_path), n_ctx=4096, n_parallel=1)
     assert plan_gpu_layers(need, gpus).n_gpu_layers == need.n_layers + 1  # all of it, output head included
     assert plan_gpu_layers(need, gpus, requested=5).n_gpu_layers == 5
     assert plan_gpu_layers(need, gpus, requested=0).n_gpu_layers == 0
+
+
+LLVMPIPE = BackendDevice("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "gpu", 60 * GIB, 60 * GIB)
+NVIDIA = BackendDevice("Vulkan1", "NVIDIA GeForce RTX 4090", "gpu", 20 * GIB, 24 * GIB)
+
+
+def test_a_software_device_takes_layers_only_when_asked_for():
+    gpus = gpu_devices([LLVMPIPE, NVIDIA])
+    assert [d.on_request_only for d in gpus] == [True, False]
+    plan = plan_gpu_layers(_model(), gpus)
+    assert plan.layers_per_device == (0, 10) and plan.n_gpu_layers == 11  # the real GPU, never llvmpipe
+    alone = gpu_devices([LLVMPIPE])
+    assert plan_gpu_layers(_model(), alone).n_gpu_layers == 0  # never slower by default
+    assert plan_gpu_layers(_model(), alone, requested=4).layers_per_device == (4,)  # asked for by num_gpu
+    named = gpu_devices([LLVMPIPE], caps={"Vulkan0": 4 * GIB})  # asked for by name
+    assert not named[0].on_request_only and plan_gpu_layers(_model(), named).n_gpu_layers == 11
+
+
+def test_the_memory_cap_lowers_free_memory_per_device_or_for_all():
+    assert [d.free_bytes for d in gpu_devices([NVIDIA], caps={"Vulkan1": 2 * GIB})] == [2 * GIB]
+    assert [d.free_bytes for d in gpu_devices([NVIDIA], caps={"*": 1 * GIB})] == [1 * GIB]
+    assert [d.free_bytes for d in gpu_devices([NVIDIA], caps={"Vulkan1": 64 * GIB})] == [20 * GIB]  # never above
+    assert gpu_devices([NVIDIA], caps={"*": 1 * GIB})[0].on_request_only is False
+    assert gpu_devices([LLVMPIPE], caps={"*": 1 * GIB})[0].on_request_only is True  # a size alone names none
+
+
+def test_num_gpu_above_the_layer_count_is_clamped_with_a_note_and_minus_one_is_as_many_as_fit():
+    gpus = [Device("gpu0", 8 * GIB)]
+    plan = plan_gpu_layers(_model(), gpus, requested=99)
+    assert plan.n_gpu_layers == 11 and "num_gpu 99" in plan.note and "clamped to 11" in plan.note
+    small = [Device("gpu0", SAFETY_MARGIN_BYTES + 100 * MIB + 3 * 110 * MIB)]
+    assert plan_gpu_layers(_model(), small, requested=-1).n_gpu_layers == 3  # what fits, not every layer
+    assert plan_gpu_layers(_model(), [], requested=5).note == "num_gpu 5 asked, but there is no GPU device"
+
+
+def test_the_kv_cache_on_the_device_is_counted(smollm2_path):
+    gguf = read_gguf(smollm2_path)
+    gpus = [Device("Vulkan0", SAFETY_MARGIN_BYTES + 200 * MIB)]
+    short, long = (plan_gpu_layers(footprint(gguf, n_ctx, 1), gpus) for n_ctx in (512, 8192))
+    assert 0 < long.n_gpu_layers < short.n_gpu_layers
+
+
+def test_a_measured_load_scales_the_next_plans_estimates():
+    budget = SAFETY_MARGIN_BYTES + 100 * MIB + 6 * 110 * MIB
+    assert plan_gpu_layers(_model(), [Device("gpu0", budget)]).n_gpu_layers == 6
+    assert plan_gpu_layers(_model(), [Device("gpu0", budget, cost_scale=2.0)]).n_gpu_layers == 3
+
+
+def test_local_gpu_offload_names_the_planned_devices_with_the_head_on_the_last():
+    gpus = [Device("Vulkan0", 60 * GIB, on_request_only=True), Device("Vulkan1", 8 * GIB)]
+    split = gpu_offload(plan_gpu_layers(_model(), gpus), gpus)
+    assert split.devices == ("Vulkan1",) and split.split == (11,) and split.n_gpu_layers == 11
+    partial = gpu_offload(plan_gpu_layers(_model(), gpus, requested=4), gpus)
+    assert partial.devices == ("Vulkan1",) and partial.split == (4,)  # num_gpu asks for a GPU: the real one

@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import pty
 import re
 import select
@@ -31,6 +32,8 @@ from pathlib import Path
 import httpx
 
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+# What readline's select() on the terminal shows in /proc/PID/syscall: select and pselect6 by architecture.
+SELECT_SYSCALLS = {"x86_64": {"23", "270"}, "aarch64": {"72"}}.get(platform.machine(), set())
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]|\r")
 
 
@@ -208,6 +211,28 @@ class PtySession:
 
     def send(self, text: str) -> None:
         os.write(self.fd, text.encode())
+
+    def wait_reading_keys(self, timeout: float = 60) -> None:
+        """Wait until the CLI sleeps in readline's ``select()`` on the terminal.
+
+        The prompt is written before readline enters ``select()``; a Ctrl+C that lands in between
+        only sets Python's signal flag and is acted on after the next key (CPython's readline
+        checks signals when ``select()`` fails with EINTR), so a test that sends one the moment
+        the prompt shows waits for this first.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{self.pid}/syscall") as f:
+                    syscall = f.read().split()[0]
+            except (OSError, IndexError):
+                return  # no procfs: nothing better than the prompt itself
+            if not SELECT_SYSCALLS:
+                return
+            if syscall in SELECT_SYSCALLS:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the CLI never waited for keys; output:\n{self.seen[-3000:]}")
 
     def sendline(self, line: str) -> None:
         self.send(line + "\r")

@@ -28,6 +28,7 @@ __all__ = ["Batch", "BackendError", "Context", "Model", "KV_TYPES"]
 
 #: The KV cache types the native engine keeps, by name, with their ggml type ids.
 KV_TYPES = {"f16": 1, "q8_0": 8}
+POPULATE_SLICE = 8 << 20  # bytes of the KV pool faulted in at a time while the engine is idle (a few ms)
 
 
 class Model:
@@ -94,6 +95,7 @@ class Context:
         if not self._ctx:
             raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: out of memory")
         self.block_bytes: int = self._lib.llk_kv_block_bytes(self._ctx)
+        self._populated = 0  # bytes of the pool faulted in from its start by populate_next
         self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
 
@@ -137,6 +139,17 @@ class Context:
         if row not in self._rows:
             raise BackendError(f"no logits were computed for batch row {row}")
         return self._logits[self._rows[row]]
+
+    def populate_next(self) -> bool:
+        """Fault in the next POPULATE_SLICE bytes of the pool (pages a block write already brought in are left as
+        they are); whether any remain. The engine calls it when idle: a large pool's pages (hundreds of ms)
+        never hold up a runner's start or a request, and are held before the blocks are used."""
+        total = self.n_blocks * self.block_bytes
+        if self._populated < total:
+            if self._lib.llk_kv_populate(self._ctx, self._populated, POPULATE_SLICE) != 0:
+                self._populated = total  # no MADV_POPULATE_WRITE here: pages come as blocks are written
+            self._populated += POPULATE_SLICE
+        return self._populated < total
 
     def copy_block(self, dst: int, src: int) -> None:
         if self._lib.llk_kv_block_copy(self._ctx, dst, src) != 0:
