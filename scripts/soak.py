@@ -13,7 +13,9 @@ Starts ``localllm serve`` on a free loopback port with its own store holding
 SmolLM2 (the test fixture), then sends a mix of chat, generate, embeddings,
 OpenAI chat, streams cancelled after their first chunk and malformed bodies.
 The first tenth of the requests (at least 30) is warm-up: it loads the
-runners and touches their caches. Measured against the end of the warm-up:
+runners and touches their caches; then the soak waits for the runners' memory
+to settle (a native runner faults its KV pool in once it is idle). Measured
+against that point:
 
 - 5xx answers other than a declared overload (503): must be 0;
 - transport errors (connection refused or reset): must be 0;
@@ -93,6 +95,20 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
     return sorted(found)
+
+
+def settled_snapshot(pid: int, timeout: float = 60.0) -> Snapshot:
+    """A snapshot once the runners' resident memory stops growing (an idle native runner faults its KV pool
+    in, slice by slice): growth after it is the soak's, not the pool's first touch."""
+    previous = snapshot(pid)
+    give_up = time.monotonic() + timeout
+    while time.monotonic() < give_up:
+        time.sleep(1)
+        current = snapshot(pid)
+        if abs(current.runner_rss - previous.runner_rss) < 1 << 20:
+            return current
+        previous = current
+    return previous
 
 
 def snapshot(pid: int) -> Snapshot:
@@ -254,8 +270,7 @@ def soak(requests: int, minutes: float, concurrency: int, model_path: Path | Non
             for request in (chat, embed):  # both runners up before the mix
                 asyncio.run(run_one(daemon.url, request))
             asyncio.run(run_requests(daemon.url, warmup, concurrency, deadline, report))
-            time.sleep(1)
-            report.warm = snapshot(daemon.process.pid)
+            report.warm = settled_snapshot(daemon.process.pid)
             asyncio.run(run_requests(daemon.url, requests - warmup, concurrency, deadline, report))
             time.sleep(1)  # cancelled streams finish; idle connections settle
             report.end = snapshot(daemon.process.pid)

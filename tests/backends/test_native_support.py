@@ -47,7 +47,6 @@ UNSUPPORTED = {
     "final_softcap": (_key("add_float32", "final_logit_softcapping", 30.0), "'llama.final_logit_softcapping'"),
     "alibi": (_key("add_float32", "attention.max_alibi_bias", 8.0), "'llama.attention.max_alibi_bias'"),
     "layer_norm": (_key("add_float32", "attention.layer_norm_epsilon", 1e-5), "'llama.attention.layer_norm_epsilon'"),
-    "pooling": (_key("add_uint32", "pooling_type", 1), "'llama.pooling_type'"),
     "not_causal": (_key("add_bool", "attention.causal", False), "llama.attention.causal = False"),
     "experts": (_key("add_uint32", "expert_count", 8), "llama.expert_count = 8"),
     "expert_router": (_tensor("blk.0.ffn_gate_inp.weight", 64, 4), "tensor 'blk.0.ffn_gate_inp.weight'"),

@@ -82,7 +82,7 @@ def _unsupported(what: str) -> NativeError:
 # Every <arch>.* metadata key the native forward may meet.  Keys it reads (checked in
 # hyperparameters) and keys that only describe the model may hold any value; keys that
 # change the maths are accepted only at the value that leaves llama's maths unchanged.
-# A key in neither table (soft-capping, ALiBi, pooling, experts, ...) refuses the model.
+# A key in neither table (soft-capping, ALiBi, experts, ...) refuses the model.
 _READ_KEYS = frozenset({
     "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
     "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
