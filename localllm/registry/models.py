@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..backends.pooling import Pooling
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import ollama_template
 from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_tags
@@ -31,8 +32,6 @@ from .store import (
 
 # Arrays longer than this (tokenizer vocabularies) are not decoded for show/list.
 SUMMARY_ARRAY_LIMIT = 1024
-
-RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker's classification head scores pairs
 
 
 def human_number(count: int) -> str:
@@ -122,7 +121,8 @@ class LocalModel:
     def capabilities(self) -> list[str]:
         """What Ollama lists under ``capabilities`` for this model."""
         pooling = self.gguf.arch_value("pooling_type")
-        caps = ["completion"] if pooling in (None, 0) else ["rerank"] if pooling == RANK_POOLING else ["embedding"]
+        caps = (["completion"] if pooling in (None, Pooling.NONE) else ["rerank"] if pooling == Pooling.RANK
+                else ["embedding"])
         template = self.template or self.chat_template or ""
         if "tools" in template:
             caps.append("tools")

@@ -218,8 +218,9 @@ class Scheduler:
         await asyncio.to_thread(_load_native_library)
 
     async def close(self) -> None:
-        if self._reaper:
-            self._reaper.cancel()
+        for task in (self._reaper, self._first_look):
+            if task:
+                task.cancel()
         for model in list(self.loaded.values()):
             await self._unload(model, wait=False)
         await self._wait_stopped()
