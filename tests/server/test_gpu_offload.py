@@ -10,24 +10,22 @@ asked for (``num_gpu``, or naming it in ``LOCALLLM_GPU_MEMORY``).
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from support.daemon import Daemon
 from support.engine_builds import LLVMPIPE_ICD, EngineBuildUnavailable, vulkan_env, vulkan_site
+from support.offload import (generate, layers_by_device, loaded_model, runner_command, start_daemon, top_cosine,
+                             wait_for_log)
 from support.workers import Worker
 
 from localllm.config import SettingsError, parse_gpu_memory
 
-PROMPT = "The capital of France is"
 # The first test builds the Vulkan engine (minutes on 2 cores) in its fixture: more than the suite's 300 s.
 pytestmark = pytest.mark.timeout(1800)
 
@@ -41,113 +39,62 @@ def vulkan() -> dict[str, str]:
         pytest.skip(f"no Vulkan build of llama.cpp here: {exc}")
 
 
-def _start(root: Path, model: Path, **env: str) -> Daemon:
-    """A daemon (one model loaded at a time, so ``ps`` shows the last load) with ``model`` as ``smol``."""
-    daemon = Daemon(root, LOCALLLM_KEEP_ALIVE="10m", LOCALLLM_MAX_LOADED_MODELS="1", **env).start()
-    try:
-        daemon.create("smol", f"FROM {model}")
-    except BaseException:
-        daemon.stop()
-        raise
-    return daemon
-
-
 @pytest.fixture(scope="module")
 def gpu_daemon(vulkan, smollm2_path, tmp_path_factory) -> Iterator[Daemon]:
     """A daemon on the Vulkan build, the software device listed and nothing asked of it."""
-    daemon = _start(tmp_path_factory.mktemp("gpu"), smollm2_path, **vulkan)
+    daemon = start_daemon(tmp_path_factory.mktemp("gpu"), smollm2_path, **vulkan)
     try:
         yield daemon
     finally:
         daemon.stop()
 
 
-def _generate(daemon: Daemon, model: str = "smol", **options) -> dict:
-    body = {"model": model, "prompt": PROMPT, "raw": True, "stream": False, "logprobs": True, "top_logprobs": 10,
-            "options": {"temperature": 0, "num_predict": 8, **options}}
-    response = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=600)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def _loaded(daemon: Daemon) -> dict:
-    (model,) = httpx.get(f"{daemon.url}/api/ps", timeout=30).json()["models"]
-    return model
-
-
-def _layers(model: dict) -> dict[str, int]:
-    return {entry["device"]: entry["layers"] for entry in model["split"] if entry["layers"]}
-
-
-def _runner_command(daemon: Daemon) -> list[str]:
-    """The command line of the daemon's one runner."""
-    (pid,) = daemon.runner_pids()
-    return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
-
-
-def _wait_for_log(daemon: Daemon, pattern: str) -> re.Match:
-    deadline = time.monotonic() + 60
-    while not (match := re.search(pattern, daemon.log_path.read_text(errors="replace"))):
-        assert time.monotonic() < deadline, daemon.log()
-        time.sleep(0.2)
-    return match
-
-
-def _cosine(a: dict, b: dict) -> float:
-    """Cosine of two top-logprob lists as probability vectors over the tokens either names."""
-    p = {alt["token"]: math.exp(alt["logprob"]) for alt in a["top_logprobs"]}
-    q = {alt["token"]: math.exp(alt["logprob"]) for alt in b["top_logprobs"]}
-    tokens = set(p) | set(q)
-    dot = sum(p.get(t, 0.0) * q.get(t, 0.0) for t in tokens)
-    return dot / math.sqrt(sum(v * v for v in p.values()) * sum(v * v for v in q.values()))
-
-
 def test_the_software_device_is_listed_with_its_memory_and_not_used_by_default(gpu_daemon):
-    listed = _wait_for_log(gpu_daemon, r"devices: Vulkan0 \((llvmpipe.*?), ([0-9.]+) GiB free, software")
+    listed = wait_for_log(gpu_daemon, r"devices: Vulkan0 \((llvmpipe.*?), ([0-9.]+) GiB free, software")
     assert float(listed.group(2)) > 0
-    _generate(gpu_daemon)
-    model = _loaded(gpu_daemon)
-    assert model["size_vram"] == 0 and model["processor"] == "100% CPU" and _layers(model) == {"CPU": 30}
+    generate(gpu_daemon)
+    model = loaded_model(gpu_daemon)
+    assert model["size_vram"] == 0 and model["processor"] == "100% CPU" and layers_by_device(model) == {"CPU": 30}
     assert "Vulkan0 is a software device" in model["engine_reason"]
 
 
 def test_num_gpu_puts_that_many_layers_on_the_device_and_ps_shows_the_split(gpu_daemon):
-    cpu = _generate(gpu_daemon, engine="llama.cpp", num_gpu=0)
+    cpu = generate(gpu_daemon, engine="llama.cpp", num_gpu=0)
     # No layer on the GPU: llama.cpp is told to use none, not even for a prompt's batches (its op offload).
-    assert "--no-gpu" in _runner_command(gpu_daemon)
-    half = _generate(gpu_daemon, engine="llama.cpp", num_gpu=15)
-    model = _loaded(gpu_daemon)
-    assert _layers(model) == {"CPU": 15, "Vulkan0": 15}
+    assert "--no-gpu" in runner_command(gpu_daemon)
+    half = generate(gpu_daemon, engine="llama.cpp", num_gpu=15)
+    model = loaded_model(gpu_daemon)
+    assert layers_by_device(model) == {"CPU": 15, "Vulkan0": 15}
     assert 0 < model["size_vram"] < model["size"] and model["processor"].endswith("CPU/GPU")
     assert half["response"] == cpu["response"]  # same greedy text with half the layers on the device
     ps = subprocess.run([sys.executable, "-m", "localllm", "ps"], capture_output=True, text=True, timeout=60,
                         env={**gpu_daemon.env})
     assert "LAYERS" in ps.stdout and "15 Vulkan0" in ps.stdout and "CPU/GPU" in ps.stdout, ps.stdout
-    measured = _wait_for_log(gpu_daemon, r"smol:latest on Vulkan0 took ([0-9]+) MiB, estimated ([0-9]+) MiB")
+    measured = wait_for_log(gpu_daemon, r"smol:latest on Vulkan0 took ([0-9]+) MiB, estimated ([0-9]+) MiB")
     assert 0 < int(measured.group(1)) <= model["size_vram"] >> 20  # within the plan's estimate
 
 
 def test_every_layer_on_the_device_agrees_with_the_cpu_on_the_top_tokens(gpu_daemon):
-    cpu = _generate(gpu_daemon, engine="llama.cpp", num_gpu=0)
-    full = _generate(gpu_daemon, engine="llama.cpp", num_gpu=31)
-    assert _loaded(gpu_daemon)["processor"] == "100% GPU"
+    cpu = generate(gpu_daemon, engine="llama.cpp", num_gpu=0)
+    full = generate(gpu_daemon, engine="llama.cpp", num_gpu=31)
+    assert loaded_model(gpu_daemon)["processor"] == "100% GPU"
     # The software device's arithmetic differs from the CPU's: the first token and its distribution agree.
     assert full["logprobs"][0]["token"] == cpu["logprobs"][0]["token"]
-    assert _cosine(full["logprobs"][0], cpu["logprobs"][0]) > 0.99
+    assert top_cosine(full["logprobs"][0], cpu["logprobs"][0]) > 0.99
 
 
 def test_num_gpu_in_a_modelfile_is_honoured_and_clamped_to_the_layers_with_a_note(gpu_daemon, smollm2_path):
     gpu_daemon.create("smol-gpu", f"FROM {smollm2_path}\nPARAMETER num_gpu 99\nPARAMETER engine llama.cpp")
-    _generate(gpu_daemon, model="smol-gpu")
-    model = _loaded(gpu_daemon)
-    assert _layers(model) == {"Vulkan0": 30} and model["processor"] == "100% GPU"
+    generate(gpu_daemon, model="smol-gpu")
+    model = loaded_model(gpu_daemon)
+    assert layers_by_device(model) == {"Vulkan0": 30} and model["processor"] == "100% GPU"
     assert "num_gpu 99 is more than the model's 31 layers" in model["engine_reason"]
-    _generate(gpu_daemon, model="smol-gpu", num_gpu=4)  # the request's num_gpu over the Modelfile's: a reload
-    assert _layers(_loaded(gpu_daemon)) == {"CPU": 26, "Vulkan0": 4}
+    generate(gpu_daemon, model="smol-gpu", num_gpu=4)  # the request's num_gpu over the Modelfile's: a reload
+    assert layers_by_device(loaded_model(gpu_daemon)) == {"CPU": 26, "Vulkan0": 4}
 
 
 def test_serve_logs_the_devices_of_a_cpu_build(daemon):
-    _wait_for_log(daemon, r"devices: no GPU device \(layers run on the CPU\)")  # the environment's own build
+    wait_for_log(daemon, r"devices: no GPU device \(layers run on the CPU\)")  # the environment's own build
 
 
 @pytest.mark.parametrize("value, problem", [(-2, "must be -1"), (2.5, "whole number"), ("all", "whole number")])
@@ -159,18 +106,18 @@ def test_a_bad_num_gpu_is_a_400_naming_it(daemon, value, problem):
 
 
 def test_a_device_named_with_a_memory_cap_gets_the_layers_that_fit_their_kv_counted(vulkan, smollm2_path, tmp_path):
-    daemon = _start(tmp_path, smollm2_path, LOCALLLM_GPU_MEMORY="Vulkan0=520M", **vulkan)
+    daemon = start_daemon(tmp_path, smollm2_path, LOCALLLM_GPU_MEMORY="Vulkan0=520M", **vulkan)
     try:
-        _generate(daemon, num_ctx=1024)
-        short = _layers(_loaded(daemon))
-        _generate(daemon, num_ctx=8192)  # four times the KV cache: fewer layers fit the cap
-        long = _layers(_loaded(daemon))
+        generate(daemon, num_ctx=1024)
+        short = layers_by_device(loaded_model(daemon))
+        generate(daemon, num_ctx=8192)  # four times the KV cache: fewer layers fit the cap
+        long = layers_by_device(loaded_model(daemon))
         assert 0 < long["Vulkan0"] < short["Vulkan0"] < 30 and long["CPU"] + long["Vulkan0"] == 30
-        assert 0 < _loaded(daemon)["size_vram"] <= 520 << 20
-        assert "software device" not in _loaded(daemon)["engine_reason"]  # named, so used
-        _generate(daemon, num_gpu=0)  # no layer on the GPU: the engine is chosen as on a CPU-only machine
-        cpu = _loaded(daemon)
-        assert _layers(cpu) == {"CPU": 30} and "num_gpu 0 keeps every layer on the CPU" in cpu["engine_reason"]
+        assert 0 < loaded_model(daemon)["size_vram"] <= 520 << 20
+        assert "software device" not in loaded_model(daemon)["engine_reason"]  # named, so used
+        generate(daemon, num_gpu=0)  # no layer on the GPU: the engine is chosen as on a CPU-only machine
+        cpu = loaded_model(daemon)
+        assert layers_by_device(cpu) == {"CPU": 30} and "num_gpu 0 keeps every layer on the CPU" in cpu["engine_reason"]
         assert cpu["engine"] == "native" or "not measured faster" in cpu["engine_reason"]
     finally:
         daemon.stop()
@@ -178,16 +125,16 @@ def test_a_device_named_with_a_memory_cap_gets_the_layers_that_fit_their_kv_coun
 
 def test_a_device_that_refuses_the_memory_mid_load_falls_back_to_the_cpu(vulkan, smollm2_path, tmp_path):
     # The device refuses every buffer over 1 KiB: the weights load, then llama.cpp's KV cache fails on it.
-    daemon = _start(tmp_path, smollm2_path, GGML_VK_FORCE_MAX_BUFFER_SIZE="1024", **vulkan)
+    daemon = start_daemon(tmp_path, smollm2_path, GGML_VK_FORCE_MAX_BUFFER_SIZE="1024", **vulkan)
     try:
-        answer = _generate(daemon, num_gpu=10)
+        answer = generate(daemon, num_gpu=10)
         assert answer["response"]
-        model = _loaded(daemon)
+        model = loaded_model(daemon)
         assert model["size_vram"] == 0 and "the GPU load failed" in model["engine_reason"]
         assert re.search(r"loading smol:latest with 10 layers on Vulkan0 failed: .*; loading it on the CPU instead",
                          daemon.log_path.read_text())
-        _generate(daemon, num_gpu=10)  # asked again: served by the runner on the CPU, not loaded again
-        assert "the GPU load failed" in _loaded(daemon)["engine_reason"]
+        generate(daemon, num_gpu=10)  # asked again: served by the runner on the CPU, not loaded again
+        assert "the GPU load failed" in loaded_model(daemon)["engine_reason"]
     finally:
         daemon.stop()
 
@@ -195,42 +142,42 @@ def test_a_device_that_refuses_the_memory_mid_load_falls_back_to_the_cpu(vulkan,
 def test_a_device_gone_between_listing_and_load_falls_back_to_the_cpu(vulkan, smollm2_path, tmp_path):
     icd = tmp_path / "lvp_icd.json"
     shutil.copy(LLVMPIPE_ICD, icd)
-    daemon = _start(tmp_path / "d", smollm2_path, **{**vulkan, "VK_ICD_FILENAMES": str(icd)})
+    daemon = start_daemon(tmp_path / "d", smollm2_path, **{**vulkan, "VK_ICD_FILENAMES": str(icd)})
     try:
-        _wait_for_log(daemon, r"devices: Vulkan0")  # listed while the driver was there
+        wait_for_log(daemon, r"devices: Vulkan0")  # listed while the driver was there
         icd.unlink()  # the driver goes away: the runner about to load finds no Vulkan device
-        answer = _generate(daemon, num_gpu=5)
-        assert answer["response"] and _loaded(daemon)["size_vram"] == 0
-        assert "no device 'Vulkan0' here" in _loaded(daemon)["engine_reason"]
+        answer = generate(daemon, num_gpu=5)
+        assert answer["response"] and loaded_model(daemon)["size_vram"] == 0
+        assert "no device 'Vulkan0' here" in loaded_model(daemon)["engine_reason"]
     finally:
         daemon.stop()
 
 
 def test_a_vulkan_build_without_a_vulkan_driver_runs_on_the_cpu(vulkan, smollm2_path, tmp_path):
-    daemon = _start(tmp_path, smollm2_path, **{**vulkan, "VK_ICD_FILENAMES": str(tmp_path / "no-driver.json")})
+    daemon = start_daemon(tmp_path, smollm2_path, **{**vulkan, "VK_ICD_FILENAMES": str(tmp_path / "no-driver.json")})
     try:
-        _wait_for_log(daemon, r"devices: no GPU device")
-        on_vulkan_build = _generate(daemon, engine="llama.cpp", num_gpu=8)
-        model = _loaded(daemon)
+        wait_for_log(daemon, r"devices: no GPU device")
+        on_vulkan_build = generate(daemon, engine="llama.cpp", num_gpu=8)
+        model = loaded_model(daemon)
         assert model["size_vram"] == 0 and "no GPU device" in model["engine_reason"]
     finally:
         daemon.stop()
-    cpu_build = _start(tmp_path / "cpu", smollm2_path)  # the environment's own CPU build of llama.cpp
+    cpu_build = start_daemon(tmp_path / "cpu", smollm2_path)  # the environment's own CPU build of llama.cpp
     try:
-        assert _generate(cpu_build, engine="llama.cpp")["response"] == on_vulkan_build["response"]
+        assert generate(cpu_build, engine="llama.cpp")["response"] == on_vulkan_build["response"]
     finally:
         cpu_build.stop()
 
 
 def test_gpu_layers_with_a_worker_keep_the_planned_device_order(vulkan, smollm2_path, tmp_path):
     worker = Worker(tmp_path)
-    daemon = _start(tmp_path / "d", smollm2_path, LOCALLLM_WORKERS=worker.address, **vulkan)
+    daemon = start_daemon(tmp_path / "d", smollm2_path, LOCALLLM_WORKERS=worker.address, **vulkan)
     try:
-        cpu = _generate(daemon, engine="llama.cpp", num_gpu=0, num_worker_layers=0)
-        split = _generate(daemon, num_gpu=10, num_worker_layers=5)
-        layers = _layers(_loaded(daemon))
+        cpu = generate(daemon, engine="llama.cpp", num_gpu=0, num_worker_layers=0)
+        split = generate(daemon, num_gpu=10, num_worker_layers=5)
+        layers = layers_by_device(loaded_model(daemon))
         assert layers == {"CPU": 15, "Vulkan0": 10, f"{worker.address}#0": 5}
-        command = _runner_command(daemon)
+        command = runner_command(daemon)
         devices = [command[i + 1] for i, arg in enumerate(command) if arg == "--device"]
         assert devices == [f"{worker.address}#0", "Vulkan0", "CPU"]  # workers, then the GPU, the head on the CPU
         assert command[command.index("--tensor-split") + 1] == "5,10,1"

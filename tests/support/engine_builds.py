@@ -94,6 +94,26 @@ def vulkan_env(site: Path) -> dict[str, str]:
     return {"PYTHONPATH": path, "VK_ICD_FILENAMES": str(LLVMPIPE_ICD), "GGML_VK_VISIBLE_DEVICES": "0"}
 
 
+def cuda_env() -> dict[str, str]:
+    """Environment for a daemon on a CUDA build made ahead, named by ``$LOCALLLM_CUDA_SITE`` (the directory
+    holding its ``llama_cpp``, as ``scripts/device/cuda_check.sh build`` makes it), where a CUDA device is
+    visible: its ``llama_cpp`` first on the path."""
+    named = os.environ.get("LOCALLLM_CUDA_SITE")
+    if not named:
+        raise EngineBuildUnavailable("LOCALLLM_CUDA_SITE names no CUDA build of llama-cpp-python "
+                                     "(scripts/device/cuda_check.sh build makes one)")
+    site = Path(named)
+    if not any((site / "llama_cpp" / "lib").glob("libggml-cuda.so*")):
+        raise EngineBuildUnavailable(f"{site} holds no CUDA build of llama.cpp (no llama_cpp/lib/libggml-cuda.so)")
+    if shutil.which("nvidia-smi") is None:
+        raise EngineBuildUnavailable("no CUDA device visible (no nvidia-smi)")
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    if listed.returncode != 0 or "GPU 0" not in listed.stdout:
+        raise EngineBuildUnavailable(f"no CUDA device visible (nvidia-smi -L: {(listed.stdout + listed.stderr)[-300:]})")
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path}
+
+
 def _vulkan_cmake_args(cache: Path) -> str:
     _install_packages()
     return f"-DGGML_VULKAN=on -DGGML_RPC=on -DVulkan_INCLUDE_DIR={_vulkan_headers(cache)}"

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The CUDA offload check on a lent NVIDIA machine with no network, in two calls to the same warm machine.
+#
+#   scripts/device/cuda_check.sh build   # call 1: carried wheels, llama-cpp-python built for CUDA, model part 1
+#   scripts/device/cuda_check.sh check   # call 2: model part 2, then tests/server/test_cuda_offload.py and
+#                                        #         scripts/bench/gpu_offload.py on the GPU
+#
+# What travels: .device1/ (wheels of the packages the machine lacks in whl/, the llama-cpp-python sdist trimmed
+# of what a CUDA build never reads, in llama-cpp-python.tgz, and the model's first bytes in model.part1) and
+# .device2/ (model.part2): SmolLM2 (98 MB) is more than one call may carry. Everything is kept in $WORK (/tmp, so
+# it outlives the repository copy between the calls); what a call prints and logs goes to $OUT (at most 8 files).
+#
+# The build: CMAKE_ARGS as the README's CUDA build (-DGGML_CUDA=on -DGGML_RPC=on) for the H100 alone
+# (CMAKE_CUDA_ARCHITECTURES=90-real: no PTX copy), 16 parallel jobs with ninja, and two parts turned off that
+# localllm does not use here: flash attention's CUDA kernels (GGML_CUDA_FA=OFF; localllm asks llama.cpp for flash
+# attention only under LOCALLLM_FLASH_ATTENTION=1, off by default) and NCCL (one GPU).
+# CUDA_CHECK_CMAKE_ARGS replaces those arguments (a CPU dry run elsewhere: CUDA_CHECK_CMAKE_ARGS=-DGGML_RPC=on).
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+WORK=${CUDA_CHECK_WORK:-/tmp/localllm-cuda}
+OUT=${OUT:-$WORK/out}
+PYTHON=${PYTHON:-python3}
+MODEL=SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+CMAKE_ARGS_CUDA="-DGGML_CUDA=on -DGGML_RPC=on -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF"
+mkdir -p "$WORK" "$OUT"
+
+say() { echo "== $(date -u +%H:%M:%S) $*"; }
+fail() { echo "CUDA CHECK FAILED: $*"; exit 1; }
+
+# cuBLAS, which ggml-cuda links: the toolkit's, else NVIDIA's pip package (nvidia-cublas) in the Python there.
+cublas_dir() {
+    local toolkit
+    toolkit=$(dirname "$(dirname "$(command -v nvcc)")")
+    if compgen -G "$toolkit/lib64/libcublas.so*" >/dev/null || compgen -G "$toolkit/targets/*/lib/libcublas.so*" >/dev/null; then
+        return
+    fi
+    local found
+    found=$("$PYTHON" - <<'EOF'
+import glob, site
+print(next(iter(sorted(p for d in site.getsitepackages() for p in glob.glob(f"{d}/nvidia/**/libcublas.so.*", recursive=True))), ""))
+EOF
+)
+    [ -n "$found" ] && dirname "$found"
+    return 0
+}
+
+environment() {
+    export PYTHONPATH="$WORK/cuda-site:$WORK/deps:$REPO" LOCALLLM_CUDA_SITE="$WORK/cuda-site"
+    export LOCALLLM_TEST_CACHE="$WORK/models" PYTHONUNBUFFERED=1
+    [ -s "$WORK/cublas-dir" ] && export LD_LIBRARY_PATH="$(cat "$WORK/cublas-dir")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    return 0
+}
+
+build() {
+    local started=$SECONDS
+    say "machine"
+    nvidia-smi -L; nvcc --version | tail -2; cmake --version | head -1; echo "ninja $(ninja --version)"
+    "$PYTHON" --version; nproc; command -v pgrep cc
+    [ -d "$REPO/.device1/whl" ] || fail "no .device1/ here: call 1 carries it (carry [\".device1\"])"
+
+    say "wheels of what the machine lacks -> $WORK/deps"
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/deps" \
+        "$REPO"/.device1/whl/*.whl || fail "the carried wheels did not install"
+
+    say "model, first part -> $WORK/models"
+    mkdir -p "$WORK/models"
+    cp "$REPO/.device1/model.part1" "$WORK/models/$MODEL.part1" || fail "no .device1/model.part1"
+
+    say "llama-cpp-python from its trimmed sdist"
+    rm -rf "$WORK/src" "$WORK/cuda-site" && mkdir -p "$WORK/src"
+    tar xzf "$REPO/.device1/llama-cpp-python.tgz" -C "$WORK/src" || fail "no .device1/llama-cpp-python.tgz"
+    local args=${CUDA_CHECK_CMAKE_ARGS:-$CMAKE_ARGS_CUDA} cublas
+    cublas=$(cublas_dir)
+    if [ -n "$cublas" ]; then  # a compiler-only toolkit: the pip package's cuBLAS, found again at run time
+        echo "$cublas" > "$WORK/cublas-dir"
+        args="$args -DCUDA_cublas_LIBRARY=$(ls "$cublas"/libcublas.so.* | head -1)"
+        args="$args -DCUDA_cublasLt_LIBRARY=$(ls "$cublas"/libcublasLt.so.* | head -1)"
+        args="$args -DCMAKE_CUDA_FLAGS=-I$cublas/../include -DCMAKE_CXX_FLAGS=-I$cublas/../include"
+    fi
+    echo "CMAKE_ARGS=$args"
+    local build_started=$SECONDS
+    CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) CMAKE_GENERATOR=Ninja \
+        "$PYTHON" -m pip install --no-index --no-deps --no-build-isolation --no-cache-dir -v \
+        --target "$WORK/cuda-site" "$WORK/src" > "$OUT/llama-build.log" 2>&1 \
+        || { tail -40 "$OUT/llama-build.log"; fail "the llama-cpp-python build failed (llama-build.log)"; }
+    say "llama-cpp-python built in $((SECONDS - build_started)) s"
+    ls "$WORK/cuda-site/llama_cpp/lib"
+
+    environment
+    say "localllm's kernels library (compiled from kernels/ on first use) and ggml's devices on this build"
+    "$PYTHON" - <<'EOF' || fail "localllm does not load on this build"
+from localllm.backends.native.lib import library
+from localllm.server.memory import describe_devices, gpu_devices
+print("kernels library:", library()._name)
+print("devices:", describe_devices(gpu_devices()))
+EOF
+    say "build phase done in $((SECONDS - started)) s: BUILD OK"
+}
+
+check() {
+    local started=$SECONDS
+    [ -d "$WORK/cuda-site/llama_cpp" ] || fail "no CUDA build in $WORK: this is not the machine call 1 built on (rerun call 1)"
+    [ -f "$WORK/models/$MODEL.part1" ] || [ -f "$WORK/models/$MODEL" ] || fail "call 1's model part is gone (rerun call 1)"
+    if [ ! -f "$WORK/models/$MODEL" ]; then
+        say "model, second part"
+        cat "$WORK/models/$MODEL.part1" "$REPO/.device2/model.part2" > "$WORK/models/$MODEL.partial" \
+            || fail "no .device2/model.part2 (carry [\".device2\"])"
+        echo "$MODEL_SHA256  $WORK/models/$MODEL.partial" | sha256sum -c --quiet || fail "the model's sha256 differs"
+        mv "$WORK/models/$MODEL.partial" "$WORK/models/$MODEL"
+    fi
+    say "model ok (sha256 $MODEL_SHA256)"
+    environment
+    nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv
+
+    say "tests/server/test_cuda_offload.py"
+    (cd "$REPO" && "$PYTHON" -m pytest -v -s -rA -p no:cacheprovider --basetemp="$WORK/pytest" \
+        tests/server/test_cuda_offload.py) > "$OUT/pytest.log" 2>&1
+    local tests=$?
+    grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|^(listed|ps|measured|all layers|15 layers|under a)" \
+        "$OUT/pytest.log" | tail -30
+    cat "$WORK"/pytest/*/daemon.log "$WORK"/pytest/*/*/daemon.log 2>/dev/null | tail -c 4000000 > "$OUT/daemon-logs.txt"
+
+    say "scripts/bench/gpu_offload.py --layers 31 --rounds 3 --json"
+    (cd "$REPO" && "$PYTHON" scripts/bench/gpu_offload.py --layers 31 --rounds 3 --json) \
+        > "$OUT/bench.json" 2> "$OUT/bench.log"
+    local bench=$?
+    cat "$OUT/bench.json"; tail -5 "$OUT/bench.log"
+    say "check phase done in $((SECONDS - started)) s: tests rc=$tests, bench rc=$bench"
+    [ $tests -eq 0 ] && [ $bench -eq 0 ] && echo "CUDA CHECK OK"
+}
+
+case "${1:-}" in
+    build) build 2>&1 | tee "$OUT/build.log" ;;
+    check) check 2>&1 | tee "$OUT/check.log" ;;
+    *) echo "usage: $0 build|check" >&2; exit 2 ;;
+esac
