@@ -7,8 +7,8 @@
 #
 # What travels: .device1/ (wheels of the packages the machine lacks in whl/, the llama-cpp-python sdist trimmed
 # of what a CUDA build never reads, in llama-cpp-python.tgz, and the model's first bytes in model.part1) and
-# .device2/ (model.part2): SmolLM2 (98 MB) is more than one call may carry. Everything is kept in $WORK (/tmp, so
-# it outlives the repository copy between the calls); what a call prints and logs goes to $OUT (at most 8 files).
+# .device2/ (model.part2): SmolLM2 (98 MB) is more than one call may carry. What call 1 makes is kept in $WORK
+# (build/cuda-check: ignored, so the machine keeps it for the next call); what a call prints and logs goes to $OUT.
 #
 # The build: CMAKE_ARGS as the README's CUDA build (-DGGML_CUDA=on -DGGML_RPC=on) for the H100 alone
 # (CMAKE_CUDA_ARCHITECTURES=90-real: no PTX copy), 16 parallel jobs with ninja, and two parts turned off that
@@ -18,7 +18,7 @@
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-WORK=${CUDA_CHECK_WORK:-/tmp/localllm-cuda}
+WORK=${CUDA_CHECK_WORK:-$REPO/build/cuda-check}  # build/ is ignored: kept between calls on a warm machine
 OUT=${OUT:-$WORK/out}
 PYTHON=${PYTHON:-python3}
 MODEL=SmolLM2-135M-Instruct.Q4_1.gguf
@@ -29,21 +29,54 @@ mkdir -p "$WORK" "$OUT"
 say() { echo "== $(date -u +%H:%M:%S) $*"; }
 fail() { echo "CUDA CHECK FAILED: $*"; exit 1; }
 
-# cuBLAS, which ggml-cuda links: the toolkit's, else NVIDIA's pip package (nvidia-cublas) in the Python there.
-cublas_dir() {
-    local toolkit
-    toolkit=$(dirname "$(dirname "$(command -v nvcc)")")
-    if compgen -G "$toolkit/lib64/libcublas.so*" >/dev/null || compgen -G "$toolkit/targets/*/lib/libcublas.so*" >/dev/null; then
-        return
+# The CMake arguments: CMAKE_ARGS_CUDA (or CUDA_CHECK_CMAKE_ARGS), plus where cuBLAS and the driver library are when
+# CMake would not find them itself.
+cmake_args() {
+    local args=${CUDA_CHECK_CMAKE_ARGS:-$CMAKE_ARGS_CUDA}
+    if [[ $args == *GGML_CUDA=on* ]]; then
+        args="$args$(cublas_args)$(driver_args)"
     fi
-    local found
+    echo "$args"
+}
+
+toolkits() {
+    dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")"
+    echo "${CUDA_HOME:-/usr/local/cuda}"
+}
+
+# cuBLAS, which ggml-cuda links: the toolkit's, else NVIDIA's pip package (nvidia-cublas) in the Python there
+# (a compiler-only toolkit), whose directory then goes on LD_LIBRARY_PATH for the check.
+cublas_args() {
+    local toolkit found
+    for toolkit in $(toolkits); do
+        if compgen -G "$toolkit/lib64/libcublas.so*" >/dev/null || compgen -G "$toolkit/targets/*/lib/libcublas.so*" >/dev/null; then
+            return 0
+        fi
+    done
     found=$("$PYTHON" - <<'EOF'
 import glob, site
 print(next(iter(sorted(p for d in site.getsitepackages() for p in glob.glob(f"{d}/nvidia/**/libcublas.so.*", recursive=True))), ""))
 EOF
 )
-    [ -n "$found" ] && dirname "$found"
-    return 0
+    [ -n "$found" ] || return 0
+    local lib include
+    lib=$(dirname "$found") include=$(dirname "$(dirname "$found")")/include
+    echo "$lib" > "$WORK/cublas-dir"
+    echo -n " -DCUDA_cublas_LIBRARY=$found -DCUDA_cublasLt_LIBRARY=$(ls "$lib"/libcublasLt.so.* | head -1)"
+    echo -n " -DCMAKE_CUDA_FLAGS=-I$include -DCMAKE_CXX_FLAGS=-I$include"
+}
+
+# The driver library for ggml's virtual-memory pool (CUDA::cuda_driver): the toolkit's stub or the driver's own
+# library named to CMake; with neither, the build goes without that pool (GGML_CUDA_NO_VMM), as engine_builds does.
+driver_args() {
+    local toolkit found=""
+    for toolkit in $(toolkits); do
+        found=$(ls "$toolkit"/lib64/stubs/libcuda.so "$toolkit"/targets/*/lib/stubs/libcuda.so 2>/dev/null | head -1)
+        [ -n "$found" ] && return 0
+    done
+    found=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so(\.1)? /{print $NF; exit}')
+    [ -z "$found" ] && found=$(ls /usr/local/nvidia/lib64/libcuda.so* /usr/lib/x86_64-linux-gnu/libcuda.so* 2>/dev/null | head -1)
+    if [ -n "$found" ]; then echo -n " -DCUDA_cuda_driver_LIBRARY=$found"; else echo -n " -DGGML_CUDA_NO_VMM=ON"; fi
 }
 
 environment() {
@@ -71,15 +104,18 @@ build() {
     say "llama-cpp-python from its trimmed sdist"
     rm -rf "$WORK/src" "$WORK/cuda-site" && mkdir -p "$WORK/src"
     tar xzf "$REPO/.device1/llama-cpp-python.tgz" -C "$WORK/src" || fail "no .device1/llama-cpp-python.tgz"
-    local args=${CUDA_CHECK_CMAKE_ARGS:-$CMAKE_ARGS_CUDA} cublas
-    cublas=$(cublas_dir)
-    if [ -n "$cublas" ]; then  # a compiler-only toolkit: the pip package's cuBLAS, found again at run time
-        echo "$cublas" > "$WORK/cublas-dir"
-        args="$args -DCUDA_cublas_LIBRARY=$(ls "$cublas"/libcublas.so.* | head -1)"
-        args="$args -DCUDA_cublasLt_LIBRARY=$(ls "$cublas"/libcublasLt.so.* | head -1)"
-        args="$args -DCMAKE_CUDA_FLAGS=-I$cublas/../include -DCMAKE_CXX_FLAGS=-I$cublas/../include"
-    fi
+    local args
+    rm -f "$WORK/cublas-dir"
+    args=$(cmake_args)
     echo "CMAKE_ARGS=$args"
+    if [ -n "${CUDA_CHECK_CONFIGURE_ONLY:-}" ]; then  # a dry run where the build would take too long: CMake's step
+        # shellcheck disable=SC2086
+        cmake -S "$WORK/src" -B "$WORK/configure" -G Ninja -DSKBUILD_PLATLIB_DIR="$WORK/configure/platlib" $args \
+            > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; fail "CMake's configure failed"; }
+        grep -E "CUDA|cuBLAS|cublas|Including" "$OUT/configure.log"
+        say "configured only: CONFIGURE OK"
+        return 0
+    fi
     local build_started=$SECONDS
     CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) CMAKE_GENERATOR=Ninja \
         "$PYTHON" -m pip install --no-index --no-deps --no-build-isolation --no-cache-dir -v \
@@ -120,13 +156,16 @@ check() {
     local tests=$?
     grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|^(listed|ps|measured|all layers|15 layers|under a)" \
         "$OUT/pytest.log" | tail -30
-    cat "$WORK"/pytest/*/daemon.log "$WORK"/pytest/*/*/daemon.log 2>/dev/null | tail -c 4000000 > "$OUT/daemon-logs.txt"
 
     say "scripts/bench/gpu_offload.py --layers 31 --rounds 3 --json"
-    (cd "$REPO" && "$PYTHON" scripts/bench/gpu_offload.py --layers 31 --rounds 3 --json) \
+    mkdir -p "$WORK/tmp"  # the benchmark's daemon store (and log) under $WORK
+    (cd "$REPO" && TMPDIR="$WORK/tmp" "$PYTHON" scripts/bench/gpu_offload.py --layers 31 --rounds 3 --json) \
         > "$OUT/bench.json" 2> "$OUT/bench.log"
     local bench=$?
     cat "$OUT/bench.json"; tail -5 "$OUT/bench.log"
+    # the daemons' logs, each under its name: the tests' and the benchmark's
+    tail -n +1 "$WORK"/pytest/*/daemon.log "$WORK"/pytest/*/*/daemon.log "$WORK"/tmp/localllm-bench-*/daemon.log 2>/dev/null \
+        | tail -c 8000000 > "$OUT/daemon-logs.txt"
     say "check phase done in $((SECONDS - started)) s: tests rc=$tests, bench rc=$bench"
     [ $tests -eq 0 ] && [ $bench -eq 0 ] && echo "CUDA CHECK OK"
 }
