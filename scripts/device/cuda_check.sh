@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA offload check on a lent NVIDIA machine with no network, in two calls to the same warm machine.
 #
+#   scripts/device/cuda_check.sh prepare # here, with network: .device1/ and .device2/ in the checkout
 #   scripts/device/cuda_check.sh build   # call 1: carried wheels, llama-cpp-python built for CUDA, model part 1
 #   scripts/device/cuda_check.sh check   # call 2: model part 2, then tests/server/test_cuda_offload.py and
 #                                        #         scripts/bench/gpu_offload.py on the GPU
@@ -173,8 +174,39 @@ check() {
     [ $tests -eq 0 ] && [ $bench -eq 0 ] && echo "CUDA CHECK OK"
 }
 
+# Here, with network: .device1/ and .device2/ (add /.device1/ and /.device2/ to .git/info/exclude). The sdist
+# loses what a CUDA build never reads (vocab test models, docs, other backends, git history): 77 MB -> 5 MB.
+prepare() {
+    local tmp wheels="fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic-core==2.50.5 typing-inspection
+        annotated-types uvicorn==0.54.0 platformdirs==4.14.8 gguf==0.19.0 llguidance==1.9.1 jsonschema==4.26.0
+        jsonschema-specifications referencing==0.37.0 rpds-py httptools==0.9.0 diskcache==5.6.3 typing-extensions
+        opentelemetry-api==1.45.2"
+    tmp=$(mktemp -d) && mkdir -p "$REPO/.device1/whl" "$REPO/.device2"
+    # shellcheck disable=SC2086
+    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$REPO/.device1/whl" $wheels || fail "wheels"
+    [ -n "${SDIST:-}" ] || { "$PYTHON" -m pip download -q --no-deps --no-binary :all: -d "$tmp" llama-cpp-python==0.3.36 \
+        && SDIST=$(ls "$tmp"/llama_cpp_python-*.tar.gz); } || fail "the sdist"
+    mkdir "$tmp/src" && tar xzf "$SDIST" -C "$tmp/src" --strip-components=1 || fail "unpacking $SDIST"
+    (cd "$tmp/src" && v=vendor/llama.cpp \
+        && rm -rf .git .github examples docs docker tests $v/.git $v/ci $v/models $v/docs $v/media $v/benches \
+            $v/examples $v/pocs $v/tests $v/gguf-py $v/conversion $v/app $v/.devops $v/.github \
+        && find $v/tools -mindepth 1 -maxdepth 1 ! -name mtmd ! -name CMakeLists.txt -exec rm -rf {} + \
+        && find $v/ggml/src -mindepth 1 -maxdepth 1 -type d -name 'ggml-*' ! -name ggml-cpu ! -name ggml-cuda \
+            ! -name ggml-rpc -exec rm -rf {} +) || fail "trimming the sdist"
+    tar czf "$REPO/.device1/llama-cpp-python.tgz" -C "$tmp/src" . || fail "packing the sdist"
+    local model=${LOCALLLM_TEST_CACHE:-$HOME/.cache/localllm-tests}/$MODEL
+    head -c 44040192 "$model" > "$REPO/.device1/model.part1" && tail -c +44040193 "$model" > "$REPO/.device2/model.part2"
+    cat "$REPO/.device1/model.part1" "$REPO/.device2/model.part2" | sha256sum | grep -q "$MODEL_SHA256" \
+        || fail "the model parts do not make $MODEL"
+    rm -rf "$tmp"
+    du -sb "$REPO/.device1" "$REPO/.device2"
+}
+
 case "${1:-}" in
+    prepare) prepare ;;
     build) build 2>&1 | tee "$OUT/build.log" ;;
     check) check 2>&1 | tee "$OUT/check.log" ;;
-    *) echo "usage: $0 build|check" >&2; exit 2 ;;
+    *) echo "usage: $0 prepare|build|check" >&2; exit 2 ;;
 esac
