@@ -29,10 +29,17 @@ _FIRST_WORDS = itertools.count(1)  # a new first token each call: no prompt cach
 
 
 def measure(url: str, num_gpu: int, tokens: int) -> tuple[float, float]:
-    """(prefill, decode) tokens/s of one greedy completion."""
-    body = {"model": MODEL, "prompt": f"{next(_FIRST_WORDS)}. {PROMPT}", "raw": True, "stream": False,
-            "options": {"temperature": 0, "num_predict": tokens, "num_gpu": num_gpu, "engine": "llama.cpp"}}
-    answer = httpx.post(f"{url}/api/generate", json=body, timeout=1800).json()
+    """(prefill, decode) tokens/s of one greedy completion, after a short one on the same load.
+
+    Each side's ``num_gpu`` reloads the model, and a fresh load's first pass pays one-time costs (a GPU
+    backend's kernel loading and library handles, the weights' first touch): the warm-up takes them."""
+    def generate(num_predict: int) -> dict:
+        body = {"model": MODEL, "prompt": f"{next(_FIRST_WORDS)}. {PROMPT}", "raw": True, "stream": False,
+                "options": {"temperature": 0, "num_predict": num_predict, "num_gpu": num_gpu, "engine": "llama.cpp"}}
+        return httpx.post(f"{url}/api/generate", json=body, timeout=1800).json()
+
+    generate(4)
+    answer = generate(tokens)
     return (answer["prompt_eval_count"] / answer["prompt_eval_duration"] * 1e9,
             answer["eval_count"] / answer["eval_duration"] * 1e9)
 
