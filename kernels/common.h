@@ -50,6 +50,23 @@ typedef struct {
     uint8_t qs[16][192];   /* [sub-block of 16]: two nibble vectors, then the top-bits vector */
 } block_q6_k_r16;
 
+/* Q2_K: sub-blocks of 16 values; vector s holds sub-block s's 2-bit codes, lane r (4 bytes) row r's value
+ * 4k+b at bits 2k..2k+1 of byte b; the scale (low nibble) and min (high nibble) bytes as GGUF has them. */
+typedef struct {
+    f16_t d[16], dmin[16];
+    uint8_t scales[16][16]; /* [sub-block of 16][row] */
+    uint8_t qs[16][64];     /* [sub-block of 16]: one vector */
+} block_q2_k_r16;
+/* Q3_K: the low two bits of each code as Q2_K's vectors, the third bit of sub-blocks 2j and 2j+1 in
+ * vector j of hbits (bit k of byte b of lane r: value 4k+b of the pair), the scales unpacked to bytes
+ * (-32..31); codes stored unsigned (value = d * sc * (code - 4)). */
+typedef struct {
+    f16_t d[16];
+    int8_t scales[16][16]; /* [sub-block of 16][row] */
+    uint8_t qs[16][64];
+    uint8_t hbits[8][64];
+} block_q3_k_r16;
+
 /* Activations for the 32-formats (as ggml's Q8_0/Q8_1).
  * d: the scale, s: d * (sum of qs), both rounded to half precision as ggml's Q8_1
  * (the min term of Q4_1/Q5_1 uses s). */
@@ -73,6 +90,8 @@ _Static_assert(sizeof(block_q5_0_r16) == 16 * 22 && sizeof(block_q5_1_r16) == 16
 _Static_assert(sizeof(block_q8_0_r16) == 16 * 34, "q8_0_r16");
 _Static_assert(sizeof(block_q6_k_r16) == 16 * 210, "q6_k_r16");
 _Static_assert(sizeof(block_q5_k_r16) == 16 * 180, "q5_k_r16");
+_Static_assert(sizeof(block_q2_k_r16) == 16 * 84, "q2_k_r16");
+_Static_assert(sizeof(block_q3_k_r16) == 16 * 114, "q3_k_r16");
 #define GROUP_ROWS 16 /* rows of a repacked group */
 
 

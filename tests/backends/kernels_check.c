@@ -88,7 +88,7 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
     }
     /* repacked layouts: where a level has a group kernel of its own, its results are the reference's bit for bit,
      * for one token and for several at once */
-    static const int packable[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q4_K, LLK_Q5_K, LLK_Q6_K};
+    static const int packable[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q2_K, LLK_Q3_K, LLK_Q4_K, LLK_Q5_K, LLK_Q6_K};
     const int64_t rows = 32, cols = 3 * 256;
     uint8_t *matrix = malloc(llk_row_size(LLK_F32, cols) * rows), *packed = malloc(llk_row_size(LLK_F32, cols) * rows);
     uint8_t *acts = malloc((llk_act_size(LLK_Q4_K, cols) + llk_act_size(LLK_Q4_0, cols)) * 3);
