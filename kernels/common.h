@@ -141,6 +141,18 @@ int llk_act_kind(int type);
         for (int l_ = 0; l_ < (int)sizeof(*(block)); l_ += 64) __builtin_prefetch(next_ + l_); \
     } while (0)
 
+/* The repacked kernels stream each thread's rows as one run of bytes (whole groups, one after the other):
+ * while one piece of `bytes` at p is worked on, fetch the piece PREFETCH_DISTANCE bytes on, so the loads
+ * of a matrix that comes from memory do not wait for it (the hardware prefetcher stops at each page). */
+#ifndef PREFETCH_DISTANCE
+#define PREFETCH_DISTANCE 2048
+#endif
+#define PREFETCH_AHEAD(p, bytes)                                                                       \
+    do {                                                                                               \
+        for (int l_ = 0; PREFETCH_DISTANCE && l_ < (int)(bytes); l_ += 64)                              \
+            __builtin_prefetch((const char *)(p) + PREFETCH_DISTANCE + l_);                            \
+    } while (0)
+
 typedef float (*dot_fn)(const void *w, const void *act, int64_t n);
 /* One weight row against n_cols (<= DOT_MAX_COLS) activation rows act_row bytes apart, for prefill
  * and batches: the weights are unpacked once for all of them, and each result is bit for bit what
@@ -199,6 +211,7 @@ typedef struct {
     attn_scores_fn attn_scores[2];   /* [kv type: 0 F16, 1 Q8_0] */
     attn_accum_fn attn_accum[2];
     attn_softmax_fn attn_softmax;
+    void (*silu_mul)(float *g, const float *u, int n); /* ops.c's llk_silu_mul, the same bits */
 } kernel_table;
 
 extern kernel_table llk_ref_kernels;

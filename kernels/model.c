@@ -27,7 +27,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -199,7 +198,6 @@ typedef struct {
 typedef struct {
     matmul_part parts[MAX_PARTS];
     int n_parts, n_tok;
-    _Atomic int next;
 } matmul_job;
 
 static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
@@ -237,16 +235,12 @@ static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
     }
 }
 
-static void matmul_task(void *arg, int ith, int nth) {
+static void matmul_task(void *arg, int item, int ith) {
     (void)ith;
-    (void)nth;
     matmul_job *j = arg;
-    for (;;) {
-        int k = atomic_fetch_add(&j->next, 1), part = 0;
-        while (part < j->n_parts && k >= j->parts[part].n_chunks) k -= j->parts[part++].n_chunks;
-        if (part == j->n_parts) return;
-        matmul_chunk(&j->parts[part], j->n_tok, (int64_t)k * j->parts[part].chunk);
-    }
+    int part = 0;
+    while (item >= j->parts[part].n_chunks) item -= j->parts[part++].n_chunks;
+    matmul_chunk(&j->parts[part], j->n_tok, (int64_t)item * j->parts[part].chunk);
 }
 
 /* The activations x[n_tok][ne0] quantized for weights of `type` (cached until invalidated). */
@@ -288,8 +282,9 @@ static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float 
             .dot_group = k->dot_group[w[i]->type],
         };
     }
-    atomic_init(&j.next, 0);
-    llk_pool_run(c->pool, matmul_task, &j);
+    int n_chunks = 0;
+    for (int i = 0; i < n; i++) n_chunks += j.parts[i].n_chunks;
+    llk_pool_run(c->pool, matmul_task, &j, n_chunks);
 }
 
 static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride) {
@@ -360,7 +355,7 @@ static int layer_forward(llk_ctx *c, int il, int T) {
     for (int t = 0; t < T; t++) {
         float *g = c->g + (size_t)t * m->n_ff, *u = c->u + (size_t)t * m->n_ff;
         if (m->act_gelu) llk_gelu_mul(g, u, m->n_ff);
-        else llk_silu_mul(g, u, m->n_ff);
+        else llk_kernels()->silu_mul(g, u, m->n_ff);
     }
     new_input(c);
     matmul(c, &L->w_down, c->g, T, c->o, E);
@@ -487,11 +482,14 @@ int llk_gemm(const llk_tensor *w, const float *x, int n_tok, float *y) {
 typedef struct {
     const uint64_t *p;
     int64_t n;
+    int n_threads; /* an item each */
     uint64_t sums[64];
 } read_job;
 
-static void read_task(void *arg, int ith, int nth) {
+static void read_task(void *arg, int ith, int unused) {
+    (void)unused;
     read_job *j = arg;
+    const int nth = j->n_threads;
     int64_t per = (j->n / nth) & ~(int64_t)7, from = per * ith, to = ith == nth - 1 ? j->n : from + per;
     uint64_t a[8] = {0};  /* independent sums: the loop vectorizes and the loads are the bottleneck */
     for (int64_t i = from; i + 8 <= to; i += 8) {
@@ -504,10 +502,10 @@ static void read_task(void *arg, int ith, int nth) {
 double llk_read_bandwidth(const void *buf, int64_t nbytes, int n_threads) {
     llk_pool *pool = llk_pool_new(n_threads < 1 ? 1 : n_threads > 64 ? 64 : n_threads);
     if (!pool) return 0.0;
-    read_job job = {.p = buf, .n = nbytes / 8};
+    read_job job = {.p = buf, .n = nbytes / 8, .n_threads = llk_pool_size(pool)};
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    llk_pool_run(pool, read_task, &job);
+    llk_pool_run(pool, read_task, &job, job.n_threads);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     llk_pool_free(pool);
     volatile uint64_t sink = job.sums[0];

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "common.h"
+#include "ops.h"
 
 /* ---- format table ------------------------------------------------------ */
 
@@ -387,6 +388,7 @@ kernel_table llk_ref_kernels = {
     .quantize_q8k = quantize_q8k_ref,
     .dot_f32_f16 = dot_f32_f16_ref,
     .f32_to_f16 = f32_to_f16_ref,
+    .silu_mul = llk_silu_mul,
 };
 
 float llk_vec_dot_ref(int wtype, const void *w, const void *act, int64_t n) {
