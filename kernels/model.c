@@ -193,6 +193,9 @@ typedef struct {
     dot_group_fn dot_group; /* a repacked matrix: groups of GROUP_ROWS rows, chunks whole groups */
 } matmul_part;
 
+#ifndef MIN_CHUNK_BYTES
+#define MIN_CHUNK_BYTES (32 << 10)
+#endif
 #define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
 
 typedef struct {
@@ -264,7 +267,11 @@ static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float 
     const kernel_table *k = llk_kernels();
     int nth = llk_pool_size(c->pool);
     for (int i = 0; i < n; i++) {
+        /* a few chunks a thread, so that threads the scheduler delays leave theirs to the others; in decode
+         * none under MIN_CHUNK_BYTES of weights (each chunk a hand-over between threads) */
+        const size_t w_row = llk_row_size(w[i]->type, w[i]->ne0);
         int64_t chunk = w[i]->ne1 / (nth * (n_tok > 1 ? 4 : 8));
+        if (n_tok == 1 && (size_t)chunk * w_row < MIN_CHUNK_BYTES) chunk = (int64_t)(MIN_CHUNK_BYTES / w_row);
         chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16; /* whole groups: eight rows for dot_rows8, sixteen repacked */
         j.parts[i] = (matmul_part){
             .w = w[i],
