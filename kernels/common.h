@@ -25,7 +25,7 @@ typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; f16_t d; } 
  * group of each of 16 rows in its 16 lanes (each lane one row: no horizontal sums), the activations'
  * group broadcast to all of them, and the scales ready as bytes (unpacked once, at load).
  * Codes of a (sub-)block: vector j of 64 bytes, lane r (4 bytes) holds row r's values 8j..8j+3 in its low
- * nibbles and 8j+4..8j+7 in its high nibbles (Q6_K: the two top bits of those in a third vector; Q5_0/Q5_1:
+ * nibbles and 8j+4..8j+7 in its high nibbles (Q6_K: see its group; Q5_0/Q5_1:
  * and Q5_K: bit k of byte b of lane r is the fifth bit of value 4k+b). The 32-formats keep one scale per block
  * and row; their codes are stored unsigned, the offset taken out through the activations' sum. */
 typedef struct { f16_t d[16]; uint8_t qs[256]; } block_q4_0_r16;                 /* codes + 8 */
@@ -47,7 +47,9 @@ typedef struct { /* Q4_K's group, then the fifth bits of each sub-block's values
 typedef struct {
     f16_t d[16];
     int8_t scales[16][16]; /* [sub-block of 16][row] */
-    uint8_t qs[16][192];   /* [sub-block of 16]: two nibble vectors, then the top-bits vector */
+    uint8_t qs[16][192];   /* [sub-block of 16]: three vectors, lane r byte b of each holding row r's codes v_i of
+                            * values i = b, 4+b, 8+b, 12+b as v_b | top2(v_{4+b}) << 6, v_{8+b} | top2(v_{12+b}) << 6,
+                            * low4(v_{4+b}) | low4(v_{12+b}) << 4: two codes whole, the two others a mask and a shift away */
 } block_q6_k_r16;
 
 /* Q2_K: sub-blocks of 16 values; vector s holds sub-block s's 2-bit codes, lane r (4 bytes) row r's value

@@ -191,10 +191,11 @@ static void repack_q6_k(const block_q6_k *src, int64_t nb, block_q6_k_r16 *dst) 
             for (int s = 0; s < 16; s++) {
                 const uint8_t *qs = q + 16 * s;
                 g->scales[s][r] = b->scales[s];
-                put_nibbles(g->qs[s], r, qs, 16);
-                for (int k = 0; k < 4; k++) /* the top bits: of values b, 4+b, 8+b, 12+b at bits 0, 2, 4, 6 */
-                    g->qs[s][128 + 4 * r + k] = (uint8_t)((qs[k] >> 4) | ((qs[4 + k] >> 4) << 2) |
-                                                          ((qs[8 + k] >> 4) << 4) | ((qs[12 + k] >> 4) << 6));
+                for (int b = 0; b < 4; b++) {
+                    g->qs[s][4 * r + b] = (uint8_t)(qs[b] | (qs[4 + b] >> 4) << 6);
+                    g->qs[s][64 + 4 * r + b] = (uint8_t)(qs[8 + b] | (qs[12 + b] >> 4) << 6);
+                    g->qs[s][128 + 4 * r + b] = (uint8_t)((qs[4 + b] & 0xF) | (qs[12 + b] & 0xF) << 4);
+                }
             }
         }
 }
@@ -324,8 +325,9 @@ static void dot_group_q6_k_ref(const void *w, const void *act, size_t act_row, i
                 for (int s = 0; s < 16; s++) {
                     int32_t p = -32 * y[ib].bsums[s];
                     for (int i = 0; i < 16; i++) {
-                        int top = (g->qs[s][128 + 4 * r + i % 4] >> (2 * (i / 4))) & 3;
-                        p += (nibble(g->qs[s], r, i) | top << 4) * y[ib].qs[16 * s + i];
+                        const uint8_t *lane = g->qs[s] + 4 * r + i % 4; /* bytes of vectors 0, 1, 2 at +0, +64, +128 */
+                        const int whole = lane[i / 8 * 64], low4 = lane[128] >> (i / 8 * 4) & 0xF;
+                        p += (i / 4 % 2 ? low4 | (whole >> 6) << 4 : whole & 0x3F) * y[ib].qs[16 * s + i];
                     }
                     isum += p * g->scales[s][r];
                 }
