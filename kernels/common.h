@@ -38,11 +38,14 @@ typedef struct {
     uint8_t scales[8][16], mins[8][16]; /* [sub-block of 32][row] */
     uint8_t qs[8][256];                 /* [sub-block of 32]: four vectors */
 } block_q4_k_r16;
-typedef struct { /* Q4_K's group, then the fifth bits of each sub-block's values */
+/* Q5_K: Q4_K's scales, then five vectors a sub-block: lane r byte b of each holds row r's codes v_k of values
+ * 4k+b (k = 0..7) as W0 = v0 | bit4(v1) << 5 | top2(v5) << 6, W1 = v2 | bit4(v3) << 5 | top2(v7) << 6,
+ * W2 = v4 | low3(v5) << 5, W3 = v6 | low3(v7) << 5, L = low4(v1) | low4(v3) << 4: four codes whole, each
+ * other one a shift or two and a mask away (the layout of fifth bits apart took three operations a code). */
+typedef struct {
     f16_t d[16], dmin[16];
     uint8_t scales[8][16], mins[8][16];
-    uint8_t qs[8][256];
-    uint8_t qh[8][64];
+    uint8_t qs[8][320];
 } block_q5_k_r16;
 typedef struct {
     f16_t d[16];

@@ -112,7 +112,32 @@ static void put_crumbs(uint8_t *v, int r, const uint8_t *q) {
     }
 }
 
-/* Q4_K (fifth 0) or Q5_K (fifth 1): Q5_K's group is Q4_K's with the fifth bits after it. */
+/* Row r's 32 five-bit codes of a Q5_K sub-block in its five vectors (block_q5_k_r16). */
+static void put_q5_k_codes(uint8_t *v, int r, const uint8_t *q) {
+    for (int b = 0; b < 4; b++) {
+        const uint8_t *c = q + b; /* c[4 * k]: code k of byte b */
+        uint8_t *lane = v + 4 * r + b;
+        lane[0] = (uint8_t)(c[0] | (c[4] >> 4) << 5 | (c[20] >> 3) << 6);
+        lane[64] = (uint8_t)(c[8] | (c[12] >> 4) << 5 | (c[28] >> 3) << 6);
+        lane[128] = (uint8_t)(c[16] | (c[20] & 7) << 5);
+        lane[192] = (uint8_t)(c[24] | (c[28] & 7) << 5);
+        lane[256] = (uint8_t)((c[4] & 0xF) | (c[12] & 0xF) << 4);
+    }
+}
+
+/* Code k of byte b of lane r of a Q5_K sub-block's vectors (put_q5_k_codes undone). */
+static int q5_k_code(const uint8_t *v, int r, int k, int b) {
+    const uint8_t *lane = v + 4 * r + b;
+    switch (k) {
+    case 0: case 2: case 4: case 6: return lane[64 * (k / 2)] & 0x1F;
+    case 1: return (lane[256] & 0xF) | (lane[0] >> 5 & 1) << 4;
+    case 3: return (lane[256] >> 4) | (lane[64] >> 5 & 1) << 4;
+    case 5: return (lane[128] >> 5) | (lane[0] >> 6) << 3;
+    default: return (lane[192] >> 5) | (lane[64] >> 6) << 3;
+    }
+}
+
+/* Q4_K (fifth 0) or Q5_K (fifth 1): the same scales, then each sub-block's codes. */
 static void repack_q45_k(const uint8_t *src, int64_t nb, int fifth, uint8_t *dst) {
     const size_t src_block = fifth ? sizeof(block_q5_k) : sizeof(block_q4_k);
     const size_t group = fifth ? sizeof(block_q5_k_r16) : sizeof(block_q4_k_r16);
@@ -127,8 +152,8 @@ static void repack_q45_k(const uint8_t *src, int64_t nb, int fifth, uint8_t *dst
             codes_q45_k(fifth ? b5->qs : ((const block_q4_k *)b)->qs, fifth ? b5->qh : NULL, q);
             for (int s = 0; s < 8; s++) {
                 scale_min_k4(s, b5->scales, &g->scales[s][r], &g->mins[s][r]);
-                put_nibbles(g->qs[s], r, q + 32 * s, 32);
-                if (fifth) put_bits(g->qh[s], r, q + 32 * s, 4);
+                if (fifth) put_q5_k_codes(g->qs[s], r, q + 32 * s);
+                else put_nibbles(((block_q4_k_r16 *)g)->qs[s], r, q + 32 * s, 32);
             }
         }
 }
@@ -289,7 +314,8 @@ static void dot_group_q45_k_ref(int fifth, const void *w, const void *act, size_
                 for (int s = 0; s < 8; s++) {
                     int32_t p = 0;
                     for (int i = 0; i < 32; i++) {
-                        int code = nibble(g->qs[s], r, i) | (fifth ? ((g->qh[s][4 * r + i % 4] >> (i / 4)) & 1) << 4 : 0);
+                        int code = fifth ? q5_k_code(g->qs[s], r, i / 4, i % 4)
+                                         : nibble(((const block_q4_k_r16 *)g)->qs[s], r, i);
                         p += code * y[ib].qs[32 * s + i];
                     }
                     isum += p * g->scales[s][r];
