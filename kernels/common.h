@@ -222,6 +222,7 @@ typedef struct {
     attn_accum_fn attn_accum[2];
     attn_softmax_fn attn_softmax;
     void (*silu_mul)(float *g, const float *u, int n); /* ops.c's llk_silu_mul, the same bits */
+    void (*gelu_mul)(float *g, const float *u, int n); /* ops.c's llk_gelu_mul, the same bits */
 } kernel_table;
 
 extern kernel_table llk_ref_kernels;

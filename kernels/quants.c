@@ -389,6 +389,7 @@ kernel_table llk_ref_kernels = {
     .dot_f32_f16 = dot_f32_f16_ref,
     .f32_to_f16 = f32_to_f16_ref,
     .silu_mul = llk_silu_mul,
+    .gelu_mul = llk_gelu_mul,
 };
 
 float llk_vec_dot_ref(int wtype, const void *w, const void *act, int64_t n) {

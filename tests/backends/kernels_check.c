@@ -177,9 +177,13 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
             simd->silu_mul(g, up, 259);
             llk_ref_kernels.silu_mul(g_ref, up, 259);
             differ += memcmp(g, g_ref, sizeof g) != 0;
+            for (int i = 0; i < 259; i++) g[i] = g_ref[i] = uniform() * (i % 3 == 0 ? 15.0f : i % 3 == 1 ? 1e-4f : 3.0f);
+            simd->gelu_mul(g, up, 259); /* the GELU gate: both sides of +-10, and half-precision subnormals */
+            llk_ref_kernels.gelu_mul(g_ref, up, 259);
+            differ += memcmp(g, g_ref, sizeof g) != 0;
         }
         failures += differ != 0;
-        printf("isa %d attention tiles, half conversions and SiLU %s\n", isa, differ ? "FAILED" : "identical ok");
+        printf("isa %d attention tiles, half conversions, SiLU and GELU %s\n", isa, differ ? "FAILED" : "identical ok");
     }
     printf("levels checked up to %d, %d failures\n", best, failures);
     return failures != 0 || best == 0;
