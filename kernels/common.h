@@ -25,13 +25,13 @@ typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; f16_t d; } 
  * group of each of 16 rows in its 16 lanes (each lane one row: no horizontal sums), the activations'
  * group broadcast to all of them, and the scales ready as bytes (unpacked once, at load).
  * Codes of a (sub-)block: vector j of 64 bytes, lane r (4 bytes) holds row r's values 8j..8j+3 in its low
- * nibbles and 8j+4..8j+7 in its high nibbles (Q6_K: see its group; Q5_0/Q5_1:
- * and Q5_K: bit k of byte b of lane r is the fifth bit of value 4k+b). The 32-formats keep one scale per block
+ * nibbles and 8j+4..8j+7 in its high nibbles (Q6_K and the five-bit formats: see block_q6_k_r16 and
+ * block_q5_k_r16). The 32-formats keep one scale per block
  * and row; their codes are stored unsigned, the offset taken out through the activations' sum. */
 typedef struct { f16_t d[16]; uint8_t qs[256]; } block_q4_0_r16;                 /* codes + 8 */
 typedef struct { f16_t d[16], m[16]; uint8_t qs[256]; } block_q4_1_r16;
-typedef struct { f16_t d[16]; uint8_t qh[64]; uint8_t qs[256]; } block_q5_0_r16;  /* codes + 16 */
-typedef struct { f16_t d[16], m[16]; uint8_t qh[64]; uint8_t qs[256]; } block_q5_1_r16;
+typedef struct { f16_t d[16]; uint8_t qs[320]; } block_q5_0_r16;  /* codes + 16, as Q5_K's sub-block */
+typedef struct { f16_t d[16], m[16]; uint8_t qs[320]; } block_q5_1_r16;
 typedef struct { f16_t d[16]; uint8_t qs[512]; } block_q8_0_r16;                 /* codes + 128, 8 vectors */
 typedef struct {
     f16_t d[16], dmin[16];

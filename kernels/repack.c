@@ -93,8 +93,7 @@ static void put_nibbles(uint8_t *v, int r, const uint8_t *q, int len) {
         for (int b = 0; b < 4; b++) v[64 * j + 4 * r + b] = (uint8_t)((q[8 * j + b] & 0xF) | ((q[8 * j + 4 + b] & 0xF) << 4));
 }
 
-/* Row r's bit `bit` of 32 codes: bit k of byte b of lane r is that bit of value 4k+b (the fifth bits of
- * the Q5 formats, the third of Q3_K). */
+/* Row r's bit `bit` of 32 codes: bit k of byte b of lane r is that bit of value 4k+b (the third bits of Q3_K). */
 static void put_bits(uint8_t *v, int r, const uint8_t *q, int bit) {
     for (int b = 0; b < 4; b++) {
         uint8_t bits = 0;
@@ -112,8 +111,8 @@ static void put_crumbs(uint8_t *v, int r, const uint8_t *q) {
     }
 }
 
-/* Row r's 32 five-bit codes of a Q5_K sub-block in its five vectors (block_q5_k_r16). */
-static void put_q5_k_codes(uint8_t *v, int r, const uint8_t *q) {
+/* Row r's 32 five-bit codes (a Q5_K sub-block, a Q5_0/Q5_1 block) in five vectors (block_q5_k_r16). */
+static void put_five_bit_codes(uint8_t *v, int r, const uint8_t *q) {
     for (int b = 0; b < 4; b++) {
         const uint8_t *c = q + b; /* c[4 * k]: code k of byte b */
         uint8_t *lane = v + 4 * r + b;
@@ -125,8 +124,8 @@ static void put_q5_k_codes(uint8_t *v, int r, const uint8_t *q) {
     }
 }
 
-/* Code k of byte b of lane r of a Q5_K sub-block's vectors (put_q5_k_codes undone). */
-static int q5_k_code(const uint8_t *v, int r, int k, int b) {
+/* Code k of byte b of lane r of five-bit codes' vectors (put_five_bit_codes undone). */
+static int five_bit_code(const uint8_t *v, int r, int k, int b) {
     const uint8_t *lane = v + 4 * r + b;
     switch (k) {
     case 0: case 2: case 4: case 6: return lane[64 * (k / 2)] & 0x1F;
@@ -152,7 +151,7 @@ static void repack_q45_k(const uint8_t *src, int64_t nb, int fifth, uint8_t *dst
             codes_q45_k(fifth ? b5->qs : ((const block_q4_k *)b)->qs, fifth ? b5->qh : NULL, q);
             for (int s = 0; s < 8; s++) {
                 scale_min_k4(s, b5->scales, &g->scales[s][r], &g->mins[s][r]);
-                if (fifth) put_q5_k_codes(g->qs[s], r, q + 32 * s);
+                if (fifth) put_five_bit_codes(g->qs[s], r, q + 32 * s);
                 else put_nibbles(((block_q4_k_r16 *)g)->qs[s], r, q + 32 * s, 32);
             }
         }
@@ -256,11 +255,8 @@ static void put32(int type, uint8_t *g, int r, const uint8_t *q, f16_t d, f16_t 
         for (int k = 0; k < 8; k++) memcpy(codes + 64 * k + 4 * r, q + 4 * k, 4);
         return;
     }
-    if (has_fifth) {
-        put_bits(codes, r, q, 4);
-        codes += 64;
-    }
-    put_nibbles(codes, r, q, 32);
+    if (has_fifth) put_five_bit_codes(codes, r, q);
+    else put_nibbles(codes, r, q, 32);
 }
 
 int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst) {
@@ -314,7 +310,7 @@ static void dot_group_q45_k_ref(int fifth, const void *w, const void *act, size_
                 for (int s = 0; s < 8; s++) {
                     int32_t p = 0;
                     for (int i = 0; i < 32; i++) {
-                        int code = fifth ? q5_k_code(g->qs[s], r, i / 4, i % 4)
+                        int code = fifth ? five_bit_code(g->qs[s], r, i / 4, i % 4)
                                          : nibble(((const block_q4_k_r16 *)g)->qs[s], r, i);
                         p += code * y[ib].qs[32 * s + i];
                     }
@@ -420,13 +416,12 @@ static void dot_group_32_ref(int type, const void *w, const void *act, size_t ac
         for (int64_t ib = 0; ib < n / QK; ib++) {
             const uint8_t *g = (const uint8_t *)w + ib * group_block;
             const f16_t *d = (const f16_t *)g, *m = d + GROUP_ROWS;
-            const uint8_t *codes = g + (has_min ? 64 : 32), *qh = codes;
-            if (has_fifth) codes += 64;
+            const uint8_t *codes = g + (has_min ? 64 : 32);
             for (int r = 0; r < GROUP_ROWS; r++) {
                 int32_t p = -offset * y[ib].sum;
                 for (int i = 0; i < QK; i++) {
-                    int code = type == LLK_Q8_0_R16 ? codes[64 * (i / 4) + 4 * r + i % 4] : nibble(codes, r, i);
-                    if (has_fifth) code |= ((qh[4 * r + i % 4] >> (i / 4)) & 1) << 4;
+                    const int code = type == LLK_Q8_0_R16 ? codes[64 * (i / 4) + 4 * r + i % 4]
+                                     : has_fifth ? five_bit_code(codes, r, i / 4, i % 4) : nibble(codes, r, i);
                     p += code * y[ib].qs[i];
                 }
                 acc[r] = fmaf((float)p, f16_to_f32(d[r]) * y[ib].d, acc[r]);
