@@ -13,7 +13,6 @@
 
 #include <limits.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "ops.h"
@@ -218,7 +217,6 @@ typedef struct {
     const int32_t *const *tables;
     const float *q;
     float *out;
-    _Atomic int next;
 } attn_job;
 
 static size_t part_floats(const attention *a) { return 2 + (size_t)a->hd; }
@@ -333,12 +331,11 @@ static void run_item(const attn_job *j, const attn_item *it, float *scratch, con
     }
 }
 
-static void attn_task(void *arg, int ith, int nth) {
-    (void)nth;
+static void attn_task(void *arg, int item, int ith) {
     attn_job *j = arg;
     float *scratch = j->a->scratch + (size_t)ith * j->a->per_thread;
     const void **tiles = j->a->tiles + (size_t)ith * 4 * SEG_TILES;
-    for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n_items;) run_item(j, &j->a->items[i], scratch, tiles);
+    run_item(j, &j->a->items[item], scratch, tiles);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t size) {
@@ -389,8 +386,7 @@ int attention_run(attention *a, llk_pool *pool, const kv_cache *kv, int layer, i
                   .q = q, .out = out};
     int n_slots;
     if (plan(a, n_tok, pos, tables, window, &j.n_items, &n_slots)) return -1;
-    atomic_init(&j.next, 0);
-    llk_pool_run(pool, attn_task, &j);
+    llk_pool_run(pool, attn_task, &j, j.n_items);
     if (!n_slots) return 0;
     for (int t = 0; t < n_tok; t++) { /* the split tokens: their segments merged in order */
         if (a->slot[t] < 0) continue;

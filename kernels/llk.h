@@ -20,7 +20,7 @@ enum llk_type {
     LLK_Q6_K = 14, LLK_BF16 = 30,
     /* Repacked layouts (never in a file): 16 rows interleaved (see repack.c); 100 + the GGUF type's id. */
     LLK_Q4_0_R16 = 102, LLK_Q4_1_R16 = 103, LLK_Q5_0_R16 = 106, LLK_Q5_1_R16 = 107, LLK_Q8_0_R16 = 108,
-    LLK_Q4_K_R16 = 112, LLK_Q5_K_R16 = 113, LLK_Q6_K_R16 = 114,
+    LLK_Q2_K_R16 = 110, LLK_Q3_K_R16 = 111, LLK_Q4_K_R16 = 112, LLK_Q5_K_R16 = 113, LLK_Q6_K_R16 = 114,
 };
 #define LLK_TYPE_SLOTS 128 /* type ids below this */
 

@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,12 +195,14 @@ typedef struct {
     dot_group_fn dot_group; /* a repacked matrix: groups of GROUP_ROWS rows, chunks whole groups */
 } matmul_part;
 
+#ifndef MIN_CHUNK_BYTES
+#define MIN_CHUNK_BYTES (32 << 10)
+#endif
 #define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
 
 typedef struct {
     matmul_part parts[MAX_PARTS];
     int n_parts, n_tok;
-    _Atomic int next;
 } matmul_job;
 
 static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
@@ -237,16 +240,12 @@ static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
     }
 }
 
-static void matmul_task(void *arg, int ith, int nth) {
+static void matmul_task(void *arg, int item, int ith) {
     (void)ith;
-    (void)nth;
     matmul_job *j = arg;
-    for (;;) {
-        int k = atomic_fetch_add(&j->next, 1), part = 0;
-        while (part < j->n_parts && k >= j->parts[part].n_chunks) k -= j->parts[part++].n_chunks;
-        if (part == j->n_parts) return;
-        matmul_chunk(&j->parts[part], j->n_tok, (int64_t)k * j->parts[part].chunk);
-    }
+    int part = 0;
+    while (item >= j->parts[part].n_chunks) item -= j->parts[part++].n_chunks;
+    matmul_chunk(&j->parts[part], j->n_tok, (int64_t)item * j->parts[part].chunk);
 }
 
 /* The activations x[n_tok][ne0] quantized for weights of `type` (cached until invalidated). */
@@ -270,7 +269,11 @@ static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float 
     const kernel_table *k = llk_kernels();
     int nth = llk_pool_size(c->pool);
     for (int i = 0; i < n; i++) {
+        /* a few chunks a thread, so that threads the scheduler delays leave theirs to the others; in decode
+         * none under MIN_CHUNK_BYTES of weights (each chunk a hand-over between threads) */
+        const size_t w_row = llk_row_size(w[i]->type, w[i]->ne0);
         int64_t chunk = w[i]->ne1 / (nth * (n_tok > 1 ? 4 : 8));
+        if (n_tok == 1 && (size_t)chunk * w_row < MIN_CHUNK_BYTES) chunk = (int64_t)(MIN_CHUNK_BYTES / w_row);
         chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16; /* whole groups: eight rows for dot_rows8, sixteen repacked */
         j.parts[i] = (matmul_part){
             .w = w[i],
@@ -288,8 +291,9 @@ static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float 
             .dot_group = k->dot_group[w[i]->type],
         };
     }
-    atomic_init(&j.next, 0);
-    llk_pool_run(c->pool, matmul_task, &j);
+    int n_chunks = 0;
+    for (int i = 0; i < n; i++) n_chunks += j.parts[i].n_chunks;
+    llk_pool_run(c->pool, matmul_task, &j, n_chunks);
 }
 
 static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride) {
@@ -359,8 +363,8 @@ static int layer_forward(llk_ctx *c, int il, int T) {
     matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride);
     for (int t = 0; t < T; t++) {
         float *g = c->g + (size_t)t * m->n_ff, *u = c->u + (size_t)t * m->n_ff;
-        if (m->act_gelu) llk_gelu_mul(g, u, m->n_ff);
-        else llk_silu_mul(g, u, m->n_ff);
+        if (m->act_gelu) llk_kernels()->gelu_mul(g, u, m->n_ff);
+        else llk_kernels()->silu_mul(g, u, m->n_ff);
     }
     new_input(c);
     matmul(c, &L->w_down, c->g, T, c->o, E);
@@ -484,34 +488,55 @@ int llk_gemm(const llk_tensor *w, const float *x, int n_tok, float *y) {
     return 0;
 }
 
+/* One reader of llk_read_bandwidth: its share of the buffer, read once every reader is running. */
 typedef struct {
     const uint64_t *p;
-    int64_t n;
-    uint64_t sums[64];
-} read_job;
+    int64_t from, to;
+    _Atomic int *arrived;
+    int n_readers;
+    struct timespec start, end;
+    uint64_t sum;
+} reader;
 
-static void read_task(void *arg, int ith, int nth) {
-    read_job *j = arg;
-    int64_t per = (j->n / nth) & ~(int64_t)7, from = per * ith, to = ith == nth - 1 ? j->n : from + per;
-    uint64_t a[8] = {0};  /* independent sums: the loop vectorizes and the loads are the bottleneck */
-    for (int64_t i = from; i + 8 <= to; i += 8) {
-        __builtin_prefetch(j->p + i + 512); /* 4 KiB ahead: this machine's hardware prefetcher alone gave 20% less */
-        for (int k = 0; k < 8; k++) a[k] += j->p[i + k];
+static void *read_share(void *arg) {
+    reader *r = arg;
+    atomic_fetch_add(r->arrived, 1);
+    while (atomic_load(r->arrived) < r->n_readers) {
     }
-    j->sums[ith] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+    clock_gettime(CLOCK_MONOTONIC, &r->start);
+    uint64_t a[8] = {0}; /* independent sums: the loop vectorizes and the loads are the bottleneck */
+    for (int64_t i = r->from; i + 8 <= r->to; i += 8) {
+        __builtin_prefetch(r->p + i + 512); /* 4 KiB ahead: this machine's hardware prefetcher alone gave 20% less */
+        for (int k = 0; k < 8; k++) a[k] += r->p[i + k];
+    }
+    r->sum = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+    clock_gettime(CLOCK_MONOTONIC, &r->end);
+    return NULL;
 }
 
+static double seconds(struct timespec t) { return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec; }
+
+/* Threads of its own, not the pool's: the items of a pool job can all go to the caller (a worker the scheduler
+ * has not run yet leaves them), and this measures n_threads cores reading at once, from when all of them run. */
 double llk_read_bandwidth(const void *buf, int64_t nbytes, int n_threads) {
-    llk_pool *pool = llk_pool_new(n_threads < 1 ? 1 : n_threads > 64 ? 64 : n_threads);
-    if (!pool) return 0.0;
-    read_job job = {.p = buf, .n = nbytes / 8};
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    llk_pool_run(pool, read_task, &job);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    llk_pool_free(pool);
-    volatile uint64_t sink = job.sums[0];
-    (void)sink;
-    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    return s > 0 ? (double)nbytes / s : 0.0;
+    enum { MAX_READERS = 64 };
+    const int n = n_threads < 1 ? 1 : n_threads > MAX_READERS ? MAX_READERS : n_threads;
+    const int64_t words = nbytes / 8, per = (words / n) & ~(int64_t)7;
+    reader readers[MAX_READERS];
+    pthread_t threads[MAX_READERS];
+    _Atomic int arrived = 0;
+    int created = 0;
+    for (int i = 0; i < n; i++)
+        readers[i] = (reader){.p = buf, .from = per * i, .to = i == n - 1 ? words : per * (i + 1), .arrived = &arrived,
+                              .n_readers = n};
+    while (created < n && pthread_create(&threads[created], NULL, read_share, &readers[created]) == 0) created++;
+    if (created < n) atomic_fetch_add(&arrived, n); /* releases the readers we got; no figure */
+    for (int i = 0; i < created; i++) pthread_join(threads[i], NULL);
+    if (created < n) return 0.0;
+    double first = seconds(readers[0].start), last = seconds(readers[0].end);
+    for (int i = 1; i < n; i++) {
+        first = fmin(first, seconds(readers[i].start));
+        last = fmax(last, seconds(readers[i].end));
+    }
+    return last > first ? (double)nbytes / (last - first) : 0.0;
 }

@@ -61,13 +61,13 @@ WITH_FMA void llk_silu_mul(float *g, const float *u, int n) {
 
 /* GELU (tanh form) as ggml's CPU backend computes it: looked up by the half-precision input in
  * a table of half-precision outputs (built once at load), exact outside (-10, 10). */
-static f16_t gelu_table[1 << 16];
+f16_t llk_gelu_table[(1 << 16) + 2];
 
 __attribute__((constructor(300))) static void init_gelu_table(void) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
     for (int h = 0; h < 1 << 16; h++) {
         float x = f16_to_f32((f16_t)h);
-        gelu_table[h] = llk_f32_to_f16(0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x))));
+        llk_gelu_table[h] = llk_f32_to_f16(0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x))));
     }
 }
 
@@ -76,6 +76,6 @@ void llk_gelu_mul(float *g, const float *u, int n) {
         float x = g[i];
         if (x <= -10.0f) g[i] = 0.0f;
         else if (x >= 10.0f) g[i] = x * u[i];
-        else g[i] = f16_to_f32(gelu_table[llk_f32_to_f16(x)]) * u[i];
+        else g[i] = f16_to_f32(llk_gelu_table[llk_f32_to_f16(x)]) * u[i];
     }
 }

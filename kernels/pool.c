@@ -1,10 +1,17 @@
-/* Thread pool with spin-then-sleep workers.
+/* Thread pool with spin-then-sleep workers and items taken by whoever comes first.
  *
- * A decode step dispatches a few hundred small tasks, microseconds apart:
+ * A decode step dispatches a few hundred small jobs, microseconds apart:
  * waking sleeping threads through the kernel for each would cost more than
- * the task.  So workers spin on a generation counter for a while after each
- * task and only then sleep on a condition variable; the caller spins for
- * completion.
+ * the job.  So workers spin on the job ticket for a while after each job and
+ * only then sleep on a condition variable.
+ *
+ * The caller waits for the job's items, not for the workers: on a machine whose
+ * cores other processes share, a worker that is not running when a job starts
+ * (preempted, or asleep) leaves its items to the threads that are, instead of
+ * holding the caller until the scheduler gives it a core.  A worker takes an
+ * item by a compare-and-swap of the ticket (the job's number and its next item),
+ * so one that wakes late can never take an item of a later job for the job whose
+ * task it read.
  */
 #define _GNU_SOURCE
 #include "pool.h"
@@ -12,6 +19,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -26,12 +34,13 @@
 struct llk_pool {
     int n;
     pthread_t *threads;
-    _Atomic unsigned generation;
-    _Atomic int pending;
+    _Atomic uint64_t ticket; /* job number << 32 | the next item to take */
+    _Atomic(llk_task) task;  /* the current job's (written only while no item of the last one is left) */
+    _Atomic(void *) arg;
+    _Atomic int n_items;
+    _Atomic int done;        /* items of the current job finished */
     _Atomic int sleeping;
     _Atomic int stop;
-    llk_task task;
-    void *arg;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -41,30 +50,43 @@ typedef struct {
     int ith;
 } worker_arg;
 
+/* Take and run the items of job `job` that are left; returns when none is. */
+static void take_items(llk_pool *pool, uint32_t job, int ith) {
+    for (;;) {
+        uint64_t t = atomic_load(&pool->ticket);
+        if ((uint32_t)(t >> 32) != job) return;
+        llk_task task = atomic_load_explicit(&pool->task, memory_order_relaxed);
+        void *arg = atomic_load_explicit(&pool->arg, memory_order_relaxed);
+        int n_items = atomic_load_explicit(&pool->n_items, memory_order_relaxed);
+        int item = (int)(uint32_t)t;
+        if (item >= n_items) return;
+        /* the ticket unchanged since those loads: they are this job's (a new job needs every item taken) */
+        if (!atomic_compare_exchange_weak(&pool->ticket, &t, t + 1)) continue;
+        task(arg, item, ith);
+        atomic_fetch_add(&pool->done, 1);
+    }
+}
+
 static void *worker(void *p) {
     worker_arg w = *(worker_arg *)p;
     free(p);
     llk_pool *pool = w.pool;
-    unsigned seen = 0;
+    uint32_t seen = 0;
+#define NEW_JOB() ((uint32_t)(atomic_load(&pool->ticket) >> 32) != seen)
     for (;;) {
-        int spins = 0;
-        while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop) && spins < SPIN_ROUNDS) {
-            cpu_relax();
-            spins++;
-        }
-        if (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop)) {
+        for (int spins = 0; !NEW_JOB() && !atomic_load(&pool->stop) && spins < SPIN_ROUNDS; spins++) cpu_relax();
+        if (!NEW_JOB() && !atomic_load(&pool->stop)) {
             pthread_mutex_lock(&pool->mu);
             atomic_fetch_add(&pool->sleeping, 1);
-            while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop))
-                pthread_cond_wait(&pool->cv, &pool->mu);
+            while (!NEW_JOB() && !atomic_load(&pool->stop)) pthread_cond_wait(&pool->cv, &pool->mu);
             atomic_fetch_sub(&pool->sleeping, 1);
             pthread_mutex_unlock(&pool->mu);
         }
         if (atomic_load(&pool->stop)) return NULL;
-        seen = atomic_load(&pool->generation);
-        pool->task(pool->arg, w.ith, pool->n);
-        atomic_fetch_sub(&pool->pending, 1);
+        seen = (uint32_t)(atomic_load(&pool->ticket) >> 32);
+        take_items(pool, seen, w.ith);
     }
+#undef NEW_JOB
 }
 
 llk_pool *llk_pool_new(int n_threads) {
@@ -100,20 +122,23 @@ static void wake(llk_pool *pool) {
     }
 }
 
-void llk_pool_run(llk_pool *pool, llk_task task, void *arg) {
-    if (pool->n == 1) {
-        task(arg, 0, 1);
+void llk_pool_run(llk_pool *pool, llk_task task, void *arg, int n_items) {
+    if (pool->n == 1 || n_items <= 1) {
+        for (int i = 0; i < n_items; i++) task(arg, i, 0);
         return;
     }
-    pool->task = task;
-    pool->arg = arg;
-    atomic_store(&pool->pending, pool->n - 1);
-    atomic_fetch_add(&pool->generation, 1);
+    /* every item of the last job is taken and done: no thread reads these until the ticket moves */
+    atomic_store_explicit(&pool->task, task, memory_order_relaxed);
+    atomic_store_explicit(&pool->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&pool->n_items, n_items, memory_order_relaxed);
+    atomic_store(&pool->done, 0);
+    const uint32_t job = (uint32_t)(atomic_load(&pool->ticket) >> 32) + 1;
+    atomic_store(&pool->ticket, (uint64_t)job << 32); /* publishes the job (sequentially consistent) */
     wake(pool);
-    task(arg, 0, pool->n);
-    for (long spins = 0; atomic_load(&pool->pending) > 0; spins++) {
+    take_items(pool, job, 0);
+    for (long spins = 0; atomic_load(&pool->done) < n_items; spins++) {
         if (spins < SPIN_ROUNDS) cpu_relax();
-        else sched_yield(); /* a worker was preempted: give it the core */
+        else sched_yield(); /* a worker was preempted inside an item: give it the core */
     }
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "common.h"
+#include "ops.h"
 
 /* ---- format table ------------------------------------------------------ */
 
@@ -18,7 +19,7 @@ int llk_block_size(int type) {
     case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: return QK;
     case LLK_Q2_K: case LLK_Q3_K: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K: return QKK;
     case LLK_Q4_0_R16: case LLK_Q4_1_R16: case LLK_Q5_0_R16: case LLK_Q5_1_R16: case LLK_Q8_0_R16: return QK;
-    case LLK_Q4_K_R16: case LLK_Q5_K_R16: case LLK_Q6_K_R16: return QKK;
+    case LLK_Q2_K_R16: case LLK_Q3_K_R16: case LLK_Q4_K_R16: case LLK_Q5_K_R16: case LLK_Q6_K_R16: return QKK;
     default: return 0;
     }
 }
@@ -42,6 +43,8 @@ static size_t block_bytes(int type) {
     case LLK_Q5_0_R16: return sizeof(block_q5_0_r16) / GROUP_ROWS;
     case LLK_Q5_1_R16: return sizeof(block_q5_1_r16) / GROUP_ROWS;
     case LLK_Q8_0_R16: return sizeof(block_q8_0_r16) / GROUP_ROWS;
+    case LLK_Q2_K_R16: return sizeof(block_q2_k_r16) / GROUP_ROWS;
+    case LLK_Q3_K_R16: return sizeof(block_q3_k_r16) / GROUP_ROWS;
     case LLK_Q4_K_R16: return sizeof(block_q4_k_r16) / GROUP_ROWS;
     case LLK_Q5_K_R16: return sizeof(block_q5_k_r16) / GROUP_ROWS;
     case LLK_Q6_K_R16: return sizeof(block_q6_k_r16) / GROUP_ROWS;
@@ -385,6 +388,8 @@ kernel_table llk_ref_kernels = {
     .quantize_q8k = quantize_q8k_ref,
     .dot_f32_f16 = dot_f32_f16_ref,
     .f32_to_f16 = f32_to_f16_ref,
+    .silu_mul = llk_silu_mul,
+    .gelu_mul = llk_gelu_mul,
 };
 
 float llk_vec_dot_ref(int wtype, const void *w, const void *act, int64_t n) {

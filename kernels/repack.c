@@ -31,6 +31,8 @@ const char *llk_type_name(int type) {
     case LLK_Q5_0_R16: return "Q5_0_R16";
     case LLK_Q5_1_R16: return "Q5_1_R16";
     case LLK_Q8_0_R16: return "Q8_0_R16";
+    case LLK_Q2_K_R16: return "Q2_K_R16";
+    case LLK_Q3_K_R16: return "Q3_K_R16";
     case LLK_Q4_K_R16: return "Q4_K_R16";
     case LLK_Q5_K_R16: return "Q5_K_R16";
     case LLK_Q6_K_R16: return "Q6_K_R16";
@@ -40,7 +42,8 @@ const char *llk_type_name(int type) {
 
 static int repacked_of(int type) {
     switch (type) {
-    case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K:
+    case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0:
+    case LLK_Q2_K: case LLK_Q3_K: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K:
         return type + 100;
     default: return type;
     }
@@ -90,16 +93,50 @@ static void put_nibbles(uint8_t *v, int r, const uint8_t *q, int len) {
         for (int b = 0; b < 4; b++) v[64 * j + 4 * r + b] = (uint8_t)((q[8 * j + b] & 0xF) | ((q[8 * j + 4 + b] & 0xF) << 4));
 }
 
-/* Row r's fifth bits of 32 codes: bit k of byte b of lane r is the fifth bit of value 4k+b. */
-static void put_fifth_bits(uint8_t *v, int r, const uint8_t *q) {
+/* Row r's bit `bit` of 32 codes: bit k of byte b of lane r is that bit of value 4k+b (the third bits of Q3_K). */
+static void put_bits(uint8_t *v, int r, const uint8_t *q, int bit) {
     for (int b = 0; b < 4; b++) {
         uint8_t bits = 0;
-        for (int k = 0; k < 8; k++) bits |= (uint8_t)(((q[4 * k + b] >> 4) & 1) << k);
+        for (int k = 0; k < 8; k++) bits |= (uint8_t)(((q[4 * k + b] >> bit) & 1) << k);
         v[4 * r + b] = bits;
     }
 }
 
-/* Q4_K (fifth 0) or Q5_K (fifth 1): Q5_K's group is Q4_K's with the fifth bits after it. */
+/* Row r's 2-bit codes of 16 values (the low two bits of q): value 4k+b at bits 2k..2k+1 of byte b of lane r. */
+static void put_crumbs(uint8_t *v, int r, const uint8_t *q) {
+    for (int b = 0; b < 4; b++) {
+        uint8_t byte = 0;
+        for (int k = 0; k < 4; k++) byte |= (uint8_t)((q[4 * k + b] & 3) << (2 * k));
+        v[4 * r + b] = byte;
+    }
+}
+
+/* Row r's 32 five-bit codes (a Q5_K sub-block, a Q5_0/Q5_1 block) in five vectors (block_q5_k_r16). */
+static void put_five_bit_codes(uint8_t *v, int r, const uint8_t *q) {
+    for (int b = 0; b < 4; b++) {
+        const uint8_t *c = q + b; /* c[4 * k]: code k of byte b */
+        uint8_t *lane = v + 4 * r + b;
+        lane[0] = (uint8_t)(c[0] | (c[4] >> 4) << 5 | (c[20] >> 3) << 6);
+        lane[64] = (uint8_t)(c[8] | (c[12] >> 4) << 5 | (c[28] >> 3) << 6);
+        lane[128] = (uint8_t)(c[16] | (c[20] & 7) << 5);
+        lane[192] = (uint8_t)(c[24] | (c[28] & 7) << 5);
+        lane[256] = (uint8_t)((c[4] & 0xF) | (c[12] & 0xF) << 4);
+    }
+}
+
+/* Code k of byte b of lane r of five-bit codes' vectors (put_five_bit_codes undone). */
+static int five_bit_code(const uint8_t *v, int r, int k, int b) {
+    const uint8_t *lane = v + 4 * r + b;
+    switch (k) {
+    case 0: case 2: case 4: case 6: return lane[64 * (k / 2)] & 0x1F;
+    case 1: return (lane[256] & 0xF) | (lane[0] >> 5 & 1) << 4;
+    case 3: return (lane[256] >> 4) | (lane[64] >> 5 & 1) << 4;
+    case 5: return (lane[128] >> 5) | (lane[0] >> 6) << 3;
+    default: return (lane[192] >> 5) | (lane[64] >> 6) << 3;
+    }
+}
+
+/* Q4_K (fifth 0) or Q5_K (fifth 1): the same scales, then each sub-block's codes. */
 static void repack_q45_k(const uint8_t *src, int64_t nb, int fifth, uint8_t *dst) {
     const size_t src_block = fifth ? sizeof(block_q5_k) : sizeof(block_q4_k);
     const size_t group = fifth ? sizeof(block_q5_k_r16) : sizeof(block_q4_k_r16);
@@ -114,9 +151,56 @@ static void repack_q45_k(const uint8_t *src, int64_t nb, int fifth, uint8_t *dst
             codes_q45_k(fifth ? b5->qs : ((const block_q4_k *)b)->qs, fifth ? b5->qh : NULL, q);
             for (int s = 0; s < 8; s++) {
                 scale_min_k4(s, b5->scales, &g->scales[s][r], &g->mins[s][r]);
-                put_nibbles(g->qs[s], r, q + 32 * s, 32);
-                if (fifth) put_fifth_bits(g->qh[s], r, q + 32 * s);
+                if (fifth) put_five_bit_codes(g->qs[s], r, q + 32 * s);
+                else put_nibbles(((block_q4_k_r16 *)g)->qs[s], r, q + 32 * s, 32);
             }
+        }
+}
+
+/* The 256 codes of a Q2_K super-block (0..3) or a Q3_K one (0..7, value code - 4), in order: sub-block s
+ * of 16 is values 16s.., as the unpackers of quants.c walk them. */
+static void codes_q23_k(const uint8_t *qs, const uint8_t *hmask, uint8_t *q) {
+    for (int n = 0, is = 0; n < QKK / 128; n++, qs += 32)
+        for (int shift = 0; shift < 8; shift += 2)
+            for (int half = 0; half < 2; half++, is++)
+                for (int l = 0; l < 16; l++) {
+                    const int k = l + 16 * half;
+                    const int high = hmask ? ((hmask[k] >> (4 * n + shift / 2)) & 1) << 2 : 0;
+                    q[16 * is + l] = (uint8_t)(((qs[k] >> shift) & 3) | high);
+                }
+}
+
+static void repack_q2_k(const block_q2_k *src, int64_t nb, block_q2_k_r16 *dst) {
+    uint8_t q[QKK];
+    for (int r = 0; r < GROUP_ROWS; r++)
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const block_q2_k *b = src + r * nb + ib;
+            block_q2_k_r16 *g = dst + ib;
+            g->d[r] = b->d;
+            g->dmin[r] = b->dmin;
+            codes_q23_k(b->qs, NULL, q);
+            for (int s = 0; s < 16; s++) {
+                g->scales[s][r] = b->scales[s];
+                put_crumbs(g->qs[s], r, q + 16 * s);
+            }
+        }
+}
+
+static void repack_q3_k(const block_q3_k *src, int64_t nb, block_q3_k_r16 *dst) {
+    uint8_t q[QKK];
+    for (int r = 0; r < GROUP_ROWS; r++)
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const block_q3_k *b = src + r * nb + ib;
+            block_q3_k_r16 *g = dst + ib;
+            g->d[r] = b->d;
+            codes_q23_k(b->qs, b->hmask, q);
+            int8_t scales[16];
+            scales_q3_k(b->scales, scales);
+            for (int s = 0; s < 16; s++) {
+                g->scales[s][r] = scales[s];
+                put_crumbs(g->qs[s], r, q + 16 * s);
+            }
+            for (int j = 0; j < 8; j++) put_bits(g->hbits[j], r, q + 32 * j, 2);
         }
 }
 
@@ -131,10 +215,11 @@ static void repack_q6_k(const block_q6_k *src, int64_t nb, block_q6_k_r16 *dst) 
             for (int s = 0; s < 16; s++) {
                 const uint8_t *qs = q + 16 * s;
                 g->scales[s][r] = b->scales[s];
-                put_nibbles(g->qs[s], r, qs, 16);
-                for (int k = 0; k < 4; k++) /* the top bits: of values b, 4+b, 8+b, 12+b at bits 0, 2, 4, 6 */
-                    g->qs[s][128 + 4 * r + k] = (uint8_t)((qs[k] >> 4) | ((qs[4 + k] >> 4) << 2) |
-                                                          ((qs[8 + k] >> 4) << 4) | ((qs[12 + k] >> 4) << 6));
+                for (int b = 0; b < 4; b++) {
+                    g->qs[s][4 * r + b] = (uint8_t)(qs[b] | (qs[4 + b] >> 4) << 6);
+                    g->qs[s][64 + 4 * r + b] = (uint8_t)(qs[8 + b] | (qs[12 + b] >> 4) << 6);
+                    g->qs[s][128 + 4 * r + b] = (uint8_t)((qs[4 + b] & 0xF) | (qs[12 + b] & 0xF) << 4);
+                }
             }
         }
 }
@@ -170,11 +255,8 @@ static void put32(int type, uint8_t *g, int r, const uint8_t *q, f16_t d, f16_t 
         for (int k = 0; k < 8; k++) memcpy(codes + 64 * k + 4 * r, q + 4 * k, 4);
         return;
     }
-    if (has_fifth) {
-        put_fifth_bits(codes, r, q);
-        codes += 64;
-    }
-    put_nibbles(codes, r, q, 32);
+    if (has_fifth) put_five_bit_codes(codes, r, q);
+    else put_nibbles(codes, r, q, 32);
 }
 
 int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst) {
@@ -187,6 +269,10 @@ int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst) {
         uint8_t *out = (uint8_t *)dst + g * group_block * nb;
         if (type == LLK_Q4_K || type == LLK_Q5_K) {
             repack_q45_k(s, nb, type == LLK_Q5_K, out);
+        } else if (type == LLK_Q2_K) {
+            repack_q2_k((const block_q2_k *)s, nb, (block_q2_k_r16 *)out);
+        } else if (type == LLK_Q3_K) {
+            repack_q3_k((const block_q3_k *)s, nb, (block_q3_k_r16 *)out);
         } else if (type == LLK_Q6_K) {
             repack_q6_k((const block_q6_k *)s, nb, (block_q6_k_r16 *)out);
         } else {
@@ -224,7 +310,8 @@ static void dot_group_q45_k_ref(int fifth, const void *w, const void *act, size_
                 for (int s = 0; s < 8; s++) {
                     int32_t p = 0;
                     for (int i = 0; i < 32; i++) {
-                        int code = nibble(g->qs[s], r, i) | (fifth ? ((g->qh[s][4 * r + i % 4] >> (i / 4)) & 1) << 4 : 0);
+                        int code = fifth ? five_bit_code(g->qs[s], r, i / 4, i % 4)
+                                         : nibble(((const block_q4_k_r16 *)g)->qs[s], r, i);
                         p += code * y[ib].qs[32 * s + i];
                     }
                     isum += p * g->scales[s][r];
@@ -260,8 +347,9 @@ static void dot_group_q6_k_ref(const void *w, const void *act, size_t act_row, i
                 for (int s = 0; s < 16; s++) {
                     int32_t p = -32 * y[ib].bsums[s];
                     for (int i = 0; i < 16; i++) {
-                        int top = (g->qs[s][128 + 4 * r + i % 4] >> (2 * (i / 4))) & 3;
-                        p += (nibble(g->qs[s], r, i) | top << 4) * y[ib].qs[16 * s + i];
+                        const uint8_t *lane = g->qs[s] + 4 * r + i % 4; /* bytes of vectors 0, 1, 2 at +0, +64, +128 */
+                        const int whole = lane[i / 8 * 64], low4 = lane[128] >> (i / 8 * 4) & 0xF;
+                        p += (i / 4 % 2 ? low4 | (whole >> 6) << 4 : whole & 0x3F) * y[ib].qs[16 * s + i];
                     }
                     isum += p * g->scales[s][r];
                 }
@@ -270,6 +358,49 @@ static void dot_group_q6_k_ref(const void *w, const void *act, size_t act_row, i
         }
         memcpy(out + t * out_stride, acc, sizeof acc);
     }
+}
+
+/* Q2_K (hbits NULL) and Q3_K: per sub-block of 16 one integer dot (Q3_K's starting at minus 4 times the
+ * activations' 16-sum), times its scale; Q2_K's min against that 16-sum in a second integer sum. */
+static void dot_group_q23_k_ref(int three, const void *w, const void *act, size_t act_row, int n_tok, int64_t n,
+                                float *out, size_t out_stride) {
+    const size_t group = three ? sizeof(block_q3_k_r16) : sizeof(block_q2_k_r16);
+    for (int t = 0; t < n_tok; t++) {
+        const block_q8k *y = (const block_q8k *)((const uint8_t *)act + t * act_row);
+        float acc[GROUP_ROWS] = {0};
+        for (int64_t ib = 0; ib < n / QKK; ib++) {
+            const uint8_t *g = (const uint8_t *)w + ib * group;
+            const block_q2_k_r16 *g2 = (const block_q2_k_r16 *)g;
+            const block_q3_k_r16 *g3 = (const block_q3_k_r16 *)g;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int32_t isum = 0, msum = 0;
+                for (int s = 0; s < 16; s++) {
+                    const uint8_t *crumbs = three ? g3->qs[s] : g2->qs[s];
+                    int32_t p = three ? -4 * y[ib].bsums[s] : 0;
+                    for (int i = 0; i < 16; i++) {
+                        int code = (crumbs[4 * r + i % 4] >> (2 * (i / 4))) & 3;
+                        if (three) code |= ((g3->hbits[s / 2][4 * r + i % 4] >> (4 * (s % 2) + i / 4)) & 1) << 2;
+                        p += code * y[ib].qs[16 * s + i];
+                    }
+                    isum += p * (three ? g3->scales[s][r] : g2->scales[s][r] & 0xF);
+                    if (!three) msum += (g2->scales[s][r] >> 4) * y[ib].bsums[s];
+                }
+                acc[r] = fmaf((float)isum, f16_to_f32(three ? g3->d[r] : g2->d[r]) * y[ib].d, acc[r]);
+                if (!three) acc[r] = fmaf(-(float)msum, f16_to_f32(g2->dmin[r]) * y[ib].d, acc[r]);
+            }
+        }
+        memcpy(out + t * out_stride, acc, sizeof acc);
+    }
+}
+
+static void dot_group_q2_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                               size_t out_stride) {
+    dot_group_q23_k_ref(0, w, act, act_row, n_tok, n, out, out_stride);
+}
+
+static void dot_group_q3_k_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                               size_t out_stride) {
+    dot_group_q23_k_ref(1, w, act, act_row, n_tok, n, out, out_stride);
 }
 
 /* The 32-formats: one integer dot per block and row (the offset taken out through the activations'
@@ -285,13 +416,12 @@ static void dot_group_32_ref(int type, const void *w, const void *act, size_t ac
         for (int64_t ib = 0; ib < n / QK; ib++) {
             const uint8_t *g = (const uint8_t *)w + ib * group_block;
             const f16_t *d = (const f16_t *)g, *m = d + GROUP_ROWS;
-            const uint8_t *codes = g + (has_min ? 64 : 32), *qh = codes;
-            if (has_fifth) codes += 64;
+            const uint8_t *codes = g + (has_min ? 64 : 32);
             for (int r = 0; r < GROUP_ROWS; r++) {
                 int32_t p = -offset * y[ib].sum;
                 for (int i = 0; i < QK; i++) {
-                    int code = type == LLK_Q8_0_R16 ? codes[64 * (i / 4) + 4 * r + i % 4] : nibble(codes, r, i);
-                    if (has_fifth) code |= ((qh[4 * r + i % 4] >> (i / 4)) & 1) << 4;
+                    const int code = type == LLK_Q8_0_R16 ? codes[64 * (i / 4) + 4 * r + i % 4]
+                                     : has_fifth ? five_bit_code(codes, r, i / 4, i % 4) : nibble(codes, r, i);
                     p += code * y[ib].qs[i];
                 }
                 acc[r] = fmaf((float)p, f16_to_f32(d[r]) * y[ib].d, acc[r]);
@@ -319,6 +449,8 @@ void llk_fill_repacked_ref(kernel_table *t) {
     t->dot_group[LLK_Q5_0_R16] = dot_group_q5_0_ref;
     t->dot_group[LLK_Q5_1_R16] = dot_group_q5_1_ref;
     t->dot_group[LLK_Q8_0_R16] = dot_group_q8_0_ref;
+    t->dot_group[LLK_Q2_K_R16] = dot_group_q2_k_ref;
+    t->dot_group[LLK_Q3_K_R16] = dot_group_q3_k_ref;
     t->dot_group[LLK_Q4_K_R16] = dot_group_q4_k_ref;
     t->dot_group[LLK_Q5_K_R16] = dot_group_q5_k_ref;
     t->dot_group[LLK_Q6_K_R16] = dot_group_q6_k_ref;

@@ -88,7 +88,7 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
     }
     /* repacked layouts: where a level has a group kernel of its own, its results are the reference's bit for bit,
      * for one token and for several at once */
-    static const int packable[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q4_K, LLK_Q5_K, LLK_Q6_K};
+    static const int packable[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q2_K, LLK_Q3_K, LLK_Q4_K, LLK_Q5_K, LLK_Q6_K};
     const int64_t rows = 32, cols = 3 * 256;
     uint8_t *matrix = malloc(llk_row_size(LLK_F32, cols) * rows), *packed = malloc(llk_row_size(LLK_F32, cols) * rows);
     uint8_t *acts = malloc((llk_act_size(LLK_Q4_K, cols) + llk_act_size(LLK_Q4_0, cols)) * 3);
@@ -168,9 +168,22 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
             simd->f32_to_f16(wide, h, 256);
             llk_ref_kernels.f32_to_f16(wide, h_ref, 256);
             differ += memcmp(h, h_ref, sizeof h) != 0;
+            /* the SiLU gate over inputs where exp(-x) is normal, tiny and beyond float (its scalar lanes) */
+            static float g[259], g_ref[259], up[259];
+            for (int i = 0; i < 259; i++) {
+                g[i] = g_ref[i] = uniform() * (i % 3 == 0 ? 150.0f : 10.0f);
+                up[i] = uniform();
+            }
+            simd->silu_mul(g, up, 259);
+            llk_ref_kernels.silu_mul(g_ref, up, 259);
+            differ += memcmp(g, g_ref, sizeof g) != 0;
+            for (int i = 0; i < 259; i++) g[i] = g_ref[i] = uniform() * (i % 3 == 0 ? 15.0f : i % 3 == 1 ? 1e-4f : 3.0f);
+            simd->gelu_mul(g, up, 259); /* the GELU gate: both sides of +-10, and half-precision subnormals */
+            llk_ref_kernels.gelu_mul(g_ref, up, 259);
+            differ += memcmp(g, g_ref, sizeof g) != 0;
         }
         failures += differ != 0;
-        printf("isa %d attention tiles and half conversions %s\n", isa, differ ? "FAILED" : "identical ok");
+        printf("isa %d attention tiles, half conversions, SiLU and GELU %s\n", isa, differ ? "FAILED" : "identical ok");
     }
     printf("levels checked up to %d, %d failures\n", best, failures);
     return failures != 0 || best == 0;

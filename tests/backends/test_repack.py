@@ -1,5 +1,5 @@
-"""Weights repacked at load (kernels/repack.c): matrices of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and
-Q6_K in 16-row interleaved groups.
+"""Weights repacked at load (kernels/repack.c): matrices of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
+Q5_K and Q6_K in 16-row interleaved groups.
 
 A repacked matrix gives the same bits at every ISA level (the scalar one included, forced), agrees
 with its GGUF layout to rounding, and gives each row a result that does not depend on which tokens
@@ -25,7 +25,8 @@ from localllm.gguf import GGML_TYPES
 from support.native import Side, cosine
 
 SCALE_FIELDS = {  # byte offsets of the half-float scales in a block
-    Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q8_0: (0,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,),
+    Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q8_0: (0,), Q.Q2_K: (80, 82), Q.Q3_K: (108,),
+    Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,),
 }  # fmt: skip
 ISAS = kernels.available_isas()
 REPACKING = kernels.repacked_type(int(Q.Q4_K), 256, 16) != int(Q.Q4_K)  # this CPU's best level has the kernels

@@ -272,7 +272,7 @@ class NativeWeights:
         if not base:
             raise NativeError(f"cannot map {self.path}: {ctypes.get_errno() or 'mmap failed'}")
         self._base, self._size = base, size.value
-        self._repacked: list[np.ndarray] = []  # the copies the repacked tensors point into
+        self._repacked: np.ndarray | None = None  # the one buffer the repacked tensors point into
         self.layouts: dict[str, str] = {}
         self.repack_seconds = 0.0
         try:
@@ -364,21 +364,26 @@ class NativeWeights:
                 f"but only {budget >> 20} MiB is available; free memory or use the llama.cpp engine"
             )
         counts: Counter[tuple[str, str]] = Counter()
-        copies = []
+        copies = []  # (tensor, its layout, offset and size of its copy in the one buffer)
+        offset = 0
         for t, target in plan:
             name = lib.llk_type_name(t.type).decode()
             counts[name, lib.llk_type_name(target).decode() if target != t.type else "GGUF in place"] += 1
             if target != t.type:
-                copies.append((t, target, np.empty(lib.llk_repack_size(t.type, t.ne0, t.ne1), dtype=np.uint8)))
+                size = lib.llk_repack_size(t.type, t.ne0, t.ne1)
+                copies.append((t, target, offset, size))
+                offset += -(-size // 64) * 64  # cache-line aligned
+        # One allocation for all copies: NumPy asks for huge pages for large ones, and decode streams every
+        # matrix each token (with 4 KiB pages, a model of small matrices costs a page walk every 4 KiB).
+        self._repacked = buffer = np.empty(offset, dtype=np.uint8)
         start = time.perf_counter()
         with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # ctypes lets go of the GIL: one matrix a core
             list(pool.map(lambda job: lib.llk_repack(job[0].type, ctypes.c_void_p(job[0].data), job[0].ne0, job[0].ne1,
-                                                     ctypes.c_void_p(job[2].ctypes.data)), copies))
+                                                     ctypes.c_void_p(buffer.ctypes.data + job[2])), copies))
         self.repack_seconds = time.perf_counter() - start
-        for t, target, copy in copies:
-            self._repacked.append(copy)
-            self._weight_bytes += copy.nbytes - lib.llk_row_size(t.type, t.ne0) * t.ne1
-            t.data, t.type = copy.ctypes.data, target
+        for t, target, at, size in copies:
+            self._weight_bytes += size - lib.llk_row_size(t.type, t.ne0) * t.ne1
+            t.data, t.type = buffer.ctypes.data + at, target
         for (name, layout), n in sorted(counts.items()):
             entry = f"{layout} ({n} {'matrix' if n == 1 else 'matrices'})"
             self.layouts[name] = f"{self.layouts[name]}, {entry}" if name in self.layouts else entry
@@ -386,7 +391,7 @@ class NativeWeights:
                  "; ".join(f"{k}: {v}" for k, v in self.layouts.items()), self.repack_seconds)
 
     def close(self) -> None:
-        self._repacked.clear()
+        self._repacked = None
         if self._base:
             library().llk_unmap_file(self._base, self._size)
             self._base = None
