@@ -29,6 +29,7 @@ LOAD_TIMEOUT_S = 120.0
 EXIT_GRACE_S = 1.0  # how long a runner whose connection broke may take to exit
 STOP_TIMEOUT_S = 30.0  # how long a stopping runner may take: its engine's last step, then at most 10 s writing
 # its KV blocks to the disk tier (PERSIST_BUDGET_S)
+READY_POLL_S = 0.01  # how often a starting runner is looked at: a restart's first answer waits for that look
 
 
 class RunnerError(RuntimeError):
@@ -305,4 +306,4 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         if asyncio.get_running_loop().time() > deadline:
             await runner.stop()
             raise RunnerError(f"model {name} did not load within {LOAD_TIMEOUT_S:.0f} s")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(READY_POLL_S)

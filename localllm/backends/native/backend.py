@@ -12,8 +12,10 @@ sampler chain to run on.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -37,15 +39,21 @@ class Model:
     def __init__(self, path: str | Path, adapters: Sequence[str | Path] = (), n_gpu_layers: int = 0) -> None:
         if adapters:
             raise BackendError(f"LoRA adapters are not supported by the native engine; {HINT}")
-        try:
-            self.weights = NativeWeights(path)
-        except NativeError as exc:
-            raise BackendError(str(exc)) from None
-        try:
-            self._tokens = llama_cpp.Model(path, vocab_only=True)
-        except BackendError:
-            self.weights.close()
-            raise
+        # llama.cpp reads the vocabulary (in C, without the GIL) while the weights are parsed and repacked:
+        # a runner's start, and so the first answer after a restart, waits for the longer of the two only
+        with ThreadPoolExecutor(1, thread_name_prefix="vocab-load") as loader:
+            vocab = loader.submit(llama_cpp.Model, path, vocab_only=True)
+            try:
+                self.weights = NativeWeights(path)
+            except NativeError as exc:
+                with contextlib.suppress(BackendError):
+                    vocab.result().close()
+                raise BackendError(str(exc)) from None
+            try:
+                self._tokens = vocab.result()
+            except BackendError:
+                self.weights.close()
+                raise
         self.path = Path(path)
         self.vocab = self._tokens.vocab
         hyper = self.weights.hyper
