@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 MAX_DRAFT = 16  # tokens drafted at most per step
 FIRST_DRAFT = 4  # the draft length a sequence starts with
-NGRAM_MAX, NGRAM_MIN = 4, 2  # lengths of the suffix looked up, longest first
+# lengths of the suffix looked up, longest first: a suffix of two tokens recurs by chance too often to
+# predict what follows (it cost more in rejected drafts than it gained, scripts/bench/speculative.py)
+NGRAM_MAX, NGRAM_MIN = 8, 3
 # auto: no drafting while this many sequences decode in one step (their batch already fills the cores)
 MAX_SPECULATING = 4
 LOW_ACCEPTANCE = 0.25  # auto: below this share of drafted tokens kept, a sequence pauses drafting ...

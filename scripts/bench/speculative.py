@@ -229,8 +229,7 @@ class NgramLlamaServer:
 
         port = free_port()
         cmd = [str(binary()), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-np", "1", "-c", "2048",
-               "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--spec-type", "ngram-simple",
-               "--draft-max", "16"]
+               "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--spec-type", "ngram-simple"]
         self.server = PeerServer("llama-server", cmd, f"http://127.0.0.1:{port}", "/health")
         atexit.register(self.server.stop)
         self.server.wait_ready()

@@ -54,14 +54,15 @@ def generate(client: httpx.Client, prompt: str, n: int = 40, **options: Any) -> 
 
 def test_prompt_lookup_continues_the_latest_longest_match() -> None:
     index = NgramIndex()
-    index.extend([1, 2, 3, 4, 9, 2, 3, 5, 6, 7, 2, 3])
-    assert index.draft(3) == [5, 6, 7]  # "2 3" last came before 5 (earlier, before 4)
-    index.extend([1, 2, 3])
-    assert index.draft(3) == [4, 9, 2]  # "1 2 3" came only before 4: the longer match wins over "2 3"
+    index.extend([1, 2, 3, 4, 9, 1, 2, 3, 5, 6, 7, 1, 2, 3])
+    assert index.draft(3) == [5, 6, 7]  # "1 2 3" last came before 5 (earlier, before 4)
+    index = NgramIndex()
+    index.extend([8, 1, 2, 3, 4, 1, 2, 3, 5, 8, 1, 2, 3])
+    assert index.draft(3) == [4, 1, 2]  # "8 1 2 3" came only before 4: the longer match wins over "1 2 3"
     index.extend([4])
-    assert index.draft(2) == [9, 2]
-    index.extend([8])
-    assert index.draft(4) == []  # "4 8" never occurred
+    assert index.draft(2) == [1, 2]
+    index.extend([9, 2, 3])
+    assert index.draft(4) == []  # "9 2 3" never occurred; "2 3" did, but two tokens are too short a match
     assert index.draft(0) == []
 
 
