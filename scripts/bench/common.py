@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import signal
 import subprocess
 import sys
@@ -22,6 +23,16 @@ from support.daemon import Daemon  # noqa: E402
 MODEL = "smollm2:135m"
 
 T = TypeVar("T")
+
+
+def cpu_name() -> str:
+    """The CPU as ``lscpu`` names it, with its family and model numbers (AMD's EPYC generations share one name)."""
+    lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in lines)}
+    name = fields.get("Model name") or platform.processor()
+    labels = {"CPU family": "family", "Model": "model"}
+    numbers = [f"{label} {fields[key]}" for key, label in labels.items() if key in fields]
+    return f"{name} ({', '.join(numbers)})" if numbers else name
 
 
 def alternating(rounds: int, sides: dict[str, Callable[[], T]]) -> dict[str, list[T]]:

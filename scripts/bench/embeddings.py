@@ -37,9 +37,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MODEL, alternating, fixtures, report, start_daemon  # noqa: E402
+from common import MODEL, alternating, cpu_name, fixtures, report, start_daemon  # noqa: E402
 from llama_server import LlamaServer  # noqa: E402
-from speculative import cpu_name  # noqa: E402
 from support.daemon import free_port  # noqa: E402
 
 WORDS = ("local models embed documents so that a question finds the passages that answer it; the index "

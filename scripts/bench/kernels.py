@@ -7,7 +7,7 @@ greedy sampling in C (what llama-bench's tg test measures).  The native side
 decodes the same prompt with the same thread count.  Both sides are measured in
 turn, round after round, and each figure is the median.  Figures (top-level keys):
 
-- ``cpu``: model name, family and the instruction-set flags the kernels use; ``kernel_paths``: per
+- ``cpu``: model name, family, model number and the instruction-set flags the kernels use; ``kernel_paths``: per
   format, the weight layout a matrix gets at load on this CPU (repacked or GGUF in place) and the level
 - ``native_decode_ratio_smollm2`` / ``_gemma3`` / ``_1b``: decode tokens/s, native over llama.cpp
 - ``native_prefill_ratio_smollm2`` / ``_gemma3``: tokens/s of a 512-token prompt (``..._2048``: 2,048
@@ -70,12 +70,13 @@ SYNTHETIC_1B = {"n_embd": 2048, "n_ff": 5632, "n_vocab": 32000, "n_layer": 18, "
 
 
 def cpu() -> dict:
-    """The CPU's model name, family and the flags among those the kernels dispatch on."""
+    """The CPU's model name, family, model number and the flags among those the kernels dispatch on."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     field = lambda key: (re.search(rf"^{key}\s*:\s*(.*)$", info, re.MULTILINE) or [None, ""])[1]  # noqa: E731
     flags = set((field("flags") or field("Features")).split())
     return {"model": field("model name") or platform.processor(), "family": field("cpu family"),
-            "flags_used": [f for f in KERNEL_FLAGS if f in flags], "isa": kernels.isa()}  # fmt: skip
+            "model_number": field("model"), "flags_used": [f for f in KERNEL_FLAGS if f in flags],
+            "isa": kernels.isa()}  # fmt: skip
 
 
 def kernel_paths() -> dict[str, str]:

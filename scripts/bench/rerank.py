@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Daemon, alternating, report  # noqa: E402
+from common import Daemon, alternating, cpu_name, report  # noqa: E402
 from llama_server import LlamaServer  # noqa: E402
-from speculative import cpu_name  # noqa: E402
 
 import httpx  # noqa: E402
 from support import encoder_models as em  # noqa: E402

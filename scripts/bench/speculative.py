@@ -29,7 +29,6 @@ import argparse
 import atexit
 import json
 import math
-import platform
 import signal
 import statistics
 import subprocess
@@ -39,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import alternating, fixtures  # noqa: E402
+from common import alternating, cpu_name, fixtures  # noqa: E402
 
 PARAGRAPH = (
     "The old lighthouse stood on the northern cliff for two hundred years. Its keeper, a quiet man named Tomas, "
@@ -137,12 +136,6 @@ def prompt_for(model: str, task: str) -> str:
         return f"<|im_start|>user\n{body}<|im_end|>\n<|im_start|>assistant\n"
     return f"{body}\n\nAnswer:\n"
 
-
-def cpu_name() -> str:
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 class Ours:

@@ -37,8 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import fixtures, report  # noqa: E402
-from speculative import cpu_name  # noqa: E402
+from common import cpu_name, fixtures, report  # noqa: E402
 
 QUESTION = "What colour is this picture? Answer in one word."
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% for c in m.content %}{% if c.type == 'image_url' %}"
