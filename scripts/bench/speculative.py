@@ -137,7 +137,6 @@ def prompt_for(model: str, task: str) -> str:
     return f"{body}\n\nAnswer:\n"
 
 
-
 class Ours:
     """Our runner (native engine) over its unix socket: one side per speculative mode."""
 
