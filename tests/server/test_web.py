@@ -24,6 +24,9 @@ from support.daemon import Daemon
 pytestmark = pytest.mark.timeout(900)
 
 SMOLLM2 = "smollm2:135m"
+#: A grammar that repeats a phrase and never completes, so end of generation is never allowed and a
+#: generation runs until it is stopped (``("and on ")+`` may end after any repeat, and sampling sometimes does).
+ENDLESS = 'root ::= "%s" root'
 #: A block of raw HTML, HTML inside a paragraph, a javascript: link and a code block.
 XSS_ANSWER = ('<script>window.__xss=1</script>\n\nLook <img src=x onerror="window.__xss=2"> here\n\n'
               '[click me](javascript:window.__xss=3)\n\n```python\nprint("hi")\n```\n')
@@ -185,7 +188,7 @@ def test_chat_streams_shows_stats_and_survives_reload(daemon, open_page):
 def test_stop_ends_a_generation_and_keeps_what_came(daemon, open_page):
     page = open_page(daemon.url)
     pick(page, SMOLLM2)
-    settings(page, num_predict="2000", extra=json.dumps({"grammar": 'root ::= ("and on " )+'}))
+    settings(page, num_predict="2000", extra=json.dumps({"grammar": ENDLESS % "and on "}))
     send(page, "Go on forever.")
     page.wait_for_function("() => (document.querySelector('article.message.assistant .content')?.textContent.length ?? 0) > 20")
     page.click("#stop")
@@ -335,7 +338,7 @@ def own_daemon(tmp_path, smollm2_path):
 def test_the_daemon_going_away_mid_stream_shows_an_error_and_keeps_the_conversation(own_daemon, open_page):
     page = open_page(own_daemon.url)
     pick(page, "tiny:latest")
-    settings(page, num_predict="4000", extra=json.dumps({"grammar": 'root ::= ("on and " )+'}))
+    settings(page, num_predict="4000", extra=json.dumps({"grammar": ENDLESS % "on and "}))
     send(page, "Keep going.")
     page.wait_for_function("() => (document.querySelector('article.message.assistant .content')?.textContent.length ?? 0) > 20")
     os.killpg(own_daemon.process.pid, signal.SIGKILL)
