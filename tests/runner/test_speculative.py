@@ -10,6 +10,7 @@ a smaller model written here that shares SmolLM2's vocabulary.
 from __future__ import annotations
 
 import json
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,20 @@ def test_prompt_lookup_continues_the_latest_longest_match() -> None:
     index.extend([9, 2, 3])
     assert index.draft(4) == []  # "9 2 3" never occurred; "2 3" did, but two tokens are too short a match
     assert index.draft(0) == []
+
+
+def test_prompt_lookup_matches_whole_tokens_only() -> None:
+    """The tokens are searched as packed 32-bit integers: bytes that spell the suffix across token
+    boundaries are no occurrence of it, and an aligned occurrence before them still is."""
+    suffix = [0x11223344, 0x55667788, 0x0A0B0C0D]
+    packed = array("i", suffix).tobytes()
+    straddling = list(array("i", b"\x01" + packed + b"\x02\x03\x04"))  # the suffix's bytes, one byte off
+    index = NgramIndex()
+    index.extend(straddling + suffix)
+    assert index.draft(4) == []
+    index = NgramIndex()
+    index.extend(suffix + [7, 8] + straddling + suffix)
+    assert index.draft(2) == [7, 8]
 
 
 def test_draft_length_adapts_and_auto_pauses_on_low_acceptance() -> None:
