@@ -546,7 +546,7 @@ class Engine:
         for step, k in wanting:
             slot = step.slot
             index = slot.spec.index
-            index.extend(slot.generated[len(index.tokens) - len(slot.prompt) :])
+            index.extend(slot.generated[len(index) - len(slot.prompt) :])
             drafter = slot.request.draft
             if drafter is None:
                 step.draft = index.draft(k)

@@ -50,20 +50,21 @@ class NgramIndex:
     """
 
     def __init__(self) -> None:
-        self.tokens: list[int] = []
-        self._packed = bytearray()  # self.tokens as native 32-bit integers (image placeholders fit too)
+        self._packed = bytearray()  # the tokens as native 32-bit integers (image placeholders fit too)
+
+    def __len__(self) -> int:
+        return len(self._packed) // _TOKEN_BYTES
 
     def extend(self, tokens: list[int]) -> None:
-        self.tokens.extend(tokens)
         self._packed += array("i", tokens).tobytes()
 
     def draft(self, k: int) -> list[int]:
         """Up to ``k`` tokens that followed the latest earlier occurrence of the longest matching suffix."""
         for n in range(NGRAM_MAX, NGRAM_MIN - 1, -1):
-            if len(self.tokens) > n:
+            if len(self) > n:
                 end = self._latest_end(n)
                 if end is not None:
-                    return self.tokens[end : end + k]
+                    return array("i", self._packed[_TOKEN_BYTES * end : _TOKEN_BYTES * (end + k)]).tolist()
         return []
 
     def _latest_end(self, n: int) -> int | None:
