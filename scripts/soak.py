@@ -44,6 +44,8 @@ from pathlib import Path
 
 import httpx
 
+from localllm.runner.engine import CHORES_AFTER_IDLE_S
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # support.daemon / support.fixtures: start a daemon, find the model
 
@@ -99,15 +101,20 @@ def _children(pid: int) -> list[int]:
 
 def settled_snapshot(pid: int, timeout: float = 60.0) -> Snapshot:
     """A snapshot once the runners' resident memory stops growing (an idle native runner faults its KV pool
-    in, slice by slice): growth after it is the soak's, not the pool's first touch."""
+    in, slice by slice): growth after it is the soak's, not the pool's first touch. The runner starts that
+    work only after CHORES_AFTER_IDLE_S without a request, so memory must hold still over a longer window:
+    two reads a second apart both fell before it began, and the pool's first touch then counted as growth."""
+    window = CHORES_AFTER_IDLE_S + 2.0
     previous = snapshot(pid)
-    give_up = time.monotonic() + timeout
+    still_since = time.monotonic()
+    give_up = still_since + timeout
     while time.monotonic() < give_up:
-        time.sleep(1)
+        time.sleep(0.5)
         current = snapshot(pid)
-        if abs(current.runner_rss - previous.runner_rss) < 1 << 20:
+        if abs(current.runner_rss - previous.runner_rss) >= 1 << 20:
+            previous, still_since = current, time.monotonic()
+        elif time.monotonic() - still_since >= window:
             return current
-        previous = current
     return previous
 
 

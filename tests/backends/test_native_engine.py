@@ -155,6 +155,25 @@ def test_kv_block_operations(smollm2_path: Path) -> None:
         side.close()
 
 
+def test_faulting_the_pool_in_keeps_what_its_blocks_hold(smollm2_path: Path) -> None:
+    """The idle engine's chore (populate_next, slice by slice to the pool's end) leaves written blocks as
+    they were, and the rest of the pool zero."""
+    side = Side("native", smollm2_path, n_ctx=64, n_seq=2)
+    ctx = side.ctx
+    try:
+        prompt = side.model.vocab.tokenize_prompt("A list of fruits: apple, banana, cherry, grape, mango, peach, plum,")
+        full = side.eval(prompt, 0)
+        written = [ctx.read_block(int(block)) for block in ctx.tables[0, :2]]
+        while ctx.populate_next():
+            pass
+        assert not ctx.populate_next()  # done, and stays done
+        assert [ctx.read_block(int(block)) for block in ctx.tables[0, :2]] == written
+        assert not any(ctx.read_block(int(ctx.tables[1, 0])))  # a block nobody wrote: zero pages
+        assert np.array_equal(side.eval(prompt[-1:], len(prompt) - 1), full)
+    finally:
+        side.close()
+
+
 @pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
 def test_a_q8_0_cache_stays_close_to_f16_in_about_half_the_bytes(request: pytest.FixtureRequest, model: str) -> None:
     """The same prompt over 700 positions (two attention segments) with either cache."""

@@ -154,8 +154,7 @@ class Context:
         never hold up a runner's start or a request, and are held before the blocks are used."""
         total = self.n_blocks * self.block_bytes
         if self._populated < total:
-            if self._lib.llk_kv_populate(self._ctx, self._populated, POPULATE_SLICE) != 0:
-                self._populated = total  # no MADV_POPULATE_WRITE here: pages come as blocks are written
+            self._lib.llk_kv_populate(self._ctx, self._populated, POPULATE_SLICE)
             self._populated += POPULATE_SLICE
         return self._populated < total
 
