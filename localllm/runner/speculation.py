@@ -22,8 +22,11 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-MAX_DRAFT = 16  # tokens drafted at most per step
-FIRST_DRAFT = 4  # the draft length a sequence starts with
+# Draft lengths 3, 7, 15: with the pending token, whole groups of four verified rows. The native matmul
+# kernels take a weight group's tokens four at a time, so a fifth row costs nearly as much as the four
+# before it (scripts/bench/speculative.py; the lengths 4, 8, 16 had verified 5, 9 and 17 rows).
+MAX_DRAFT = 15  # tokens drafted at most per step
+FIRST_DRAFT = 3  # the draft length a sequence starts with
 # lengths of the suffix looked up, longest first: a suffix of two tokens recurs by chance too often to
 # predict what follows (it cost more in rejected drafts than it gained, scripts/bench/speculative.py)
 NGRAM_MAX, NGRAM_MIN = 8, 3
@@ -100,13 +103,13 @@ class Speculation:
         return max(0, min(self.length, room))
 
     def record(self, drafted: int, kept: int, n_generated: int) -> None:
-        """Learn from one verified draft: grow the length when all of it was kept, shrink it otherwise."""
+        """Learn from one verified draft: grow the length when all of it was kept (3, 7, 15), shrink it otherwise."""
         if not drafted:
             return
         self.drafted += drafted
         self.accepted += kept
         self.rate = 0.7 * self.rate + 0.3 * (kept / drafted)
-        self.length = min(MAX_DRAFT, self.length * 2) if kept == drafted else max(1, kept + 1)
+        self.length = min(MAX_DRAFT, self.length * 2 + 1) if kept == drafted else max(1, kept + 1)
         if self.mode == "auto" and self.drafted >= WARMUP_DRAFTED and self.rate < LOW_ACCEPTANCE:
             self.paused_until = n_generated + PAUSE_TOKENS
             self.rate = LOW_ACCEPTANCE  # a fresh chance after the pause

@@ -84,12 +84,13 @@ def test_prompt_lookup_matches_whole_tokens_only() -> None:
 def test_draft_length_adapts_and_auto_pauses_on_low_acceptance() -> None:
     spec = Speculation("auto")
     assert spec.wants(0, 1) and not spec.wants(0, 8)  # many streams decoding: auto stays off
-    spec.record(4, 4, 10)
-    assert spec.length == 8 and spec.limit(3) == 3  # grown; cut to the room left
+    assert spec.length == 3
+    spec.record(3, 3, 10)
+    assert spec.length == 7 and spec.limit(3) == 3  # grown (with the pending token, 8 rows); cut to the room left
     for _ in range(6):
-        spec.record(8, 8, 20)
-    assert spec.length == MAX_DRAFT
-    spec.record(16, 2, 40)
+        spec.record(7, 7, 20)
+    assert spec.length == MAX_DRAFT == 15
+    spec.record(15, 2, 40)
     assert spec.length == 3
     for _ in range(5):
         spec.record(3, 0, 50)
@@ -98,7 +99,7 @@ def test_draft_length_adapts_and_auto_pauses_on_low_acceptance() -> None:
     for _ in range(5):
         forced.record(3, 0, 50)
     assert forced.wants(50, 8)
-    assert (spec.drafted, spec.accepted) == (4 + 48 + 16 + 15, 4 + 48 + 2)
+    assert (spec.drafted, spec.accepted) == (3 + 42 + 15 + 15, 3 + 42 + 2)
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
