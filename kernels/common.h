@@ -216,6 +216,7 @@ typedef struct {
     void (*quantize_q8k)(const float *x, block_q8k *y, int64_t n);
     float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);
     void (*f32_to_f16)(const float *x, f16_t *y, int64_t n);
+    void (*scale_round_f16)(float *x, float scale, int64_t n); /* x[i] = round_f16(x[i] * scale) */
     /* Attention over tiles of ATTN_TILE cached cells (see attention.h for the cache's layout); each
      * result is one fixed chain of fused operations, so every level gives the reference's bits. */
     attn_scores_fn attn_scores[2];   /* [kv type: 0 F16, 1 Q8_0] */

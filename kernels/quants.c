@@ -376,6 +376,10 @@ static void f32_to_f16_ref(const float *x, f16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = llk_f32_to_f16(x[i]);
 }
 
+static void scale_round_f16_ref(float *x, float scale, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = round_f16(x[i] * scale);
+}
+
 kernel_table llk_ref_kernels = {
     .dot = {
         [LLK_F32] = dot_ref_f32, [LLK_F16] = dot_ref_f16, [LLK_BF16] = dot_ref_bf16,
@@ -388,6 +392,7 @@ kernel_table llk_ref_kernels = {
     .quantize_q8k = quantize_q8k_ref,
     .dot_f32_f16 = dot_f32_f16_ref,
     .f32_to_f16 = f32_to_f16_ref,
+    .scale_round_f16 = scale_round_f16_ref,
     .silu_mul = llk_silu_mul,
     .gelu_mul = llk_gelu_mul,
 };
