@@ -219,7 +219,8 @@ typedef struct {
     float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);
     void (*f32_to_f16)(const float *x, f16_t *y, int64_t n);
     void (*scale_round_f16)(float *x, float scale, int64_t n); /* x[i] = round_f16(x[i] * scale) */
-    /* A sum of the n bytes at p (n a multiple of STREAM_BYTES) read as the repacked kernels read their weights:
+    /* The exclusive or of the 64-bit words of the n bytes at p (n a multiple of STREAM_BYTES), read as the
+     * repacked kernels read their weights:
      * the level's widest loads, PREFETCH_AHEAD's distance. llk_read_bandwidth's reader, so that decode's
      * bandwidth is measured against reads of its own kind. */
     uint64_t (*stream_sum)(const void *p, int64_t n);

@@ -168,6 +168,12 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
             simd->f32_to_f16(wide, h, 256);
             llk_ref_kernels.f32_to_f16(wide, h_ref, 256);
             differ += memcmp(h, h_ref, sizeof h) != 0;
+            static uint64_t words[4 * STREAM_BYTES / 8]; /* the bandwidth reader reads every word */
+            for (size_t i = 0; i < sizeof words / 8; i++) words[i] = (uint64_t)next() << 32 | (uint64_t)next();
+            const uint64_t all = simd->stream_sum(words, sizeof words);
+            differ += all != llk_ref_kernels.stream_sum(words, sizeof words);
+            words[3 * STREAM_BYTES / 8 + 5] ^= 1;
+            differ += simd->stream_sum(words, sizeof words) != (all ^ 1);
             for (int scaled = 0; scaled < 2; scaled++) { /* to half-precision subnormals, and beyond its range */
                 for (int i = 0; i < 256; i++) wide_ref[i] = wide[i] = uniform() * 1000.0f;
                 simd->scale_round_f16(wide, scaled ? 100.0f : 1e-5f, 253); /* and a tail after the vectors */
