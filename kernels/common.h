@@ -174,9 +174,11 @@ typedef void (*dot_cols_fn)(const void *w, const void *act, size_t act_row, int 
  * units busy (and, with eight, reads their scales together). */
 typedef void (*dot_rows_fn)(const void *w, size_t w_row, const void *act, int64_t n, float *out);
 
-/* A repacked group of GROUP_ROWS rows against n_tok (<= DOT_MAX_COLS) activation rows act_row bytes apart:
+/* A repacked group of GROUP_ROWS rows against n_tok (<= GROUP_MAX_TOK) activation rows act_row bytes apart:
  * out[t * out_stride + r]. Each token's arithmetic is the same whatever n_tok is (the codes are unpacked
- * once for all of them), so a row's result never depends on the batch. */
+ * once for all of them, or for each run of as many as a level's registers hold), so a row's result never
+ * depends on the batch. */
+#define GROUP_MAX_TOK 8
 typedef void (*dot_group_fn)(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
                              size_t out_stride);
 

@@ -249,11 +249,11 @@ static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
     const int64_t rows = p->w->ne1;
     const uint8_t *w = p->w->data;
     int64_t r1 = r0 + p->chunk < rows ? r0 + p->chunk : rows;
-    if (p->dot_group) { /* the group's codes unpacked once for up to DOT_MAX_COLS tokens */
+    if (p->dot_group) { /* the group's codes unpacked once for up to GROUP_MAX_TOK tokens */
         for (int64_t r = r0; r < r1; r += GROUP_ROWS)
-            for (int t = 0; t < n_tok; t += DOT_MAX_COLS)
+            for (int t = 0; t < n_tok; t += GROUP_MAX_TOK)
                 p->dot_group(w + (size_t)r * p->w_row, p->act + (size_t)t * p->act_row, p->act_row,
-                             n_tok - t < DOT_MAX_COLS ? n_tok - t : DOT_MAX_COLS, p->w->ne0,
+                             n_tok - t < GROUP_MAX_TOK ? n_tok - t : GROUP_MAX_TOK, p->w->ne0,
                              p->out + t * p->out_stride + r, (size_t)p->out_stride);
         return;
     }
