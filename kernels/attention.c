@@ -93,12 +93,12 @@ void kv_store(const kv_cache *kv, const int32_t *table, int layer, int pos, cons
             f16_t *scales = (f16_t *)(head + (size_t)hd * bs);
             for (int b = 0; b < hd / 32; b++)
                 scales[b * bs + cell] = llk_f32_to_f16(quantize_32(kh + 32 * b, (int8_t *)head + (size_t)32 * b * bs + cell, bs));
-        } else {
-            f16_t h[64]; /* converted a vector at a time, then scattered to the cell's column */
+        } else { /* converted a run at a time by the vector kernel, then spread over the dimensions' rows */
+            f16_t run[64];
             for (int d0 = 0; d0 < hd; d0 += 64) {
-                const int m = hd - d0 < 64 ? hd - d0 : 64;
-                llk_kernels()->f32_to_f16(kh + d0, h, m);
-                for (int d = 0; d < m; d++) ((f16_t *)head)[(size_t)(d0 + d) * bs + cell] = h[d];
+                const int len = hd - d0 < 64 ? hd - d0 : 64;
+                llk_kernels()->f32_to_f16(kh + d0, run, len);
+                for (int d = 0; d < len; d++) ((f16_t *)head)[(size_t)(d0 + d) * bs + cell] = run[d];
             }
         }
     }
