@@ -93,8 +93,13 @@ void kv_store(const kv_cache *kv, const int32_t *table, int layer, int pos, cons
             f16_t *scales = (f16_t *)(head + (size_t)hd * bs);
             for (int b = 0; b < hd / 32; b++)
                 scales[b * bs + cell] = llk_f32_to_f16(quantize_32(kh + 32 * b, (int8_t *)head + (size_t)32 * b * bs + cell, bs));
-        } else {
-            for (int d = 0; d < hd; d++) ((f16_t *)head)[(size_t)d * bs + cell] = llk_f32_to_f16(kh[d]);
+        } else { /* converted a run at a time by the vector kernel, then spread over the dimensions' rows */
+            f16_t run[64];
+            for (int d0 = 0; d0 < hd; d0 += 64) {
+                const int len = hd - d0 < 64 ? hd - d0 : 64;
+                llk_kernels()->f32_to_f16(kh + d0, run, len);
+                for (int d = 0; d < len; d++) ((f16_t *)head)[(size_t)(d0 + d) * bs + cell] = run[d];
+            }
         }
     }
     const int kv_dim = kv->n_head_kv * hd;
@@ -198,7 +203,7 @@ typedef struct {
 } attn_item;
 
 struct attention {
-    int n_head, n_head_kv, hd, group, max_queries, max_tokens, n_seg;
+    int n_threads, n_head, n_head_kv, hd, group, max_queries, max_tokens, n_seg;
     size_t per_thread; /* floats of scratch per thread */
     float *scratch;
     const void **tiles; /* per thread: SEG_TILES K tiles, then SEG_TILES V tiles, two pointers each */
@@ -224,6 +229,7 @@ static size_t part_floats(const attention *a) { return 2 + (size_t)a->hd; }
 attention *attention_new(int n_threads, int n_head, int n_head_kv, int head_dim, int n_batch, int max_seq_len) {
     attention *a = calloc(1, sizeof *a);
     if (!a) return NULL;
+    a->n_threads = n_threads;
     a->n_head = n_head;
     a->n_head_kv = n_head_kv;
     a->hd = head_dim;
@@ -347,8 +353,18 @@ static int grow(void **p, size_t *cap, size_t need, size_t size) {
     return 0;
 }
 
+/* Tokens of an item for a run of n tokens whose items each cover `spans` (segments, or 1) per KV head:
+ * at most max_tokens, and few enough that the run gives every thread two items where it can (a verified
+ * draft is one sequence's few tokens; Gemma 3 has one KV head). */
+static int tokens_per_item(const attention *a, int n, int spans) {
+    const int per_token = spans * a->n_head_kv, wanted = 2 * a->n_threads;
+    const int runs = (wanted + per_token - 1) / per_token, per = (n + runs - 1) / runs;
+    return per < a->max_tokens ? per : a->max_tokens;
+}
+
 /* The items of a batch: each sequence's tokens (consecutive positions of one table) as tiles of
- * queries over all segments, or, a few tokens, one item per segment with a row of parts each. */
+ * queries over all segments, or, a few tokens, one item per segment (that its tokens reach) with a row
+ * of parts each; a run of few tokens is cut into smaller tiles where its items would leave a thread idle. */
 static int plan(attention *a, int n_tok, const int32_t *pos, const int32_t *const *tables, int window, int *n_items,
                 int *n_slots) {
     size_t count = 0, slots = 0;
@@ -358,16 +374,20 @@ static int plan(attention *a, int n_tok, const int32_t *pos, const int32_t *cons
             for (end = i + 1; end < n_tok && tables[end] == tables[i] && pos[end] == pos[end - 1] + 1;) end++;
             const int n = end - i;
             if (n > ATTN_SPLIT_TOKENS) {
-                for (int t0 = i; t0 < end; t0 += a->max_tokens)
+                const int per = tokens_per_item(a, n, 1);
+                for (int t0 = i; t0 < end; t0 += per)
                     for (int h = 0; h < a->n_head_kv; h++, count++)
-                        if (pass) a->items[count] = (attn_item){t0, end - t0 < a->max_tokens ? end - t0 : a->max_tokens, h, -1};
+                        if (pass) a->items[count] = (attn_item){t0, end - t0 < per ? end - t0 : per, h, -1};
                 for (int t = i; t < end && pass; t++) a->slot[t] = -1;
                 continue;
             }
-            const int s0 = first_pos(pos[i], window) / ATTN_SEG, s1 = pos[end - 1] / ATTN_SEG;
-            for (int seg = s0; seg <= s1; seg++)
-                for (int h = 0; h < a->n_head_kv; h++, count++)
-                    if (pass) a->items[count] = (attn_item){i, n, h, seg};
+            const int per = tokens_per_item(a, n, pos[end - 1] / ATTN_SEG - first_pos(pos[i], window) / ATTN_SEG + 1);
+            for (int t0 = i, m; t0 < end; t0 += m) {
+                m = end - t0 < per ? end - t0 : per; /* the segments its tokens reach: */
+                for (int seg = first_pos(pos[t0], window) / ATTN_SEG; seg <= pos[t0 + m - 1] / ATTN_SEG; seg++)
+                    for (int h = 0; h < a->n_head_kv; h++, count++)
+                        if (pass) a->items[count] = (attn_item){t0, m, h, seg};
+            }
             for (int t = i; t < end; t++, slots++)
                 if (pass) a->slot[t] = (int)slots;
         }

@@ -174,11 +174,15 @@ typedef void (*dot_cols_fn)(const void *w, const void *act, size_t act_row, int 
  * units busy (and, with eight, reads their scales together). */
 typedef void (*dot_rows_fn)(const void *w, size_t w_row, const void *act, int64_t n, float *out);
 
-/* A repacked group of GROUP_ROWS rows against n_tok (<= DOT_MAX_COLS) activation rows act_row bytes apart:
+/* A repacked group of GROUP_ROWS rows against n_tok (<= GROUP_MAX_TOK) activation rows act_row bytes apart:
  * out[t * out_stride + r]. Each token's arithmetic is the same whatever n_tok is (the codes are unpacked
- * once for all of them), so a row's result never depends on the batch. */
+ * once for all of them, or for each run of as many as a level's registers hold), so a row's result never
+ * depends on the batch. */
+#define GROUP_MAX_TOK 8
 typedef void (*dot_group_fn)(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
                              size_t out_stride);
+
+#define STREAM_BYTES 256 /* the unit of stream_sum */
 
 #define ATTN_TILE 16 /* cells of a tile: the unit of the attention kernels' loops over the cache */
 /* s[i * s_stride + j] for the n_q query rows q[i] (head_dim apart) and the cells j of n_tiles tiles:
@@ -216,6 +220,12 @@ typedef struct {
     void (*quantize_q8k)(const float *x, block_q8k *y, int64_t n);
     float (*dot_f32_f16)(const float *x, const f16_t *y, int64_t n);
     void (*f32_to_f16)(const float *x, f16_t *y, int64_t n);
+    void (*scale_round_f16)(float *x, float scale, int64_t n); /* x[i] = round_f16(x[i] * scale) */
+    /* The exclusive or of the 64-bit words of the n bytes at p (n a multiple of STREAM_BYTES), read as the
+     * repacked kernels read their weights:
+     * the level's widest loads, PREFETCH_AHEAD's distance. llk_read_bandwidth's reader, so that decode's
+     * bandwidth is measured against reads of its own kind. */
+    uint64_t (*stream_sum)(const void *p, int64_t n);
     /* Attention over tiles of ATTN_TILE cached cells (see attention.h for the cache's layout); each
      * result is one fixed chain of fused operations, so every level gives the reference's bits. */
     attn_scores_fn attn_scores[2];   /* [kv type: 0 F16, 1 Q8_0] */

@@ -127,7 +127,8 @@ int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);
 /* y[t][rows] = W x[t] for n_tok rows of x on the calling thread, through the path the forward pass takes
  * (repacked or not): for tests and single-thread benchmarks. 0, or -1 for a bad tensor or no memory. */
 int llk_gemm(const llk_tensor *w, const float *x, int n_tok, float *y);
-/* bytes/s of one pass over buf by n_threads threads (the machine's read bandwidth for that many cores) */
+/* bytes/s of one pass over buf by n_threads threads, each reading its contiguous share with the loads and
+ * prefetches of the repacked kernels (the machine's read bandwidth for that many cores, as decode reads) */
 double llk_read_bandwidth(const void *buf, int64_t nbytes, int n_threads);
 
 #ifdef __cplusplus

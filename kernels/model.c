@@ -188,6 +188,40 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     return c;
 }
 
+/* ---- per-token steps over the pool ------------------------------------------ */
+
+/* A batch of at least this many tokens takes its steps between the matrix products (norms, rotary
+ * embeddings, gates, quantizing activations) over the pool; a smaller one (decode) on the caller alone,
+ * where a hand-over between threads would cost more than the step. A token's arithmetic is the same
+ * either way, on whichever thread. */
+#define POOL_TOKENS 16
+
+typedef void (*token_step)(const void *arg, int t);
+
+typedef struct {
+    token_step step;
+    const void *arg;
+    int n_tok, per_item;
+} token_job;
+
+static void token_task(void *arg, int item, int ith) {
+    (void)ith;
+    const token_job *j = arg;
+    const int t1 = (item + 1) * j->per_item < j->n_tok ? (item + 1) * j->per_item : j->n_tok;
+    for (int t = item * j->per_item; t < t1; t++) j->step(j->arg, t);
+}
+
+/* step(arg, t) for each token t < n_tok; the steps of different tokens touch different rows. */
+static void each_token(llk_pool *pool, int n_tok, token_step step, const void *arg) {
+    if (n_tok < POOL_TOKENS) {
+        for (int t = 0; t < n_tok; t++) step(arg, t);
+        return;
+    }
+    const int items = 4 * llk_pool_size(pool), per_item = (n_tok + items - 1) / items;
+    token_job j = {step, arg, n_tok, per_item};
+    llk_pool_run(pool, token_task, &j, (n_tok + per_item - 1) / per_item);
+}
+
 /* ---- matrix products over the pool --------------------------------------- */
 
 /* One weight matrix of a pool job: its rows are cut into chunks that the threads take in turn. */
@@ -218,11 +252,11 @@ static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
     const int64_t rows = p->w->ne1;
     const uint8_t *w = p->w->data;
     int64_t r1 = r0 + p->chunk < rows ? r0 + p->chunk : rows;
-    if (p->dot_group) { /* the group's codes unpacked once for up to DOT_MAX_COLS tokens */
+    if (p->dot_group) { /* the group's codes unpacked once for up to GROUP_MAX_TOK tokens */
         for (int64_t r = r0; r < r1; r += GROUP_ROWS)
-            for (int t = 0; t < n_tok; t += DOT_MAX_COLS)
+            for (int t = 0; t < n_tok; t += GROUP_MAX_TOK)
                 p->dot_group(w + (size_t)r * p->w_row, p->act + (size_t)t * p->act_row, p->act_row,
-                             n_tok - t < DOT_MAX_COLS ? n_tok - t : DOT_MAX_COLS, p->w->ne0,
+                             n_tok - t < GROUP_MAX_TOK ? n_tok - t : GROUP_MAX_TOK, p->w->ne0,
                              p->out + t * p->out_stride + r, (size_t)p->out_stride);
         return;
     }
@@ -257,12 +291,26 @@ static void matmul_task(void *arg, int item, int ith) {
     matmul_chunk(&j->parts[part], j->n_tok, (int64_t)item * j->parts[part].chunk);
 }
 
+/* The activations x[n_tok][ne0] quantized for weights of `type`, a token's row at a time. */
+typedef struct {
+    const float *x;
+    int64_t ne0;
+    int type;
+    uint8_t *out;
+    size_t row;
+} quantize_rows;
+
+static void quantize_step(const void *arg, int t) {
+    const quantize_rows *q = arg;
+    llk_quantize_act(q->type, q->x + (size_t)t * q->ne0, q->out + (size_t)t * q->row, q->ne0);
+}
+
 /* The activations x[n_tok][ne0] quantized for weights of `type` (cached until invalidated). */
 static const void *activations(llk_ctx *c, const float *x, int n_tok, int64_t ne0, int type) {
     int kind = llk_act_kind(type);
     if (!c->act_valid[kind]) {
-        size_t row = llk_act_size(type, ne0);
-        for (int t = 0; t < n_tok; t++) llk_quantize_act(type, x + t * ne0, (uint8_t *)c->act[kind] + t * row, ne0);
+        const quantize_rows q = {x, ne0, type, c->act[kind], llk_act_size(type, ne0)};
+        each_token(c->pool, n_tok, quantize_step, &q);
         c->act_valid[kind] = 1;
     }
     return c->act[kind];
@@ -311,74 +359,114 @@ static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, f
 
 /* ---- forward -------------------------------------------------------------- */
 
-static void add_bias(float *x, const llk_tensor *b, int n_tok, int n) {
+static void add_bias(float *x, const llk_tensor *b, int n) {
     if (!b->data) return;
     const float *bias = b->data;
-    for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < n; i++) x[(size_t)t * n + i] += bias[i];
+    for (int i = 0; i < n; i++) x[i] += bias[i];
 }
 
-static void norm_rows(const float *x, const llk_tensor *w, float *out, int n_tok, int n, float eps) {
-    for (int t = 0; t < n_tok; t++) llk_rmsnorm(x + (size_t)t * n, w->data, out + (size_t)t * n, n, eps);
-}
-
-static void head_norm(float *x, const llk_tensor *w, int n_tok, int n_heads, int hd, float eps) {
+static void head_norm(float *x, const llk_tensor *w, int n_heads, int hd, float eps) {
     if (!w->data) return;
-    for (int i = 0; i < n_tok * n_heads; i++) llk_rmsnorm(x + (size_t)i * hd, w->data, x + (size_t)i * hd, hd, eps);
+    for (int h = 0; h < n_heads; h++) llk_rmsnorm(x + (size_t)h * hd, w->data, x + (size_t)h * hd, hd, eps);
+}
+
+/* As llama.cpp: Q meets the half-precision K cache as half-precision values; Gemma 3 and Phi-3 scale Q
+ * before that, llama scales the scores after the dot product. */
+static int scales_q(const llk_model *m) { return m->arch == LLK_ARCH_GEMMA3 || m->arch == LLK_ARCH_PHI3; }
+
+/* The steps of a layer between its matrix products, each one token's row (see each_token). */
+typedef struct {
+    llk_ctx *c;
+    const llk_layer *L;
+    int il;
+} layer_step;
+
+static void attn_norm_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    const size_t E = (size_t)s->c->m.n_embd;
+    llk_rmsnorm(s->c->x + t * E, s->L->attn_norm.data, s->c->xn + t * E, (int)E, s->c->m.eps);
+}
+
+/* Token t's q, k and v out of their matrices: biases, head norms, the rotary embedding; q scaled and
+ * rounded to half precision. */
+static void qkv_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    llk_ctx *c = s->c;
+    const llk_model *m = &c->m;
+    const llk_layer *L = s->L;
+    const int hd = m->head_dim;
+    float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->kv_dim, *cs = c->cs + (size_t)t * m->rope_dim;
+    add_bias(q, &L->bq, c->q_dim);
+    add_bias(k, &L->bk, c->kv_dim);
+    add_bias(c->v + (size_t)t * c->kv_dim, &L->bv, c->kv_dim);
+    head_norm(q, &L->q_norm, m->n_head, hd, m->eps);
+    head_norm(k, &L->k_norm, m->n_head_kv, hd, m->eps);
+    llk_rope_angles(cs, c->rope_scale[s->il], m->rope_dim, (float)c->pos_of[t], m->rope_freqs.data);
+    llk_rope(q, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
+    llk_rope(k, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
+    llk_kernels()->scale_round_f16(q, scales_q(m) ? m->attn_scale : 1.0f, c->q_dim);
+}
+
+/* Token t's output row o of a block, normed where the layer has a norm there (Gemma 3), added to its x. */
+static void add_residual(llk_ctx *c, const llk_tensor *norm, int t) {
+    const size_t E = (size_t)c->m.n_embd;
+    float *o = c->o + t * E, *x = c->x + t * E;
+    if (norm->data) llk_rmsnorm(o, norm->data, o, (int)E, c->m.eps);
+    for (size_t i = 0; i < E; i++) x[i] += o[i];
+}
+
+/* Token t after attention's output matrix: the residual, then the feed-forward's norm. */
+static void attn_out_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    const size_t E = (size_t)s->c->m.n_embd;
+    add_residual(s->c, &s->L->post_attn_norm, t);
+    llk_rmsnorm(s->c->x + t * E, s->L->ffn_norm.data, s->c->xn + t * E, (int)E, s->c->m.eps);
+}
+
+static void gate_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    const size_t ff = (size_t)s->c->m.n_ff;
+    float *g = s->c->g + t * ff, *u = s->c->u + t * ff;
+    if (s->c->m.act_gelu) llk_kernels()->gelu_mul(g, u, (int)ff);
+    else llk_kernels()->silu_mul(g, u, (int)ff);
+}
+
+static void ffn_out_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    add_residual(s->c, &s->L->post_ffn_norm, t);
 }
 
 static int layer_forward(llk_ctx *c, int il, int T) {
     const llk_model *m = &c->m;
     const llk_layer *L = &c->layers[il];
-    const int E = m->n_embd, hd = m->head_dim;
+    const int E = m->n_embd;
+    const layer_step step = {c, L, il};
 
-    norm_rows(c->x, &L->attn_norm, c->xn, T, E, m->eps);
+    each_token(c->pool, T, attn_norm_step, &step);
     new_input(c);
     const llk_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
     float *qkv_out[] = {c->q, c->k, c->v};
     const int64_t qkv_stride[] = {c->q_dim, c->kv_dim, c->kv_dim};
     matmul_n(c, 3, qkv, c->xn, T, qkv_out, qkv_stride);
-    add_bias(c->q, &L->bq, T, c->q_dim);
-    add_bias(c->k, &L->bk, T, c->kv_dim);
-    add_bias(c->v, &L->bv, T, c->kv_dim);
-    head_norm(c->q, &L->q_norm, T, m->n_head, hd, m->eps);
-    head_norm(c->k, &L->k_norm, T, m->n_head_kv, hd, m->eps);
-    for (int t = 0; t < T; t++) {
-        float *cs = c->cs + (size_t)t * m->rope_dim;
-        llk_rope_angles(cs, c->rope_scale[il], m->rope_dim, (float)c->pos_of[t], m->rope_freqs.data);
-        llk_rope(c->q + (size_t)t * c->q_dim, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
-        llk_rope(c->k + (size_t)t * c->kv_dim, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
+    each_token(c->pool, T, qkv_step, &step);
+    for (int t = 0; t < T; t++) /* on one thread: two tokens of a (malformed) batch may name one cell */
         kv_store(&c->kv, c->table_of[t], il, c->pos_of[t], c->k + (size_t)t * c->kv_dim, c->v + (size_t)t * c->kv_dim);
-    }
-    /* As llama.cpp: Q meets the half-precision K cache as half-precision values; Gemma 3 and Phi-3
-     * scale Q before that, llama scales the scores after the dot product. */
-    int scale_q = m->arch == LLK_ARCH_GEMMA3 || m->arch == LLK_ARCH_PHI3;
-    float q_scale = scale_q ? m->attn_scale : 1.0f;
-    for (size_t i = 0; i < (size_t)T * c->q_dim; i++) c->q[i] = round_f16(c->q[i] * q_scale);
     if (attention_run(c->attn, c->pool, &c->kv, il, T, c->pos_of, c->table_of, c->q,
-                      L->sliding ? m->sliding_window : 0, scale_q ? 1.0f : m->attn_scale, c->att))
+                      L->sliding ? m->sliding_window : 0, scales_q(m) ? 1.0f : m->attn_scale, c->att))
         return -1;
 
     new_input(c);
     matmul(c, &L->wo, c->att, T, c->o, E);
-    if (L->post_attn_norm.data) norm_rows(c->o, &L->post_attn_norm, c->o, T, E, m->eps);
-    for (size_t i = 0; i < (size_t)T * E; i++) c->x[i] += c->o[i];
-
-    norm_rows(c->x, &L->ffn_norm, c->xn, T, E, m->eps);
+    each_token(c->pool, T, attn_out_step, &step);
     new_input(c);
     const llk_tensor *gate_up[] = {&L->w_gate, &L->w_up};
     float *gate_up_out[] = {c->g, c->u};
     const int64_t ff_stride[] = {m->n_ff, m->n_ff};
     matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride);
-    for (int t = 0; t < T; t++) {
-        float *g = c->g + (size_t)t * m->n_ff, *u = c->u + (size_t)t * m->n_ff;
-        if (m->act_gelu) llk_kernels()->gelu_mul(g, u, m->n_ff);
-        else llk_kernels()->silu_mul(g, u, m->n_ff);
-    }
+    each_token(c->pool, T, gate_step, &step);
     new_input(c);
     matmul(c, &L->w_down, c->g, T, c->o, E);
-    if (L->post_ffn_norm.data) norm_rows(c->o, &L->post_ffn_norm, c->o, T, E, m->eps);
-    for (size_t i = 0; i < (size_t)T * E; i++) c->x[i] += c->o[i];
+    each_token(c->pool, T, ffn_out_step, &step);
     return 0;
 }
 
@@ -499,8 +587,8 @@ int llk_gemm(const llk_tensor *w, const float *x, int n_tok, float *y) {
 
 /* One reader of llk_read_bandwidth: its share of the buffer, read once every reader is running. */
 typedef struct {
-    const uint64_t *p;
-    int64_t from, to;
+    const uint8_t *p;
+    int64_t bytes;
     _Atomic int *arrived;
     int n_readers;
     struct timespec start, end;
@@ -513,12 +601,7 @@ static void *read_share(void *arg) {
     while (atomic_load(r->arrived) < r->n_readers) {
     }
     clock_gettime(CLOCK_MONOTONIC, &r->start);
-    uint64_t a[8] = {0}; /* independent sums: the loop vectorizes and the loads are the bottleneck */
-    for (int64_t i = r->from; i + 8 <= r->to; i += 8) {
-        __builtin_prefetch(r->p + i + 512); /* 4 KiB ahead: this machine's hardware prefetcher alone gave 20% less */
-        for (int k = 0; k < 8; k++) a[k] += r->p[i + k];
-    }
-    r->sum = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+    r->sum = llk_kernels()->stream_sum(r->p, r->bytes);
     clock_gettime(CLOCK_MONOTONIC, &r->end);
     return NULL;
 }
@@ -526,26 +609,26 @@ static void *read_share(void *arg) {
 static double seconds(struct timespec t) { return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec; }
 
 /* Threads of its own, not the pool's: the items of a pool job can all go to the caller (a worker the scheduler
- * has not run yet leaves them), and this measures n_threads cores reading at once, from when all of them run. */
+ * has not run yet leaves them), and this measures n_threads cores reading at once, from when all of them run,
+ * each its contiguous share as decode's threads stream their chunks, with the kernels' loads and prefetches. */
 double llk_read_bandwidth(const void *buf, int64_t nbytes, int n_threads) {
     enum { MAX_READERS = 64 };
     const int n = n_threads < 1 ? 1 : n_threads > MAX_READERS ? MAX_READERS : n_threads;
-    const int64_t words = nbytes / 8, per = (words / n) & ~(int64_t)7;
+    const int64_t per = nbytes / n / STREAM_BYTES * STREAM_BYTES;
     reader readers[MAX_READERS];
     pthread_t threads[MAX_READERS];
     _Atomic int arrived = 0;
     int created = 0;
     for (int i = 0; i < n; i++)
-        readers[i] = (reader){.p = buf, .from = per * i, .to = i == n - 1 ? words : per * (i + 1), .arrived = &arrived,
-                              .n_readers = n};
+        readers[i] = (reader){.p = (const uint8_t *)buf + per * i, .bytes = per, .arrived = &arrived, .n_readers = n};
     while (created < n && pthread_create(&threads[created], NULL, read_share, &readers[created]) == 0) created++;
     if (created < n) atomic_fetch_add(&arrived, n); /* releases the readers we got; no figure */
     for (int i = 0; i < created; i++) pthread_join(threads[i], NULL);
-    if (created < n) return 0.0;
+    if (created < n || per == 0) return 0.0;
     double first = seconds(readers[0].start), last = seconds(readers[0].end);
     for (int i = 1; i < n; i++) {
         first = fmin(first, seconds(readers[i].start));
         last = fmax(last, seconds(readers[i].end));
     }
-    return last > first ? (double)nbytes / (last - first) : 0.0;
+    return last > first ? (double)(per * n) / (last - first) : 0.0;
 }

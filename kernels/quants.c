@@ -376,6 +376,21 @@ static void f32_to_f16_ref(const float *x, f16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = llk_f32_to_f16(x[i]);
 }
 
+static void scale_round_f16_ref(float *x, float scale, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = round_f16(x[i] * scale);
+}
+
+/* The exclusive or of the buffer's 64-bit words (every level's stream_sum gives it). */
+static uint64_t stream_sum_ref(const void *p, int64_t n) {
+    const uint64_t *w = p;
+    uint64_t a[8] = {0}; /* independent chains: the loads are the bottleneck */
+    for (int64_t i = 0; i < n / 8; i += 8) {
+        PREFETCH_AHEAD(w + i, 64);
+        for (int k = 0; k < 8; k++) a[k] ^= w[i + k];
+    }
+    return a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7];
+}
+
 kernel_table llk_ref_kernels = {
     .dot = {
         [LLK_F32] = dot_ref_f32, [LLK_F16] = dot_ref_f16, [LLK_BF16] = dot_ref_bf16,
@@ -388,6 +403,8 @@ kernel_table llk_ref_kernels = {
     .quantize_q8k = quantize_q8k_ref,
     .dot_f32_f16 = dot_f32_f16_ref,
     .f32_to_f16 = f32_to_f16_ref,
+    .scale_round_f16 = scale_round_f16_ref,
+    .stream_sum = stream_sum_ref,
     .silu_mul = llk_silu_mul,
     .gelu_mul = llk_gelu_mul,
 };

@@ -1,6 +1,7 @@
 """Native engine and kernels against llama.cpp's bare decode loop, in one run.
 
     python scripts/bench/kernels.py [--threads 2] [--tokens 64] [--rounds 5] [--json] [--no-1b]
+                                    [--models smollm2,gemma3,1b] [--no-prefill] [--no-dot]
 
 llama.cpp's side is a plain ``llama_decode`` loop over the low-level API with
 greedy sampling in C (what llama-bench's tg test measures).  The native side
@@ -9,12 +10,15 @@ turn, round after round, and each figure is the median.  Figures (top-level keys
 
 - ``cpu``: model name, family, model number and the instruction-set flags the kernels use; ``kernel_paths``: per
   format, the weight layout a matrix gets at load on this CPU (repacked or GGUF in place) and the level
-- ``native_decode_ratio_smollm2`` / ``_gemma3`` / ``_1b``: decode tokens/s, native over llama.cpp
+- ``native_decode_ratio_smollm2`` / ``_gemma3`` / ``_1b``: decode tokens/s, native over llama.cpp (each
+  ratio's ``rounds_...`` key: the ratio of each round, its spread)
 - ``native_prefill_ratio_smollm2`` / ``_gemma3``: tokens/s of a 512-token prompt (``..._2048``: 2,048
   tokens, in batches of 512 on both sides), native over llama.cpp
 - ``bandwidth_fraction_smollm2`` / ``_gemma3`` / ``_1b``: weight bytes streamed per second by native
-  decode over the single-pass memory read bandwidth measured here with the same number of threads
-  (512 MiB, far beyond the caches). The small models fit a large last-level cache, so
+  decode (the median round) over the single-pass memory read bandwidth measured here with the same number
+  of threads (512 MiB, far beyond the caches, read with the kernels' loads and prefetches), the best pass
+  of those taken at the start and between that model's decode rounds (``read_bandwidth_gbps_...``: the
+  memory's load from other processes varies from minute to minute). The small models fit a large last-level cache, so
   ``..._model_footprint`` divides by the read bandwidth over a buffer of the model's size, read again
   and again as decode does. The ``1b`` model is a synthetic llama of about 1B parameters (random
   weights quantized to Q4_K_M by llama.cpp's own quantizer, cached in ``~/.cache/localllm-bench``),
@@ -144,11 +148,16 @@ def prefill_rate(side: Side, tokens: list[int]) -> float:
     return len(tokens) / (time.perf_counter() - start)
 
 
-def read_bandwidth(threads: int, nbytes: int = 512 << 20) -> float:
-    """Best of three passes over ``nbytes`` (by default 512 MiB, far beyond the caches) by ``threads`` threads."""
+def bandwidth_reader(threads: int, nbytes: int = 512 << 20) -> Callable[[], float]:
+    """A measurement of the read bandwidth: the best of three passes over a buffer of ``nbytes`` (by default
+    512 MiB, far beyond the caches) by ``threads`` threads, read as the repacked kernels read weights."""
     buf = np.ones(nbytes // 8, dtype=np.uint64)  # touched: pages are resident
     lib = library()
-    return max(lib.llk_read_bandwidth(ctypes.c_void_p(buf.ctypes.data), nbytes, threads) for _ in range(3))
+    return lambda: max(lib.llk_read_bandwidth(ctypes.c_void_p(buf.ctypes.data), buf.nbytes, threads) for _ in range(3))
+
+
+def read_bandwidth(threads: int, nbytes: int = 512 << 20) -> float:
+    return bandwidth_reader(threads, nbytes)()
 
 
 def random_matrix(t: int, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
@@ -204,10 +213,16 @@ def dot_gbps(rounds: int, rows: int = 4096, cols: int = 4096) -> dict[str, dict[
     return out
 
 
-def medians(rounds: int, theirs: Callable[[], float], ours: Callable[[], float]) -> tuple[float, float]:
-    """Medians of ``rounds`` alternating measurements of both sides (the machine's noise hits both)."""
+def round_ratios(samples: dict[str, list[float]]) -> list[float]:
+    """Each round's ratio, ours over theirs: the spread of a median ratio."""
+    return [round(o / t, 3) for o, t in zip(samples["ours"], samples["theirs"])]
+
+
+def medians(rounds: int, theirs: Callable[[], float], ours: Callable[[], float]) -> tuple[float, float, list[float]]:
+    """Medians of ``rounds`` alternating measurements of both sides (the machine's noise hits both), and each
+    round's ratio."""
     samples = alternating(rounds, {"theirs": theirs, "ours": ours})
-    return statistics.median(samples["theirs"]), statistics.median(samples["ours"])
+    return statistics.median(samples["theirs"]), statistics.median(samples["ours"]), round_ratios(samples)
 
 
 def compare(label: str, path: Path, threads: int, tokens: int, rounds: int, prefill: bool, bandwidth: float,
@@ -217,42 +232,55 @@ def compare(label: str, path: Path, threads: int, tokens: int, rounds: int, pref
     native, reference = Side("native", path, n_ctx=n_ctx, threads=threads), Side("llama.cpp", path, n_ctx=n_ctx, threads=threads)
     try:  # the synthetic model's vocabulary has no byte pieces for text: fixed token ids
         prompt = list(range(3, 19)) if label == "1b" else reference.model.vocab.tokenize_prompt(PROMPT)
-        theirs, ours = medians(rounds, lambda: llama_decode_rate(reference, prompt, tokens),
-                               lambda: native_decode_rate(native, prompt, tokens))
+        # the read bandwidth measured between the decode rounds too: other processes' load on the memory
+        # varies from minute to minute, and the best pass of all is what the machine can do
+        samples = alternating(rounds, {"theirs": lambda: llama_decode_rate(reference, prompt, tokens),
+                                       "ours": lambda: native_decode_rate(native, prompt, tokens),
+                                       "bandwidth": bandwidth_reader(threads)})
+        theirs, ours = statistics.median(samples["theirs"]), statistics.median(samples["ours"])
         result[f"llama_decode_tps_{label}"], result[f"native_decode_tps_{label}"] = theirs, ours
         result[f"native_decode_ratio_{label}"] = ours / theirs
+        result[f"rounds_native_decode_ratio_{label}"] = round_ratios(samples)
+        best = max(bandwidth, *samples["bandwidth"])
+        result[f"read_bandwidth_gbps_{label}"] = best / 1e9
         streamed = ours * native.model.weights.nbytes
-        result[f"bandwidth_fraction_{label}"] = streamed / bandwidth
+        result[f"bandwidth_fraction_{label}"] = streamed / best
         footprint = read_bandwidth(threads, native.model.weights.nbytes)
         result[f"bandwidth_fraction_model_footprint_{label}"] = streamed / footprint
         result[f"layouts_{label}"] = native.model.weights.layouts
         for n in (512, 2048) if prefill else ():
             long_prompt = (prompt * (n // len(prompt) + 1))[:n]
             suffix = "" if n == 512 else f"_{n}"
-            theirs, ours = medians(max(3, rounds // 2), lambda: prefill_rate(reference, long_prompt),
-                                   lambda: prefill_rate(native, long_prompt))
+            theirs, ours, ratios = medians(max(3, rounds // 2), lambda: prefill_rate(reference, long_prompt),
+                                           lambda: prefill_rate(native, long_prompt))
             result[f"llama_prefill_tps_{label}{suffix}"], result[f"native_prefill_tps_{label}{suffix}"] = theirs, ours
             result[f"native_prefill_ratio_{label}{suffix}"] = ours / theirs
+            result[f"rounds_native_prefill_ratio_{label}{suffix}"] = ratios
     finally:
         native.close()
         reference.close()
 
 
-def run(threads: int, tokens: int, rounds: int, with_1b: bool) -> dict:
+MODELS = ("smollm2", "gemma3", "1b")
+
+
+def run(threads: int, tokens: int, rounds: int, labels: list[str], prefill: bool, dot: bool) -> dict:
+    """The figures of the models named (some of MODELS, for iterating; all of them for the issue's table)."""
     result: dict = {"threads": threads, "tokens": tokens, "rounds": rounds, "cpu": cpu(), "kernel_paths": kernel_paths()}
     bandwidth = read_bandwidth(threads)
     result["read_bandwidth_gbps"] = bandwidth / 1e9
-    models = [("smollm2", fixtures.smollm2_gguf(), True), ("gemma3", fixtures.gemma3_gguf(), True)]
-    if with_1b:
-        models.append(("1b", synthetic_1b(), False))
-    for label, path, prefill in models:
-        compare(label, path, threads, tokens, rounds, prefill, bandwidth, result)
+    paths = {"smollm2": fixtures.smollm2_gguf, "gemma3": fixtures.gemma3_gguf, "1b": synthetic_1b}
+    models = [(label, paths[label](), prefill and label != "1b") for label in MODELS if label in labels]
+    for label, path, with_prefill in models:
+        compare(label, path, threads, tokens, rounds, with_prefill, bandwidth, result)
         progress(result)
-    for label, path, _ in models[1:]:
-        weights = NativeWeights(path)
-        result["repack_load_seconds" if label == "1b" else f"repack_load_seconds_{label}"] = weights.repack_seconds
-        weights.close()
-    result["dot_gbps"] = dot_gbps(rounds)
+    for label, path, _ in models:
+        if label != "smollm2":
+            weights = NativeWeights(path)
+            result["repack_load_seconds" if label == "1b" else f"repack_load_seconds_{label}"] = weights.repack_seconds
+            weights.close()
+    if dot:
+        result["dot_gbps"] = dot_gbps(rounds)
     return result
 
 
@@ -268,8 +296,14 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5, help="alternating measurements per figure (medians)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-1b", action="store_true", help="skip the synthetic ~1B model (made on first use: minutes)")
+    p.add_argument("--models", default=",".join(MODELS), help="the models to measure, of " + ", ".join(MODELS))
+    p.add_argument("--no-prefill", action="store_true", help="decode and bandwidth only")
+    p.add_argument("--no-dot", action="store_true", help="skip the per-format dot_gbps")
     args = p.parse_args()
-    result = run(args.threads, args.tokens, args.rounds, not args.no_1b)
+    labels = [label for label in args.models.split(",") if label and not (args.no_1b and label == "1b")]
+    if unknown := set(labels) - set(MODELS):
+        p.error(f"unknown model(s) {', '.join(sorted(unknown))}; known: {', '.join(MODELS)}")
+    result = run(args.threads, args.tokens, args.rounds, labels, not args.no_prefill, not args.no_dot)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

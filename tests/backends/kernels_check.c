@@ -122,7 +122,7 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
     /* attention's tile kernels (three tiles of 16 cells, 64 and 96 dimensions, 7 queries) and the
      * cache's half precision: the same bits as the reference */
     enum { NQ = 7, HD = 96, TILES = 3, STRIDE = 32 };
-    static float q[NQ * HD], s[NQ * 64], s_ref[NQ * 64], acc[NQ * HD], acc_ref[NQ * HD], wide[256];
+    static float q[NQ * HD], s[NQ * 64], s_ref[NQ * 64], acc[NQ * HD], acc_ref[NQ * HD], wide[256], wide_ref[256];
     static f16_t k16[HD * STRIDE * TILES], scales[HD / 32 * STRIDE * TILES], v16[48 * HD], h[256], h_ref[256];
     static int8_t k8[HD * STRIDE * TILES];
     static block_q8_0 v8[48 * HD / 32];
@@ -168,6 +168,18 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
             simd->f32_to_f16(wide, h, 256);
             llk_ref_kernels.f32_to_f16(wide, h_ref, 256);
             differ += memcmp(h, h_ref, sizeof h) != 0;
+            static uint64_t words[4 * STREAM_BYTES / 8]; /* the bandwidth reader reads every word */
+            for (size_t i = 0; i < sizeof words / 8; i++) words[i] = (uint64_t)next() << 32 | (uint64_t)next();
+            const uint64_t all = simd->stream_sum(words, sizeof words);
+            differ += all != llk_ref_kernels.stream_sum(words, sizeof words);
+            words[3 * STREAM_BYTES / 8 + 5] ^= 1;
+            differ += simd->stream_sum(words, sizeof words) != (all ^ 1);
+            for (int scaled = 0; scaled < 2; scaled++) { /* to half-precision subnormals, and beyond its range */
+                for (int i = 0; i < 256; i++) wide_ref[i] = wide[i] = uniform() * 1000.0f;
+                simd->scale_round_f16(wide, scaled ? 100.0f : 1e-5f, 253); /* and a tail after the vectors */
+                llk_ref_kernels.scale_round_f16(wide_ref, scaled ? 100.0f : 1e-5f, 253);
+                differ += memcmp(wide, wide_ref, sizeof wide) != 0;
+            }
             /* the SiLU gate over inputs where exp(-x) is normal, tiny and beyond float (its scalar lanes) */
             static float g[259], g_ref[259], up[259];
             for (int i = 0; i < 259; i++) {

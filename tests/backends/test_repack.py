@@ -73,7 +73,8 @@ def test_repacked_matrix_gives_the_same_bits_at_every_level(t: Q) -> None:
 @pytest.mark.parametrize("t", SCALE_FIELDS, ids=lambda t: t.name)
 @pytest.mark.parametrize("isa", ISAS)
 def test_a_repacked_row_does_not_depend_on_the_batch(t: Q, isa: str) -> None:
-    """Prefill takes up to four tokens per unpacking of the codes: each token's row is its result alone."""
+    """Prefill takes up to eight tokens per unpacking of the codes (nine: a run of eight and one, or two of four and
+    one): each token's row is its result alone."""
     rng = np.random.default_rng(10 + int(t))
     ne0, ne1 = 2 * 256, 32
     packed_type, packed = kernels.repack(int(t), random_matrix(t, ne1, 2, rng), ne0, ne1)
