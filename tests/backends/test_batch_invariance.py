@@ -150,3 +150,28 @@ def test_blocks_restored_from_host_ram_continue_the_same(pool: Pool, reference) 
         pool.ctx.write_block(int(block), data)
     got = pool.run([(2, prompt[full * BLOCK :], full * BLOCK)])[0]
     assert np.array_equal(got, expected[0])
+
+
+def test_random_batch_compositions_give_every_row_its_logits_alone(pool: Pool) -> None:
+    """Seeded random steps: 1 to 7 sequences at once, each a run of 1 to 33 tokens (decode steps, verified
+    drafts, prefill chunks) from wherever it stands; every row's logits equal those of its sequence evaluated
+    alone in one chunk. Covers compositions the cases above do not name."""
+    length, rng = 96, random.Random(7)
+    prompts = {s: prompt_tokens(pool.model, length, f"seq {s}") for s in range(1, N_SEQ)}
+    alone = {}
+    for s, tokens in prompts.items():
+        pool.batch.clear()
+        rows = [pool.batch.add(t, i, 0, True) for i, t in enumerate(tokens)]
+        assert pool.ctx.decode(pool.batch) == 0, pool.ctx.last_error
+        alone[s] = [pool.ctx.logits(row).copy() for row in rows]
+    at = dict.fromkeys(prompts, 0)
+    for _step in range(60):
+        pool.batch.clear()
+        rows = []
+        for s in rng.sample(sorted(prompts), rng.randint(1, N_SEQ - 1)):
+            tokens = prompts[s][at[s] : at[s] + rng.choice([1, 1, 2, 4, 5, 8, 15, 16, 17, 33])]
+            rows += [(s, at[s] + i, pool.batch.add(t, at[s] + i, s, True)) for i, t in enumerate(tokens)]
+            at[s] = (at[s] + len(tokens)) % length
+        assert pool.ctx.decode(pool.batch) == 0, pool.ctx.last_error
+        for s, position, row in rows:
+            assert np.array_equal(pool.ctx.logits(row), alone[s][position]), (s, position)
