@@ -93,6 +93,7 @@ class BlockPool:
         self.host_budget = host_budget
         self.host_used = 0
         self.ref = [0] * n_blocks
+        self._shared = 0  # blocks with ref > 1, counted as refs change: counts() runs every engine step
         self.stats = CacheStats()
         self._free = list(range(n_blocks - 1, -1, -1))  # a stack: low ids first
         self._node_of: dict[int, Node] = {}  # indexed block -> its node
@@ -114,8 +115,8 @@ class BlockPool:
         """Blocks in use, shared by several sequences, cached for reuse, and spilled to host RAM."""
         return {
             "total": self.n_blocks,
-            "in_use": sum(1 for r in self.ref if r > 0),
-            "shared": sum(1 for r in self.ref if r > 1),
+            "in_use": self.n_blocks - len(self._free) - len(self._evictable),  # a block is in one state (check)
+            "shared": self._shared,
             "cached": len(self._evictable),
             "spilled": len(self._host),
         }
@@ -205,6 +206,8 @@ class BlockPool:
             self._index_partial(blocks, nodes, tokens)
         for block in reversed(blocks):
             self.ref[block] -= 1
+            if self.ref[block] == 1:
+                self._shared -= 1
             if self.ref[block] > 0:
                 continue
             if block in self._node_of:
@@ -241,6 +244,7 @@ class BlockPool:
             assert states == 1, f"block {block} is in {states} states"
             assert (block in self._evictable) <= (block in self._node_of), f"cached block {block} is not indexed"
         assert self.host_used == sum(len(n.spilled or b"") for n in self._host), "host bytes miscounted"
+        assert self._shared == sum(1 for r in self.ref if r > 1), "shared blocks miscounted"
 
         reachable: set[int] = set()
 
@@ -263,6 +267,8 @@ class BlockPool:
         if self.ref[block] == 0:
             self._evictable.pop(block, None)
         self.ref[block] += 1
+        if self.ref[block] == 2:
+            self._shared += 1
 
     def _make_resident(self, node: Node, found: Placement) -> bool:
         """Whether ``node`` has a block now, copying its bytes back from host RAM or disk if needed."""
