@@ -100,8 +100,8 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
                      int n_threads, int kv_type);
 void llk_ctx_free(llk_ctx *ctx);
 /* Fault in len bytes of the KV pool from offset (the memory the planner counted, so that it is held before
- * blocks are first used), leaving what pages hold alone.  Always 0 (a range past the pool is nothing to do). */
-int llk_kv_populate(llk_ctx *ctx, size_t offset, size_t len);
+ * blocks are first used), leaving what pages hold alone; a range past the pool is nothing to do. */
+void llk_kv_populate(llk_ctx *ctx, size_t offset, size_t len);
 const char *llk_ctx_error(const llk_ctx *ctx);
 
 /* One forward step over n tokens (any mix of sequences).  seq_ids is llama_batch's int32** (first id

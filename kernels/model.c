@@ -101,19 +101,18 @@ static void zfree(void *p, size_t n) {
 
 static size_t kv_bytes(const llk_ctx *c) { return (size_t)c->n_blocks * c->kv.block_bytes; }
 
-int llk_kv_populate(llk_ctx *c, size_t offset, size_t len) {
+void llk_kv_populate(llk_ctx *c, size_t offset, size_t len) {
     size_t n = kv_bytes(c);
-    if (offset >= n) return 0;
+    if (offset >= n) return;
     if (len > n - offset) len = n - offset;
     uint8_t *p = (uint8_t *)c->kv.base + offset;
 #ifdef MADV_POPULATE_WRITE
     /* Faults in pages that are not there yet and leaves present ones (and what they hold) alone. */
-    if (madvise(p, len, MADV_POPULATE_WRITE) == 0) return 0;
+    if (madvise(p, len, MADV_POPULATE_WRITE) == 0) return;
 #endif
     /* A kernel without it (before 5.14, or a sandbox's): a write to every page does the same. An atomic
      * or of zero changes no byte, even one that a block copy on another thread writes at that moment. */
     for (size_t at = 0; at < len; at += 4096) __atomic_fetch_or(p + at, (uint8_t)0, __ATOMIC_RELAXED);
-    return 0;
 }
 
 void llk_ctx_free(llk_ctx *c) {

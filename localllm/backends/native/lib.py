@@ -131,7 +131,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_unmap_file": (None, [vp, c_i64]),
         "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int]),
         "llk_ctx_free": (None, [vp]),
-        "llk_kv_populate": (c_int, [vp, ctypes.c_size_t, ctypes.c_size_t]),
+        "llk_kv_populate": (None, [vp, ctypes.c_size_t, ctypes.c_size_t]),
         "llk_ctx_error": (ctypes.c_char_p, [vp]),
         "llk_decode": (
             c_int, [vp, c_int, i32p, i32p, ctypes.POINTER(i32p), ctypes.POINTER(ctypes.c_int8), fp, i32p, c_int, c_int]
