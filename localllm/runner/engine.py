@@ -42,7 +42,7 @@ from localllm.backends.llama_cpp import Batch
 from localllm.backends.projector import ImageChunk, is_placeholder
 from localllm.options import CompletionOptions
 from localllm.runner.sampling import Sampler
-from localllm.runner.speculation import Speculation
+from localllm.runner.speculation import Speculation, StepCosts
 from localllm.runner.textstream import TextStream
 
 log = logging.getLogger("localllm.runner")
@@ -186,6 +186,7 @@ class Engine:
         self._waiting: deque[CompletionRequest] = deque()
         self._stopping = False
         self.check_kv = False  # check the KV books after every step (``--check-kv``)
+        self._step_costs = StepCosts()  # what one and two rows cost a step: the price of a guessed draft token
         self.kv_state: dict[str, Any] = {}  # what /health reports of the KV, published by the engine thread
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
 
@@ -456,7 +457,9 @@ class Engine:
                 if j == first and step.sample:
                     rows.append((step, row))
             slot.tokens.extend(step.tokens)
+        started = time.perf_counter()
         rc = self.ctx.decode(batch)
+        self._step_costs.observe(batch.n_tokens, time.perf_counter() - started)
         if rc != 0:
             reason = "no free KV cells for the batch" if rc == 1 else f"decode returned {rc}"
             for step in plan:
@@ -549,7 +552,7 @@ class Engine:
             index.extend(slot.generated[len(index) - len(slot.prompt) :])
             drafter = slot.request.draft
             if drafter is None:
-                step.draft = index.draft(k)
+                step.draft = slot.spec.draft(k, len(slot.generated), self._step_costs.extra_row())
             else:
                 by_model.setdefault(drafter, []).append((slot.seq_id, slot.tokens + step.tokens, k))
         for drafter, wants in by_model.items():

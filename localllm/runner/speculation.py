@@ -15,6 +15,14 @@ tokens) or from a smaller model with the same vocabulary
 (:class:`localllm.runner.draft_model.DraftModel`). :class:`Speculation`
 holds a sequence's drafting state: the draft length, which adapts to how
 much of recent drafts was kept, and whether drafting pays at all.
+
+Where no n-gram of ``NGRAM_MIN`` tokens or more matches, a sequence may
+*guess* one token from a shorter match. A guess holds less often, so it
+pays only where one more row costs the step little: it is made while the
+recent share of guesses kept exceeds what a second row adds to a step's
+time, as :class:`StepCosts` measures it on the running engine (Gemma 3's
+large vocabulary head makes a second row about 5% dearer, SmolLM2's
+smaller head about 20%).
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ MAX_SPECULATING = 4
 LOW_ACCEPTANCE = 0.25  # auto: below this share of drafted tokens kept, a sequence pauses drafting ...
 PAUSE_TOKENS = 32  # ... for this many generated tokens, then tries again
 WARMUP_DRAFTED = 8  # drafted tokens seen before the acceptance rate is trusted
+GUESS_NGRAM_MIN = 1  # a guess continues a match of this many tokens at least (and fewer than NGRAM_MIN)
+WARMUP_GUESSES = 4  # guesses seen before their rate is trusted
+ROW_COST_PRIOR = 0.3  # what a second row adds to a step's time, until the engine has timed both
 _TOKEN_BYTES = array("i").itemsize
 
 
@@ -58,9 +69,10 @@ class NgramIndex:
     def extend(self, tokens: list[int]) -> None:
         self._packed += array("i", tokens).tobytes()
 
-    def draft(self, k: int) -> list[int]:
-        """Up to ``k`` tokens that followed the latest earlier occurrence of the longest matching suffix."""
-        for n in range(NGRAM_MAX, NGRAM_MIN - 1, -1):
+    def draft(self, k: int, shortest: int = NGRAM_MIN) -> list[int]:
+        """Up to ``k`` tokens that followed the latest earlier occurrence of the longest matching suffix
+        (of ``NGRAM_MAX`` tokens down to ``shortest``)."""
+        for n in range(NGRAM_MAX, shortest - 1, -1):
             if len(self) > n:
                 end = self._latest_end(n)
                 if end is not None:
@@ -79,6 +91,29 @@ class NgramIndex:
         return None
 
 
+class StepCosts:
+    """How long the engine's decode steps of one row and of two rows take (exponential averages).
+
+    Their ratio is the price of a guessed token: a guess kept more often
+    than the second row's share of a step's time pays for itself.
+    """
+
+    def __init__(self) -> None:
+        self._seconds: dict[int, float] = {}
+
+    def observe(self, rows: int, seconds: float) -> None:
+        if rows in (1, 2):
+            known = self._seconds.get(rows)
+            self._seconds[rows] = seconds if known is None else 0.8 * known + 0.2 * seconds
+
+    def extra_row(self) -> float:
+        """What a second row adds to a one-row step, as a share of its time (``ROW_COST_PRIOR`` until timed)."""
+        one, two = self._seconds.get(1), self._seconds.get(2)
+        if not one or two is None:
+            return ROW_COST_PRIOR
+        return max(0.0, two / one - 1)
+
+
 @dataclass
 class Speculation:
     """One sequence's drafting state and counts (see the module docstring)."""
@@ -90,6 +125,11 @@ class Speculation:
     accepted: int = 0  # of those, kept
     rate: float = 1.0  # recent share of drafted tokens kept (exponential average per step)
     paused_until: int = 0  # generated-token count before which auto mode drafts nothing
+    guesses: int = 0  # one-token drafts from a match shorter than NGRAM_MIN
+    guess_rate: float = 1.0  # recent share of guesses kept (exponential average)
+    guesses_paused_until: int = 0  # generated-token count before which auto mode guesses nothing
+    guess_pauses: int = 0  # pauses in a row: each lasts twice the one before
+    guessing: bool = False  # whether the draft now being verified is a guess
 
     def wants(self, n_generated: int, n_decoding: int) -> bool:
         """Whether to draft this step: ``on`` always, ``auto`` where it pays."""
@@ -103,12 +143,39 @@ class Speculation:
         """The draft length this step: the adaptive length cut to ``room`` (context and num_predict left)."""
         return max(0, min(self.length, room))
 
+    def draft(self, k: int, n_generated: int, extra_row: float) -> list[int]:
+        """Up to ``k`` tokens by prompt lookup, else one guess where guesses pay (``extra_row``: StepCosts')."""
+        tokens = self.index.draft(k)
+        self.guessing = not tokens and k > 0 and self._guesses_pay(n_generated, extra_row)
+        return self.index.draft(1, GUESS_NGRAM_MIN) if self.guessing else tokens
+
+    def _guesses_pay(self, n_generated: int, extra_row: float) -> bool:
+        if self.mode == "on":
+            return True
+        if n_generated < self.guesses_paused_until:
+            return False
+        if self.guesses >= WARMUP_GUESSES and self.guess_rate <= extra_row:
+            self.guesses_paused_until = n_generated + (PAUSE_TOKENS << min(self.guess_pauses, 3))
+            self.guess_pauses += 1
+            self.guess_rate = 0.5  # a fresh chance after the pause, shorter than the first
+            return False
+        return True
+
     def record(self, drafted: int, kept: int, n_generated: int) -> None:
-        """Learn from one verified draft: grow the length when all of it was kept (3, 7, 15), shrink it otherwise."""
+        """Learn from one verified draft: grow the length when all of it was kept (3, 7, 15), shrink it otherwise.
+
+        A guess counts among the drafted tokens but leaves the length alone: it says how often a short match
+        holds, not a long one."""
         if not drafted:
             return
         self.drafted += drafted
         self.accepted += kept
+        if self.guessing:
+            self.guesses += 1
+            self.guess_rate = 0.7 * self.guess_rate + 0.3 * kept
+            if kept:
+                self.guess_pauses = 0
+            return
         self.rate = 0.7 * self.rate + 0.3 * (kept / drafted)
         self.length = min(MAX_DRAFT, self.length * 2 + 1) if kept == drafted else max(1, kept + 1)
         if self.mode == "auto" and self.drafted >= WARMUP_DRAFTED and self.rate < LOW_ACCEPTANCE:

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from support.gguf_builders import fewer_layers, tiny_model
-from localllm.runner.speculation import MAX_DRAFT, PAUSE_TOKENS, NgramIndex, Speculation
+from localllm.runner.speculation import (MAX_DRAFT, PAUSE_TOKENS, ROW_COST_PRIOR, WARMUP_GUESSES, NgramIndex,
+                                          Speculation, StepCosts)
 from support.runner import chat_prompt, complete, running_runner, runner_threads
 
 PARAGRAPH = (
@@ -100,6 +101,57 @@ def test_draft_length_adapts_and_auto_pauses_on_low_acceptance() -> None:
         forced.record(3, 0, 50)
     assert forced.wants(50, 8)
     assert (spec.drafted, spec.accepted) == (3 + 42 + 15 + 15, 3 + 42 + 2)
+
+
+def test_a_guess_is_one_token_from_a_short_match_made_while_guesses_pay() -> None:
+    spec = Speculation("auto")
+    spec.index.extend([5, 6, 1, 2, 9, 3, 8, 1, 2])
+    assert spec.draft(3, 0, 0.05) == [9] and spec.guessing  # "1 2" is too short a match for a draft, not a guess
+    spec.record(1, 1, 1)
+    assert spec.length == 3 and (spec.drafted, spec.accepted) == (1, 1)  # a guess leaves the draft length alone
+    spec.index.extend([9, 3, 8])
+    assert spec.draft(3, 0, 0.05) == [1, 2, 9] and not spec.guessing  # "9 3 8" matches: a draft again
+    spec.record(3, 3, 4)
+    spec.index.extend([8])  # "3 8 8", "8 8": no match; "8" alone: a guess
+
+    def miss_until_paused(n_generated: int) -> int:
+        misses = 0
+        while spec.draft(3, n_generated, 0.05) == [8]:  # the guess, missed every time
+            assert spec.guessing
+            spec.record(1, 0, n_generated)
+            misses += 1
+        return misses
+
+    assert miss_until_paused(4) >= WARMUP_GUESSES  # paused once guesses stopped paying
+    assert spec.draft(3, 4 + PAUSE_TOKENS - 1, 0.05) == [] and spec.draft(3, 4 + PAUSE_TOKENS, 0.05) == [8]
+    assert miss_until_paused(4 + PAUSE_TOKENS) > 0
+    assert spec.draft(3, 4 + 3 * PAUSE_TOKENS - 1, 0.05) == []  # a second pause in a row lasts twice as long
+    assert spec.draft(3, 4 + 3 * PAUSE_TOKENS, 0.05) == [8]
+
+    cheap = Speculation("auto")
+    cheap.index.extend([4, 7, 4])
+    for i in range(12):  # guesses that hold one time in three pay where a second row costs a step 20%...
+        assert cheap.draft(1, 0, 0.2) == [7]
+        cheap.record(1, int(i % 3 == 0), 0)
+    assert cheap.draft(1, 0, 0.6) == []  # ... and not where it costs 60%
+    forced = Speculation("on")
+    forced.index.extend([4, 7, 4])
+    for _ in range(12):
+        assert forced.draft(1, 0, 0.9) == [7]
+        forced.record(1, 0, 0)
+
+
+def test_step_costs_price_a_second_row() -> None:
+    costs = StepCosts()
+    assert costs.extra_row() == ROW_COST_PRIOR
+    costs.observe(1, 0.010)
+    costs.observe(5, 0.030)
+    assert costs.extra_row() == ROW_COST_PRIOR  # no two-row step timed yet
+    costs.observe(2, 0.011)
+    assert costs.extra_row() == pytest.approx(0.1)
+    costs.observe(2, 0.009)  # a faster one (noise) moves the average, and the price is never below nothing
+    costs.observe(2, 0.005)
+    assert 0 <= costs.extra_row() < 0.1
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
