@@ -459,7 +459,6 @@ class Engine:
             slot.tokens.extend(step.tokens)
         started = time.perf_counter()
         rc = self.ctx.decode(batch)
-        self._step_costs.observe(batch.n_tokens, time.perf_counter() - started)
         if rc != 0:
             reason = "no free KV cells for the batch" if rc == 1 else f"decode returned {rc}"
             for step in plan:
@@ -468,6 +467,7 @@ class Engine:
         picked = [(step.slot, self._verify(step, row)) for step, row in rows]
         self._committed(plan)
         now = time.perf_counter()
+        self._step_costs.observe(batch.n_tokens, now - started)  # decoded and verified: what a guess costs
         for slot, tokens in picked:
             if not slot.t_first:
                 slot.t_first = now

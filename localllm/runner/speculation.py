@@ -19,10 +19,11 @@ much of recent drafts was kept, and whether drafting pays at all.
 Where no n-gram of ``NGRAM_MIN`` tokens or more matches, a sequence may
 *guess* one token from a shorter match. A guess holds less often, so it
 pays only where one more row costs the step little: it is made while the
-recent share of guesses kept exceeds what a second row adds to a step's
-time, as :class:`StepCosts` measures it on the running engine (Gemma 3's
-large vocabulary head makes a second row about 5% dearer, SmolLM2's
-smaller head about 20%).
+recent share of guesses kept exceeds, with a margin, what a second row
+adds to a step's time (decoding and verifying), as :class:`StepCosts`
+measures it on the running engine: a few percent on Gemma 3 and SmolLM2,
+whose steps are mostly one pass over the weights, more where the matrix
+products are compute-bound.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ PAUSE_TOKENS = 32  # ... for this many generated tokens, then tries again
 WARMUP_DRAFTED = 8  # drafted tokens seen before the acceptance rate is trusted
 GUESS_NGRAM_MIN = 1  # a guess continues a match of this many tokens at least (and fewer than NGRAM_MIN)
 WARMUP_GUESSES = 4  # guesses seen before their rate is trusted
+GUESS_MARGIN = 2.0  # guesses go on while kept this many times more often than the second row costs (noise)
 ROW_COST_PRIOR = 0.3  # what a second row adds to a step's time, until the engine has timed both
 _TOKEN_BYTES = array("i").itemsize
 
@@ -92,7 +94,7 @@ class NgramIndex:
 
 
 class StepCosts:
-    """How long the engine's decode steps of one row and of two rows take (exponential averages).
+    """How long the engine's steps of one row and of two rows take, decoded and verified (exponential averages).
 
     Their ratio is the price of a guessed token: a guess kept more often
     than the second row's share of a step's time pays for itself.
@@ -126,7 +128,7 @@ class Speculation:
     rate: float = 1.0  # recent share of drafted tokens kept (exponential average per step)
     paused_until: int = 0  # generated-token count before which auto mode drafts nothing
     guesses: int = 0  # one-token drafts from a match shorter than NGRAM_MIN
-    guess_rate: float = 1.0  # recent share of guesses kept (exponential average)
+    guess_rate: float = 0.5  # recent share of guesses kept (exponential average; an even chance at first)
     guesses_paused_until: int = 0  # generated-token count before which auto mode guesses nothing
     guess_pauses: int = 0  # pauses in a row: each lasts twice the one before
     guessing: bool = False  # whether the draft now being verified is a guess
@@ -154,7 +156,7 @@ class Speculation:
             return True
         if n_generated < self.guesses_paused_until:
             return False
-        if self.guesses >= WARMUP_GUESSES and self.guess_rate <= extra_row:
+        if self.guesses >= WARMUP_GUESSES and self.guess_rate <= GUESS_MARGIN * extra_row:
             self.guesses_paused_until = n_generated + (PAUSE_TOKENS << min(self.guess_pauses, 3))
             self.guess_pauses += 1
             self.guess_rate = 0.5  # a fresh chance after the pause, shorter than the first
