@@ -317,10 +317,15 @@ static const void *activations(llk_ctx *c, const float *x, int n_tok, int64_t ne
 
 static void new_input(llk_ctx *c) { c->act_valid[0] = c->act_valid[1] = c->act_valid[2] = 0; }
 
+/* Decode's weights are read once a step, and the caller takes the steps between products alone (see
+ * each_token): meanwhile the workers read the start of the matrix the next product streams. */
+#define READ_AHEAD_BYTES ((size_t)1 << 20)
+
 /* out_i[t][r] = W_i[r] . x[t] for the n_tok rows of x and each of the n weight matrices, in one pool
- * run (x quantized once per kind; call new_input when it changes). */
+ * run (x quantized once per kind; call new_input when it changes); `then`: the matrix of the product
+ * after this one, read ahead in decode (or NULL). */
 static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float *x, int n_tok, float *const *out,
-                     const int64_t *out_stride) {
+                     const int64_t *out_stride, const llk_tensor *then) {
     matmul_job j = {.n_parts = n, .n_tok = n_tok};
     const kernel_table *k = llk_kernels();
     int nth = llk_pool_size(c->pool);
@@ -349,12 +354,20 @@ static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float 
     }
     int n_chunks = 0;
     for (int i = 0; i < n; i++) n_chunks += j.parts[i].n_chunks;
-    llk_pool_run(c->pool, matmul_task, &j, n_chunks);
+    size_t ahead = 0;
+    if (then && then->data && n_tok < POOL_TOKENS) {
+        ahead = llk_row_size(then->type, then->ne0) * (size_t)then->ne1;
+        if (ahead > READ_AHEAD_BYTES) ahead = READ_AHEAD_BYTES;
+    }
+    llk_pool_run_ahead(c->pool, matmul_task, &j, n_chunks, ahead ? then->data : NULL, ahead);
 }
 
-static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride) {
-    matmul_n(c, 1, &w, x, n_tok, &out, &out_stride);
+static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride,
+                   const llk_tensor *then) {
+    matmul_n(c, 1, &w, x, n_tok, &out, &out_stride, then);
 }
+
+static const llk_tensor *output_head(const llk_ctx *c) { return c->m.output.data ? &c->m.output : &c->m.tok_embd; }
 
 /* ---- forward -------------------------------------------------------------- */
 
@@ -446,7 +459,7 @@ static int layer_forward(llk_ctx *c, int il, int T) {
     const llk_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
     float *qkv_out[] = {c->q, c->k, c->v};
     const int64_t qkv_stride[] = {c->q_dim, c->kv_dim, c->kv_dim};
-    matmul_n(c, 3, qkv, c->xn, T, qkv_out, qkv_stride);
+    matmul_n(c, 3, qkv, c->xn, T, qkv_out, qkv_stride, &L->wo);
     each_token(c->pool, T, qkv_step, &step);
     for (int t = 0; t < T; t++) /* on one thread: two tokens of a (malformed) batch may name one cell */
         kv_store(&c->kv, c->table_of[t], il, c->pos_of[t], c->k + (size_t)t * c->kv_dim, c->v + (size_t)t * c->kv_dim);
@@ -455,16 +468,16 @@ static int layer_forward(llk_ctx *c, int il, int T) {
         return -1;
 
     new_input(c);
-    matmul(c, &L->wo, c->att, T, c->o, E);
+    matmul(c, &L->wo, c->att, T, c->o, E, &L->w_gate);
     each_token(c->pool, T, attn_out_step, &step);
     new_input(c);
     const llk_tensor *gate_up[] = {&L->w_gate, &L->w_up};
     float *gate_up_out[] = {c->g, c->u};
     const int64_t ff_stride[] = {m->n_ff, m->n_ff};
-    matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride);
+    matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride, &L->w_down);
     each_token(c->pool, T, gate_step, &step);
     new_input(c);
-    matmul(c, &L->w_down, c->g, T, c->o, E);
+    matmul(c, &L->w_down, c->g, T, c->o, E, il + 1 < m->n_layer ? &c->layers[il + 1].wq : output_head(c));
     each_token(c->pool, T, ffn_out_step, &step);
     return 0;
 }
@@ -516,9 +529,8 @@ int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int
                const int8_t *want, float *logits_out, const int32_t *tables, int n_tables, int table_len) {
     int n_out = forward(c, n, tokens, pos, seq_ids, want, tables, n_tables, table_len);
     if (n_out > 0) {
-        const llk_tensor *out = c->m.output.data ? &c->m.output : &c->m.tok_embd;
         new_input(c);
-        matmul(c, out, c->xn, n_out, logits_out, c->m.n_vocab);
+        matmul(c, output_head(c), c->xn, n_out, logits_out, c->m.n_vocab, NULL);
     }
     return n_out < 0 ? n_out : 0;
 }
@@ -560,7 +572,7 @@ int llk_matvec(llk_ctx *c, const llk_tensor *w, const float *x, float *y) {
     const int bs = llk_block_size(w->type);
     if (!bs || w->ne0 % bs || (!llk_type_supported(w->type) && w->ne1 % GROUP_ROWS)) return -1;
     new_input(c);
-    matmul(c, w, x, 1, y, 0);
+    matmul(c, w, x, 1, y, 0, NULL);
     new_input(c);
     return 0;
 }

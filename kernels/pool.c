@@ -38,6 +38,8 @@ struct llk_pool {
     _Atomic(llk_task) task;  /* the current job's (written only while no item of the last one is left) */
     _Atomic(void *) arg;
     _Atomic int n_items;
+    _Atomic(const char *) ahead; /* the current job's bytes to read once out of items */
+    _Atomic size_t ahead_n;
     _Atomic int done;        /* items of the current job finished */
     _Atomic int sleeping;
     _Atomic int stop;
@@ -67,6 +69,22 @@ static void take_items(llk_pool *pool, uint32_t job, int ith) {
     }
 }
 
+/* Read job `job`'s bytes ahead, a slice at a time, until they are read or another job starts. */
+#define AHEAD_SLICE 4096
+static void read_ahead(llk_pool *pool, uint32_t job) {
+    const char *p = atomic_load_explicit(&pool->ahead, memory_order_relaxed);
+    const size_t n = atomic_load_explicit(&pool->ahead_n, memory_order_relaxed);
+    uint64_t sum = 0;
+    for (size_t at = 0; p && at < n; at += AHEAD_SLICE) {
+        /* the ticket still names the job: p and n were its (as in take_items), and the caller is not
+         * yet waiting for this thread's next item */
+        if ((uint32_t)(atomic_load(&pool->ticket) >> 32) != job) break;
+        const size_t end = at + AHEAD_SLICE < n ? at + AHEAD_SLICE : n;
+        for (size_t i = at; i < end; i += 64) sum += *(const volatile uint8_t *)(p + i);
+    }
+    (void)sum;
+}
+
 static void *worker(void *p) {
     worker_arg w = *(worker_arg *)p;
     free(p);
@@ -85,6 +103,7 @@ static void *worker(void *p) {
         if (atomic_load(&pool->stop)) return NULL;
         seen = (uint32_t)(atomic_load(&pool->ticket) >> 32);
         take_items(pool, seen, w.ith);
+        read_ahead(pool, seen);
     }
 #undef NEW_JOB
 }
@@ -123,6 +142,10 @@ static void wake(llk_pool *pool) {
 }
 
 void llk_pool_run(llk_pool *pool, llk_task task, void *arg, int n_items) {
+    llk_pool_run_ahead(pool, task, arg, n_items, NULL, 0);
+}
+
+void llk_pool_run_ahead(llk_pool *pool, llk_task task, void *arg, int n_items, const void *ahead, size_t n) {
     if (pool->n == 1 || n_items <= 1) {
         for (int i = 0; i < n_items; i++) task(arg, i, 0);
         return;
@@ -131,6 +154,8 @@ void llk_pool_run(llk_pool *pool, llk_task task, void *arg, int n_items) {
     atomic_store_explicit(&pool->task, task, memory_order_relaxed);
     atomic_store_explicit(&pool->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&pool->n_items, n_items, memory_order_relaxed);
+    atomic_store_explicit(&pool->ahead, (const char *)ahead, memory_order_relaxed);
+    atomic_store_explicit(&pool->ahead_n, n, memory_order_relaxed);
     atomic_store(&pool->done, 0);
     const uint32_t job = (uint32_t)(atomic_load(&pool->ticket) >> 32) + 1;
     atomic_store(&pool->ticket, (uint64_t)job << 32); /* publishes the job (sequentially consistent) */
