@@ -11,7 +11,7 @@ Each round measures every side in turn (never two at once): our runner with
 the decode phase (first generated token to the last); medians over rounds.
 Speculation's text must equal plain decoding's, or the run fails.
 
-    python scripts/bench/speculative.py [--models smollm2,gemma3] [--tokens 128] [--rounds 3] [--threads 2]
+    python scripts/bench/speculative.py [--models smollm2,gemma3] [--tokens 128] [--rounds 5] [--threads 2]
         [--llama-server] [--json]
 
 ``--json`` prints, per model M: ``grounded_M_ratio`` and ``open_M_ratio``
@@ -297,7 +297,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="smollm2,gemma3", help="comma-separated: smollm2, gemma3")
     p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--llama-server", action="store_true", help="build llama-server if it is not cached")
     p.add_argument("--json", action="store_true", help="print one JSON object")
