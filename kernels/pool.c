@@ -38,8 +38,7 @@ struct llk_pool {
     _Atomic(llk_task) task;  /* the current job's (written only while no item of the last one is left) */
     _Atomic(void *) arg;
     _Atomic int n_items;
-    _Atomic(const char *) ahead; /* the current job's bytes to read once out of items */
-    _Atomic size_t ahead_n;
+    _Atomic uint64_t ahead;  /* the bytes to read once out of items: address << AHEAD_LEN_BITS | cache lines */
     _Atomic int done;        /* items of the current job finished */
     _Atomic int sleeping;
     _Atomic int stop;
@@ -62,22 +61,24 @@ static void take_items(llk_pool *pool, uint32_t job, int ith) {
         int n_items = atomic_load_explicit(&pool->n_items, memory_order_relaxed);
         int item = (int)(uint32_t)t;
         if (item >= n_items) return;
-        /* the ticket unchanged since those loads: they are this job's (a new job needs every item taken) */
+        /* the ticket unchanged since those loads: they are this job's. The next job's are written only
+         * after this one's ticket is closed (llk_pool_run_ahead), which fails this exchange. */
         if (!atomic_compare_exchange_weak(&pool->ticket, &t, t + 1)) continue;
         task(arg, item, ith);
         atomic_fetch_add(&pool->done, 1);
     }
 }
 
-/* Read job `job`'s bytes ahead, a slice at a time, until they are read or another job starts. */
+/* Read job `job`'s bytes ahead, a slice at a time, until they are read or another job starts. The region
+ * is one word, so that the address of one job's region never meets the length of another's. */
+#define AHEAD_LEN_BITS 17 /* up to 8 MiB of 64-byte lines; user addresses fit the 47 bits left */
 #define AHEAD_SLICE 4096
 static void read_ahead(llk_pool *pool, uint32_t job) {
-    const char *p = atomic_load_explicit(&pool->ahead, memory_order_relaxed);
-    const size_t n = atomic_load_explicit(&pool->ahead_n, memory_order_relaxed);
+    const uint64_t region = atomic_load_explicit(&pool->ahead, memory_order_relaxed);
+    const char *p = (const char *)(uintptr_t)(region >> AHEAD_LEN_BITS);
+    const size_t n = (size_t)(region & ((1u << AHEAD_LEN_BITS) - 1)) * 64;
     uint64_t sum = 0;
     for (size_t at = 0; p && at < n; at += AHEAD_SLICE) {
-        /* the ticket still names the job: p and n were its (as in take_items), and the caller is not
-         * yet waiting for this thread's next item */
         if ((uint32_t)(atomic_load(&pool->ticket) >> 32) != job) break;
         const size_t end = at + AHEAD_SLICE < n ? at + AHEAD_SLICE : n;
         for (size_t i = at; i < end; i += 64) sum += *(const volatile uint8_t *)(p + i);
@@ -150,14 +151,22 @@ void llk_pool_run_ahead(llk_pool *pool, llk_task task, void *arg, int n_items, c
         for (int i = 0; i < n_items; i++) task(arg, i, 0);
         return;
     }
-    /* every item of the last job is taken and done: no thread reads these until the ticket moves */
+    /* Every item of the last job is taken and done, but a worker may have read its ticket (offering the
+     * item after its last) and not yet this job's parameters: with this job's larger n_items it would
+     * take that item for the old ticket, before the ticket moves, and run it with whichever task and
+     * argument it read, while its count of it lands in this job's. So the last ticket is closed first:
+     * it offers no item to those who read it now, and fails the exchange of those who read it before. */
+    const uint32_t job = (uint32_t)(atomic_load(&pool->ticket) >> 32) + 1;
+    atomic_store(&pool->ticket, (uint64_t)(job - 1) << 32 | INT32_MAX);
+    atomic_thread_fence(memory_order_seq_cst);
     atomic_store_explicit(&pool->task, task, memory_order_relaxed);
     atomic_store_explicit(&pool->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&pool->n_items, n_items, memory_order_relaxed);
-    atomic_store_explicit(&pool->ahead, (const char *)ahead, memory_order_relaxed);
-    atomic_store_explicit(&pool->ahead_n, n, memory_order_relaxed);
+    const uint64_t at = (uint64_t)(uintptr_t)ahead, lines = n / 64, most = (1u << AHEAD_LEN_BITS) - 1;
+    atomic_store_explicit(&pool->ahead, ahead && lines && !(at >> (64 - AHEAD_LEN_BITS))
+                                            ? at << AHEAD_LEN_BITS | (lines < most ? lines : most) : 0,
+                          memory_order_relaxed);
     atomic_store(&pool->done, 0);
-    const uint32_t job = (uint32_t)(atomic_load(&pool->ticket) >> 32) + 1;
     atomic_store(&pool->ticket, (uint64_t)job << 32); /* publishes the job (sequentially consistent) */
     wake(pool);
     take_items(pool, job, 0);
