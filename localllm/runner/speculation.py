@@ -71,10 +71,10 @@ class NgramIndex:
     def extend(self, tokens: list[int]) -> None:
         self._packed += array("i", tokens).tobytes()
 
-    def draft(self, k: int, shortest: int = NGRAM_MIN) -> list[int]:
+    def draft(self, k: int, longest: int = NGRAM_MAX, shortest: int = NGRAM_MIN) -> list[int]:
         """Up to ``k`` tokens that followed the latest earlier occurrence of the longest matching suffix
-        (of ``NGRAM_MAX`` tokens down to ``shortest``)."""
-        for n in range(NGRAM_MAX, shortest - 1, -1):
+        (of ``longest`` tokens down to ``shortest``)."""
+        for n in range(longest, shortest - 1, -1):
             if len(self) > n:
                 end = self._latest_end(n)
                 if end is not None:
@@ -149,9 +149,10 @@ class Speculation:
         """Up to ``k`` tokens by prompt lookup, else one guess where guesses pay (``extra_row``: StepCosts')."""
         tokens = self.index.draft(k)
         self.guessing = not tokens and k > 0 and self._guesses_pay(n_generated, extra_row)
-        return self.index.draft(1, GUESS_NGRAM_MIN) if self.guessing else tokens
+        return self.index.draft(1, NGRAM_MIN - 1, GUESS_NGRAM_MIN) if self.guessing else tokens
 
     def _guesses_pay(self, n_generated: int, extra_row: float) -> bool:
+        """Whether to guess now; in ``auto``, where recent guesses stopped paying, this starts a pause."""
         if self.mode == "on":
             return True
         if n_generated < self.guesses_paused_until:
