@@ -3,7 +3,10 @@
 Pulled files come from the network, so this reader treats every count, length
 and offset as hostile: each read is checked against the file size and against
 explicit limits before anything is allocated, and a file whose tensors do not
-fit inside it is rejected. Errors are InvalidGGUF with a message naming the
+fit inside it is rejected. Metadata arrays become Python lists only up to a
+number of items in all (a list costs 8 bytes and more an item, so a 256 MiB
+header of one-byte items would otherwise be gigabytes); the arrays past it are
+returned as their type and length only. Errors are InvalidGGUF with a message naming the
 offending field, never a struct/Index/Memory error, and never quoting bytes of
 a file that does not even start like a GGUF file.
 """
@@ -94,9 +97,12 @@ class InvalidGGUF(ValueError):
     """A file that is not a GGUF model we can trust."""
 
 
+DEFAULT_KEPT_ITEMS = 1 << 20  # array items one read decodes into lists, in all (a vocabulary: 32k to 262k items)
+
+
 @dataclass(frozen=True)
 class SkippedArray:
-    """A metadata array left unread (``skip_arrays_over``); only its type and length are known."""
+    """A metadata array left unread (``skip_arrays_over``, ``keep_items``); only its type and length are known."""
 
     item_type: str
     length: int
@@ -178,11 +184,19 @@ class GGUFFile:
 class _Cursor:
     """Sequential reads from the mapped file, each checked against the file and the header limit."""
 
-    def __init__(self, data: mmap.mmap, size: int, limit: int):
+    def __init__(self, data: mmap.mmap, size: int, limit: int, items_to_keep: int):
         self.data = data
         self.size = size
         self.limit = limit
         self.pos = 0
+        self.items_to_keep = items_to_keep  # array items this read may still decode into lists
+
+    def keep(self, count: int) -> bool:
+        """Whether an array of ``count`` items still fits the read's item budget (taking it if so)."""
+        if count > self.items_to_keep:
+            return False
+        self.items_to_keep -= count
+        return True
 
     def need(self, n: int, what: str) -> int:
         if n < 0 or self.pos + n > self.size:
@@ -237,6 +251,7 @@ class _Limits:
     max_string: int
     max_array: int
     skip_arrays_over: int | None
+    keep_items: int
 
 
 def _read_value(cur: _Cursor, value_type: int, key: str, limits: _Limits) -> Any:
@@ -254,7 +269,7 @@ def _read_value(cur: _Cursor, value_type: int, key: str, limits: _Limits) -> Any
     if count > limits.max_array:
         raise InvalidGGUF(f"metadata key {key!r} has {count} items, limit is {limits.max_array}")
     item_name, item_fmt = _VALUE_TYPES[item_type]
-    skip = limits.skip_arrays_over is not None and count > limits.skip_arrays_over
+    skip = (limits.skip_arrays_over is not None and count > limits.skip_arrays_over) or not cur.keep(count)
     if item_fmt is not None:
         width = struct.calcsize(item_fmt)
         start = cur.need(count * width, f"array {key!r}")
@@ -303,11 +318,14 @@ def read_gguf(
     max_string: int = 16 << 20,
     max_array: int = 1 << 24,
     skip_arrays_over: int | None = None,
+    keep_items: int = DEFAULT_KEPT_ITEMS,
 ) -> GGUFFile:
     """Read and validate a GGUF file's header (versions 2 and 3, little-endian).
 
     ``skip_arrays_over``: arrays with more items than this (tokenizer vocabularies)
     are checked but returned as :class:`SkippedArray` instead of Python lists.
+    ``keep_items``: arrays are decoded, in file order, while their items in all
+    stay within this; an array that would pass it is a :class:`SkippedArray` too.
     """
     path = Path(path)
     try:
@@ -319,12 +337,13 @@ def read_gguf(
         if size < 24:
             raise InvalidGGUF(f"file is truncated: {size} bytes is too short for a GGUF header")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            limits = _Limits(max_metadata_bytes, max_tensors, max_kv, max_string, max_array, skip_arrays_over)
+            limits = _Limits(max_metadata_bytes, max_tensors, max_kv, max_string, max_array, skip_arrays_over,
+                             keep_items)
             return _parse(path, data, size, limits)
 
 
 def _parse(path: Path, data: mmap.mmap, size: int, limits: _Limits) -> GGUFFile:
-    cur = _Cursor(data, size, limits.max_metadata_bytes)
+    cur = _Cursor(data, size, limits.max_metadata_bytes, limits.keep_items)
     magic = bytes(data[0:4])
     cur.need(4, "magic")
     if magic != MAGIC:

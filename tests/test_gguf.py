@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import random
 import struct
+import tracemalloc
 from pathlib import Path
 
 import gguf as gguf_py
 import pytest
 
-from localllm.gguf import FILE_TYPES, GGML_TYPES, InvalidGGUF, SkippedArray, read_gguf
-from support.gguf_builders import build_gguf, gguf_string, kv_string, kv_u32, tensor_info
+from localllm.gguf import DEFAULT_KEPT_ITEMS, FILE_TYPES, GGML_TYPES, InvalidGGUF, SkippedArray, read_gguf
+from support.gguf_builders import build_gguf, gguf_string, kv_string, kv_u8_array, kv_u32, tensor_info
 
 
 def write(tmp_path: Path, data: bytes) -> Path:
@@ -148,3 +149,28 @@ def test_random_corruption_never_escapes_as_another_error(tmp_path: Path) -> Non
 def test_missing_file_is_invalid_gguf(tmp_path: Path) -> None:
     with pytest.raises(InvalidGGUF, match="cannot open"):
         read_gguf(tmp_path / "absent.gguf")
+
+
+def test_a_16m_item_array_is_never_a_python_list(tmp_path: Path) -> None:
+    """16 M one-byte items in a 16 MB header would be a 128 MB list (and more as JSON): past the read's item
+    budget an array is only its type and length."""
+    path = write(tmp_path, build_gguf(kv=[kv_string("general.architecture", "llama"),
+                                          kv_u8_array("hostile.items", 1 << 24)]))
+    tracemalloc.start()
+    try:
+        model = read_gguf(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert model.metadata["hostile.items"] == SkippedArray("uint8", 1 << 24)
+    assert peak < 4 << 20, f"reading the header took {peak} bytes"
+
+
+def test_arrays_are_kept_in_file_order_while_the_budget_lasts(tmp_path: Path) -> None:
+    path = write(tmp_path, build_gguf(kv=[kv_string("general.architecture", "llama"), kv_u8_array("a", 600, 1),
+                                          kv_u8_array("b", 600, 2), kv_u8_array("c", 300, 3)]))
+    metadata = read_gguf(path, keep_items=1000).metadata
+    assert metadata["a"] == [1] * 600
+    assert metadata["b"] == SkippedArray("uint8", 600)  # 1,200 would pass the budget
+    assert metadata["c"] == [3] * 300  # what is left still holds it
+    assert DEFAULT_KEPT_ITEMS >= 4 * 262_144  # a 262k vocabulary's tokens, scores and types fit by default

@@ -32,6 +32,9 @@ from .store import (
 
 # Arrays longer than this (tokenizer vocabularies) are not decoded for show/list.
 SUMMARY_ARRAY_LIMIT = 1024
+# /api/show with verbose decodes arrays while their items in all stay within this (Gemma 3's vocabulary
+# arrays hold 786,432); the rest are null, as without verbose.
+VERBOSE_ARRAY_ITEMS = 1 << 20
 
 
 def human_number(count: int) -> str:
@@ -158,8 +161,9 @@ class LocalModel:
 
 
 def model_info(model: LocalModel, *, verbose: bool = False) -> dict[str, Any]:
-    """Ollama's ``model_info``: GGUF metadata; long arrays are null unless ``verbose``."""
-    gguf = read_gguf(model.model_path) if verbose else model.gguf
+    """Ollama's ``model_info``: GGUF metadata; long arrays are null unless ``verbose`` (then only those past
+    VERBOSE_ARRAY_ITEMS items in all)."""
+    gguf = read_gguf(model.model_path, keep_items=VERBOSE_ARRAY_ITEMS) if verbose else model.gguf
     info = {k: (None if isinstance(v, SkippedArray) else v) for k, v in gguf.metadata.items()}
     info["general.parameter_count"] = gguf.parameter_count
     return info

@@ -36,6 +36,7 @@ from .sources import (
     hf_file_digest, hf_model_info, url_host_is_loopback
 )
 from .remote import RegistryBlob, RegistryError, fetch_manifest, manifest_layers, repository_for
+from .remote_names import UnsafeRemoteName
 from .store import (
     CONFIG_MEDIA_TYPE, MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR,
     MEDIA_SYSTEM, MEDIA_TEMPLATE, DigestMismatch, Store, layer, parse_digest
@@ -322,7 +323,7 @@ class Puller:
                 try:
                     path = await source.fetch(ctx)
                     result = await asyncio.to_thread(self._admit, path, job)
-                except (SourceError, DigestMismatch, InvalidGGUF, OSError) as exc:
+                except (SourceError, UnsafeRemoteName, DigestMismatch, InvalidGGUF, OSError) as exc:
                     disk_error = isinstance(exc, OSError) and exc.strerror
                     reason = f"{exc.strerror}: {exc.filename}" if disk_error else str(exc)
                     log.warning("pull %s: source %s failed: %s", name.display, source.describe(), reason)

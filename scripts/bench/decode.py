@@ -2,8 +2,9 @@
 
 Both sides run greedy decoding of the same prompt on the same model with the
 same number of threads, one after the other (never at the same time: they
-would share the CPU), alternating for ``--rounds`` rounds; the median of each
-side is compared. Tokens/s counts the decode phase only: from the first
+would share the CPU), alternating for ``--rounds`` rounds, the order reversed
+every other round; the median of each side is compared, and ``rounds`` lists
+each round's pair in the order it ran. Tokens/s counts the decode phase only: from the first
 generated token to the last, so prompt processing and model loading do not
 blur the figure.
 
@@ -159,6 +160,7 @@ def run(cfg: BenchConfig, ours: Side, rounds: int) -> dict:
         "decode_ratio": round(medians["ours"] / medians["llama_cpp_python"], 3),
         "engine": results["ours"][-1].engine or cfg.engine or "native",
         "samples": {name: [asdict(m) for m in ms] for name, ms in results.items()},
+        "rounds": results.pairs(lambda m: round(m.tokens_per_second, 2)),
     }
 
 
@@ -192,6 +194,10 @@ def main() -> None:
     print(f"{'ours (' + args.side + ')':<20} {report['ours_tokens_per_s']:>10.1f}")
     print(f"{'Llama.generate':<20} {report['llama_cpp_python_tokens_per_s']:>10.1f}")
     print(f"{'ratio':<20} {report['decode_ratio']:>10.3f}")
+    from common import round_rows
+
+    for label, pair in round_rows("tokens/s", report["rounds"]):
+        print(f"{label}: {pair}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MODEL, alternating, cpu_name, fixtures, report, start_daemon  # noqa: E402
+from common import MODEL, alternating, cpu_name, fixtures, report, round_rows, start_daemon  # noqa: E402
 from llama_server import LlamaServer  # noqa: E402
 from support.daemon import free_port  # noqa: E402
 
@@ -107,8 +107,8 @@ def embeddings(args: argparse.Namespace) -> dict:
     return {
         "embed_throughput_ratio_c8": median["ours"] / median["llama_server"],
         "embed_batching_gain": median["ours"] / median["ours_one_at_a_time"],
-        "embeddings": {"passages_per_s": median, "samples": samples, "clients": args.clients,
-                       "passages_per_client": args.passages, "our_engine": engine},
+        "embeddings": {"passages_per_s": median, "rounds": samples.pairs(lambda rate: round(rate, 1)),
+                       "clients": args.clients, "passages_per_client": args.passages, "our_engine": engine},
     }
 
 
@@ -138,6 +138,7 @@ def main() -> None:
                                         if isinstance(value, float)]
     for side, value in results.get("embeddings", {}).get("passages_per_s", {}).items():
         rows.append((f"passages/s, {side}", value))
+    rows += round_rows("passages/s", results.get("embeddings", {}).get("rounds", []))
     report(f"embedding benchmark, {MODEL}, {args.clients} clients x {args.passages} passages, {args.threads} threads",
            rows, results, args.json)
 

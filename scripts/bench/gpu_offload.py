@@ -21,7 +21,7 @@ import itertools
 import statistics
 
 import httpx
-from common import MODEL, alternating, report, start_daemon
+from common import MODEL, alternating, report, round_rows, start_daemon
 from support.engine_builds import vulkan_env, vulkan_site
 
 PROMPT = "Write a long story about a dragon who learns to bake bread. " * 8
@@ -71,8 +71,11 @@ def main() -> None:
         "cpu_prefill_tok_s": median["cpu"][0], "gpu_prefill_tok_s": median["gpu"][0],
         "cpu_decode_tok_s": median["cpu"][1], "gpu_decode_tok_s": median["gpu"][1],
         "rounds": args.rounds, "tokens": args.tokens,
+        "rounds_prefill_decode_tok_s": samples.pairs(lambda rates: [round(rate, 1) for rate in rates]),
     }
-    report(f"GPU offload ({device}) against the CPU, llama.cpp engine", list(results.items()), results, args.json)
+    rows = [(key, value) for key, value in results.items() if key != "rounds_prefill_decode_tok_s"]
+    rows += round_rows("prefill, decode tok/s", results["rounds_prefill_decode_tok_s"])
+    report(f"GPU offload ({device}) against the CPU, llama.cpp engine", rows, results, args.json)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ from support.gguf_builders import F16, quantized, tiny_model  # noqa: E402
 from support.native import Side  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import alternating  # noqa: E402
+from common import Rounds, alternating  # noqa: E402
 
 from localllm.backends.native import kernels  # noqa: E402
 from localllm.backends.native.lib import Tensor, library  # noqa: E402
@@ -218,11 +218,15 @@ def round_ratios(samples: dict[str, list[float]]) -> list[float]:
     return [round(o / t, 3) for o, t in zip(samples["ours"], samples["theirs"])]
 
 
-def medians(rounds: int, theirs: Callable[[], float], ours: Callable[[], float]) -> tuple[float, float, list[float]]:
-    """Medians of ``rounds`` alternating measurements of both sides (the machine's noise hits both), and each
-    round's ratio."""
+def medians(rounds: int, theirs: Callable[[], float], ours: Callable[[], float]) -> tuple[float, float, Rounds[float]]:
+    """Medians of ``rounds`` alternating measurements of both sides (the machine's noise hits both), and the
+    measurements."""
     samples = alternating(rounds, {"theirs": theirs, "ours": ours})
-    return statistics.median(samples["theirs"]), statistics.median(samples["ours"]), round_ratios(samples)
+    return statistics.median(samples["theirs"]), statistics.median(samples["ours"]), samples
+
+
+def rounded(value: float) -> float:
+    return round(value, 2)
 
 
 def compare(label: str, path: Path, threads: int, tokens: int, rounds: int, prefill: bool, bandwidth: float,
@@ -241,6 +245,7 @@ def compare(label: str, path: Path, threads: int, tokens: int, rounds: int, pref
         result[f"llama_decode_tps_{label}"], result[f"native_decode_tps_{label}"] = theirs, ours
         result[f"native_decode_ratio_{label}"] = ours / theirs
         result[f"rounds_native_decode_ratio_{label}"] = round_ratios(samples)
+        result[f"rounds_decode_{label}"] = samples.pairs(rounded)  # tokens/s and GB/s, in the order they ran
         best = max(bandwidth, *samples["bandwidth"])
         result[f"read_bandwidth_gbps_{label}"] = best / 1e9
         streamed = ours * native.model.weights.nbytes
@@ -251,11 +256,12 @@ def compare(label: str, path: Path, threads: int, tokens: int, rounds: int, pref
         for n in (512, 2048) if prefill else ():
             long_prompt = (prompt * (n // len(prompt) + 1))[:n]
             suffix = "" if n == 512 else f"_{n}"
-            theirs, ours, ratios = medians(max(3, rounds // 2), lambda: prefill_rate(reference, long_prompt),
-                                           lambda: prefill_rate(native, long_prompt))
+            theirs, ours, measured = medians(max(3, rounds // 2), lambda: prefill_rate(reference, long_prompt),
+                                             lambda: prefill_rate(native, long_prompt))
             result[f"llama_prefill_tps_{label}{suffix}"], result[f"native_prefill_tps_{label}{suffix}"] = theirs, ours
             result[f"native_prefill_ratio_{label}{suffix}"] = ours / theirs
-            result[f"rounds_native_prefill_ratio_{label}{suffix}"] = ratios
+            result[f"rounds_native_prefill_ratio_{label}{suffix}"] = round_ratios(measured)
+            result[f"rounds_prefill_{label}{suffix}"] = measured.pairs(rounded)
     finally:
         native.close()
         reference.close()

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from common import MODEL, alternating, fixtures, report, start_daemon
+from common import MODEL, alternating, fixtures, report, round_rows, start_daemon
 from llama_server import LlamaServer
 
 HEADLINE = ("long_prefill_ratio", "long_decode_ratio_8k", "long_decode_ratio_8k_q8_0")
@@ -114,14 +114,14 @@ def bench(threads: int, rounds: int, quick: bool) -> dict[str, Any]:
     finally:
         for server in servers.values():
             server.stop()
-    result: dict[str, Any] = {"n_ctx": N_CTX, "predict": PREDICT}
+    result: dict[str, Any] = {"n_ctx": N_CTX, "predict": PREDICT,
+                              "rounds": samples.pairs(lambda r: [round(r["prefill_tokens_per_s"], 1),
+                                                                 round(r["decode_tokens_per_s"], 1)])}
     for name, runs in samples.items():
         result[name] = {
             "prompt_tokens": runs[0]["prompt_tokens"],
             "prefill_tokens_per_s": statistics.median(r["prefill_tokens_per_s"] for r in runs),
             "decode_tokens_per_s": statistics.median(r["decode_tokens_per_s"] for r in runs),
-            "rounds_prefill_tokens_per_s": [round(r["prefill_tokens_per_s"], 1) for r in runs],
-            "rounds_decode_tokens_per_s": [round(r["decode_tokens_per_s"], 1) for r in runs],
         }
     result["long_prefill_ratio"] = result["ours_f16"]["prefill_tokens_per_s"] / result["llama_server_f16"]["prefill_tokens_per_s"]
     for kv, key in (("f16", "long_decode_ratio_8k"), ("q8_0", "long_decode_ratio_8k_q8_0")):
@@ -142,7 +142,8 @@ def main() -> None:
                **{key: section[key] for key in HEADLINE}, "long_context": section}
     rows = [(key, section[key]) for key in HEADLINE]
     for name in ("ours_f16", "llama_server_f16", "ours_q8_0", "llama_server_q8_0"):
-        rows += [(f"{name}.{k}", v) for k, v in section[name].items() if not isinstance(v, list)]
+        rows += [(f"{name}.{k}", v) for k, v in section[name].items()]
+    rows += round_rows("prefill, decode tok/s", section["rounds"])
     report(f"long context, {MODEL}, {args.threads} threads{' (quick)' if args.quick else ''}", rows, results, args.json)
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Daemon, alternating, cpu_name, report  # noqa: E402
+from common import Daemon, alternating, cpu_name, report, round_rows  # noqa: E402
 from llama_server import LlamaServer  # noqa: E402
 
 import httpx  # noqa: E402
@@ -100,6 +100,7 @@ def bench(threads: int, rounds: int) -> dict[str, Any]:
         "rerank_documents": DOCUMENTS,
         "rerank_tokens": usage,
         "rerank_max_score_difference": max(abs(ours[i] - peer[i]) for i in range(DOCUMENTS)),
+        "rerank_rounds_ms": times.pairs(lambda seconds: round(seconds * 1000, 1)),
     }
 
 
@@ -110,7 +111,8 @@ def main() -> None:
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     results = {**bench(args.threads, args.rounds), "rounds": args.rounds, "threads": args.threads, "cpu": cpu_name()}
-    rows = [(key, value) for key, value in results.items()]
+    rows = [(key, value) for key, value in results.items() if key != "rerank_rounds_ms"]
+    rows += round_rows("ms", results["rerank_rounds_ms"])
     report(f"rerank of {DOCUMENTS} documents, {MODEL}, {args.threads} threads", rows, results, args.json)
 
 

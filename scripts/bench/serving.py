@@ -18,7 +18,8 @@
   prompt tokens we evaluate over what a cache-less server evaluates (all of
   them) → ``prefill_work_ratio`` (target <= 0.15); and the KV held while they
   run (the peak of ``/api/ps``'s ``kv_blocks.in_use``) over the blocks of 8
-  unshared copies of their prompts → ``shared_prefix_kv_ratio`` (target <= 0.25).
+  unshared copies of their prompts → ``shared_prefix_kv_ratio`` (target <= 0.25;
+  null, and the run fails, where the engine reports no blocks: llama.cpp's).
 - ``single``: one stream's decode tokens/s over ``Llama.generate``
   (scripts/bench/decode.py) → ``single_stream_ratio`` (target >= 1.8).
 - ``daemon_cost``: one stream's decode tokens/s through the daemon (streamed ``/api/generate``, native
@@ -32,8 +33,11 @@
   (scripts/bench/long_context.py) → ``long_prefill_ratio``,
   ``long_decode_ratio_8k`` and ``long_decode_ratio_8k_q8_0`` (targets >= 1.5).
 
-The sides run one after the other, never at once (they would share the CPU).
-``--json`` puts each of those keys at the top level, beside each section's detail.
+The sides run one after the other, never at once (they would share the CPU),
+the order reversed every other round; ``rounds`` lists each round's figures in
+the order its sides ran. ``--json`` puts each of those keys at the top level,
+beside each section's detail. A figure that could not be measured is null, its
+reason under ``not_measured``, and the run exits with status 1.
 ``--quick`` shortens everything for a smoke run; its figures are not the targets'.
 """
 
@@ -57,7 +61,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode  # noqa: E402
 import long_context  # noqa: E402
-from common import MODEL, PeerServer, alternating, fixtures, report, start_daemon  # noqa: E402
+from common import (  # noqa: E402
+    MODEL, PeerServer, alternating, fixtures, not_measured, report, round_rows, start_daemon
+)
 from llama_server import LlamaServer  # noqa: E402
 
 SECTIONS = ("concurrency", "multiturn", "shared_prefix", "single", "daemon_cost", "restart", "long_context")
@@ -162,10 +168,10 @@ def bench_concurrency(s: Settings) -> dict[str, Any]:
         native_server.stop()
         server.stop()
         daemon.stop()
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"rounds": rounds.pairs(lambda r: round(r["tokens_per_s"], 1))}
     for name, runs in rounds.items():
         median = sorted(runs, key=lambda r: r["tokens_per_s"])[len(runs) // 2]  # a whole round: its TTFT too
-        result[name] = dict(median, rounds_tokens_per_s=[round(r["tokens_per_s"], 1) for r in runs])
+        result[name] = median
     result["throughput_ratio_c8"] = result["ours"]["tokens_per_s"] / result["llama_cpp_server"]["tokens_per_s"]
     result["throughput_ratio_c8_llama_server"] = result["ours"]["tokens_per_s"] / result["llama_server"]["tokens_per_s"]
     result["ttft_p50_c8_llama_server_ratio"] = result["ours"]["ttft_median_s"] / result["llama_server"]["ttft_median_s"]
@@ -223,25 +229,43 @@ def bench_shared_prefix(s: Settings) -> dict[str, Any]:
                 watcher.cancel()
                 return [a.json()["usage"] for a in answers]
 
-        peak: dict[str, int] = {"in_use": 0, "block_size": 16}
+        peak = PeakBlocks()
         usages = asyncio.run(run())
     finally:
         daemon.stop()
     total = sum(u["prompt_tokens"] for u in usages)
     cached = sum(u.get("prompt_tokens_details", {}).get("cached_tokens", 0) for u in usages)
-    unshared_blocks = sum(-(-u["prompt_tokens"] // peak["block_size"]) for u in usages)
-    return {"prompt_tokens": total, "cached_tokens": cached, "evaluated_tokens": total - cached,
-            "prefill_work_ratio": (total - cached) / total, "peak_kv_blocks_in_use": peak["in_use"],
-            "unshared_kv_blocks": unshared_blocks, "shared_prefix_kv_ratio": peak["in_use"] / unshared_blocks}
+    result = {"prompt_tokens": total, "cached_tokens": cached, "evaluated_tokens": total - cached,
+              "prefill_work_ratio": (total - cached) / total, "engine": peak.engine}
+    if peak.block_size is None:
+        not_measured(result, "shared_prefix_kv_ratio", f"the {peak.engine} engine reports no KV blocks in /api/ps")
+    elif peak.in_use == 0:
+        not_measured(result, "shared_prefix_kv_ratio", "/api/ps showed no KV block in use while the requests ran")
+    else:
+        unshared_blocks = sum(-(-u["prompt_tokens"] // peak.block_size) for u in usages)
+        result.update(peak_kv_blocks_in_use=peak.in_use, unshared_kv_blocks=unshared_blocks,
+                      shared_prefix_kv_ratio=peak.in_use / unshared_blocks)
+    return result
 
 
-async def peak_blocks(client: httpx.AsyncClient, url: str, peak: dict[str, int]) -> None:
+@dataclass
+class PeakBlocks:
+    """The most KV blocks the model held at once, as ``/api/ps`` showed them; block_size None: it showed none."""
+
+    in_use: int = 0
+    block_size: int | None = None
+    engine: str = "unknown"
+
+
+async def peak_blocks(client: httpx.AsyncClient, url: str, peak: PeakBlocks) -> None:
     """Record the most KV blocks the model held at once (``/api/ps``), until cancelled."""
     while True:
         for model in (await client.get(f"{url}/api/ps")).json()["models"]:
-            blocks = model.get("kv_blocks") or {}
-            if blocks.get("in_use", 0) > peak["in_use"]:
-                peak.update(in_use=blocks["in_use"], block_size=blocks["block_size"])
+            peak.engine = model.get("engine", peak.engine)
+            blocks = model.get("kv_blocks")
+            if blocks:
+                peak.block_size = blocks["block_size"]
+                peak.in_use = max(peak.in_use, blocks["in_use"])
         await asyncio.sleep(0.05)
 
 
@@ -275,7 +299,8 @@ def bench_daemon_cost(s: Settings) -> dict[str, Any]:
     results = alternating(s.rounds, sides)
     rates = {name: statistics.median(m.tokens_per_second for m in ms) for name, ms in results.items()}
     return {"daemon_tokens_per_s": rates["daemon"], "bare_loop_tokens_per_s": rates["bare_loop"],
-            "daemon_share": rates["daemon"] / rates["bare_loop"]}
+            "daemon_share": rates["daemon"] / rates["bare_loop"],
+            "rounds": results.pairs(lambda m: round(m.tokens_per_second, 2))}
 
 
 def bench_restart(s: Settings) -> dict[str, Any]:
@@ -350,14 +375,22 @@ def main() -> None:
         section = runs[name](settings)
         results[name] = section
         results.update({key: value for key, value in section.items() if key in HEADLINE})
+        results.setdefault("not_measured", {}).update(section.get("not_measured", {}))
         for key, value in section.items():
-            if isinstance(value, (int, float, str)):
+            if key == "rounds":
+                rows += round_rows(name, value)
+            elif key == "not_measured":
+                continue
+            elif value is None or isinstance(value, (int, float, str)):
                 rows.append((f"{name}.{key}", value))
             elif isinstance(value, dict):
                 rows += [(f"{name}.{key}.{k}", v) for k, v in value.items()]
             else:
                 rows.append((f"{name}.{key}", ", ".join(f"{v:.3f}" for v in value)))
-    report(f"serving benchmark, {MODEL}, {args.threads} threads{' (quick)' if args.quick else ''}", rows, results, args.json)
+    if not results["not_measured"]:
+        del results["not_measured"]
+    report(f"serving benchmark, {MODEL}, {args.threads} threads{' (quick)' if args.quick else ''}", rows, results,
+           args.json, required=[key for key in HEADLINE if key in results])
 
 
 if __name__ == "__main__":

@@ -7,9 +7,13 @@ open-ended (write a story), where it finds few and ``auto`` must cost nothing.
 Each round measures every side in turn (never two at once): our runner with
 ``speculative: auto`` (the default) and with ``off``, llama-cpp-python's
 ``Llama.generate``, and llama-server with its own n-gram speculation
-(``--spec-type ngram-simple``) where the built llama.cpp has it. Tokens/s is
-the decode phase (first generated token to the last); medians over rounds.
-Speculation's text must equal plain decoding's, or the run fails.
+(``--spec-type ngram-simple``) where the built llama.cpp has it, the order
+reversed every other round. Tokens/s is the decode phase, timed the same way
+for every side: wall time at the client from the first streamed token to the
+last (``timing`` in the output says so); the two servers' own figures (our
+runner's ``eval_duration``, llama-server's ``predicted_ms``) are reported
+beside it as ``server_tokens_per_s``. Medians over rounds; each task lists
+its rounds. Speculation's text must equal plain decoding's, or the run fails.
 
     python scripts/bench/speculative.py [--models smollm2,gemma3] [--tokens 128] [--rounds 5] [--threads 2]
         [--llama-server] [--json]
@@ -18,9 +22,10 @@ Speculation's text must equal plain decoding's, or the run fails.
 (speculation ÷ without; the grounded figure is the geometric mean of the
 three tasks), ``grounded_M_vs_llama_cpp`` / ``open_M_vs_llama_cpp`` (÷
 ``Llama.generate``), ``grounded_M_vs_llama_server`` (÷ llama-server's n-gram
-speculation; null when not measured, ``llama_server_note`` says why), the
-acceptance rates, and every task's figures under ``tasks``.
-``--llama-server`` builds llama-server first if it is not cached (minutes).
+speculation; null when llama-server was not run, ``not_measured`` says why),
+the acceptance rates, and every task's figures under ``tasks``.
+``--llama-server`` builds llama-server first if it is not cached (minutes), and
+makes its figures required: the run fails (status 1) if it cannot measure them.
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import alternating, cpu_name, fixtures  # noqa: E402
+from common import alternating, cpu_name, fixtures, not_measured, report, round_rows  # noqa: E402
+
+TIMING = ("client wall time from the first streamed token to the last, every side; "
+          "server_tokens_per_s: each server's own figure (eval_duration, predicted_ms)")
 
 PARAGRAPH = (
     "The old lighthouse stood on the northern cliff for two hundred years. Its keeper, a quiet man named Tomas, "
@@ -169,6 +177,7 @@ class Ours:
                     first, last = first or now, now
                     pieces.append(item["content"])
             return {"text": "".join(pieces), "tokens_per_s": (final["eval_count"] - 1) / (last - first),
+                    "server_tokens_per_s": (final["eval_count"] - 1) / (final["eval_duration"] / 1e9),
                     "drafted": final.get("draft_count", 0), "accepted": final.get("draft_accepted_count", 0)}
 
         return measure
@@ -229,12 +238,25 @@ class NgramLlamaServer:
     def side(self, prompt: str, tokens: int) -> Callable[[], dict]:
         import httpx
 
-        body = {"prompt": prompt, "n_predict": tokens, "temperature": 0, "repeat_penalty": 1.0, "cache_prompt": False}
+        body = {"prompt": prompt, "n_predict": tokens, "temperature": 0, "repeat_penalty": 1.0, "cache_prompt": False,
+                "stream": True}
 
         def measure() -> dict:
-            answer = httpx.post(self.server.url + "/completion", json=body, timeout=1800).json()
-            t = answer["timings"]
-            return {"text": answer["content"], "tokens_per_s": t["predicted_n"] / (t["predicted_ms"] / 1000)}
+            pieces, first, last, timings = [], 0.0, 0.0, {}
+            with httpx.stream("POST", self.server.url + "/completion", json=body, timeout=1800) as r:
+                for line in r.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    item = json.loads(line[6:])
+                    if item.get("content"):
+                        now = time.perf_counter()
+                        first, last = first or now, now
+                        pieces.append(item["content"])
+                    if item.get("stop"):
+                        timings = item["timings"]
+                        break
+            return {"text": "".join(pieces), "tokens_per_s": (timings["predicted_n"] - 1) / (last - first),
+                    "server_tokens_per_s": timings["predicted_n"] / (timings["predicted_ms"] / 1000)}
 
         return measure
 
@@ -243,7 +265,7 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def bench_model(name: str, path: Path, args: argparse.Namespace, peer: bool) -> dict:
+def bench_model(name: str, path: Path, args: argparse.Namespace, peer: bool, peer_note: str) -> dict:
     ours, generate = Ours(path, args.threads), LlamaGenerate(path, args.threads)
     server = NgramLlamaServer(path, args.threads) if peer else None
     tasks = {}
@@ -260,17 +282,24 @@ def bench_model(name: str, path: Path, args: argparse.Namespace, peer: bool) -> 
         if len(texts) != 1:
             raise AssertionError(f"{name}/{task}: speculation changed the output:\n" + "\n---\n".join(texts))
         median = {side: statistics.median(s["tokens_per_s"] for s in ms) for side, ms in samples.items()}
+        servers = [side for side in samples if "server_tokens_per_s" in samples[side][0]]
         last = samples["speculative"][-1]
         tasks[task] = {
             "grounded": grounded,
             "tokens_per_s": {side: round(v, 2) for side, v in median.items()},
+            "server_tokens_per_s": {side: round(statistics.median(s["server_tokens_per_s"] for s in samples[side]), 2)
+                                    for side in servers},
+            "rounds": samples.pairs(lambda s: round(s["tokens_per_s"], 2)),
             "ratio": median["speculative"] / median["plain"],
             "vs_llama_cpp": median["speculative"] / median["llama_generate"],
-            "vs_llama_server": median["speculative"] / median["llama_server_ngram"] if server else None,
             "acceptance": last["accepted"] / last["drafted"] if last["drafted"] else None,
             "drafted": last["drafted"],
             "same_text_as_llama_generate": samples["llama_generate"][-1]["text"] == last["text"],
         }
+        if server is not None:
+            tasks[task]["vs_llama_server"] = median["speculative"] / median["llama_server_ngram"]
+        else:
+            not_measured(tasks[task], "vs_llama_server", peer_note)
         print(f"{name}/{task}: {tasks[task]['tokens_per_s']}", file=sys.stderr)  # progress: a run takes long
     ours.runner.cleanup()
     if server is not None:
@@ -280,11 +309,15 @@ def bench_model(name: str, path: Path, args: argparse.Namespace, peer: bool) -> 
         chosen = [t for t in tasks.values() if t["grounded"] == grounded]
         result[f"{kind}_{name}_ratio"] = round(geomean([t["ratio"] for t in chosen]), 3)
         result[f"{kind}_{name}_vs_llama_cpp"] = round(geomean([t["vs_llama_cpp"] for t in chosen]), 3)
-        if kind == "grounded":
-            result[f"grounded_{name}_vs_llama_server"] = (
-                round(geomean([t["vs_llama_server"] for t in chosen]), 3) if server else None)
+        if kind == "grounded" and server is not None:
+            result[f"grounded_{name}_vs_llama_server"] = round(geomean([t["vs_llama_server"] for t in chosen]), 3)
+        elif kind == "grounded":
+            not_measured(result, f"grounded_{name}_vs_llama_server", peer_note)
         accepted = [t["acceptance"] for t in chosen if t["acceptance"] is not None]
-        result[f"{kind}_{name}_acceptance"] = round(statistics.mean(accepted), 3) if accepted else None
+        if accepted:
+            result[f"{kind}_{name}_acceptance"] = round(statistics.mean(accepted), 3)
+        else:
+            not_measured(result, f"{kind}_{name}_acceptance", "speculation drafted nothing in these tasks")
     for t in tasks.values():
         for key in ("ratio", "vs_llama_cpp", "vs_llama_server", "acceptance"):
             if t[key] is not None:
@@ -304,19 +337,23 @@ def main() -> None:
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the runner (atexit) when killed
     paths = {"smollm2": fixtures.smollm2_gguf, "gemma3": fixtures.gemma3_gguf}
+    models = args.models.split(",")
     peer, note = NgramLlamaServer.available(args.llama_server)
-    report: dict = {"cpu": cpu_name(), "threads": args.threads, "tokens": args.tokens, "rounds": args.rounds}
-    if not peer:
-        report["llama_server_note"] = note
-    for name in args.models.split(","):
-        report.update(bench_model(name, paths[name](), args, peer))
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return
-    print(f"{report['cpu']}, {args.threads} threads, {args.tokens} tokens, {args.rounds} rounds")
-    for key, value in report.items():
-        if not key.endswith("_tasks") and key not in ("cpu", "threads", "tokens", "rounds"):
-            print(f"{key:<34} {value}")
+    results: dict = {"cpu": cpu_name(), "threads": args.threads, "tokens": args.tokens, "rounds": args.rounds,
+                     "timing": TIMING}
+    for name in models:
+        section = bench_model(name, paths[name](), args, peer, note)
+        results.setdefault("not_measured", {}).update(section.pop("not_measured", {}))
+        results.update(section)
+    if not results["not_measured"]:
+        del results["not_measured"]
+    rows = [(key, value) for key, value in results.items() if not key.endswith("_tasks") and key != "not_measured"]
+    for name in models:
+        for task, figures in results[f"{name}_tasks"].items():
+            rows += round_rows(f"{name}/{task} tokens/s", figures["rounds"])
+    required = [f"grounded_{name}_vs_llama_server" for name in models] if args.llama_server else []
+    report(f"speculative decoding, {args.threads} threads, {args.tokens} tokens, {args.rounds} rounds", rows,
+           results, args.json, required=required)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support.daemon import Daemon
-from support.gguf_builders import build_gguf, gguf_string, kv_string, tensor_info
+from support.gguf_builders import build_gguf, gguf_string, kv_string, kv_u8_array, tensor_info
 from support.faults import assert_alive, assert_store_consistent, model_names, partial_files, stream_events
 from support.registry_servers import PackageIndexServer
 
@@ -126,4 +126,26 @@ def test_the_store_is_clean_after_every_refusal(daemon: Daemon) -> None:
     assert model_names(daemon) == set()
     store = assert_store_consistent(daemon)
     assert store.list_models() == [] and partial_files(store) == []
+    assert_alive(daemon)
+
+
+def test_show_verbose_decodes_metadata_arrays_only_within_its_bound(daemon: Daemon, tmp_path: Path) -> None:
+    """/api/show is reachable from other machines: a header claiming 16 M items must not become a 16 M-item
+    list (128 MB, and 48 MB of JSON). Arrays come in full, in file order, up to 1,048,576 items in all."""
+    path = tmp_path / "wide.gguf"
+    path.write_bytes(build_gguf(kv=[kv_string("general.architecture", "llama"), kv_u8_array("small", 3, 7),
+                                    kv_u8_array("first", 700_000, 1), kv_u8_array("hostile.items", 1 << 24),
+                                    kv_u8_array("second", 700_000, 2), kv_u8_array("last", 2, 9)]))
+    events = stream_events(daemon, "/api/create", {"model": "wide", "modelfile": f"FROM {path}"})
+    assert events[-1] == {"status": "success"}, events
+    shown = httpx.post(f"{daemon.url}/api/show", json={"model": "wide", "verbose": True}, timeout=120)
+    assert shown.status_code == 200, shown.text[:300]
+    info = shown.json()["model_info"]
+    assert info["small"] == [7, 7, 7] and info["last"] == [9, 9]
+    assert info["first"] == [1] * 700_000
+    assert info["hostile.items"] is None  # 16 M items: past the bound, as without verbose
+    assert info["second"] is None  # 700,000 more would pass 1,048,576 in all
+    assert len(shown.content) < 4 << 20
+    terse = httpx.post(f"{daemon.url}/api/show", json={"model": "wide"}, timeout=60).json()["model_info"]
+    assert terse["small"] == [7, 7, 7] and terse["first"] is None and terse["hostile.items"] is None
     assert_alive(daemon)

@@ -10,20 +10,21 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Iterator
+import tracemalloc
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.gguf_builders import lora_adapter, tiny_model
-from support.registry_servers import RegistryServer, new_puller, run
+from support.registry_servers import RegistryServer, new_puller, registry_errors, run
 
 from localllm.config import SettingsError, load_settings
 from localllm.registry.models import load_local_model
 from localllm.registry.names import ModelName
 from localllm.registry.pull import PullError, Puller
 from localllm.registry.push import Pusher
-from localllm.registry.remote import RegistryError
+from localllm.registry.remote import MAX_ANSWER_BYTES, RegistryError
 from localllm.registry.store import (
     MEDIA_ADAPTER,
     MEDIA_LICENSE,
@@ -382,3 +383,71 @@ def test_push_of_a_model_that_is_not_there(tmp_path: Path, registry: RegistrySer
     with pytest.raises(RegistryError) as excinfo:
         push(Pusher(new_puller(tmp_path).store, load_settings()), "missing:1b", insecure=True)
     assert excinfo.value.status == 404 and "model 'missing:1b' not found" in str(excinfo.value)
+
+
+HUGE = 64 << 20  # bytes of a hostile answer: read whole, it shows in the peak memory
+
+
+def peak_memory_of(action: Callable[[], object]) -> tuple[BaseException | None, int]:
+    """What ``action`` raised (None if nothing), and the most memory Python held while it ran."""
+    tracemalloc.start()
+    try:
+        action()
+        raised = None
+    except Exception as exc:  # noqa: BLE001 - the caller checks what it is
+        raised = exc
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return raised, peak
+
+
+ERROR = json.dumps(registry_errors("UNKNOWN", "it broke")).encode()
+
+
+def test_a_huge_error_body_is_read_only_to_its_bound(tmp_path: Path, registry: RegistryServer) -> None:
+    registry.answer_padded("/v2/library/tiny/manifests/1b", 500, ERROR, HUGE)  # valid JSON: spaces may follow
+    raised, peak = peak_memory_of(lambda: run(new_puller(tmp_path / "store"), "tiny:1b", insecure=True))
+    assert isinstance(raised, PullError), raised
+    assert f"could not send the manifest: HTTP 500: (an answer larger than {MAX_ANSWER_BYTES} bytes, not read " \
+           "further)" in str(raised)
+    assert peak < 16 << 20, f"the pull held {peak} bytes"
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["token-exchange", "direct-token"])
+def test_a_huge_challenge_is_read_only_to_its_bound(tmp_path: Path, registry: RegistryServer, exchange: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx reads a 401's body before answering the challenge: that read is bounded too."""
+    monkeypatch.setenv("LOCALLLM_REGISTRY_TOKEN", "s3cret")
+    challenge = f'Bearer realm="{registry.url}/token",service="x"' if exchange else 'Bearer error="invalid_token"'
+    registry.answer_padded("/v2/library/tiny/manifests/1b", 401, ERROR, HUGE, {"WWW-Authenticate": challenge})
+    registry.answer_padded("/token", 200, b'{"token": "granted"}', 100)
+    raised, peak = peak_memory_of(lambda: run(new_puller(tmp_path / "store"), "tiny:1b", insecure=True))
+    assert isinstance(raised, PullError), raised
+    assert "refused to send the manifest: unauthorized" in str(raised)
+    assert f"larger than {MAX_ANSWER_BYTES} bytes" in str(raised)
+    assert peak < 16 << 20, f"the pull held {peak} bytes"
+
+
+def test_a_huge_token_answer_is_refused_naming_the_bound(tmp_path: Path, registry: RegistryServer) -> None:
+    registry.answer_padded("/v2/library/tiny/manifests/1b", 401, ERROR, len(ERROR),
+                           {"WWW-Authenticate": f'Bearer realm="{registry.url}/token",service="x"'})
+    registry.answer_padded("/token", 200, b'{"token": "granted"', HUGE)  # never closed: no end to wait for
+    raised, peak = peak_memory_of(lambda: run(new_puller(tmp_path / "store"), "tiny:1b", insecure=True))
+    assert isinstance(raised, PullError), raised
+    assert f"the registry's token service {registry.url}/token sent an answer larger than {MAX_ANSWER_BYTES} " \
+           "bytes" in str(raised)
+    assert peak < 16 << 20, f"the pull held {peak} bytes"
+
+
+def test_a_huge_answer_to_a_push_is_read_only_to_its_bound(tmp_path: Path, registry: RegistryServer,
+                                                          target: RegistryServer, tiny: Path) -> None:
+    puller = pulled(tmp_path, registry, tiny)
+    name = f"{target.host}/me/tiny:v1"
+    puller.store.copy(ModelName.parse("tiny:1b"), ModelName.parse(name))
+    target.answer_padded("/v2/me/tiny/blobs/uploads/", 500, ERROR, HUGE)
+    raised, peak = peak_memory_of(lambda: push(Pusher(puller.store, load_settings()), name, insecure=True))
+    assert isinstance(raised, RegistryError), raised
+    assert f"could not start an upload: HTTP 500: (an answer larger than {MAX_ANSWER_BYTES} bytes" in str(raised)
+    assert peak < 16 << 20, f"the push held {peak} bytes"
+    assert target.manifests == {}

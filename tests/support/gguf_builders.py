@@ -245,6 +245,11 @@ def kv_u32(key: str, value: int) -> bytes:
     return gguf_string(key) + struct.pack("<II", 4, value)
 
 
+def kv_u8_array(key: str, count: int, fill: int = 0) -> bytes:
+    """An array of ``count`` one-byte items: the cheapest way for a file to claim many items."""
+    return gguf_string(key) + struct.pack("<IIQ", 9, 0, count) + bytes([fill]) * count
+
+
 def tensor_info(name: str, shape: tuple[int, ...], ggml_type: int, offset: int) -> bytes:
     return gguf_string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack(
         "<IQ", ggml_type, offset

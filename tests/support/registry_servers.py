@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import html
 import json
 import re
 import secrets
@@ -85,6 +86,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+    def send_padded(self, status: int, start: bytes, size: int, headers: dict[str, str]) -> None:
+        """``start`` then spaces up to ``size`` bytes in all, a megabyte at a time, until the client hangs up."""
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        self.close_connection = True
+        if self.command == "HEAD":
+            return
+        padding = b" " * (1 << 20)
+        try:
+            self.wfile.write(start)
+            for sent in range(len(start), size, len(padding)):
+                self.wfile.write(padding[: size - sent])
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def send_file(self, path: Path, send_body: bool, extra_headers: dict[str, str], cut: int | None) -> None:
         """Serve a file honouring ``Range: bytes=N-``; stop after ``cut`` body bytes if set."""
@@ -177,10 +197,12 @@ class _Base:
 class PackageIndexServer(_Base):
     """Serves ``<url>/simple/<project>/`` and ``<url>/files/<wheel>`` from a directory of wheels."""
 
-    def __init__(self, wheels_dir: Path, json_api: bool = True):
+    def __init__(self, wheels_dir: Path, json_api: bool = True, listed_as: dict[str, str] | None = None):
+        """``listed_as``: the name the index gives a wheel instead of its own (as a hostile index would)."""
         super().__init__()
         self.wheels_dir = Path(wheels_dir)
         self.json_api = json_api
+        self.listed_as = dict(listed_as or {})
         self._hashes: dict[str, str] = {}
 
     @property
@@ -203,7 +225,7 @@ class PackageIndexServer(_Base):
                 return
             files = [
                 {
-                    "filename": w.name,
+                    "filename": self.listed_as.get(w.name, w.name),
                     "url": f"../../files/{w.name}",
                     "hashes": {"sha256": self._hash(w)},
                     "size": w.stat().st_size,
@@ -213,7 +235,8 @@ class PackageIndexServer(_Base):
             if self.json_api and PEP691_JSON in (handler.headers.get("Accept") or ""):
                 handler.send_json(200, {"meta": {"api-version": "1.1"}, "name": project, "files": files}, PEP691_JSON)
                 return
-            links = "".join(f'<a href="{f["url"]}#sha256={f["hashes"]["sha256"]}">{f["filename"]}</a>\n' for f in files)
+            links = "".join(f'<a href="{f["url"]}#sha256={f["hashes"]["sha256"]}">{html.escape(f["filename"])}</a>\n'
+                            for f in files)
             data = f"<html><body>{links}</body></html>".encode()
             handler.send_response(200)
             handler.send_header("Content-Type", "text/html")
@@ -300,7 +323,8 @@ class RegistryServer(_Base):
     realm hands out a session token to a request bearing ``token`` (Docker's token protocol);
     with ``exchange=False`` the challenge has no realm and ``token`` itself is the credential.
     ``refuse_push`` makes every upload and manifest PUT answer 403 DENIED. ``serve_instead`` serves other bytes
-    under a blob's digest; ``gate`` holds a blob's GET until another blob's GET has begun.
+    under a blob's digest; ``gate`` holds a blob's GET until another blob's GET has begun; ``answer_padded``
+    answers a path with an answer of any size, as a hostile registry would.
     """
 
     def __init__(self, root: Path, token: str | None = None, exchange: bool = True):
@@ -317,6 +341,7 @@ class RegistryServer(_Base):
         self._swapped: dict[str, Path] = {}
         self._started: set[str] = set()  # digests whose GET has begun
         self._gates: dict[str, str] = {}
+        self._padded: dict[str, tuple[int, bytes, int, dict[str, str]]] = {}
 
     @property
     def host(self) -> str:
@@ -359,12 +384,22 @@ class RegistryServer(_Base):
     def gate(self, digest: str, until: str) -> None:
         self._gates[digest] = until
 
+    def answer_padded(self, path: str, status: int, start: bytes, size: int,
+                      headers: dict[str, str] | None = None) -> None:
+        """Answer every request for ``path`` with ``status`` and ``start`` padded with spaces to ``size`` bytes."""
+        self._padded[path] = (status, start, size, dict(headers or {}))
+
     def has_blob(self, digest: str) -> bool:
         return (self.blobs_dir / digest.replace(":", "-")).is_file()
 
     # -- the protocol ----------------------------------------------------------------
 
     def handle(self, handler: _Handler, path: str, send_body: bool) -> None:
+        if path in self._padded:
+            if handler.command in ("POST", "PUT"):
+                handler.read_body()
+            handler.send_padded(*self._padded[path])
+            return
         if path == "/token":
             self._issue_token(handler)
             return
