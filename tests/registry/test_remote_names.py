@@ -86,7 +86,7 @@ def test_a_hostile_hugging_face_file_name_writes_nothing_outside_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_with_a_model: Puller, hostile: str
 ) -> None:
     hostile = hostile.format(tmp=tmp_path)  # an absolute path, inside this test's directory
-    served = tiny_model(tmp_path / "served.gguf")
+    served = tiny_model(tmp_path / "served.gguf", seed=1)  # not the model the store has: it must be fetched
     before = files_under(tmp_path)
     with HubServer({"evil/model": {hostile: served}}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
