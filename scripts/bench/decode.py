@@ -3,10 +3,10 @@
 Both sides run greedy decoding of the same prompt on the same model with the
 same number of threads, one after the other (never at the same time: they
 would share the CPU), alternating for ``--rounds`` rounds, the order reversed
-every other round; the median of each side is compared, and ``rounds`` lists
-each round's pair in the order it ran. Tokens/s counts the decode phase only: from the first
-generated token to the last, so prompt processing and model loading do not
-blur the figure.
+every other round; the median of each side is compared, and ``round_pairs``
+lists each round's pair in the order it ran. Tokens/s counts the decode phase
+only: from the first generated token to the last, so prompt processing and
+model loading do not blur the figure.
 
     python scripts/bench/decode.py [--model GGUF] [--threads 2] [--tokens 128] [--engine native] [--json]
 
@@ -160,7 +160,7 @@ def run(cfg: BenchConfig, ours: Side, rounds: int) -> dict:
         "decode_ratio": round(medians["ours"] / medians["llama_cpp_python"], 3),
         "engine": results["ours"][-1].engine or cfg.engine or "native",
         "samples": {name: [asdict(m) for m in ms] for name, ms in results.items()},
-        "rounds": results.pairs(lambda m: round(m.tokens_per_second, 2)),
+        "round_pairs": results.pairs(lambda m: round(m.tokens_per_second, 2)),
     }
 
 
@@ -196,7 +196,7 @@ def main() -> None:
     print(f"{'ratio':<20} {report['decode_ratio']:>10.3f}")
     from common import round_rows
 
-    for label, pair in round_rows("tokens/s", report["rounds"]):
+    for label, pair in round_rows("tokens/s", report["round_pairs"]):
         print(f"{label}: {pair}")
 
 

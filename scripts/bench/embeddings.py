@@ -107,7 +107,7 @@ def embeddings(args: argparse.Namespace) -> dict:
     return {
         "embed_throughput_ratio_c8": median["ours"] / median["llama_server"],
         "embed_batching_gain": median["ours"] / median["ours_one_at_a_time"],
-        "embeddings": {"passages_per_s": median, "rounds": samples.pairs(lambda rate: round(rate, 1)),
+        "embeddings": {"passages_per_s": median, "round_pairs": samples.pairs(lambda rate: round(rate, 1)),
                        "clients": args.clients, "passages_per_client": args.passages, "our_engine": engine},
     }
 
@@ -138,7 +138,7 @@ def main() -> None:
                                         if isinstance(value, float)]
     for side, value in results.get("embeddings", {}).get("passages_per_s", {}).items():
         rows.append((f"passages/s, {side}", value))
-    rows += round_rows("passages/s", results.get("embeddings", {}).get("rounds", []))
+    rows += round_rows("passages/s", results.get("embeddings", {}).get("round_pairs", []))
     report(f"embedding benchmark, {MODEL}, {args.clients} clients x {args.passages} passages, {args.threads} threads",
            rows, results, args.json)
 

@@ -71,10 +71,10 @@ def main() -> None:
         "cpu_prefill_tok_s": median["cpu"][0], "gpu_prefill_tok_s": median["gpu"][0],
         "cpu_decode_tok_s": median["cpu"][1], "gpu_decode_tok_s": median["gpu"][1],
         "rounds": args.rounds, "tokens": args.tokens,
-        "rounds_prefill_decode_tok_s": samples.pairs(lambda rates: [round(rate, 1) for rate in rates]),
+        "round_pairs_prefill_decode_tok_s": samples.pairs(lambda rates: [round(rate, 1) for rate in rates]),
     }
-    rows = [(key, value) for key, value in results.items() if key != "rounds_prefill_decode_tok_s"]
-    rows += round_rows("prefill, decode tok/s", results["rounds_prefill_decode_tok_s"])
+    rows = [(key, value) for key, value in results.items() if key != "round_pairs_prefill_decode_tok_s"]
+    rows += round_rows("prefill, decode tok/s", results["round_pairs_prefill_decode_tok_s"])
     report(f"GPU offload ({device}) against the CPU, llama.cpp engine", rows, results, args.json)
 
 

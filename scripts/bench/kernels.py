@@ -245,7 +245,7 @@ def compare(label: str, path: Path, threads: int, tokens: int, rounds: int, pref
         result[f"llama_decode_tps_{label}"], result[f"native_decode_tps_{label}"] = theirs, ours
         result[f"native_decode_ratio_{label}"] = ours / theirs
         result[f"rounds_native_decode_ratio_{label}"] = round_ratios(samples)
-        result[f"rounds_decode_{label}"] = samples.pairs(rounded)  # tokens/s and GB/s, in the order they ran
+        result[f"round_pairs_decode_{label}"] = samples.pairs(rounded)  # tokens/s and GB/s, in the order they ran
         best = max(bandwidth, *samples["bandwidth"])
         result[f"read_bandwidth_gbps_{label}"] = best / 1e9
         streamed = ours * native.model.weights.nbytes
@@ -261,7 +261,7 @@ def compare(label: str, path: Path, threads: int, tokens: int, rounds: int, pref
             result[f"llama_prefill_tps_{label}{suffix}"], result[f"native_prefill_tps_{label}{suffix}"] = theirs, ours
             result[f"native_prefill_ratio_{label}{suffix}"] = ours / theirs
             result[f"rounds_native_prefill_ratio_{label}{suffix}"] = round_ratios(measured)
-            result[f"rounds_prefill_{label}{suffix}"] = measured.pairs(rounded)
+            result[f"round_pairs_prefill_{label}{suffix}"] = measured.pairs(rounded)
     finally:
         native.close()
         reference.close()

@@ -115,7 +115,7 @@ def bench(threads: int, rounds: int, quick: bool) -> dict[str, Any]:
         for server in servers.values():
             server.stop()
     result: dict[str, Any] = {"n_ctx": N_CTX, "predict": PREDICT,
-                              "rounds": samples.pairs(lambda r: [round(r["prefill_tokens_per_s"], 1),
+                              "round_pairs": samples.pairs(lambda r: [round(r["prefill_tokens_per_s"], 1),
                                                                  round(r["decode_tokens_per_s"], 1)])}
     for name, runs in samples.items():
         result[name] = {
@@ -143,7 +143,7 @@ def main() -> None:
     rows = [(key, section[key]) for key in HEADLINE]
     for name in ("ours_f16", "llama_server_f16", "ours_q8_0", "llama_server_q8_0"):
         rows += [(f"{name}.{k}", v) for k, v in section[name].items()]
-    rows += round_rows("prefill, decode tok/s", section["rounds"])
+    rows += round_rows("prefill, decode tok/s", section["round_pairs"])
     report(f"long context, {MODEL}, {args.threads} threads{' (quick)' if args.quick else ''}", rows, results, args.json)
 
 

@@ -118,7 +118,7 @@ def bench_model(daemon, name: str, ports: list[int], rounds: int, prompt_words: 
         "two_workers": {k: round(v, 1) for k, v in two.items()},
         "decode_ratio": round(two["decode_tokens_per_s"] / one["decode_tokens_per_s"], 3),
         "prefill_ratio": round(two["prefill_tokens_per_s"] / one["prefill_tokens_per_s"], 3),
-        "rounds_prefill_decode_tok_s": samples.pairs(lambda s: [round(s["prefill_tokens_per_s"], 1),
+        "round_pairs_prefill_decode_tok_s": samples.pairs(lambda s: [round(s["prefill_tokens_per_s"], 1),
                                                                  round(s["decode_tokens_per_s"], 1)]),
     }
 
@@ -171,7 +171,7 @@ def main() -> None:
             (f"{name} decode step: TCP data segments", round(two["decode_step_segments"], 1)),
             (f"{name} decode request bytes/token, all in", round(two["decode_request_bytes_per_token"])),
             (f"{name} prefill bytes/token (sent+received)", round(two["prefill_bytes_per_token"])),
-            *round_rows(f"{name} prefill, decode tok/s", r["rounds_prefill_decode_tok_s"]),
+            *round_rows(f"{name} prefill, decode tok/s", r["round_pairs_prefill_decode_tok_s"]),
         ]
     report(f"one model over two loopback workers vs one machine (llama.cpp engine, medians of {args.rounds} rounds)",
            rows, results, args.json)

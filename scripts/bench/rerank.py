@@ -15,7 +15,8 @@ sides' scores differ by llama-server's batching (``rerank_max_score_difference``
     python scripts/bench/rerank.py [--rounds 5] [--threads 2] [--json]
 
 ``--json`` prints ``rerank_ms``, ``rerank_ms_llama_server``, ``rerank_ratio``, ``rerank_documents``,
-``rerank_tokens``, ``rerank_max_score_difference``, ``rounds`` and ``cpu``. ``bench`` is what
+``rerank_tokens``, ``rerank_max_score_difference``, ``rerank_round_pairs_ms`` (each round, in the order
+its sides ran), ``rounds`` and ``cpu``. ``bench`` is what
 ``embeddings.py`` calls for its rerank section.
 """
 
@@ -100,7 +101,7 @@ def bench(threads: int, rounds: int) -> dict[str, Any]:
         "rerank_documents": DOCUMENTS,
         "rerank_tokens": usage,
         "rerank_max_score_difference": max(abs(ours[i] - peer[i]) for i in range(DOCUMENTS)),
-        "rerank_rounds_ms": times.pairs(lambda seconds: round(seconds * 1000, 1)),
+        "rerank_round_pairs_ms": times.pairs(lambda seconds: round(seconds * 1000, 1)),
     }
 
 
@@ -111,8 +112,8 @@ def main() -> None:
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     results = {**bench(args.threads, args.rounds), "rounds": args.rounds, "threads": args.threads, "cpu": cpu_name()}
-    rows = [(key, value) for key, value in results.items() if key != "rerank_rounds_ms"]
-    rows += round_rows("ms", results["rerank_rounds_ms"])
+    rows = [(key, value) for key, value in results.items() if key != "rerank_round_pairs_ms"]
+    rows += round_rows("ms", results["rerank_round_pairs_ms"])
     report(f"rerank of {DOCUMENTS} documents, {MODEL}, {args.threads} threads", rows, results, args.json)
 
 

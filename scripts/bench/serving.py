@@ -34,8 +34,8 @@
   ``long_decode_ratio_8k`` and ``long_decode_ratio_8k_q8_0`` (targets >= 1.5).
 
 The sides run one after the other, never at once (they would share the CPU),
-the order reversed every other round; ``rounds`` lists each round's figures in
-the order its sides ran. ``--json`` puts each of those keys at the top level,
+the order reversed every other round; ``round_pairs`` lists each round's
+figures in the order its sides ran. ``--json`` puts each of those keys at the top level,
 beside each section's detail. A figure that could not be measured is null, its
 reason under ``not_measured``, and the run exits with status 1.
 ``--quick`` shortens everything for a smoke run; its figures are not the targets'.
@@ -168,7 +168,7 @@ def bench_concurrency(s: Settings) -> dict[str, Any]:
         native_server.stop()
         server.stop()
         daemon.stop()
-    result: dict[str, Any] = {"rounds": rounds.pairs(lambda r: round(r["tokens_per_s"], 1))}
+    result: dict[str, Any] = {"round_pairs": rounds.pairs(lambda r: round(r["tokens_per_s"], 1))}
     for name, runs in rounds.items():
         median = sorted(runs, key=lambda r: r["tokens_per_s"])[len(runs) // 2]  # a whole round: its TTFT too
         result[name] = median
@@ -300,7 +300,7 @@ def bench_daemon_cost(s: Settings) -> dict[str, Any]:
     rates = {name: statistics.median(m.tokens_per_second for m in ms) for name, ms in results.items()}
     return {"daemon_tokens_per_s": rates["daemon"], "bare_loop_tokens_per_s": rates["bare_loop"],
             "daemon_share": rates["daemon"] / rates["bare_loop"],
-            "rounds": results.pairs(lambda m: round(m.tokens_per_second, 2))}
+            "round_pairs": results.pairs(lambda m: round(m.tokens_per_second, 2))}
 
 
 def bench_restart(s: Settings) -> dict[str, Any]:
@@ -377,7 +377,7 @@ def main() -> None:
         results.update({key: value for key, value in section.items() if key in HEADLINE})
         results.setdefault("not_measured", {}).update(section.get("not_measured", {}))
         for key, value in section.items():
-            if key == "rounds":
+            if key == "round_pairs":
                 rows += round_rows(name, value)
             elif key == "not_measured":
                 continue

@@ -289,7 +289,7 @@ def bench_model(name: str, path: Path, args: argparse.Namespace, peer: bool, pee
             "tokens_per_s": {side: round(v, 2) for side, v in median.items()},
             "server_tokens_per_s": {side: round(statistics.median(s["server_tokens_per_s"] for s in samples[side]), 2)
                                     for side in servers},
-            "rounds": samples.pairs(lambda s: round(s["tokens_per_s"], 2)),
+            "round_pairs": samples.pairs(lambda s: round(s["tokens_per_s"], 2)),
             "ratio": median["speculative"] / median["plain"],
             "vs_llama_cpp": median["speculative"] / median["llama_generate"],
             "acceptance": last["accepted"] / last["drafted"] if last["drafted"] else None,
@@ -350,7 +350,7 @@ def main() -> None:
     rows = [(key, value) for key, value in results.items() if not key.endswith("_tasks") and key != "not_measured"]
     for name in models:
         for task, figures in results[f"{name}_tasks"].items():
-            rows += round_rows(f"{name}/{task} tokens/s", figures["rounds"])
+            rows += round_rows(f"{name}/{task} tokens/s", figures["round_pairs"])
     required = [f"grounded_{name}_vs_llama_server" for name in models] if args.llama_server else []
     report(f"speculative decoding, {args.threads} threads, {args.tokens} tokens, {args.rounds} rounds", rows,
            results, args.json, required=required)
