@@ -35,9 +35,9 @@
 
 The sides run one after the other, never at once (they would share the CPU),
 the order reversed every other round; ``round_pairs`` lists each round's
-figures in the order its sides ran. ``--json`` puts each of those keys at the top level,
-beside each section's detail. A figure that could not be measured is null, its
-reason under ``not_measured``, and the run exits with status 1.
+figures in the order its sides ran. ``--json`` puts each of those keys at the
+top level, beside each section's detail. A figure that could not be measured
+is null, its reason under ``not_measured``, and the run exits with status 1.
 ``--quick`` shortens everything for a smoke run; its figures are not the targets'.
 """
 
