@@ -4,7 +4,9 @@ Each source's ``fetch`` delivers one complete file inside the store's
 ``partial/`` directory and reports progress; it does not decide whether the
 bytes are right (the puller verifies the digest and the GGUF header). HTTP
 downloads resume with Range requests from a ``.part`` file that survives a
-failed pull, so running the pull again continues where it stopped.
+failed pull, so running the pull again continues where it stopped. A file
+name an index or a hub chooses becomes a path only through
+``remote_names.remote_path``; an index page is read to MAX_INDEX_PAGE_BYTES.
 """
 
 from __future__ import annotations
