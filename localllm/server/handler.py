@@ -125,9 +125,8 @@ class ChatHandler:
                 )
 
         history = ChatHistory(model.messages + messages, render)
-        setup = ParserSetup(thinking_tags=thinking_tags(model, turn.think),
-                            call_syntax=tool_use.syntax if tool_use else None,
-                            tool_names=frozenset(tool_use.names) if tool_use else frozenset())
+        setup = ParserSetup(format=model.chat_format, thinking_tags=thinking_tags(model, turn.think),
+                            tools=tool_use.schemas if tool_use else {})
         return PreparedTurn(job, lambda health: render(health, history.messages), turn.think, tool_use, setup,
                             history)
 
@@ -135,8 +134,8 @@ class ChatHandler:
                          system_render: PromptRenderer | None = None) -> PreparedTurn:
         """A completion of a plain prompt (``/api/generate``): thinking is split out, no tools;
         ``system_render`` renders its system part alone, which a context must hold."""
-        return PreparedTurn(job, render, think, None, ParserSetup(thinking_tags=thinking_tags(job.model, think)),
-                            system_render=system_render)
+        setup = ParserSetup(format=job.model.chat_format, thinking_tags=thinking_tags(job.model, think))
+        return PreparedTurn(job, render, think, None, setup, system_render=system_render)
 
     # -- running -----------------------------------------------------------------------
 
@@ -162,6 +161,8 @@ class ChatHandler:
         if setup.thinking_tags and turn.think is not False:
             # A template that opens the block itself leaves the answer inside it.
             setup = replace(setup, starts_thinking=setup.thinking_tags.opened_by(text))
+        if setup.format.answer_start and isinstance(text, str) and text.endswith(setup.format.answer_start):
+            setup = replace(setup, continues_header=True)
         events = lease.complete(prompt)
         first = await anext(events)  # a failure to start is raised here, before a dialect sends anything
         deltas = self._deltas(first, events, OutputParser(setup), turn.think is False, notes)
