@@ -125,7 +125,7 @@ class LocalModel:
         caps = (["completion"] if pooling in (None, Pooling.NONE) else ["rerank"] if pooling == Pooling.RANK
                 else ["embedding"])
         template = self.template or self.chat_template or ""
-        if self.chat_format.calls and ("tools" in template or self.format_names[0]):
+        if self.chat_format.calls and ("tools" in template or ".Tools" in template or self.format_names[0]):
             caps.append("tools")
         if self.thinking_tags:
             caps.append("thinking")

@@ -17,7 +17,8 @@ from ..registry.models import LocalModel
 from ..templates import prompt as prompts
 from ..templates.thinking import ThinkingTags
 from .conversation import (
-    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta
+    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta,
+    template_messages,
 )
 from .errors import ApiError, bad_request
 from .history import ChatHistory, images_of
@@ -59,6 +60,12 @@ def thinking_tags(model: LocalModel, think: ThinkSetting) -> ThinkingTags | None
     if think not in (None, False) and tags is None:
         raise bad_request(f"{model.name.display!r} does not support thinking")
     return tags
+
+
+def format_markers(model: LocalModel) -> tuple[str, ...]:
+    """The markers the parser reads in this model's output, which the runner must spell out even
+    where they are control tokens (gpt-oss's ``<|channel|>``, Mistral's ``[TOOL_CALLS]``)."""
+    return tuple(dict.fromkeys([*model.chat_format.markers, *(model.thinking_tags or ())]))
 
 
 def check_tool_results(messages: list[Message]) -> None:
@@ -106,6 +113,7 @@ class ChatHandler:
                       or turn.grammar)
         job = self.inference.job(turn.model, turn.options, turn.keep_alive, turn.constraint, turn.grammar)
         job.shift, job.truncate = turn.shift, turn.truncate
+        job.preserved_tokens = format_markers(job.model)
         self.inference.want_logprobs(job, turn.logprobs, turn.top_logprobs)
         model = job.model
         check_images(model, ((f"messages[{i}].images[{j}]", data) for i, m in enumerate(turn.messages)
@@ -113,7 +121,7 @@ class ChatHandler:
         check_tool_results(turn.messages)
         tool_use = apply_tool_choice(job, ToolUse.for_model(model, turn.tools), turn.tool_choice,
                                      turn.parallel_tool_calls)
-        messages = [m.for_template() for m in turn.messages]
+        messages = template_messages(turn.messages)
         tools = tool_use.tools if tool_use else None
 
         def render(health: Health, kept: list[dict[str, Any]]) -> str:
@@ -135,6 +143,7 @@ class ChatHandler:
         """A completion of a plain prompt (``/api/generate``): thinking is split out, no tools;
         ``system_render`` renders its system part alone, which a context must hold."""
         setup = ParserSetup(format=job.model.chat_format, thinking_tags=thinking_tags(job.model, think))
+        job.preserved_tokens = format_markers(job.model)
         return PreparedTurn(job, render, think, None, setup, system_render=system_render)
 
     # -- running -----------------------------------------------------------------------

@@ -412,7 +412,9 @@ def forced_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], only: str | 
     chosen = [t for t in tools if not only or t["function"]["name"] == only]
     if not chosen:
         raise bad_request(f"tool_choice names {only!r}, which is not among the tools")
-    return f"root ::= toolcall\n{call_grammar(syntax, chosen)}"
+    around = [_gbnf_literal(w) for w in syntax.wrappers] or ["", ""]  # a group's markers (DeepSeek's)
+    root = " ".join(p for p in (around[0], "toolcall", around[-1]) if p)
+    return f"root ::= {root}\n{call_grammar(syntax, chosen)}"
 
 
 def lazy_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], parallel: bool = True) -> tuple[str, tuple[str, ...]]:

@@ -35,6 +35,7 @@ class CallSyntax:
     closing: str | None  # a call ends here; None: at the next opening or at the end of the answer
     body: str  # the decoder of a call's text (between opening and closing), see tools.decode_call
     wrappers: tuple[str, ...] = ()  # written around a group of calls; dropped
+    inner: tuple[str, ...] = ()  # markers inside a call's text, which its decoder reads
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,12 @@ class ChatFormat:
 
     @property
     def markers(self) -> tuple[str, ...]:
-        """Every marker the format writes: a runner must pass these tokens on as text (control tokens)."""
+        """Every marker the format writes: where one is a control token, the runner must pass it on as text."""
         found = list(self.dropped)
         if self.thinking:
             found += self.thinking
         if self.calls:
-            found += [*self.calls.opening, *self.calls.wrappers]
+            found += [*self.calls.opening, *self.calls.wrappers, *self.calls.inner]
             if self.calls.closing:
                 found.append(self.calls.closing)
         return tuple(dict.fromkeys(found))
@@ -70,14 +71,15 @@ QWEN_XML_CALLS = CallSyntax("qwen-xml", ("<tool_call>",), "</tool_call>", "qwen-
 GLM_CALLS = CallSyntax("glm", ("<tool_call>",), "</tool_call>", "glm")
 LLAMA3_CALLS = CallSyntax("llama3", ("<|python_tag|>",), None, "json")
 MISTRAL_CALLS = CallSyntax("mistral", ("[TOOL_CALLS]",), None, "json")  # [TOOL_CALLS][{…}, …]
-MINISTRAL_CALLS = CallSyntax("ministral", ("[TOOL_CALLS]",), None, "mistral")  # [TOOL_CALLS]NAME[ARGS]{…}
+MINISTRAL_CALLS = CallSyntax("ministral", ("[TOOL_CALLS]",), None, "mistral", inner=("[ARGS]", "[CALL_ID]"))  # [TOOL_CALLS]NAME[ARGS]{…}
 GRANITE_CALLS = CallSyntax("granite", ("<|tool_call|>",), None, "json")
-GEMMA4_CALLS = CallSyntax("gemma4", ("<|tool_call>",), "<tool_call|>", "gemma4")
+GEMMA4_CALLS = CallSyntax("gemma4", ("<|tool_call>",), "<tool_call|>", "gemma4", inner=('<|"|>',))
 LFM2_CALLS = CallSyntax("lfm2", ("<|tool_call_start|>",), "<|tool_call_end|>", "pythonic")
 DEEPSEEK_CALLS = CallSyntax("deepseek", ("<｜tool▁call▁begin｜>",), "<｜tool▁call▁end｜>", "deepseek",
-                            wrappers=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"))
+                            wrappers=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), inner=("<｜tool▁sep｜>",))
 # Harmony: a message to ``functions.NAME``, its recipient after the channel or in the role header.
-HARMONY_CALLS = CallSyntax("harmony", ("<|channel|>commentary to=", "<|start|>assistant to="), "<|call|>", "harmony")
+HARMONY_CALLS = CallSyntax("harmony", ("<|channel|>commentary to=", "<|start|>assistant to="), "<|call|>", "harmony",
+                           inner=("<|start|>", "<|channel|>", "<|constrain|>", "<|message|>"))
 
 HARMONY = ChatFormat(
     "harmony", HARMONY_CALLS,
