@@ -39,6 +39,7 @@ class PreparedTurn:
     tool_use: ToolUse | None = None
     parser_setup: ParserSetup = field(default_factory=ParserSetup)
     history: ChatHistory | None = None  # a chat's messages: older ones are left out when they do not fit
+    forced_call: bool = False  # tool_choice makes the answer one call from its first token (no thinking first)
     system_render: PromptRenderer | None = None  # a plain prompt's system part alone (never cut to fit)
 
 
@@ -136,7 +137,7 @@ class ChatHandler:
         setup = ParserSetup(format=model.chat_format, thinking_tags=thinking_tags(model, turn.think),
                             tools=tool_use.schemas if tool_use else {})
         return PreparedTurn(job, lambda health: render(health, history.messages), turn.think, tool_use, setup,
-                            history)
+                            history, forced_call=tool_use is not None and turn.tool_choice != "auto")
 
     def prepare_generate(self, job: CompletionJob, render: PromptRenderer, think: ThinkSetting,
                          system_render: PromptRenderer | None = None) -> PreparedTurn:
@@ -167,8 +168,9 @@ class ChatHandler:
             prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
             turn.job.images = fitted.images
         setup = turn.parser_setup
-        if setup.thinking_tags and turn.think is not False:
-            # A template that opens the block itself leaves the answer inside it.
+        if setup.thinking_tags and turn.think is not False and not turn.forced_call:
+            # A template that opens the block itself leaves the answer inside it (unless a forced
+            # call takes the answer from its first token).
             setup = replace(setup, starts_thinking=setup.thinking_tags.opened_by(text))
         if setup.format.answer_start and isinstance(text, str) and text.endswith(setup.format.answer_start):
             setup = replace(setup, continues_header=True)

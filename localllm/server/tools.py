@@ -341,13 +341,6 @@ _PARAMETER_CALLS = {
 }
 
 
-def _split(template: str, marker: str) -> list[str]:
-    """GBNF for ``template`` with ``marker`` standing for a rule (a literal on each side)."""
-    before, _, after = template.partition(marker)
-    return [part for part in (_gbnf_literal(before) if before else "", marker, _gbnf_literal(after) if after else "")
-            if part]
-
-
 def _parameter_rules(syntax: str, name: str, schema: dict[str, Any], rule: str) -> list[str]:
     """Rules for one call to ``name`` in a parameter-list syntax, its start rule ``rule``: the
     required parameters in order, then the optional ones, each optional (when the schema requires
@@ -379,19 +372,22 @@ def _parameter_rules(syntax: str, name: str, schema: dict[str, Any], rule: str) 
     return rules
 
 
-#: The JSON-object syntaxes: what comes before and after one ``{"name", "arguments"}`` call.
-_JSON_CALLS = {"hermes": ("<tool_call>\n", "\n</tool_call>"), "granite": ("<|tool_call|>[", "]"),
-               "mistral": ("[TOOL_CALLS][", "]"), "llama3": ("", "")}
+#: The JSON-object syntaxes: GBNF before and after one ``{"name", "arguments"}`` call.
+_JSON_CALLS = {
+    "hermes": ('"<tool_call>" toolcall-ws', 'toolcall-ws "</tool_call>"'),
+    "granite": ('"<|tool_call|>" toolcall-ws "[" toolcall-ws', 'toolcall-ws "]"'),
+    "mistral": ('"[TOOL_CALLS]" toolcall-ws "[" toolcall-ws', 'toolcall-ws "]"'),
+    "llama3": ("", ""),  # a bare call; the lazy grammar starts at <|python_tag|>
+}
 
 
 def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]]) -> str:
     """GBNF whose rule ``toolcall`` is one call to one of ``tools``, written in ``syntax``."""
+    spaces = "toolcall-ws ::= [ \\t\\n]{0,4}\n"
     if syntax.body == "json":
         opening, closing = _JSON_CALLS[syntax.name]
         inner = _prefixed(schema_grammar(_forced_call_schema(tools)), "call")
-        parts = [p for p in (_gbnf_literal(opening) if opening else "", "call-root",
-                             _gbnf_literal(closing) if closing else "") if p]
-        return f"toolcall ::= {' '.join(parts)}\n{inner}"
+        return f"toolcall ::= {opening} call-root {closing}\n{spaces}{inner}"
     alternatives, rules = [], []
     for index, tool in enumerate(tools):
         name, schema = tool["function"]["name"], tool["function"].get("parameters") or {"type": "object"}
@@ -404,7 +400,7 @@ def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]]) -> str:
             rules.append(f"{rule} ::= {' '.join(parts)}\n" + _prefixed(schema_grammar(schema), f"{rule}-args"))
         else:
             rules += _parameter_rules(syntax.body, name, schema, rule)
-    return f"toolcall ::= {' | '.join(alternatives)}\n" + "\n".join(rules)
+    return f"toolcall ::= {' | '.join(alternatives)}\n{spaces}" + "\n".join(rules)
 
 
 def forced_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], only: str | None = None) -> str:
@@ -421,8 +417,8 @@ def lazy_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], parallel: bool
     """GBNF for the calls that follow the syntax's first opening marker (one call unless
     ``parallel``), and that marker, which wakes the grammar: nothing is constrained before it."""
     more = ' (toolcall-ws toolcall)*' if parallel else ""
-    grammar = call_grammar(syntax, tools)
-    return (f"root ::= toolcall{more}\ntoolcall-ws ::= [ \\t\\n]{{0,4}}\n{grammar}", (syntax.opening[0],))
+    start = f'{_gbnf_literal(syntax.opening[0])} toolcall-ws ' if syntax.name == "llama3" else ""  # a bare call
+    return f"root ::= {start}toolcall{more}\n{call_grammar(syntax, tools)}", (syntax.opening[0],)
 
 
 @dataclass(frozen=True)

