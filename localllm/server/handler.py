@@ -221,7 +221,7 @@ class ChatHandler:
                     for delta in passed_on(parser.feed(event.get("content", ""))):
                         yield delta
                     continue
-                for delta in passed_on(parser.finish()):
+                for delta in passed_on(parser.finish(cut_off=event.get("done_reason") == "length")):
                     yield delta
                 if logprobs:  # of tokens that wrote no text (the end of generation)
                     answer_logprobs.extend(logprobs)

@@ -83,13 +83,14 @@ class OutputParser:
             pass
         return out
 
-    def finish(self) -> list[Delta]:
-        """Deltas for what is left once the answer has ended."""
+    def finish(self, cut_off: bool = False) -> list[Delta]:
+        """Deltas for what is left once the answer has ended; ``cut_off``: by the token limit, so a
+        call still open is cut off, whatever its text would decode to."""
         out: list[Delta] = []
         while self._step(out, final=True):
             pass
         if self._state == _CALL:
-            self._end_call(out, self._buffer, "")
+            self._end_call(out, self._buffer, "", cut_off)
         elif self._buffer:
             self._emit_text(out, self._buffer)
         self._buffer = ""
@@ -225,9 +226,9 @@ class OutputParser:
         self._buffer = self._buffer[index + (len(marker) if syntax.closing else 0):]
         return True
 
-    def _end_call(self, out: list[Delta], text: str, closing: str) -> None:
+    def _end_call(self, out: list[Delta], text: str, closing: str, cut_off: bool = False) -> None:
         """Decode one call's text; text that holds no valid call is the answer's, never lost."""
-        calls = decode_calls(self._calls_syntax, text, self.setup.tools)
+        calls = None if cut_off else decode_calls(self._calls_syntax, text, self.setup.tools)
         if calls is None:
             log.info("model output is not a valid call to an offered tool; passed on as text: %.200r",
                      self._opening + text + closing)

@@ -353,9 +353,10 @@ def _parameter_rules(syntax: str, name: str, schema: dict[str, Any], rule: str) 
     for index, key in enumerate(keys):
         value_rule = f"{rule}-v{index}"
         if properties[key].get("type") == "string" and quotes is not None and "enum" not in properties[key]:
+            # a raw string: one line without markup, so that a forced call always comes to its end
             rules.append(f"{value_rule} ::= " + " ".join(p for p in (
-                _gbnf_literal(quotes[0]) if quotes[0] else "", "[^<]*", _gbnf_literal(quotes[1]) if quotes[1] else "")
-                if p))
+                _gbnf_literal(quotes[0]) if quotes[0] else "", "[^<\\n]*",
+                _gbnf_literal(quotes[1]) if quotes[1] else "") if p))
         else:
             rules.append(f"{value_rule} ::= {value_rule}-root\n"
                          + _prefixed(schema_grammar(properties[key] or {}), value_rule))
@@ -368,7 +369,7 @@ def _parameter_rules(syntax: str, name: str, schema: dict[str, Any], rule: str) 
     if keys and not required:
         body = f"({body})?"
     rules.insert(0, f"{rule} ::= " + " ".join(p for p in (_gbnf_literal(head.format(name=name)), body,
-                                                           _gbnf_literal(tail)) if p))
+                                                           _gbnf_literal(tail.format())) if p))
     return rules
 
 

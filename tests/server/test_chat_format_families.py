@@ -62,7 +62,7 @@ def test_thinking_and_answer_stream_apart(url, family):
 def test_one_call_reaches_the_ollama_client(url, family):
     client = ollama.Client(host=url)
     answer = client.chat(model=model_of(family), messages=user(), tools=TOOLS, think=bool(family.think_answer),
-                         options={"num_predict": 80, "grammar": grammar(family.one_call)})
+                         options={"num_predict": 200, "grammar": grammar(family.one_call)})
     calls = answer.message.tool_calls or []
     assert [(c.function.name, dict(c.function.arguments)) for c in calls] == [PARIS]
     assert (answer.message.thinking or "") == ("Plan it." if family.think_answer else "")
@@ -72,7 +72,7 @@ def test_one_call_reaches_the_ollama_client(url, family):
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_two_calls_stream_to_the_openai_client(url, family):
     chunks = list(oai(url).chat.completions.create(
-        model=model_of(family), messages=user(), tools=TOOLS, stream=True, max_tokens=120,
+        model=model_of(family), messages=user(), tools=TOOLS, stream=True, max_tokens=200,
         extra_body={"grammar": grammar(family.two_calls)}))
     calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
     assert [(c.index, c.function.name, json.loads(c.function.arguments)) for c in calls] == [
@@ -82,7 +82,7 @@ def test_two_calls_stream_to_the_openai_client(url, family):
     assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     usage = httpx.post(f"{url}/api/chat", json={
         "model": model_of(family), "messages": user(), "tools": TOOLS, "stream": False,
-        "grammar": grammar(family.two_calls), "options": {"num_predict": 120}}, timeout=120).json()
+        "grammar": grammar(family.two_calls), "options": {"num_predict": 200}}, timeout=120).json()
     assert usage["eval_count"] > 10  # the calls came in many pieces, and were put together
 
 
@@ -115,11 +115,11 @@ def test_a_cut_off_call_reads_as_length_in_openai(url):
 def test_invalid_calls_are_text_and_the_next_request_works(url, family, text):
     model = model_of(BY_NAME[family])
     answer = ollama.Client(host=url).chat(model=model, messages=user(), tools=TOOLS,
-                                          options={"num_predict": 80, "grammar": grammar(text)})
+                                          options={"num_predict": 200, "grammar": grammar(text)})
     assert not answer.message.tool_calls and answer.done_reason == "stop"
     assert answer.message.content == text
     again = ollama.Client(host=url).chat(model=model, messages=user(), tools=TOOLS,
-                                         options={"num_predict": 80, "grammar": grammar(BY_NAME[family].two_calls)})
+                                         options={"num_predict": 200, "grammar": grammar(BY_NAME[family].two_calls)})
     assert [c.function.name for c in again.message.tool_calls] == ["get_weather", "get_time"]
 
 
@@ -127,7 +127,7 @@ def test_invalid_calls_are_text_and_the_next_request_works(url, family, text):
 def test_anthropic_client_gets_thinking_and_tool_use_blocks(url, name):
     family = BY_NAME[name]
     client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
-    request = dict(model=model_of(family), max_tokens=80, messages=user(), thinking={"type": "enabled",
+    request = dict(model=model_of(family), max_tokens=200, messages=user(), thinking={"type": "enabled",
                    "budget_tokens": 1024}, tools=[{"name": t["function"]["name"], "input_schema": t["function"][
                        "parameters"]} for t in TOOLS], extra_body={"grammar": grammar(family.one_call)})
     message = client.messages.create(**request)
@@ -146,10 +146,10 @@ def test_responses_client_gets_function_calls(url):
     tools = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
              for t in TOOLS]
     response = oai(url).responses.create(model=model_of(family), input="Weather in Paris, time in Oslo?",
-                                         tools=tools, max_output_tokens=120,
+                                         tools=tools, max_output_tokens=200,
                                          extra_body={"grammar": grammar(family.two_calls)})
     calls = [item for item in response.output if item.type == "function_call"]
-    assert [(c.name, json.loads(c.arguments)) for c in calls] == [PARIS, OSLO]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [PARIS, OSLO], response.output
     assert all(c.call_id for c in calls)
 
 
@@ -159,7 +159,7 @@ def test_forced_tool_choice_writes_the_family_syntax(url, family):
     (with thinking asked for, where the family thinks: the call still comes first)."""
     thinking = {"reasoning_effort": "low"} if family.think_answer else {}
     answer = oai(url).chat.completions.create(
-        model=model_of(family), messages=user("What time is it in Oslo?"), tools=TOOLS, max_tokens=60,
+        model=model_of(family), messages=user("What time is it in Oslo?"), tools=TOOLS, max_tokens=150,
         tool_choice={"type": "function", "function": {"name": "get_time"}}, temperature=0, **thinking)
     choice = answer.choices[0]
     assert choice.finish_reason == "tool_calls", choice.message.content
@@ -194,10 +194,10 @@ def test_a_second_turn_sends_the_calls_back(url):
     family = BY_NAME["harmony"]
     client = ollama.Client(host=url)
     first = client.chat(model=model_of(family), messages=user(), tools=TOOLS, think=True,
-                        options={"num_predict": 80, "grammar": grammar(family.one_call)})
+                        options={"num_predict": 200, "grammar": grammar(family.one_call)})
     messages = user() + [first.message, {"role": "tool", "tool_name": "get_weather", "content": "Sunny, 21 C"}]
     final = client.chat(model=model_of(family), messages=messages, tools=TOOLS, think=True, options={
-        "num_predict": 60, "grammar": grammar("<|channel|>analysis<|message|>Got it.<|end|><|start|>assistant"
+        "num_predict": 150, "grammar": grammar("<|channel|>analysis<|message|>Got it.<|end|><|start|>assistant"
                                               "<|channel|>final<|message|>Sunny in Paris.")})
     assert (final.message.thinking, final.message.content) == ("Got it.", "Sunny in Paris.")
 
@@ -216,7 +216,7 @@ def test_templates_get_calls_thinking_and_results_as_structured_messages(family)
     prompt = build_prompt(messages=shaped, system=None, model_template=family.template, gguf_chat_template=None,
                           bos_token="", eos_token="", tools=TOOLS, think=True)
     assert "get_weather" in prompt and "Paris" in prompt and "Sunny" in prompt
-    if family.think_answer:
+    if "{{ .Thinking }}" in family.template:  # DeepSeek's leaves old thinking out, as its template does
         assert "Plan it." in prompt
     if family.name == "harmony":
         assert "<|start|>functions.get_weather to=assistant" in prompt
@@ -239,7 +239,7 @@ def test_parser_and_renderer_lines_choose_the_format(daemon):
     assert "tools" in shown["capabilities"] and "thinking" not in shown["capabilities"]
     assert "PARSER qwen3-coder" in shown["modelfile"]
     answer = ollama.Client(host=daemon.url).chat(model="fmt-by-parser", messages=user(), tools=TOOLS, options={
-        "num_predict": 80, "grammar": grammar(BY_NAME["qwen3.5"].two_calls)})
+        "num_predict": 200, "grammar": grammar(BY_NAME["qwen3.5"].two_calls)})
     assert [c.function.name for c in answer.message.tool_calls] == ["get_weather", "get_time"]
     # a model built on it keeps the format, as in Ollama
     daemon.create("fmt-by-parser-child", "FROM fmt-by-parser\nSYSTEM Be brief.\n")

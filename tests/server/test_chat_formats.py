@@ -132,6 +132,16 @@ def test_an_invalid_call_is_no_call_and_its_text_is_kept(fmt, text):
         assert content == text.replace("<｜tool▁calls▁begin｜>", "")  # the group's marker is dropped
 
 
+def test_a_call_cut_off_by_the_token_limit_is_text_even_where_its_start_would_decode():
+    chat_format = FORMATS["glm-4.7"]
+    text = "<tool_call>get_time"  # a call to get_time without arguments, had the answer ended here
+    for cut_off, expected in ((False, [("get_time", {})]), (True, [])):
+        parser = OutputParser(ParserSetup(format=chat_format, tools=TOOLS))
+        deltas = parser.feed(text) + parser.finish(cut_off=cut_off)
+        assert [(d.call.name, d.call.arguments) for d in deltas if isinstance(d, ToolCallDelta)] == expected
+        assert "".join(d.text for d in deltas if isinstance(d, Content)) == ("" if expected else text)
+
+
 def test_calls_are_not_parsed_when_no_tools_are_offered():
     text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     assert parse("hermes", [text], tools={}) == ("", text, [])
