@@ -28,7 +28,7 @@ from typing import Any
 
 from ..templates.families import CallSyntax, ChatFormat
 from .errors import bad_request
-from .formats import JSON_OBJECT_GBNF, schema_grammar
+from .formats import schema_grammar
 
 
 def new_call_id() -> str:
@@ -440,10 +440,6 @@ class ToolUse:
         if "tools" not in model.capabilities or chat_format.calls is None:
             raise bad_request(f"{model.name.display} does not support tools")
         return cls(checked, chat_format.calls)
-
-    @property
-    def names(self) -> set[str]:
-        return {tool["function"]["name"] for tool in self.tools}
 
     @property
     def schemas(self) -> dict[str, dict[str, Any]]:

@@ -33,7 +33,7 @@ class CallSyntax:
     name: str
     opening: tuple[str, ...]  # a call starts at one of these (the first is the one grammars write)
     closing: str | None  # a call ends here; None: at the next opening or at the end of the answer
-    body: str  # the decoder of a call's text (between opening and closing), see tools.decode_call
+    body: str  # the decoder of a call's text (between opening and closing), see tools.decode_calls
     wrappers: tuple[str, ...] = ()  # written around a group of calls; dropped
     inner: tuple[str, ...] = ()  # markers inside a call's text, which its decoder reads
 
@@ -48,8 +48,8 @@ class ChatFormat:
     thinking_label: str = ""  # written right after the opening tag (Gemma 4's channel name), dropped
     dropped: tuple[str, ...] = ()  # markers between blocks that are no text of the answer
     answer_start: str = ""  # a prompt ending in this leaves it to the answer (Harmony's role header)
-    think_levels: bool = False  # the model reads a reasoning effort (low/medium/high)
-    thinks: bool | None = None  # False: this format never thinks, whatever the template shows
+    # named by a Modelfile: whether a model of this format thinks (None: as its template shows)
+    thinks: bool | None = None
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -86,7 +86,7 @@ HARMONY = ChatFormat(
     thinking=ThinkingTags("<|channel|>analysis<|message|>", "<|end|>"),
     dropped=("<|start|>assistant", "<|channel|>final<|message|>", "<|channel|>commentary<|message|>",
              "<|end|>", "<|return|>", "<|call|>"),
-    answer_start="<|start|>assistant", think_levels=True, thinks=True,
+    answer_start="<|start|>assistant", thinks=True,
 )
 
 #: Every format by its name: Ollama's ``PARSER`` names, and ours for the older syntaxes.
