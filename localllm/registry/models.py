@@ -131,8 +131,6 @@ class LocalModel:
             caps.append("thinking")
         if self.vision:
             caps.append("vision")
-        if self.audio:
-            caps.append("audio")
         return caps
 
     @property
@@ -160,14 +158,6 @@ class LocalModel:
             return False
         try:
             return read_projector(self.projectors[0]).vision
-        except (InvalidProjector, OSError):
-            return False
-
-    @property
-    def audio(self) -> bool:
-        """Whether the model takes audio: its projector has an audio encoder."""
-        try:
-            return bool(self.projectors) and read_projector(self.projectors[0]).audio
         except (InvalidProjector, OSError):
             return False
 
