@@ -54,6 +54,10 @@ SAMPLES = [
      'Plan it.</think>On it.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", '
      '"days": 3}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
      "Plan it.", "On it.", [PARIS, ("get_time", {})]),
+    ("deepseek3", True,  # R1's form: a function type, the name, and the arguments in a fenced block
+     "Plan it.</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+     '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+     "Plan it.", "", [PARIS]),
     ("glm-4.7", False,
      "<think>Weather.</think><tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
      "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
