@@ -3,7 +3,7 @@
 The base (``FROM``) is an installed model, a name we can pull, or a GGUF file
 on disk, which is linked where it is rather than copied (links.py); the
 Modelfile's TEMPLATE, SYSTEM, PARAMETER, MESSAGE, ADAPTER and LICENSE lines
-become layers that replace the base's, and REQUIRES goes into the config.
+become layers that replace the base's; REQUIRES, PARSER and RENDERER go into the config.
 Everything is checked (template parses, parameters typed, files are valid GGUF,
 REQUIRES not newer than us) before a manifest is written, so a bad Modelfile
 never leaves a half-made model.
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..templates.families import UnknownFormat, format_named
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import validate_model_template
 from ..gguf import InvalidGGUF
@@ -58,6 +59,8 @@ class CreateSpec:
     quantize: str | None = None
     requires: str | None = None
     projectors: list[str] = field(default_factory=list)  # vision projector GGUF files (a second FROM)
+    parser: str | None = None  # PARSER / RENDERER: chat format names (Ollama's), kept in the config
+    renderer: str | None = None
 
 
 def spec_from_modelfile(text: str, base_dir: Path | None, quantize: str | None = None) -> CreateSpec:
@@ -71,7 +74,7 @@ def spec_from_modelfile(text: str, base_dir: Path | None, quantize: str | None =
         from_=modelfile.from_, base_dir=base_dir, template=modelfile.template, system=modelfile.system,
         parameters=parameters, messages=modelfile.messages or None, license=modelfile.license or None,
         adapters=list(modelfile.adapters), quantize=quantize, requires=modelfile.requires,
-        projectors=list(modelfile.projectors),
+        projectors=list(modelfile.projectors), parser=modelfile.parser, renderer=modelfile.renderer,
     )
     check_spec(spec)
     return spec
@@ -91,6 +94,12 @@ def check_spec(spec: CreateSpec) -> None:
         raise CreateError(f"unknown quantization {spec.quantize!r}; choose one of {', '.join(sorted(QUANT_TYPES))}")
     if spec.requires is not None:
         _check_requires(spec.requires, "this Modelfile")
+    for instruction, value in (("PARSER", spec.parser), ("RENDERER", spec.renderer)):
+        if value:
+            try:
+                format_named(value, instruction)
+            except UnknownFormat as exc:
+                raise CreateError(str(exc)) from None
     for reference in spec.projectors:
         if not looks_like_path(reference):
             raise CreateError(f"FROM {reference}: a second FROM must name a projector GGUF file (./mmproj.gguf), "
@@ -161,7 +170,8 @@ class Creator:
                 model_layer = next(entry for entry in layers if entry["mediaType"] == MEDIA_MODEL)
                 others = [entry for entry in layers if entry is not model_layer]
                 yield {"status": "writing manifest"}
-                register_model(self.store, name, model_layer["digest"], others, requires)
+                register_model(self.store, name, model_layer["digest"], others, requires,
+                               self._formats(spec))
         finally:
             self.store.discard_unreferenced(linked)
         yield {"status": "success"}
@@ -182,6 +192,17 @@ class Creator:
                 raise CreateError(f"FROM {reference!r}: not installed and pulling failed: {exc}") from None
             manifest = self.store.read_manifest(base_name)
         out.extend(manifest["layers"])
+
+    def _formats(self, spec: CreateSpec) -> dict[str, str]:
+        """PARSER and RENDERER for the config: the Modelfile's, else the base model's (as Ollama keeps them)."""
+        base: dict[str, Any] = {}
+        if _local_path(spec.from_, spec.base_dir) is None:
+            try:
+                base = load_local_model(self.store, ModelName.parse(spec.from_), verify_links=False).config
+            except (CorruptManifest, LinkedFileError, InvalidGGUF, InvalidName, ModelNotFound):
+                base = {}
+        return {key: value for key in ("parser", "renderer")
+                if isinstance(value := getattr(spec, key) or base.get(key), str) and value}
 
     def _base_requires(self, reference: str) -> str | None:
         """The REQUIRES of an installed base model, which a model built on it keeps (as Ollama does)."""

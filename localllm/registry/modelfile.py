@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..options import OPTION_TYPES
+from ..templates.families import UnknownFormat, format_named
 from .requires import normalize_requires
 
 log = logging.getLogger(__name__)
 
-INSTRUCTIONS = ("from", "parameter", "template", "system", "message", "adapter", "license", "requires")
+INSTRUCTIONS = ("from", "parameter", "template", "system", "message", "adapter", "license", "requires", "parser",
+                "renderer")
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 
 #: Accepted in Modelfiles for compatibility, ignored with a warning (as Ollama does).
@@ -54,6 +56,8 @@ class Modelfile:
     license: list[str] = field(default_factory=list)
     requires: str | None = None
     projectors: list[str] = field(default_factory=list)  # FROM lines after the first: vision projector files
+    parser: str | None = None  # PARSER: the chat format the output is read in (Ollama's names)
+    renderer: str | None = None  # RENDERER: the chat format prompts are written in
 
 
 # ----------------------------------------------------------------------------- values
@@ -215,6 +219,12 @@ def _apply(found: dict[str, Any], name: str, key: str | None, value: str, lineno
             found["requires"] = normalize_requires(value)
         except ValueError:
             raise ModelfileError(f"REQUIRES must be a version such as 0.14.0, not {value!r}", lineno) from None
+    elif name in ("parser", "renderer"):
+        try:
+            format_named(value, name.upper())
+        except UnknownFormat as exc:
+            raise ModelfileError(str(exc), lineno) from None
+        found[name] = value
     elif name in ("adapter", "license"):
         found["adapters" if name == "adapter" else "license"].append(value)
     else:  # template, system: the last one wins, as in Ollama
@@ -250,4 +260,7 @@ def format_modelfile(mf: Modelfile) -> str:
         if not valid:
             raise ModelfileError(f"REQUIRES must be a version such as 0.14.0, not {mf.requires!r}")
         out.append(f"REQUIRES {_quote(mf.requires, 'REQUIRES')}")
+    for instruction, value in (("PARSER", mf.parser), ("RENDERER", mf.renderer)):
+        if value is not None:
+            out.append(f"{instruction} {_quote(value, instruction)}")
     return "\n".join(out) + "\n"

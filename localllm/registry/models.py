@@ -19,6 +19,7 @@ from typing import Any
 from ..backends.pooling import Pooling
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import ollama_template
+from ..templates.families import ChatFormat, UnknownFormat, detect_format, format_named
 from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_tags
 from ..gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
 from .links import LinkedFileError
@@ -127,13 +128,31 @@ class LocalModel:
         caps = (["completion"] if pooling in (None, Pooling.NONE) else ["rerank"] if pooling == Pooling.RANK
                 else ["embedding"])
         template = self.template or self.chat_template or ""
-        if "tools" in template:
+        if self.chat_format.calls and ("tools" in template or ".Tools" in template or self.format_names[0]):
             caps.append("tools")
         if self.thinking_tags:
             caps.append("thinking")
         if self.vision:
             caps.append("vision")
         return caps
+
+    @property
+    def format_names(self) -> tuple[str, str]:
+        """The Modelfile's ``PARSER`` and ``RENDERER`` names (Ollama's ``parser``/``renderer``), "" when unset."""
+        return tuple(v if isinstance(v := self.config.get(key), str) else "" for key in ("parser", "renderer"))
+
+    @property
+    def chat_format(self) -> ChatFormat:
+        """How this model writes thinking and tool calls: the Modelfile's PARSER, else its RENDERER's
+        format, else what the architecture and template show."""
+        parser, renderer = self.format_names
+        for name, instruction in ((parser, "PARSER"), (renderer, "RENDERER")):
+            if name:
+                try:
+                    return format_named(name, instruction)
+                except UnknownFormat:  # create refuses these; a store written by a newer Ollama may hold one
+                    continue
+        return detect_format(self.gguf.architecture, self.template or self.chat_template or "")
 
     @property
     def vision(self) -> bool:
@@ -147,11 +166,24 @@ class LocalModel:
 
     @property
     def thinking_tags(self) -> ThinkingTags | None:
-        """The tags around this model's thinking, read from the template that applies; None if it cannot think.
+        """The tags around this model's thinking; None if it cannot think. A format named by the
+        Modelfile decides (Ollama's parsers know whether they think); a format found in the template
+        uses its own tags when the template shows thinking (writes the opening tag, or as
+        ``thinking.py`` finds it).
 
         With ``think`` on, an answer starts inside the block when the prompt
         already ends with the opening tag: ``tags.opened_by(prompt)``.
         """
+        chat_format = self.chat_format
+        if any(self.format_names) and chat_format.thinks is not None:
+            return chat_format.thinking if chat_format.thinks else None
+        found = self._template_thinking_tags()
+        tags = chat_format.thinking
+        if tags and (found or tags.opening in (self.template or self.chat_template or "")):
+            return tags
+        return found
+
+    def _template_thinking_tags(self) -> ThinkingTags | None:
         if self.template:
             try:
                 return go_thinking_tags(ollama_template(self.template))
@@ -236,9 +268,10 @@ def load_local_model(store: Store, name: ModelName, *, verify_links: bool = True
     return model
 
 
-def config_blob(gguf: GGUFFile, layer_digests: list[str], requires: str | None = None) -> dict[str, Any]:
+def config_blob(gguf: GGUFFile, layer_digests: list[str], requires: str | None = None,
+                formats: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``application/vnd.docker.container.image.v1+json`` config Ollama writes for a GGUF model
-    (``requires`` only when set, as Ollama's ``omitempty``)."""
+    (``requires``, and ``formats``' ``parser``/``renderer``, only when set, as Ollama's ``omitempty``)."""
     details = model_details(gguf)
     config = {
         "model_format": "gguf",
@@ -249,6 +282,7 @@ def config_blob(gguf: GGUFFile, layer_digests: list[str], requires: str | None =
     }
     if requires:
         config["requires"] = requires
+    config.update({key: value for key, value in (formats or {}).items() if value})
     return config | {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": layer_digests}}
 
 
@@ -265,7 +299,7 @@ def json_layer(store: Store, media_type: str, value: Any) -> dict[str, Any]:
 
 def register_model(
     store: Store, name: ModelName, model_digest: str, extra_layers: Sequence[dict[str, Any]] = (),
-    requires: str | None = None,
+    requires: str | None = None, formats: dict[str, str] | None = None,
 ) -> str:
     """Write the config blob and manifest for a model blob already in the store.
 
@@ -276,7 +310,7 @@ def register_model(
     gguf = read_model_summary(model_path)
     layers = [layer(MEDIA_MODEL, model_digest, model_path.stat().st_size), *extra_layers]
     with store.hold(d["digest"] for d in layers):
-        config = json.dumps(config_blob(gguf, [d["digest"] for d in layers], requires)).encode()
+        config = json.dumps(config_blob(gguf, [d["digest"] for d in layers], requires, formats)).encode()
         config_digest, config_size = store.add_blob_bytes(config)
         manifest = build_manifest(layer(CONFIG_MEDIA_TYPE, config_digest, config_size), layers)
         return store.write_manifest(name, manifest)

@@ -67,6 +67,8 @@ class CompletionRequest:
     ``draft`` proposes speculative tokens instead of prompt lookup (a draft model).
     ``images``: the chunk of each image in ``prompt``, by its first placeholder token
     (:mod:`localllm.backends.projector`); the request owns them and frees them when it ends.
+    ``shown``: control tokens whose text goes out like any other (they carry no text otherwise):
+    the markers of the model's chat format, which the daemon's parser reads.
     """
 
     prompt: list[int]
@@ -79,6 +81,7 @@ class CompletionRequest:
     draft: Drafter | None = None
     n_ctx: int = 0  # the request's own context (``num_ctx``) bounding its sequence; 0: the engine's
     images: dict[int, ImageChunk] = field(default_factory=dict)
+    shown: frozenset[int] = frozenset()  # control tokens passed on as text (a chat format's markers)
 
     def close_images(self) -> None:
         for chunk in self.images.values():
@@ -575,7 +578,8 @@ class Engine:
         slot.generated.append(token)
         if logprob is not None:
             slot.logprobs.append(self._logprob_entry(token, *logprob))
-        text = slot.text.feed(self.model.vocab.piece(token))
+        vocab = self.model.vocab
+        text = slot.text.feed(vocab.token_text(token).encode() if token in slot.request.shown else vocab.piece(token))
         if text:
             slot.request.emit(self._content(slot, text))
         if slot.text.stopped:

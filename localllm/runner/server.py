@@ -25,6 +25,7 @@ bad input):
 ``POST /completion``
     ``{"prompt": str | [int], "context": [int] | null, "options": {Ollama
     options}, "grammar": GBNF | null, "grammar_triggers": [str], "json_schema": {} | null,
+    "preserved_tokens": [str],
     "stream": true, "truncate": true, "shift": true}`` → NDJSON lines ``{"content": piece}``, then
     ``{"done": true, "done_reason": "stop" | "length", "prompt_eval_count",
     "prompt_eval_duration", "eval_count", "eval_duration", "cached_tokens",
@@ -36,6 +37,8 @@ bad input):
     first ``num_keep`` tokens and the most recent ones), or refused with 400 when ``truncate`` is
     false. When generation fills the context it slides (``shift``, at most ten contexts of output in
     all), or with ``"shift": false`` the answer ends there with ``"done_reason": "length"``. With
+    ``preserved_tokens`` (strings) that are each one control token of the vocabulary are passed on as
+    their text (llama-server's field: a chat format's markers, e.g. gpt-oss's ``<|channel|>``). With
     ``grammar_triggers`` the grammar is lazy: output is free until one of those words appears, and
     the grammar holds from that word on
     (a tool call's start marker). ``images`` (base64 PNG, JPEG, WebP or GIF; runners started with
@@ -116,6 +119,16 @@ async def _body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body
+
+
+def _shown_tokens(model: Any, texts: Any) -> frozenset[int]:
+    """The tokens of ``preserved_tokens`` that the vocabulary has as one token each."""
+    if texts is None:
+        return frozenset()
+    if not isinstance(texts, list) or not all(isinstance(t, str) and t for t in texts):
+        raise BadRequest("'preserved_tokens' must be a list of non-empty strings")
+    found = (model.vocab.tokenize(text, add_special=False, parse_special=True) for text in texts)
+    return frozenset(tokens[0] for tokens in found if len(tokens) == 1)
 
 
 def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
@@ -260,6 +273,7 @@ def create_app(rt: Runtime) -> Starlette:
             raise BadRequest("'json_schema' must be a JSON schema object")
         if schema is not None and grammar:
             raise BadRequest("send either a 'grammar' or a 'json_schema', not both")
+        shown = _shown_tokens(model, body.get("preserved_tokens"))
         stream = _flag(body, "stream", True)
         shift = _flag(body, "shift", True)
         n_ctx = options.num_ctx or rt.n_ctx
@@ -279,7 +293,7 @@ def create_app(rt: Runtime) -> Starlette:
         sampler = Sampler(model, options, n_ctx, grammar, triggers, schema)
         relay = EventRelay(asyncio.get_running_loop(), rt.stream_interval if stream else float("inf"))
         job = CompletionRequest(tokens, options, sampler, relay.emit, shift=shift, draft=draft, n_ctx=n_ctx,
-                                images=parsed.take_images() if parsed is not None else {})
+                                images=parsed.take_images() if parsed is not None else {}, shown=shown)
         rt.engine.submit(job)
         if stream:
             return StreamingResponse(_ndjson(job, relay), media_type="application/x-ndjson")

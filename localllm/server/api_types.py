@@ -128,6 +128,8 @@ class CreateRequest(_NamedBody):
     license: str | list[str] | None = None
     quantize: str | None = None
     requires: str | None = None
+    parser: str | None = None  # Ollama's PARSER / RENDERER names
+    renderer: str | None = None
     stream: bool = True
 
 

@@ -10,7 +10,7 @@ sees them, so adding a dialect never touches inference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Union
 
 from ..images import MARKER
@@ -46,13 +46,26 @@ class Message:
             shaped["images"] = self.images
         if self.thinking:
             shaped["thinking"] = self.thinking
-        if self.tool_calls:
-            shaped["tool_calls"] = [call.ollama() for call in self.tool_calls]
+        if self.tool_calls:  # Ollama's shape with HF's id and type: arguments stay an object
+            shaped["tool_calls"] = [{**call.ollama(), "type": "function", **({"id": call.id} if call.id else {})}
+                                    for call in self.tool_calls]
         if self.tool_name:
-            shaped["tool_name"] = self.tool_name
+            shaped["tool_name"] = shaped["name"] = self.tool_name  # Ollama's name for it, and HF's
         if self.tool_call_id:
             shaped["tool_call_id"] = self.tool_call_id
         return shaped
+
+
+def template_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """The messages as templates receive them; a tool result that names only its call's id also
+    gets the called function's name, which templates such as gpt-oss's write back."""
+    names = {call.id: call.name for m in messages for call in m.tool_calls if call.id}
+    shaped = []
+    for message in messages:
+        if message.role == "tool" and not message.tool_name and message.tool_call_id in names:
+            message = replace(message, tool_name=names[message.tool_call_id])
+        shaped.append(message.for_template())
+    return shaped
 
 
 ToolChoice = Union[Literal["auto", "none", "required"], str]  # or a function name: call exactly that one

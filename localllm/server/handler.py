@@ -17,7 +17,8 @@ from ..registry.models import LocalModel
 from ..templates import prompt as prompts
 from ..templates.thinking import ThinkingTags
 from .conversation import (
-    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta
+    Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta,
+    template_messages,
 )
 from .errors import ApiError, bad_request
 from .history import ChatHistory, images_of
@@ -38,6 +39,7 @@ class PreparedTurn:
     tool_use: ToolUse | None = None
     parser_setup: ParserSetup = field(default_factory=ParserSetup)
     history: ChatHistory | None = None  # a chat's messages: older ones are left out when they do not fit
+    forced_call: bool = False  # tool_choice makes the answer one call from its first token (no thinking first)
     system_render: PromptRenderer | None = None  # a plain prompt's system part alone (never cut to fit)
 
 
@@ -59,6 +61,12 @@ def thinking_tags(model: LocalModel, think: ThinkSetting) -> ThinkingTags | None
     if think not in (None, False) and tags is None:
         raise bad_request(f"{model.name.display!r} does not support thinking")
     return tags
+
+
+def format_markers(model: LocalModel) -> tuple[str, ...]:
+    """The markers the parser reads in this model's output, which the runner must spell out even
+    where they are control tokens (gpt-oss's ``<|channel|>``, Mistral's ``[TOOL_CALLS]``)."""
+    return tuple(dict.fromkeys([*model.chat_format.markers, *(model.thinking_tags or ())]))
 
 
 def check_tool_results(messages: list[Message]) -> None:
@@ -106,6 +114,7 @@ class ChatHandler:
                       or turn.grammar)
         job = self.inference.job(turn.model, turn.options, turn.keep_alive, turn.constraint, turn.grammar)
         job.shift, job.truncate = turn.shift, turn.truncate
+        job.preserved_tokens = format_markers(job.model)
         self.inference.want_logprobs(job, turn.logprobs, turn.top_logprobs)
         model = job.model
         check_images(model, ((f"messages[{i}].images[{j}]", data) for i, m in enumerate(turn.messages)
@@ -113,7 +122,7 @@ class ChatHandler:
         check_tool_results(turn.messages)
         tool_use = apply_tool_choice(job, ToolUse.for_model(model, turn.tools), turn.tool_choice,
                                      turn.parallel_tool_calls)
-        messages = [m.for_template() for m in turn.messages]
+        messages = template_messages(turn.messages)
         tools = tool_use.tools if tool_use else None
 
         def render(health: Health, kept: list[dict[str, Any]]) -> str:
@@ -125,18 +134,18 @@ class ChatHandler:
                 )
 
         history = ChatHistory(model.messages + messages, render)
-        setup = ParserSetup(thinking_tags=thinking_tags(model, turn.think),
-                            call_syntax=tool_use.syntax if tool_use else None,
-                            tool_names=frozenset(tool_use.names) if tool_use else frozenset())
+        setup = ParserSetup(format=model.chat_format, thinking_tags=thinking_tags(model, turn.think),
+                            tools=tool_use.schemas if tool_use else {})
         return PreparedTurn(job, lambda health: render(health, history.messages), turn.think, tool_use, setup,
-                            history)
+                            history, forced_call=tool_use is not None and turn.tool_choice != "auto")
 
     def prepare_generate(self, job: CompletionJob, render: PromptRenderer, think: ThinkSetting,
                          system_render: PromptRenderer | None = None) -> PreparedTurn:
         """A completion of a plain prompt (``/api/generate``): thinking is split out, no tools;
         ``system_render`` renders its system part alone, which a context must hold."""
-        return PreparedTurn(job, render, think, None, ParserSetup(thinking_tags=thinking_tags(job.model, think)),
-                            system_render=system_render)
+        setup = ParserSetup(format=job.model.chat_format, thinking_tags=thinking_tags(job.model, think))
+        job.preserved_tokens = format_markers(job.model)
+        return PreparedTurn(job, render, think, None, setup, system_render=system_render)
 
     # -- running -----------------------------------------------------------------------
 
@@ -159,9 +168,12 @@ class ChatHandler:
             prompt, text, notes.truncated = fitted.prompt, fitted.text, fitted.truncated
             turn.job.images = fitted.images
         setup = turn.parser_setup
-        if setup.thinking_tags and turn.think is not False:
-            # A template that opens the block itself leaves the answer inside it.
+        if setup.thinking_tags and turn.think is not False and not turn.forced_call:
+            # A template that opens the block itself leaves the answer inside it (unless a forced
+            # call takes the answer from its first token).
             setup = replace(setup, starts_thinking=setup.thinking_tags.opened_by(text))
+        if setup.format.answer_start and isinstance(text, str) and text.endswith(setup.format.answer_start):
+            setup = replace(setup, continues_header=True)
         events = lease.complete(prompt)
         first = await anext(events)  # a failure to start is raised here, before a dialect sends anything
         deltas = self._deltas(first, events, OutputParser(setup), turn.think is False, notes)
@@ -209,7 +221,7 @@ class ChatHandler:
                     for delta in passed_on(parser.feed(event.get("content", ""))):
                         yield delta
                     continue
-                for delta in passed_on(parser.finish()):
+                for delta in passed_on(parser.finish(cut_off=event.get("done_reason") == "length")):
                     yield delta
                 if logprobs:  # of tokens that wrote no text (the end of generation)
                     answer_logprobs.extend(logprobs)

@@ -75,6 +75,7 @@ class CompletionJob:
     shift: bool = False  # slide the context when the answer fills it (Ollama's dialect), else end with "length"
     truncate: bool = True  # cut a prompt over the context (Ollama's way), else the runner answers 400
     images: list[str] = field(default_factory=list)  # base64, one per image marker of the prompt, in order
+    preserved_tokens: tuple[str, ...] = ()  # markers of the chat format: control tokens the runner spells out
 
 
 def constrain_tool_calls(job: CompletionJob, tool_use: ToolUse, parallel: bool = True) -> bool:
@@ -357,6 +358,8 @@ class Lease:
             body["json_schema"] = job.json_schema
         if job.images:
             body["images"] = job.images
+        if job.preserved_tokens:
+            body["preserved_tokens"] = list(job.preserved_tokens)
         events = self.loaded.runner.complete(body)
         outcome = "cancelled"
         try:

@@ -233,7 +233,7 @@ def _structured_spec(body: CreateRequest, base_dir: Path | None) -> CreateSpec:
         from_=body.from_ or "", base_dir=base_dir, template=body.template, system=body.system,
         parameters=validate_options(body.parameters), license=licenses, quantize=body.quantize,
         messages=[m.model_dump(exclude_none=True) for m in body.messages] if body.messages is not None else None,
-        requires=requires,
+        requires=requires, parser=body.parser or None, renderer=body.renderer or None,
     )
     check_spec(spec)
     return spec

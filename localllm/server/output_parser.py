@@ -1,40 +1,50 @@
 """Splitting a model's streamed text into answer, thinking and tool calls, as it arrives.
 
-One parser serves every model family; what differs between families is
-data: the thinking block's tags (``<think>``/``</think>`` for Qwen3 and
-DeepSeek-R1, inferred from the template) and the tool-call syntax of
-:mod:`localllm.server.tools` (Hermes ``<tool_call>…</tool_call>``, Mistral
-``[TOOL_CALLS][…]``, Llama 3 ``<|python_tag|>{…}`` or a bare JSON answer).
+One parser serves every model family; what differs between families is data
+(:mod:`localllm.templates.families`): the thinking block's tags, the markers
+between blocks that are no text of the answer (Harmony's ``<|end|>``…), and
+the tool-call syntax (where a call starts and ends, and which decoder of
+:mod:`localllm.server.tools` reads it).
 
 Text is passed on as soon as it cannot be the start of a marker: only a
 suffix that some marker begins with is held back until the next piece shows
 what it is. So content streams even when tools are offered; only the text of
-a call itself waits until the call is complete (a Hermes call as soon as its
-closing tag arrives, the other syntaxes at the end of the answer).
+a call itself waits until the call is complete (when its closing marker
+arrives; for syntaxes without one, at the next call or the end of the answer).
+
+A call that does not decode (arguments that are not JSON, a tool that was not
+offered, a call cut off by the token limit) is no call: its text is passed on
+as content, unchanged, and the answer's reason stays what the runner said
+(``length`` for a cut-off), never ``tool_calls``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from ..templates.families import FORMATS, ChatFormat
 from ..templates.thinking import ThinkingTags
 from .conversation import Content, Delta, Thinking, ToolCallDelta
-from .tools import CALL_MARKERS, HERMES, LLAMA3, new_call_id, parse_tool_calls
+from .tools import decode_calls, new_call_id
 
-_CONTENT, _THINKING, _CALLS = "content", "thinking", "calls"
-_HERMES_CLOSE = "</tool_call>"
+log = logging.getLogger(__name__)
+
+_CONTENT, _THINKING, _CALL = "content", "thinking", "call"
 
 
 @dataclass(frozen=True)
 class ParserSetup:
     """What the parser looks for in one answer."""
 
+    format: ChatFormat = FORMATS["hermes"]
     thinking_tags: ThinkingTags | None = None  # opening and closing tag of a thinking block
     starts_thinking: bool = False  # the prompt already opened the block (the template wrote the opening tag)
-    call_syntax: str | None = None  # tools.HERMES / MISTRAL / LLAMA3 when tools are offered
-    tool_names: frozenset[str] = frozenset()
+    continues_header: bool = False  # the prompt ends with the format's ``answer_start``, which the answer goes on
+    tools: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # offered tools' schemas: calls are parsed
 
 
 def _held_suffix(text: str, markers: Sequence[str]) -> int:
@@ -52,12 +62,16 @@ class OutputParser:
 
     def __init__(self, setup: ParserSetup) -> None:
         self.setup = setup
+        fmt = setup.format
+        self._calls_syntax = fmt.calls if setup.tools else None
+        self._label = fmt.thinking_label if setup.thinking_tags == fmt.thinking else ""
         self._state = _THINKING if setup.starts_thinking and setup.thinking_tags else _CONTENT
-        self._buffer = ""  # text not yet passed on
+        self._buffer = fmt.answer_start if setup.continues_header else ""  # text not yet passed on
         self._answered = False  # content (beyond whitespace) was passed on: no thinking block may open now
-        self._strip_leading = self._state == _THINKING  # the answer after a thinking block starts past its spaces
+        self._strip_leading = self._state == _THINKING  # a block's text starts past its spaces
+        self._at_label = self._state == _THINKING  # the thinking block's label may still come
         self._calls = 0
-        self._call_text = ""  # the text of the calls being gathered (state _CALLS)
+        self._opening = ""  # the marker that opened the call being gathered
 
     # -- public API --------------------------------------------------------------------
 
@@ -69,16 +83,17 @@ class OutputParser:
             pass
         return out
 
-    def finish(self) -> list[Delta]:
-        """Deltas for what is left once the answer has ended."""
+    def finish(self, cut_off: bool = False) -> list[Delta]:
+        """Deltas for what is left once the answer has ended; ``cut_off``: by the token limit, so a
+        call still open is cut off, whatever its text would decode to."""
         out: list[Delta] = []
         while self._step(out, final=True):
             pass
-        if self._state == _CALLS:
-            out += self._parse_calls(self._call_text + self._buffer)
+        if self._state == _CALL:
+            self._end_call(out, self._buffer, "", cut_off)
         elif self._buffer:
             self._emit_text(out, self._buffer)
-        self._buffer = self._call_text = ""
+        self._buffer = ""
         return out
 
     @property
@@ -91,8 +106,8 @@ class OutputParser:
         """Consume what the buffer decides; True when another step may consume more."""
         if self._state == _THINKING:
             return self._step_thinking(out, final)
-        if self._state == _CALLS:
-            return self._step_calls(out)
+        if self._state == _CALL:
+            return self._step_call(out)
         return self._step_content(out, final)
 
     def _past_leading_space(self) -> bool:
@@ -104,50 +119,82 @@ class OutputParser:
             self._strip_leading = False
         return True
 
-    def _content_markers(self) -> list[str]:
-        markers: list[str] = []
+    def _content_markers(self) -> dict[str, str]:
+        """The markers that may come in the answer's text, each with the state it leads to
+        (the current one: the marker is dropped)."""
+        markers = {m: _CONTENT for m in self.setup.format.dropped}
+        if syntax := self._calls_syntax:
+            markers.update({m: _CONTENT for m in syntax.wrappers})
+            markers.update({m: _CALL for m in syntax.opening})
         if self.setup.thinking_tags and not self._answered:
-            markers.append(self.setup.thinking_tags[0])
-        if self.setup.call_syntax:
-            markers += CALL_MARKERS[self.setup.call_syntax]
+            markers[self.setup.thinking_tags.opening] = _THINKING
         return markers
+
+    @staticmethod
+    def _first_marker(text: str, markers: Sequence[str]) -> tuple[int, str] | None:
+        """The earliest marker in ``text`` (the longest of those starting there)."""
+        found = [(i, -len(m), m) for m in markers if (i := text.find(m)) >= 0]
+        return (min(found)[0], min(found)[2]) if found else None
 
     def _step_content(self, out: list[Delta], final: bool) -> bool:
         if not self._past_leading_space():
             return False
         if self._bare_json_call_starts():
-            self._state = _CALLS
+            self._state, self._opening = _CALL, ""
             return True
         markers = self._content_markers()
-        found = [(i, m) for m in markers if (i := self._buffer.find(m)) >= 0]
-        opening = self.setup.thinking_tags[0] if self.setup.thinking_tags else None
+        opening = self.setup.thinking_tags.opening if self.setup.thinking_tags else None
         # a thinking block opens only before any answer text
-        found = [(i, m) for i, m in found if m != opening or not self._buffer[:i].strip()]
-        if found:
-            index, marker = min(found)
-            if marker == opening:
-                self._state, self._strip_leading = _THINKING, True
-            else:
+        candidates = [m for m in markers if m != opening or not self._buffer[:self._buffer.find(m)].strip()]
+        if first := self._first_marker(self._buffer, candidates):
+            index, marker = first
+            longer = [m for m in markers if m != marker and m.startswith(self._buffer[index:])]
+            if longer and not final:  # the text may yet become a longer marker
                 self._emit_text(out, self._buffer[:index])
-                self._state, self._call_text = _CALLS, marker
+                self._buffer = self._buffer[index:]
+                return False
+            if markers[marker] != _THINKING:  # before a thinking block there are only spaces, dropped
+                self._emit_text(out, self._buffer[:index])
             self._buffer = self._buffer[index + len(marker):]
+            self._enter(markers[marker], marker)
             return True
-        keep = 0 if final else _held_suffix(self._buffer, markers)
+        keep = 0 if final else _held_suffix(self._buffer, list(markers))
         if not final and opening in markers and not self._buffer[:len(self._buffer) - keep].strip():
             keep = len(self._buffer)  # leading spaces wait: a thinking block may still open
         ready, self._buffer = self._buffer[:len(self._buffer) - keep], self._buffer[len(self._buffer) - keep:]
         self._emit_text(out, ready)
         return False
 
+    def _enter(self, state: str, marker: str) -> None:
+        if state == _THINKING:
+            self._state, self._strip_leading, self._at_label = _THINKING, True, bool(self._label)
+        elif state == _CALL:
+            self._state, self._opening = _CALL, marker
+
     def _bare_json_call_starts(self) -> bool:
         """A Llama 3 model calls a tool by answering with bare JSON: such an answer is gathered whole."""
-        return (self.setup.call_syntax == LLAMA3 and not self._answered
+        syntax = self._calls_syntax
+        return (syntax is not None and syntax.name == "llama3" and not self._answered
                 and self._buffer.lstrip()[:1] in ("{", "["))
 
+    def _past_label(self, final: bool) -> bool:
+        """Drop the label a thinking block starts with (Gemma 4's ``thought``); False while it may still come."""
+        if self._at_label:
+            label = self._label
+            if label.startswith(self._buffer) and not final:  # all of it, or the start: what follows decides
+                return False
+            if self._buffer.startswith(label):
+                self._buffer = self._buffer[len(label):]
+                self._strip_leading = True
+                if not self._past_leading_space():
+                    return False
+            self._at_label = False
+        return True
+
     def _step_thinking(self, out: list[Delta], final: bool) -> bool:
-        if not self._past_leading_space():
+        if not self._past_leading_space() or not self._past_label(final):
             return False
-        closing = self.setup.thinking_tags[1]
+        closing = self.setup.thinking_tags.closing
         index = self._buffer.find(closing)
         if index >= 0:
             if index:
@@ -156,26 +203,41 @@ class OutputParser:
             self._state, self._strip_leading = _CONTENT, True
             self._answered = True  # one thinking block an answer
             return True
-        keep = 0 if final else _held_suffix(self._buffer, [closing])
+        # spaces at the end wait: the block's text ends before the spaces in front of its closing tag
+        keep = 0
+        if not final:
+            keep = _held_suffix(self._buffer, [closing])
+            before = self._buffer[:len(self._buffer) - keep]
+            keep += len(before) - len(before.rstrip())
         ready, self._buffer = self._buffer[:len(self._buffer) - keep], self._buffer[len(self._buffer) - keep:]
         if ready:
             out.append(Thinking(ready))
         return False
 
-    def _step_calls(self, out: list[Delta]) -> bool:
-        """Gather call text; a Hermes call is passed on as soon as its closing tag arrives."""
-        self._call_text += self._buffer
-        self._buffer = ""
-        if self.setup.call_syntax != HERMES:
+    def _step_call(self, out: list[Delta]) -> bool:
+        """A call is passed on once its closing marker (or, without one, the next call's opening) arrives."""
+        syntax = self._calls_syntax
+        ends = [syntax.closing] if syntax.closing else list(syntax.opening)
+        first = self._first_marker(self._buffer, ends)
+        if first is None:
             return False
-        index = self._call_text.find(_HERMES_CLOSE)
-        if index < 0:
-            return False
-        end = index + len(_HERMES_CLOSE)
-        out += self._parse_calls(self._call_text[:end])
-        self._buffer, self._call_text = self._call_text[end:], ""
-        self._state, self._strip_leading = _CONTENT, True
+        index, marker = first
+        self._end_call(out, self._buffer[:index], marker if syntax.closing else "")
+        self._buffer = self._buffer[index + (len(marker) if syntax.closing else 0):]
         return True
+
+    def _end_call(self, out: list[Delta], text: str, closing: str, cut_off: bool = False) -> None:
+        """Decode one call's text; text that holds no valid call is the answer's, never lost."""
+        calls = None if cut_off else decode_calls(self._calls_syntax, text, self.setup.tools)
+        if calls is None:
+            log.info("model output is not a valid call to an offered tool; passed on as text: %.200r",
+                     self._opening + text + closing)
+            self._emit_text(out, self._opening + text + closing)
+        else:
+            for call in calls:
+                out.append(ToolCallDelta(dataclasses.replace(call, id=call.id or new_call_id()), self._calls))
+                self._calls += 1
+        self._state, self._opening, self._strip_leading = _CONTENT, "", True
 
     # -- output --------------------------------------------------------------------------
 
@@ -188,17 +250,3 @@ class OutputParser:
             out[-1].text += text
         else:
             out.append(Content(text))
-
-    def _parse_calls(self, text: str) -> list[Delta]:
-        """The calls in ``text``; text that holds no valid call is the answer's, never lost."""
-        content, calls = parse_tool_calls(text, self.setup.call_syntax, set(self.setup.tool_names))
-        out: list[Delta] = []
-        if not calls:
-            self._emit_text(out, text)
-            return out
-        if content.strip():
-            self._emit_text(out, content)
-        for call in calls:
-            out.append(ToolCallDelta(dataclasses.replace(call, id=call.id or new_call_id()), self._calls))
-            self._calls += 1
-        return out

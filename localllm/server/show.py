@@ -39,6 +39,8 @@ def modelfile_of(model: LocalModel) -> str:
         license=model.license,
         requires=model.requires,
         projectors=[str(p) for p in model.projectors],
+        parser=model.format_names[0] or None,
+        renderer=model.format_names[1] or None,
     )
     try:
         body = format_modelfile(modelfile)
@@ -64,6 +66,8 @@ def show_response(model: LocalModel, verbose: bool = False) -> dict[str, Any]:
         "projector_info": projector_info(model),
         "capabilities": model.capabilities,
         "requires": model.requires,
+        "parser": model.format_names[0] or None,
+        "renderer": model.format_names[1] or None,
     }
     if model.messages:
         answer["messages"] = model.messages

@@ -1,26 +1,34 @@
-"""Tool calling: which call syntax a model's template uses, parsing calls out of its
-output, and the grammars that keep calls well-formed: one that forces a call when
-one is required, and a lazy one that lets the model answer in prose but, from the
-moment it writes its template's call-start marker, holds the call to the tools'
-parameter schemas.
+"""Tool calling: reading the calls out of a model's output, and the grammars that keep
+calls well-formed, in each family's own syntax (the syntaxes themselves are data, in
+:mod:`localllm.templates.families`).
 
-Three families cover the common templates: Hermes/Qwen ``<tool_call>{json}</tool_call>``,
-Llama 3.x bare JSON ``{"name": …, "parameters": …}`` (optionally after
-``<|python_tag|>``), and Mistral ``[TOOL_CALLS][{…}]``.
+A call's text (between its opening and closing markers) is read by the
+syntax's decoder: JSON objects ``{"name", "arguments"}`` (Hermes, Llama 3,
+Granite, Mistral's old lists), ``NAME[ARGS]{…}`` (Ministral), Qwen's XML
+``<function=NAME><parameter=P>…``, GLM's ``<arg_key>``/``<arg_value>`` pairs,
+Gemma 4's ``call:NAME{key:<|"|>text<|"|>}``, DeepSeek's ``NAME<｜tool▁sep｜>{…}``,
+LFM2's Python-style ``[f(a=1)]`` and Harmony's ``functions.NAME … <|message|>{…}``.
+A text that does not decode whole into calls to offered tools, with object
+arguments, is no call: the caller passes it on as text.
+
+Grammars: one that forces a call (``tool_choice`` required or a name) and a
+lazy one that lets the model answer in prose but, from the moment it writes
+its call-start marker, holds the call to the tools' parameter schemas.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..templates.families import CallSyntax, ChatFormat
 from .errors import bad_request
 from .formats import schema_grammar
-
-HERMES, LLAMA3, MISTRAL = "hermes", "llama3", "mistral"
 
 
 def new_call_id() -> str:
@@ -54,15 +62,6 @@ class ToolCall:
                 "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
 
 
-def call_syntax(template: str) -> str:
-    """The call syntax a chat template teaches its model."""
-    if "[TOOL_CALLS]" in template:
-        return MISTRAL
-    if "<|python_tag|>" in template or "ipython" in template or "<|eom_id|>" in template:
-        return LLAMA3
-    return HERMES
-
-
 def validate_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """Check the ``tools`` list: each a function whose parameters schema is an object."""
     checked = []
@@ -77,122 +76,350 @@ def validate_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return checked
 
 
-_HERMES_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+#: A tool's parameters schema by the tool's name: the offered tools, as the decoders see them.
+Schemas = Mapping[str, dict[str, Any]]
 
 
-def _decode_call(obj: Any, names: set[str]) -> ToolCall | None:
-    if not isinstance(obj, dict):
-        return None
-    if isinstance(obj.get("function"), dict):  # {"function": {"name", "arguments"}}
-        obj = obj["function"]
-    name = obj.get("name")
-    arguments = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(arguments, str):
+def tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {t["function"]["name"]: t["function"].get("parameters") or {"type": "object"} for t in tools}
+
+
+# ----------------------------------------------------------------------------- decoders
+
+
+def _json_values(text: str) -> list[Any] | None:
+    """The JSON values ``text`` holds one after another (spaces between), or None if it holds anything else."""
+    decoder, values, index = json.JSONDecoder(), [], 0
+    while (index := len(text) - len(text[index:].lstrip())) < len(text):
+        try:
+            value, index = decoder.raw_decode(text, index)
+        except json.JSONDecodeError:
+            return None
+        values.append(value)
+    return values
+
+
+def _call(name: Any, arguments: Any, tools: Schemas) -> ToolCall | None:
+    if isinstance(arguments, str):  # some models write the arguments as JSON text
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError:
             return None
-    if not isinstance(name, str) or (names and name not in names) or not isinstance(arguments, dict):
+    if not isinstance(name, str) or name not in tools or not isinstance(arguments, dict):
         return None
     return ToolCall(name, arguments)
 
 
-def _json_values(text: str) -> list[Any]:
-    """Every top-level JSON value in ``text``, in order (a model may emit several)."""
-    decoder = json.JSONDecoder()
-    values, index = [], 0
-    while index < len(text):
-        start = min((i for i in (text.find("{", index), text.find("[", index)) if i != -1), default=-1)
-        if start == -1:
-            break
+def _json_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
+    """``{"name", "arguments"|"parameters"}`` objects (or ``{"function": {…}}``), alone or in lists."""
+    values = _json_values(text)
+    if not values:
+        return None
+    calls = []
+    for value in values:
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict) and isinstance(item.get("function"), dict):
+                item = item["function"]
+            if not isinstance(item, dict):
+                return None
+            call = _call(item.get("name"), item.get("arguments", item.get("parameters", {})), tools)
+            if call is None:
+                return None
+            calls.append(call)
+    return calls
+
+
+def _named_json_call(name: str, arguments: str, tools: Schemas) -> list[ToolCall] | None:
+    values = _json_values(arguments)
+    call = _call(name.strip(), values[0], tools) if values and len(values) == 1 else None
+    return [call] if call else None
+
+
+def _mistral_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
+    """``NAME[ARGS]{…}`` (Ministral, Magistral, Mistral Small 3.2+), or the older ``[{…}, …]`` list."""
+    if text.lstrip().startswith(("[", "{")):
+        return _json_calls(text, tools)
+    name, found, arguments = text.partition("[ARGS]")
+    name = name.split("[CALL_ID]")[0]
+    return _named_json_call(name, arguments, tools) if found else None
+
+
+def _typed_value(raw: str, schema: dict[str, Any] | None) -> tuple[bool, Any]:
+    """An XML-style parameter value: raw text for a string parameter, JSON for the others
+    (``(False, None)`` when it is not); a parameter without a type reads as JSON when it can."""
+    kinds = (schema or {}).get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds} if kinds else set()
+    if "string" in kinds and len(kinds) == 1:
+        return True, raw
+    try:
+        return True, json.loads(raw)
+    except json.JSONDecodeError:
+        return (True, raw) if not kinds or "string" in kinds else (False, None)
+
+
+def _typed_arguments(name: str, pairs: list[tuple[str, str]], tools: Schemas) -> list[ToolCall] | None:
+    if name not in tools:
+        return None
+    properties = tools[name].get("properties") or {}
+    arguments = {}
+    for key, raw in pairs:
+        ok, value = _typed_value(raw, properties.get(key))
+        if not ok:
+            return None
+        arguments[key] = value
+    return [ToolCall(name, arguments)]
+
+
+def _whole(pattern: re.Pattern[str], text: str) -> list[re.Match[str]] | None:
+    """The matches of ``pattern`` that cover ``text`` end to end (spaces between), or None."""
+    matches, index = [], 0
+    for match in pattern.finditer(text):
+        if text[index:match.start()].strip():
+            return None
+        matches.append(match)
+        index = match.end()
+    return matches if not text[index:].strip() else None
+
+
+_QWEN_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.DOTALL)
+_QWEN_PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
+
+
+def _qwen_xml_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
+    """``<function=NAME><parameter=P>value</parameter></function>`` (Qwen3-Coder, Qwen 3.5/3.6)."""
+    functions = _whole(_QWEN_FUNCTION, text)
+    if not functions:
+        return None
+    calls = []
+    for function in functions:
+        parameters = _whole(_QWEN_PARAMETER, function.group(2))
+        found = parameters is not None and _typed_arguments(
+            function.group(1).strip(), [(p.group(1).strip(), p.group(2)) for p in parameters], tools)
+        if not found:
+            return None
+        calls += found
+    return calls
+
+
+_GLM_ARGUMENT = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+
+
+def _glm_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
+    """``NAME<arg_key>k</arg_key><arg_value>v</arg_value>…`` (GLM 4.5 and later)."""
+    name, _, _ = text.partition("<arg_key>")
+    pairs = _whole(_GLM_ARGUMENT, text[len(name):])
+    if pairs is None:
+        return None
+    return _typed_arguments(name.strip(), [(p.group(1).strip(), p.group(2)) for p in pairs], tools)
+
+
+_GEMMA_STRING = re.compile(r'<\|"\|>(.*?)<\|"\|>', re.DOTALL)
+_GEMMA_KEY = re.compile(r'([{,]\s*)([A-Za-z_][\w.-]*)\s*:')
+
+
+def _gemma4_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
+    """``call:NAME{key:<|"|>text<|"|>,n:3}`` (Gemma 4): bare keys, strings between ``<|"|>``."""
+    match = re.fullmatch(r'\s*call:([\w.-]+)(\{.*\})\s*', text, re.DOTALL)
+    if not match:
+        return None
+    strings: list[str] = []
+
+    def hold(m: re.Match[str]) -> str:
+        strings.append(m.group(1))
+        return f'"\x00{len(strings) - 1}"'
+
+    body = _GEMMA_KEY.sub(r'\1"\2":', _GEMMA_STRING.sub(hold, match.group(2)))
+    body = re.sub(r'"\x00(\d+)"', lambda m: json.dumps(strings[int(m.group(1))]), body)
+    return _named_json_call(match.group(1), body, tools)
+
+
+_PYTHON_NAMES = {"true": True, "false": False, "null": None, "none": None}
+
+
+def _python_value(node: ast.expr) -> Any:
+    if isinstance(node, ast.Name) and node.id.lower() in _PYTHON_NAMES:
+        return _PYTHON_NAMES[node.id.lower()]
+    return ast.literal_eval(node)
+
+
+def _pythonic_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
+    """``[f(a=1, b="x"), g()]`` (LFM2): a list of calls with keyword arguments of literal values."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    calls = []
+    for node in tree.elts if isinstance(tree, ast.List) else [tree]:
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
+            return None
         try:
-            value, index = decoder.raw_decode(text, start)
-            values.append(value)
-        except json.JSONDecodeError:
-            index = start + 1
-    return values
+            arguments = {kw.arg: _python_value(kw.value) for kw in node.keywords if kw.arg}
+        except (ValueError, TypeError, SyntaxError):
+            return None
+        if not (call := _call(node.func.id, arguments, tools)):
+            return None
+        calls.append(call)
+    return calls or None
 
 
-def parse_tool_calls(text: str, syntax: str, tool_names: set[str]) -> tuple[str, list[ToolCall]]:
-    """Split a model's output into its plain content and its tool calls."""
-    calls: list[ToolCall] = []
-    if syntax == HERMES and "<tool_call>" in text:
-        for match in _HERMES_RE.finditer(text):  # one call, or a list of calls (SmolLM2's form)
-            calls += [c for v in _json_values(match.group(1)) for item in (v if isinstance(v, list) else [v])
-                      if (c := _decode_call(item, tool_names))]
-        content = _HERMES_RE.sub("", text).strip() if calls else text
-        return content, calls
-    if syntax == MISTRAL and "[TOOL_CALLS]" in text:
-        head, _, tail = text.partition("[TOOL_CALLS]")
-        for value in _json_values(tail):
-            for item in value if isinstance(value, list) else [value]:
-                if call := _decode_call(item, tool_names):
-                    calls.append(call)
-        return (head.strip() if calls else text), calls
-    stripped = text.strip().removeprefix("<|python_tag|>").strip()
-    if stripped.startswith(("{", "[")):
-        values = _json_values(stripped)
-        for value in values:
-            for item in value if isinstance(value, list) else [value]:
-                if call := _decode_call(item, tool_names):
-                    calls.append(call)
-        if calls:
-            return "", calls
-    return text, []
+_DEEPSEEK_SEP = "<｜tool▁sep｜>"
 
 
-def forced_call_schema(tools: list[dict[str, Any]], only: str | None = None) -> dict[str, Any]:
-    """JSON schema of one call to one of ``tools`` (or to ``only``), for the grammar."""
-    options = []
-    for tool in tools:
-        function = tool["function"]
-        if only and function["name"] != only:
-            continue
-        options.append({
-            "type": "object",
-            "properties": {
-                "name": {"const": function["name"]},
-                "arguments": function.get("parameters") or {"type": "object"},
-            },
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        })
-    if not options:
-        raise bad_request(f"tool_choice names {only!r}, which is not among the tools")
+def _deepseek_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
+    """``NAME<｜tool▁sep｜>{…}`` (DeepSeek V3.1), or R1's ``function<｜tool▁sep｜>NAME`` and a fenced JSON block."""
+    head, found, tail = text.partition(_DEEPSEEK_SEP)
+    if not found:
+        return None
+    if head.strip() == "function" and "```" in tail:
+        name, _, rest = tail.partition("\n")
+        fenced = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", rest, re.DOTALL)
+        return _named_json_call(name, fenced.group(1), tools) if fenced else None
+    return _named_json_call(head, tail, tools)
+
+
+def _harmony_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
+    """``functions.NAME <|constrain|>json<|message|>{…}``: the recipient, the rest of the header, the arguments."""
+    header, found, arguments = text.partition("<|message|>")
+    recipient = re.match(r"functions\.([^\s<]+)", header)
+    return _named_json_call(recipient.group(1), arguments, tools) if found and recipient else None
+
+
+_DECODERS = {
+    "json": _json_calls, "mistral": _mistral_calls, "qwen-xml": _qwen_xml_calls, "glm": _glm_calls,
+    "gemma4": _gemma4_calls, "pythonic": _pythonic_calls, "deepseek": _deepseek_calls, "harmony": _harmony_calls,
+}
+
+
+def decode_calls(syntax: CallSyntax, text: str, tools: Schemas) -> list[ToolCall] | None:
+    """The calls in one call's text (its markers left out), or None when it is no valid call to offered tools."""
+    return _DECODERS[syntax.body](text, tools)
+
+
+# ----------------------------------------------------------------------------- grammars
+
+
+def _gbnf_literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+_RULE_NAME = re.compile(r"^([A-Za-z0-9-]+)\s*::=", re.MULTILINE)
+_GBNF_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z0-9-]+|.', re.DOTALL)
+
+
+def _prefixed(grammar: str, prefix: str) -> str:
+    """A GBNF grammar with every rule renamed ``prefix-NAME`` (literals and classes untouched), to embed it."""
+    names = set(_RULE_NAME.findall(grammar))
+    return "".join(f"{prefix}-{t}" if t in names else t for t in _GBNF_TOKEN.findall(grammar))
+
+
+def _forced_call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """JSON schema of one ``{"name", "arguments"}`` call to one of ``tools``."""
+    options = [{
+        "type": "object",
+        "properties": {"name": {"const": t["function"]["name"]},
+                       "arguments": t["function"].get("parameters") or {"type": "object"}},
+        "required": ["name", "arguments"], "additionalProperties": False,
+    } for t in tools]
     return options[0] if len(options) == 1 else {"oneOf": options}
 
 
-def _renamed_root(json_grammar: str) -> str:
-    """The JSON grammar with its start rule renamed ``toolcall-json``, to be embedded."""
-    return re.sub(r"^root\s*::=", "toolcall-json ::=", json_grammar, count=1, flags=re.MULTILINE)
-
-
-def wrap_call_grammar(json_grammar: str, syntax: str) -> str:
-    """Put a JSON grammar (whose start rule is ``root``) inside the syntax's call markers."""
-    opening = {HERMES: r'"<tool_call>\n"', MISTRAL: '"[TOOL_CALLS]["', LLAMA3: '""'}[syntax]
-    closing = {HERMES: r'"\n</tool_call>"', MISTRAL: '"]"', LLAMA3: '""'}[syntax]
-    return f"root ::= {opening} toolcall-json {closing}\n{_renamed_root(json_grammar)}"
-
-
-#: Where each syntax's calls start: the lazy grammar wakes up at these words.
-CALL_MARKERS = {HERMES: ("<tool_call>",), MISTRAL: ("[TOOL_CALLS]",), LLAMA3: ("<|python_tag|>",)}
-
-# From its marker on, one call, then (``{more}``) more when parallel calls are allowed; then
-# the grammar is complete and only end-of-generation is left.
-_LAZY_ROOTS = {
-    HERMES: 'root ::= toolcall{more}\n'
-            'toolcall ::= "<tool_call>" toolcall-ws toolcall-json toolcall-ws "</tool_call>"',
-    MISTRAL: 'root ::= "[TOOL_CALLS]" toolcall-ws "[" toolcall-ws toolcall-json{more} toolcall-ws "]"',
-    LLAMA3: 'root ::= "<|python_tag|>" toolcall-ws toolcall-json',
+#: How each call syntax writes one call to ``name``: text before its arguments, and after.
+_NAMED_CALLS = {
+    "mistral": ("[TOOL_CALLS]{name}[ARGS]", ""),
+    "deepseek": ("<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>", "<｜tool▁call▁end｜>"),
+    "harmony": ("<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>", ""),
 }
-_LAZY_MORE = {HERMES: " (toolcall-ws toolcall)*", MISTRAL: ' (toolcall-ws "," toolcall-ws toolcall-json)*', LLAMA3: ""}
+#: Parameter lists: a call's head and tail, one parameter ({key} and {value}), the separator, and
+#: how a string value is written (None: as a JSON string).
+_PARAMETER_CALLS = {
+    "qwen-xml": ("<tool_call>\n<function={name}>\n", "</function>\n</tool_call>",
+                 "<parameter={key}>\n{value}\n</parameter>\n", "", ("", "")),
+    "glm": ("<tool_call>{name}", "</tool_call>", "<arg_key>{key}</arg_key><arg_value>{value}</arg_value>", "",
+            ("", "")),
+    "gemma4": ("<|tool_call>call:{name}{{", "}}<tool_call|>", "{key}:{value}", ",", ('<|"|>', '<|"|>')),
+    "pythonic": ("<|tool_call_start|>[{name}(", ")]<|tool_call_end|>", "{key}={value}", ", ", None),
+}
 
 
-def lazy_call_grammar(json_grammar: str, syntax: str, parallel: bool = True) -> str:
-    """GBNF for the calls that follow a :data:`CALL_MARKERS` word, for a lazy grammar sampler;
-    one call only unless ``parallel``."""
-    root = _LAZY_ROOTS[syntax].format(more=_LAZY_MORE[syntax] if parallel else "")
-    return f"{root}\ntoolcall-ws ::= [ \\t\\n]{{0,4}}\n{_renamed_root(json_grammar)}"
+def _parameter_rules(syntax: str, name: str, schema: dict[str, Any], rule: str) -> list[str]:
+    """Rules for one call to ``name`` in a parameter-list syntax, its start rule ``rule``: the
+    required parameters in order, then the optional ones, each optional (when the schema requires
+    none, the first written is the first listed)."""
+    head, tail, parameter, separator, quotes = _PARAMETER_CALLS[syntax]
+    properties = schema.get("properties") or {}
+    required = [k for k in properties if k in (schema.get("required") or [])]
+    keys = required + [k for k in properties if k not in required]
+    rules, pieces = [], []
+    for index, key in enumerate(keys):
+        value_rule = f"{rule}-v{index}"
+        if properties[key].get("type") == "string" and quotes is not None and "enum" not in properties[key]:
+            # a raw string: one line without markup, so that a forced call always comes to its end
+            rules.append(f"{value_rule} ::= " + " ".join(p for p in (
+                _gbnf_literal(quotes[0]) if quotes[0] else "", "[^<\\n]*",
+                _gbnf_literal(quotes[1]) if quotes[1] else "") if p))
+        else:
+            rules.append(f"{value_rule} ::= {value_rule}-root\n"
+                         + _prefixed(schema_grammar(properties[key] or {}), value_rule))
+        written = parameter.format(key=key, value="\x00")
+        piece = " ".join(_gbnf_literal(p) if p != "\x00" else value_rule for p in re.split("(\x00)", written) if p)
+        if index and separator:
+            piece = f"{_gbnf_literal(separator)} {piece}"
+        pieces.append(f"({piece})" + ("" if key in required or not index else "?"))
+    body = " ".join(pieces)
+    if keys and not required:
+        body = f"({body})?"
+    rules.insert(0, f"{rule} ::= " + " ".join(p for p in (_gbnf_literal(head.format(name=name)), body,
+                                                           _gbnf_literal(tail.format())) if p))
+    return rules
+
+
+#: The JSON-object syntaxes: GBNF before and after one ``{"name", "arguments"}`` call.
+_JSON_CALLS = {
+    "hermes": ('"<tool_call>" toolcall-ws', 'toolcall-ws "</tool_call>"'),
+    "granite": ('"<|tool_call|>" toolcall-ws "[" toolcall-ws', 'toolcall-ws "]"'),
+    "mistral": ('"[TOOL_CALLS]" toolcall-ws "[" toolcall-ws', 'toolcall-ws "]"'),
+    "llama3": ("", ""),  # a bare call; the lazy grammar starts at <|python_tag|>
+}
+
+
+def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]]) -> str:
+    """GBNF whose rule ``toolcall`` is one call to one of ``tools``, written in ``syntax``."""
+    spaces = "toolcall-ws ::= [ \\t\\n]{0,4}\n"
+    if syntax.body == "json":
+        opening, closing = _JSON_CALLS[syntax.name]
+        inner = _prefixed(schema_grammar(_forced_call_schema(tools)), "call")
+        return f"toolcall ::= {opening} call-root {closing}\n{spaces}{inner}"
+    alternatives, rules = [], []
+    for index, tool in enumerate(tools):
+        name, schema = tool["function"]["name"], tool["function"].get("parameters") or {"type": "object"}
+        rule = f"call{index}"
+        alternatives.append(rule)
+        if syntax.body in _NAMED_CALLS:
+            before, after = _NAMED_CALLS[syntax.body]
+            parts = [_gbnf_literal(before.format(name=name)), f"{rule}-args-root"]
+            parts += [_gbnf_literal(after)] if after else []
+            rules.append(f"{rule} ::= {' '.join(parts)}\n" + _prefixed(schema_grammar(schema), f"{rule}-args"))
+        else:
+            rules += _parameter_rules(syntax.body, name, schema, rule)
+    return f"toolcall ::= {' | '.join(alternatives)}\n{spaces}" + "\n".join(rules)
+
+
+def forced_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], only: str | None = None) -> str:
+    """GBNF that makes the model write one call (to ``only``, when given) in ``syntax``."""
+    chosen = [t for t in tools if not only or t["function"]["name"] == only]
+    if not chosen:
+        raise bad_request(f"tool_choice names {only!r}, which is not among the tools")
+    around = [_gbnf_literal(w) for w in syntax.wrappers] or ["", ""]  # a group's markers (DeepSeek's)
+    root = " ".join(p for p in (around[0], "toolcall", around[-1]) if p)
+    return f"root ::= {root}\n{call_grammar(syntax, chosen)}"
+
+
+def lazy_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], parallel: bool = True) -> tuple[str, tuple[str, ...]]:
+    """GBNF for the calls that follow the syntax's first opening marker (one call unless
+    ``parallel``), and that marker, which wakes the grammar: nothing is constrained before it."""
+    more = ' (toolcall-ws toolcall)*' if parallel else ""
+    start = f'{_gbnf_literal(syntax.opening[0])} toolcall-ws ' if syntax.name == "llama3" else ""  # a bare call
+    return f"root ::= {start}toolcall{more}\n{call_grammar(syntax, tools)}", (syntax.opening[0],)
 
 
 @dataclass(frozen=True)
@@ -200,35 +427,29 @@ class ToolUse:
     """The tools of one request, and how this model writes calls to them."""
 
     tools: list[dict[str, Any]]
-    syntax: str
+    syntax: CallSyntax
 
     @classmethod
     def for_model(cls, model: Any, tools: list[dict[str, Any]] | None) -> "ToolUse | None":
-        """None without tools; 400 when the model's template has no place for tools."""
+        """None without tools; 400 when the model cannot take tools (its template has no place for
+        them, or its format has no call syntax)."""
         checked = validate_tools(tools)
         if not checked:
             return None
-        template = model.template or model.chat_template or ""
-        if "tools" not in template and ".Tools" not in template:
+        chat_format: ChatFormat = model.chat_format
+        if "tools" not in model.capabilities or chat_format.calls is None:
             raise bad_request(f"{model.name.display} does not support tools")
-        return cls(checked, call_syntax(template))
+        return cls(checked, chat_format.calls)
 
     @property
-    def names(self) -> set[str]:
-        return {tool["function"]["name"] for tool in self.tools}
-
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        return parse_tool_calls(text, self.syntax, self.names)
+    def schemas(self) -> dict[str, dict[str, Any]]:
+        return tool_schemas(self.tools)
 
     def forced_grammar(self, only: str | None = None) -> str:
         """GBNF that makes the model write one call (to ``only``, when given)."""
-        return wrap_call_grammar(schema_grammar(forced_call_schema(self.tools, only)), self.syntax)
+        return forced_grammar(self.syntax, self.tools, only)
 
     def lazy_grammar(self, parallel: bool = True) -> tuple[str, tuple[str, ...]]:
         """GBNF for calls after the call-start marker (only one unless ``parallel``), and the
-        marker words that trigger it.
-
-        Nothing is constrained until the model writes a marker; it may answer in prose.
-        """
-        grammar = lazy_call_grammar(schema_grammar(forced_call_schema(self.tools)), self.syntax, parallel)
-        return grammar, CALL_MARKERS[self.syntax]
+        marker words that trigger it."""
+        return lazy_grammar(self.syntax, self.tools, parallel)

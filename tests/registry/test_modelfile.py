@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localllm.options import OPTION_TYPES
+from localllm.templates.families import FORMATS, RENDERERS
 from localllm.registry.modelfile import (
     Modelfile,
     ModelfileError,
@@ -81,6 +82,12 @@ def test_last_template_and_system_win_and_empty_quoted_values() -> None:
     assert parse_modelfile(format_modelfile(mf)) == mf
 
 
+def test_parser_and_renderer_take_ollama_names() -> None:
+    mf = parse_modelfile("FROM m\nPARSER qwen3-coder\nrenderer deepseek3.1\n")
+    assert (mf.parser, mf.renderer) == ("qwen3-coder", "deepseek3.1")
+    assert "PARSER qwen3-coder\nRENDERER deepseek3.1\n" in format_modelfile(mf)
+
+
 @pytest.mark.parametrize(
     "text,message,line",
     [
@@ -100,6 +107,8 @@ def test_last_template_and_system_win_and_empty_quoted_values() -> None:
         ('FROM m\nTEMPLATE """{{ .Prompt }}\nno end', "line 2: unterminated quoted string", 2),
         ('FROM m\nSYSTEM "open', "line 2: unterminated quoted string", 2),
         ("FROM m\nREQUIRES latest", "line 2: REQUIRES must be a version", 2),
+        ("FROM m\nPARSER qwen9", "line 2: unknown PARSER 'qwen9'; known: ", 2),
+        ("FROM m\n\nRENDERER harmonyy", "line 3: unknown RENDERER 'harmonyy'", 3),
         ('FROM ""', "line 1: FROM needs a model name", 1),
     ],
 )
@@ -176,6 +185,8 @@ def _modelfiles(values: st.SearchStrategy[str]) -> st.SearchStrategy[Modelfile]:
         adapters=st.lists(values.filter(bool), max_size=2),
         license=st.lists(values, max_size=2),
         requires=st.none() | _versions,
+        parser=st.none() | st.sampled_from(sorted(FORMATS)),
+        renderer=st.none() | st.sampled_from(sorted(RENDERERS)),
     )
 
 

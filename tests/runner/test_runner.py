@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from localllm.server.tools import HERMES, LLAMA3, MISTRAL, ToolUse
+from localllm.server.tools import ToolUse
+from localllm.templates.families import FORMATS
 
 from support.runner import RunnerProcess, chat_prompt, complete, parse_stream, running_runner, runner_threads
 
@@ -285,14 +286,27 @@ def test_lazy_grammar_leaves_output_free_until_its_trigger(client: httpx.Client)
 
 
 @pytest.mark.parametrize("parallel", [True, False])
-@pytest.mark.parametrize("syntax", [HERMES, LLAMA3, MISTRAL])
+@pytest.mark.parametrize("syntax", sorted({f.calls.name: f for f in FORMATS.values() if f.calls}))
 def test_lazy_tool_call_grammars_compile(client: httpx.Client, syntax: str, parallel: bool) -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
-    grammar, triggers = ToolUse([tool], syntax).lazy_grammar(parallel)
+    calls = next(f.calls for f in FORMATS.values() if f.calls and f.calls.name == syntax)
+    grammar, triggers = ToolUse([tool], calls).lazy_grammar(parallel)
     pieces, done = complete(client, chat_prompt("hi"), grammar=grammar, grammar_triggers=list(triggers),
                             num_predict=4, **GREEDY)
     assert done["eval_count"] >= 1
+
+
+def test_preserved_control_tokens_are_spelled_out(client: httpx.Client) -> None:
+    """A chat format's markers may be control tokens (gpt-oss's ``<|channel|>``), which carry no text
+    unless the request names them: SmolLM2's ``<|im_start|>`` stands in for one here."""
+    body = {"prompt": chat_prompt("hi"), "options": {**GREEDY, "num_predict": 8}, "grammar": 'root ::= <|im_start|> "ok"'}
+    plain = client.post("/completion", json={**body, "stream": False}).json()
+    shown = client.post("/completion", json={**body, "stream": False,
+                                             "preserved_tokens": ["<|im_start|>", "not one token"]}).json()
+    assert (plain["content"], shown["content"]) == ("ok", "<|im_start|>ok")
+    refused = client.post("/completion", json={**body, "preserved_tokens": "<|im_start|>"})
+    assert refused.status_code == 400 and "preserved_tokens" in refused.json()["error"]
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,15 @@ import pytest
 
 from localllm.server.conversation import Content, Thinking, ToolCallDelta
 from localllm.server.output_parser import OutputParser, ParserSetup
-from localllm.server.tools import HERMES, LLAMA3, MISTRAL
+from localllm.templates.families import FORMATS
 from localllm.templates.thinking import ThinkingTags
 
 THINK = ThinkingTags("<think>", "</think>")
+
+
+def tools_of(fmt: str, *names: str, **setup) -> ParserSetup:
+    """A setup for format ``fmt`` offering tools ``names`` (with no parameters)."""
+    return ParserSetup(format=FORMATS[fmt], tools={n: {"type": "object"} for n in names}, **setup)
 
 
 def run(setup: ParserSetup, pieces: list[str]) -> list[list]:
@@ -32,7 +37,7 @@ def test_plain_text_passes_through_at_once():
 
 
 def test_hermes_call_splits_from_streamed_content():
-    setup = ParserSetup(call_syntax=HERMES, tool_names=frozenset({"weather"}))
+    setup = tools_of("hermes", "weather")
     steps = run(setup, ["Let me check", ". <tool", '_call>\n{"name": "weather", ',
                         '"arguments": {"city": "Paris"}}\n</tool_call>', "\nDone."])
     assert joined(steps[:1], Content) == "Let me check"  # streamed before the call is complete
@@ -45,7 +50,7 @@ def test_hermes_call_splits_from_streamed_content():
 
 
 def test_two_hermes_calls_get_indexes_and_distinct_ids():
-    setup = ParserSetup(call_syntax=HERMES, tool_names=frozenset({"a", "b"}))
+    setup = tools_of("hermes", "a", "b")
     text = '<tool_call>{"name": "a", "arguments": {}}</tool_call>\n<tool_call>{"name": "b", "arguments": {"x": 1}}</tool_call>'
     found = calls(run(setup, [text[i:i + 7] for i in range(0, len(text), 7)]))
     assert [(c.index, c.call.name) for c in found] == [(0, "a"), (1, "b")]
@@ -53,14 +58,14 @@ def test_two_hermes_calls_get_indexes_and_distinct_ids():
 
 
 def test_text_after_a_marker_that_holds_no_call_is_kept():
-    setup = ParserSetup(call_syntax=HERMES, tool_names=frozenset({"weather"}))
+    setup = tools_of("hermes", "weather")
     steps = run(setup, ["Try <tool_call>not json at all"])
     assert calls(steps) == []
     assert joined(steps, Content) == "Try <tool_call>not json at all"
 
 
 def test_a_held_marker_prefix_is_released_at_the_end():
-    setup = ParserSetup(call_syntax=HERMES, tool_names=frozenset({"weather"}))
+    setup = tools_of("hermes", "weather")
     steps = run(setup, ["a < b and b <tool"])
     assert joined(steps[:1], Content) == "a < b and b "
     assert joined(steps, Content) == "a < b and b <tool"
@@ -92,8 +97,7 @@ def test_unclosed_thinking_stays_thinking():
 
 
 def test_thinking_then_a_call():
-    setup = ParserSetup(thinking_tags=THINK, starts_thinking=True, call_syntax=HERMES,
-                        tool_names=frozenset({"f"}))
+    setup = tools_of("hermes", "f", thinking_tags=THINK, starts_thinking=True)
     steps = run(setup, ['plan</think><tool_call>{"name": "f", "arguments": {}}</tool_call>'])
     assert joined(steps, Thinking) == "plan"
     assert [c.call.name for c in calls(steps)] == ["f"]
@@ -103,25 +107,25 @@ def test_thinking_then_a_call():
 @pytest.mark.parametrize("pieces", [['{"name": "f", "parameters": {"q": 1}}'],
                                     ['<|python_tag|>{"name": "f", ', '"parameters": {"q": 1}}']])
 def test_llama3_calls(pieces):
-    steps = run(ParserSetup(call_syntax=LLAMA3, tool_names=frozenset({"f"})), pieces)
+    steps = run(tools_of("llama3", "f"), pieces)
     assert [(c.call.name, c.call.arguments) for c in calls(steps)] == [("f", {"q": 1})]
     assert joined(steps, Content) == ""
 
 
 def test_llama3_prose_streams():
-    steps = run(ParserSetup(call_syntax=LLAMA3, tool_names=frozenset({"f"})), ["It is", " sunny."])
+    steps = run(tools_of("llama3", "f"), ["It is", " sunny."])
     assert joined(steps[:1], Content) == "It is"
 
 
 def test_mistral_calls():
-    steps = run(ParserSetup(call_syntax=MISTRAL, tool_names=frozenset({"f"})),
+    steps = run(tools_of("mistral", "f"),
                 ["Sure. [TOOL_", 'CALLS][{"name": "f", "arguments": {"a": "b"}}]'])
     assert joined(steps[:1], Content) == "Sure. "
     assert [c.call.arguments for c in calls(steps)] == [{"a": "b"}]
 
 
 def test_unknown_function_names_are_not_calls():
-    steps = run(ParserSetup(call_syntax=HERMES, tool_names=frozenset({"f"})),
+    steps = run(tools_of("hermes", "f"),
                 ['<tool_call>{"name": "rm", "arguments": {}}</tool_call>'])
     assert calls(steps) == []
     assert "rm" in joined(steps, Content)
@@ -129,6 +133,6 @@ def test_unknown_function_names_are_not_calls():
 
 def test_a_list_of_calls_in_one_hermes_block():
     """SmolLM2 writes its calls as a JSON list inside one <tool_call> block."""
-    setup = ParserSetup(call_syntax=HERMES, tool_names=frozenset({"a", "b"}))
+    setup = tools_of("hermes", "a", "b")
     steps = run(setup, ['<tool_call>[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}]</tool_call>'])
     assert [(c.index, c.call.name) for c in calls(steps)] == [(0, "a"), (1, "b")]

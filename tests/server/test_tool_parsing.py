@@ -1,45 +1,47 @@
-"""Tool-call syntaxes: Hermes/Qwen, Llama 3.x JSON and Mistral, parsed from model output."""
+"""Tool-call decoders: Hermes/Qwen, Llama 3.x JSON and Mistral, read from one call's text."""
 
 from __future__ import annotations
 
 import pytest
 
 from localllm.server.errors import ApiError
-from localllm.server.tools import HERMES, LLAMA3, MISTRAL, call_syntax, parse_tool_calls, validate_tools
+from localllm.server.tools import decode_calls, validate_tools
+from localllm.templates.families import FORMATS
 
-NAMES = {"get_weather", "add"}
+TOOLS = {"get_weather": {"type": "object"}, "add": {"type": "object"}}
 
 
-def test_hermes_calls_and_surrounding_text():
-    text = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-    content, calls = parse_tool_calls(text, HERMES, NAMES)
-    assert content == "Let me check."
+def decode(fmt: str, text: str):
+    return decode_calls(FORMATS[fmt].calls, text, TOOLS)
+
+
+def test_hermes_call():
+    calls = decode("hermes", '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n')
     assert [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Paris"})]
 
 
-def test_llama3_json_with_python_tag_and_parameters_key():
-    text = '<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": 2}}'
-    content, calls = parse_tool_calls(text, LLAMA3, NAMES)
-    assert content == "" and calls[0].name == "add" and calls[0].arguments == {"a": 1, "b": 2}
+def test_llama3_json_with_parameters_key():
+    [call] = decode("llama3", '{"name": "add", "parameters": {"a": 1, "b": 2}}')
+    assert call.name == "add" and call.arguments == {"a": 1, "b": 2}
 
 
-def test_mistral_list_of_calls():
-    text = '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}]'
-    _, calls = parse_tool_calls(text, MISTRAL, NAMES)
+def test_mistral_list_of_calls_with_arguments_as_json_text():
+    text = '[{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}]'
+    calls = decode("mistral", text)
     assert [c.name for c in calls] == ["add", "get_weather"]
     assert calls[1].arguments == {"city": "Oslo"}
 
 
-def test_plain_text_and_unknown_tools_are_not_calls():
-    assert parse_tool_calls("The weather is nice.", HERMES, NAMES) == ("The weather is nice.", [])
-    text = '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'
-    assert parse_tool_calls(text, HERMES, NAMES)[1] == []
-
-
-def test_syntax_detection_from_templates():
-    assert call_syntax("{{ '[TOOL_CALLS]' }}") == MISTRAL
-    assert call_syntax("<|python_tag|>{{ x }}<|eom_id|>") == LLAMA3
-    assert call_syntax("<tool_call>{{ .Tools }}</tool_call>") == HERMES
+@pytest.mark.parametrize("text", [
+    "The weather is nice.",
+    '{"name": "rm_rf", "arguments": {}}',  # a tool that was not offered
+    '{"name": "add", "arguments": [1, 2]}',  # arguments that are no object
+    '{"name": "add", "arguments": {"a": 1}',  # cut off
+    '{"name": "add", "arguments": {}} and then some',  # more than calls
+    '[{"name": "add", "arguments": {}}, {"name": "rm_rf", "arguments": {}}]',  # one of them not offered
+])
+def test_text_that_is_not_wholly_valid_calls_is_no_call(text):
+    assert decode("hermes", text) is None
 
 
 @pytest.mark.parametrize("tools", [[{"type": "function"}], [{"function": {"name": "f", "parameters": []}}],

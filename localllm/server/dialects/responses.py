@@ -70,6 +70,7 @@ class ResponsesRequest(RequestBody):
     previous_response_id: str | None = None
     user: str | None = None
     truncation: str | None = None  # "disabled" (the default): an input over the context is a 400; "auto" fits it
+    grammar: str | None = None  # extension: GBNF rules, as on /v1/chat/completions and /v1/messages
     # Fields we cannot honour: a request setting one is refused (see refuse_unsupported).
     background: bool | None = None
     conversation: Any = None
@@ -249,7 +250,7 @@ def responses_turn(body: ResponsesRequest, history: list[Message] = ()) -> ChatT
         options=sampling_options(body.temperature, body.top_p, body.max_output_tokens),
         constraint=response_format_constraint(text_format, "text.format"),
         logprobs=logprobs, top_logprobs=body.top_logprobs if logprobs else None,
-        parallel_tool_calls=body.parallel_tool_calls, truncate=body.truncation == "auto",
+        parallel_tool_calls=body.parallel_tool_calls, truncate=body.truncation == "auto", grammar=body.grammar,
     )
 
 

@@ -1,0 +1,261 @@
+"""Every family's chat format end to end: the real daemon, the real model (SmolLM2, given a
+template written in the family's format and a grammar that makes it write the family's
+thinking and tool calls) and the real ``ollama``, ``openai`` and ``anthropic`` clients.
+
+What the clients must receive: thinking apart from the answer, tool calls as structured
+calls with ids (two of them in order, streamed), a call cut off by the token limit or with
+arguments that are not JSON, or to a tool that was not offered, as text and never as a call;
+and a forced ``tool_choice`` answered in the family's own syntax.
+"""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import ollama
+import openai
+import pytest
+from support.chat_formats import BY_NAME, FAMILIES, OSLO, PARIS, TOOLS, Family, grammar, modelfile
+
+from localllm.server.conversation import Message, template_messages
+from localllm.server.tools import ToolCall
+from localllm.templates.prompt import build_prompt
+
+THINKERS = [f for f in FAMILIES if f.think_answer]
+
+
+def model_of(family: Family) -> str:
+    return f"fmt-{family.name.replace('.', '')}"
+
+
+@pytest.fixture(scope="module")
+def url(daemon) -> str:
+    for family in FAMILIES:
+        daemon.create(model_of(family), modelfile(family))
+    return daemon.url
+
+
+def oai(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+def user(text: str = "What is the weather in Paris?") -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.mark.parametrize("family", THINKERS, ids=lambda f: f.name)
+def test_thinking_and_answer_stream_apart(url, family):
+    client = ollama.Client(host=url)
+    parts = list(client.chat(model=model_of(family), messages=user("Say hi."), think=True, stream=True,
+                             options={"num_predict": 60, "grammar": grammar(family.think_answer)}))
+    assert "".join(p.message.thinking or "" for p in parts) == "Plan it."
+    assert "".join(p.message.content for p in parts) == "Hello there."
+    generated = httpx.post(f"{url}/api/generate", json={
+        "model": model_of(family), "prompt": "Say hi.", "think": True, "stream": False,
+        "grammar": grammar(family.think_answer), "options": {"num_predict": 60}}, timeout=120).json()
+    assert (generated["thinking"], generated["response"]) == ("Plan it.", "Hello there.")
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_one_call_reaches_the_ollama_client(url, family):
+    client = ollama.Client(host=url)
+    answer = client.chat(model=model_of(family), messages=user(), tools=TOOLS, think=bool(family.think_answer),
+                         options={"num_predict": 200, "grammar": grammar(family.one_call)})
+    calls = answer.message.tool_calls or []
+    assert [(c.function.name, dict(c.function.arguments)) for c in calls] == [PARIS]
+    assert (answer.message.thinking or "") == ("Plan it." if family.think_answer else "")
+    assert answer.message.content == "" and answer.done_reason == "stop"
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_two_calls_stream_to_the_openai_client(url, family):
+    chunks = list(oai(url).chat.completions.create(
+        model=model_of(family), messages=user(), tools=TOOLS, stream=True, max_tokens=200,
+        extra_body={"grammar": grammar(family.two_calls)}))
+    calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
+    assert [(c.index, c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        (0, *PARIS), (1, *OSLO)]
+    assert len({c.id for c in calls}) == 2 and all(c.id for c in calls)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usage = httpx.post(f"{url}/api/chat", json={
+        "model": model_of(family), "messages": user(), "tools": TOOLS, "stream": False,
+        "grammar": grammar(family.two_calls), "options": {"num_predict": 200}}, timeout=120).json()
+    assert usage["eval_count"] > 10  # the calls came in many pieces, and were put together
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_a_call_cut_off_by_the_token_limit_is_text(url, family):
+    body = {"model": model_of(family), "messages": user(), "tools": TOOLS, "grammar": grammar(family.two_calls),
+            "options": {"num_predict": 12}}
+    with httpx.stream("POST", f"{url}/api/chat", json=body, timeout=120) as response:
+        lines = [json.loads(line) for line in response.iter_lines() if line]
+    assert not any(line["message"].get("tool_calls") for line in lines)
+    content = "".join(line["message"]["content"] for line in lines)
+    assert lines[-1]["done_reason"] == "length" and content
+    assert content in family.two_calls.replace("<｜tool▁calls▁begin｜>", "")
+
+
+def test_a_cut_off_call_reads_as_length_in_openai(url):
+    family = BY_NAME["qwen3.5"]
+    answer = oai(url).chat.completions.create(model=model_of(family), messages=user(), tools=TOOLS, max_tokens=12,
+                                              extra_body={"grammar": grammar(family.two_calls)})
+    choice = answer.choices[0]
+    assert choice.finish_reason == "length" and not choice.message.tool_calls
+    assert choice.message.content.startswith("<tool_call>")
+
+
+@pytest.mark.parametrize(("family", "text"), [
+    ("ministral", '[TOOL_CALLS]get_weather[ARGS]{"city": Paris}'),  # arguments that are not JSON
+    ("qwen3.5", "<tool_call>\n<function=delete_files>\n<parameter=path>\n/\n</parameter>\n</function>\n</tool_call>"),
+    ("harmony", "<|channel|>commentary to=functions.delete_files <|constrain|>json<|message|>{}"),
+], ids=["invalid-json", "unknown-tool-xml", "unknown-tool-harmony"])
+def test_invalid_calls_are_text_and_the_next_request_works(url, family, text):
+    model = model_of(BY_NAME[family])
+    answer = ollama.Client(host=url).chat(model=model, messages=user(), tools=TOOLS,
+                                          options={"num_predict": 200, "grammar": grammar(text)})
+    assert not answer.message.tool_calls and answer.done_reason == "stop"
+    assert answer.message.content == text
+    again = ollama.Client(host=url).chat(model=model, messages=user(), tools=TOOLS,
+                                         options={"num_predict": 200, "grammar": grammar(BY_NAME[family].two_calls)})
+    assert [c.function.name for c in again.message.tool_calls] == ["get_weather", "get_time"]
+
+
+@pytest.mark.parametrize("name", ["harmony", "gemma4"])
+def test_anthropic_client_gets_thinking_and_tool_use_blocks(url, name):
+    family = BY_NAME[name]
+    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+    request = dict(model=model_of(family), max_tokens=200, messages=user(), thinking={"type": "enabled",
+                   "budget_tokens": 1024}, tools=[{"name": t["function"]["name"], "input_schema": t["function"][
+                       "parameters"]} for t in TOOLS], extra_body={"grammar": grammar(family.one_call)})
+    message = client.messages.create(**request)
+    assert [block.type for block in message.content] == ["thinking", "tool_use"]
+    assert message.content[0].thinking == "Plan it."
+    assert (message.content[1].name, message.content[1].input) == PARIS and message.content[1].id
+    assert message.stop_reason == "tool_use"
+    with client.messages.stream(**request) as stream:
+        streamed = stream.get_final_message()
+    assert [block.type for block in streamed.content] == ["thinking", "tool_use"]
+    assert streamed.content[1].input == PARIS[1]
+
+
+def test_responses_client_gets_function_calls(url):
+    family = BY_NAME["deepseek3"]
+    tools = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+             for t in TOOLS]
+    response = oai(url).responses.create(model=model_of(family), input="Weather in Paris, time in Oslo?",
+                                         tools=tools, max_output_tokens=200,
+                                         extra_body={"grammar": grammar(family.two_calls)})
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [PARIS, OSLO], response.output
+    assert all(c.call_id for c in calls)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_forced_tool_choice_writes_the_family_syntax(url, family):
+    """No request grammar: ``tool_choice`` alone makes the model write a valid call in the family's syntax
+    (with thinking asked for, where the family thinks: the call still comes first)."""
+    thinking = {"reasoning_effort": "low"} if family.think_answer else {}
+    answer = oai(url).chat.completions.create(
+        model=model_of(family), messages=user("What time is it in Oslo?"), tools=TOOLS, max_tokens=150,
+        tool_choice={"type": "function", "function": {"name": "get_time"}}, temperature=0, **thinking)
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message.content
+    assert [c.function.name for c in choice.message.tool_calls] == ["get_time"]
+    assert isinstance(json.loads(choice.message.tool_calls[0].function.arguments)["city"], str)
+
+
+def test_capabilities_and_think_refusals_follow_the_format(url):
+    for family in FAMILIES:
+        shown = httpx.post(f"{url}/api/show", json={"model": model_of(family)}).json()
+        assert "tools" in shown["capabilities"], family.name
+        assert ("thinking" in shown["capabilities"]) == bool(family.think_answer), family.name
+    response = httpx.post(f"{url}/api/chat", json={"model": model_of(BY_NAME["lfm2"]), "messages": user(),
+                                                    "think": True})
+    assert response.status_code == 400 and "does not support thinking" in response.json()["error"]
+
+
+@pytest.mark.parametrize("level", ["low", "high"])
+def test_a_think_level_turns_thinking_on_where_the_model_has_no_levels(url, level):
+    """As in Ollama: a level on a thinking model that reads none means thinking on."""
+    family = BY_NAME["qwen3.5"]
+    answer = ollama.Client(host=url).chat(model=model_of(family), messages=user("Say hi."), think=level,
+                                          options={"num_predict": 60, "grammar": grammar(family.think_answer)})
+    assert (answer.message.thinking, answer.message.content) == ("Plan it.", "Hello there.")
+    refused = httpx.post(f"{url}/api/chat", json={"model": model_of(BY_NAME["granite"]), "messages": user(),
+                                                   "think": level})
+    assert refused.status_code == 400 and "does not support thinking" in refused.json()["error"]
+
+
+def test_a_second_turn_sends_the_calls_back(url):
+    """The assistant's calls and thinking and the tool's result go back in; the model answers."""
+    family = BY_NAME["harmony"]
+    client = ollama.Client(host=url)
+    first = client.chat(model=model_of(family), messages=user(), tools=TOOLS, think=True,
+                        options={"num_predict": 200, "grammar": grammar(family.one_call)})
+    messages = user() + [first.message, {"role": "tool", "tool_name": "get_weather", "content": "Sunny, 21 C"}]
+    final = client.chat(model=model_of(family), messages=messages, tools=TOOLS, think=True, options={
+        "num_predict": 150, "grammar": grammar("<|channel|>analysis<|message|>Got it.<|end|><|start|>assistant"
+                                              "<|channel|>final<|message|>Sunny in Paris.")})
+    assert (final.message.thinking, final.message.content) == ("Got it.", "Sunny in Paris.")
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_templates_get_calls_thinking_and_results_as_structured_messages(family):
+    """What the handler gives templates: arguments as an object, the thinking, and the result's
+    function name even when the client sent only the call's id (OpenAI's tool messages)."""
+    messages = [Message("user", "Weather?"),
+                Message("assistant", thinking="Plan it.", tool_calls=[ToolCall(*PARIS, id="call_1")]),
+                Message("tool", "Sunny", tool_call_id="call_1")]
+    shaped = template_messages(messages)
+    assert shaped[1]["tool_calls"][0] == {"id": "call_1", "type": "function", "function": {
+        "name": "get_weather", "arguments": {"city": "Paris", "days": 3}}}
+    assert shaped[2]["name"] == shaped[2]["tool_name"] == "get_weather"
+    prompt = build_prompt(messages=shaped, system=None, model_template=family.template, gguf_chat_template=None,
+                          bos_token="", eos_token="", tools=TOOLS, think=True)
+    assert "get_weather" in prompt and "Paris" in prompt and "Sunny" in prompt
+    if "{{ .Thinking }}" in family.template:  # DeepSeek's leaves old thinking out, as its template does
+        assert "Plan it." in prompt
+    if family.name == "harmony":
+        assert "<|start|>functions.get_weather to=assistant" in prompt
+
+
+def test_harmony_reads_the_effort_in_its_system_message():
+    template = BY_NAME["harmony"].template
+    for think, effort in (("low", "low"), ("high", "high"), (True, "medium")):
+        prompt = build_prompt(messages=user("hi"), system=None, model_template=template, gguf_chat_template=None,
+                              bos_token="", eos_token="", think=think)
+        assert f"Reasoning: {effort}\n" in prompt
+
+
+def test_parser_and_renderer_lines_choose_the_format(daemon):
+    hermes_template = BY_NAME["qwen3.5"].template.replace("<think>", "<thinking>")  # hides the Qwen 3.5 look
+    daemon.create("fmt-by-parser", f'FROM smollm2:135m\nTEMPLATE """{hermes_template}"""\nPARSER qwen3-coder\n'
+                                   "RENDERER qwen3-coder\n")
+    shown = httpx.post(f"{daemon.url}/api/show", json={"model": "fmt-by-parser"}).json()
+    assert (shown["parser"], shown["renderer"]) == ("qwen3-coder", "qwen3-coder")
+    assert "tools" in shown["capabilities"] and "thinking" not in shown["capabilities"]
+    assert "PARSER qwen3-coder" in shown["modelfile"]
+    answer = ollama.Client(host=daemon.url).chat(model="fmt-by-parser", messages=user(), tools=TOOLS, options={
+        "num_predict": 200, "grammar": grammar(BY_NAME["qwen3.5"].two_calls)})
+    assert [c.function.name for c in answer.message.tool_calls] == ["get_weather", "get_time"]
+    # a model built on it keeps the format, as in Ollama
+    daemon.create("fmt-by-parser-child", "FROM fmt-by-parser\nSYSTEM Be brief.\n")
+    assert httpx.post(f"{daemon.url}/api/show", json={"model": "fmt-by-parser-child"}).json()["parser"] == "qwen3-coder"
+
+
+@pytest.mark.parametrize("modelfile_text,needle", [
+    ("FROM smollm2:135m\nPARSER qwen9\n", "unknown PARSER 'qwen9'"),
+    ("FROM smollm2:135m\nRENDERER nope\n", "unknown RENDERER 'nope'"),
+])
+def test_unknown_parser_names_are_refused_at_create(daemon, modelfile_text, needle):
+    response = httpx.post(f"{daemon.url}/api/create", json={"model": "fmt-bad", "modelfile": modelfile_text,
+                                                            "stream": False}, timeout=60)
+    assert response.status_code == 400 and needle in response.json()["error"] and "harmony" in response.json()["error"]
+    structured = httpx.post(f"{daemon.url}/api/create", json={"model": "fmt-bad", "from": "smollm2:135m",
+                                                              "parser": "qwen9", "stream": False}, timeout=60)
+    assert structured.status_code == 400 and "unknown PARSER 'qwen9'" in structured.json()["error"]
+    assert httpx.post(f"{daemon.url}/api/show", json={"model": "fmt-bad"}).status_code == 404
+    daemon.create("fmt-good", "FROM smollm2:135m\nPARSER harmony\n")  # the next create works
