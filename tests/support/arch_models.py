@@ -1,0 +1,188 @@
+"""Tiny models of the architectures Ollama's converter lays out its own way, in both layouts.
+
+Each builder writes the same random weights either as llama.cpp's converter writes them
+(``layout="upstream"``) or as Ollama's library files hold them (``layout="ollama"``: other
+architecture and key names, other tensor names, keys left out, the vision encoder inside the
+one file), so a test can check that the translated Ollama file gives the upstream file's logits.
+SmolLM2's BPE vocabulary (``vocab_from``) makes them chat through the real daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, RopeScalingType
+from gguf.quants import quantize
+
+CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+LAYOUTS = ("upstream", "ollama")
+
+
+def _copy_tokenizer(source: Path, w: GGUFWriter, pre: str | None) -> int:
+    """``source``'s tokenizer onto ``w`` (its pre-tokenizer name replaced by ``pre`` when given); the vocabulary size."""
+    reader = GGUFReader(source)
+    for f in reader.fields.values():
+        if not f.name.startswith("tokenizer.") or f.name == "tokenizer.chat_template":
+            continue
+        if f.name == "tokenizer.ggml.pre" and pre is not None:
+            continue
+        kind = f.types[0]
+        w.add_key_value(f.name, f.contents(), kind, sub_type=f.types[-1] if kind == GGUFValueType.ARRAY else None)
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
+    w.add_chat_template(CHATML)
+    return len(reader.fields["tokenizer.ggml.tokens"].data)
+
+
+class _Weights:
+    """Random weights by name, the same for every layout (one generator, drawn in a fixed order)."""
+
+    def __init__(self, w: GGUFWriter, seed: int, rename: Callable[[str], str]) -> None:
+        self.w, self.rng, self.rename = w, np.random.default_rng(seed), rename
+
+    def __call__(self, name: str, *shape: int, scale: float = 0.3, q8: bool = False) -> None:
+        data = (self.rng.standard_normal(shape[::-1]) * scale).astype(np.float32)
+        if q8:  # quantized experts, as real gpt-oss files hold theirs (MXFP4 there): bytes copied as they are
+            self.w.add_tensor(self.rename(name), quantize(data, GGMLQuantizationType.Q8_0),
+                              raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            self.w.add_tensor(self.rename(name), data)
+
+
+def _finish(w: GGUFWriter, path: Path) -> Path:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def gpt_oss(path: Path, vocab_from: Path, layout: str = "upstream", n_layer: int = 2, seed: int = 11,
+            drop: tuple[str, ...] = ()) -> Path:
+    """A two-layer gpt-oss (attention sinks, biased attention, 4 experts of which 2 are used, every other
+    layer sliding-window). ``layout="ollama"`` writes it as Ollama's library does: architecture
+    ``gptoss``, ``attn_out``/``attn_sinks``/``ffn_norm`` tensors, no ``expert_feed_forward_length``,
+    rope scaling type or gpt-4o pre-tokenizer. ``drop`` leaves tensors out (inconsistent files)."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    arch = "gptoss" if ollama else "gpt-oss"
+    e, head, n_head, n_kv, n_exp, ff_exp = 64, 16, 4, 2, 4, 32
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(n_layer)
+    w.add_context_length(256)
+    w.add_embedding_length(e)
+    w.add_feed_forward_length(ff_exp)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_key_length(head)
+    w.add_value_length(head)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(150000.0)
+    w.add_expert_count(n_exp)
+    w.add_expert_used_count(2)
+    w.add_sliding_window(16)
+    if not ollama:
+        w.add_expert_feed_forward_length(ff_exp)
+        w.add_rope_scaling_type(RopeScalingType.YARN)
+    w.add_file_type(0)
+    vocab = _copy_tokenizer(vocab_from, w, pre=None if ollama else "gpt-4o")
+
+    names = {".attn_output": ".attn_out", ".attn_sinks.weight": ".attn_sinks", ".post_attention_norm": ".ffn_norm"}
+
+    def rename(name: str) -> str:
+        if ollama:
+            for upstream, theirs in names.items():
+                name = name.replace(upstream, theirs)
+        return name
+
+    t = _Weights(w, seed, rename)
+    skip = set(drop)
+    layer_tensors: list[tuple[str, tuple[int, ...], bool]] = [
+        ("attn_norm.weight", (e,), False), ("post_attention_norm.weight", (e,), False),
+        ("attn_q.weight", (e, n_head * head), False), ("attn_k.weight", (e, n_kv * head), False),
+        ("attn_v.weight", (e, n_kv * head), False), ("attn_output.weight", (n_head * head, e), False),
+        ("attn_q.bias", (n_head * head,), False), ("attn_k.bias", (n_kv * head,), False),
+        ("attn_v.bias", (n_kv * head,), False), ("attn_output.bias", (e,), False),
+        ("attn_sinks.weight", (n_head,), False),
+        ("ffn_gate_inp.weight", (e, n_exp), False), ("ffn_gate_inp.bias", (n_exp,), False),
+        ("ffn_gate_exps.weight", (e, ff_exp, n_exp), True), ("ffn_up_exps.weight", (e, ff_exp, n_exp), True),
+        ("ffn_down_exps.weight", (ff_exp, e, n_exp), True),
+        ("ffn_gate_exps.bias", (ff_exp, n_exp), False), ("ffn_up_exps.bias", (ff_exp, n_exp), False),
+        ("ffn_down_exps.bias", (e, n_exp), False),
+    ]
+    for name, shape, q8 in [("token_embd.weight", (e, vocab), False), ("output_norm.weight", (e,), False),
+                            ("output.weight", (e, vocab), False)]:
+        t(name, *shape, q8=q8)
+    for il in range(n_layer):
+        for leaf, shape, q8 in layer_tensors:
+            name = f"blk.{il}.{leaf}"
+            if rename(name) in skip or name in skip:
+                t.rng.standard_normal(int(np.prod(shape)))  # keep the other weights the same
+                continue
+            t(name, *shape, q8=q8)
+    return _finish(w, path)
+
+
+def olmo(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 5) -> Path:
+    """A two-layer OLMo 3 (q/k norms over the whole projection, norms after attention and FFN, sliding
+    window): architecture ``olmo2`` as llama.cpp loads it, ``olmo3`` as Ollama's library names it."""
+    assert layout in LAYOUTS
+    arch = "olmo3" if layout == "ollama" else "olmo2"
+    e, n_head, n_kv, ff, n_layer = 64, 4, 4, 128, 2
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(n_layer)
+    w.add_context_length(256)
+    w.add_embedding_length(e)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_sliding_window(8)
+    w.add_file_type(0)
+    vocab = _copy_tokenizer(vocab_from, w, pre=None)
+    t = _Weights(w, seed, lambda name: name)
+    t("token_embd.weight", e, vocab)
+    t("output_norm.weight", e)
+    t("output.weight", e, vocab)
+    for il in range(n_layer):
+        b = f"blk.{il}."
+        for name, shape in (("attn_q.weight", (e, e)), ("attn_k.weight", (e, e)), ("attn_v.weight", (e, e)),
+                            ("attn_output.weight", (e, e)), ("attn_q_norm.weight", (e,)), ("attn_k_norm.weight", (e,)),
+                            ("post_attention_norm.weight", (e,)), ("ffn_gate.weight", (e, ff)),
+                            ("ffn_up.weight", (e, ff)), ("ffn_down.weight", (ff, e)), ("post_ffw_norm.weight", (e,))):
+            t(b + name, *shape)
+    return _finish(w, path)
+
+
+def embedded_projector(path: Path, language_model: Path, projector: Path, truncate_to: int | None = None) -> Path:
+    """``language_model`` and ``projector`` as one GGUF, the way Ollama's library ships a vision model: the
+    encoder's tensors (``v.*``, ``mm.*``) after the language model's, its ``clip.vision.*`` keys as
+    ``<arch>.vision.*`` and no ``clip.*`` key. ``truncate_to`` cuts the file to that many bytes."""
+    lm, mm = GGUFReader(language_model), GGUFReader(projector)
+    arch = lm.fields["general.architecture"].contents()
+    w = GGUFWriter(str(path), arch)
+    for reader, keep in ((lm, lambda n: True), (mm, lambda n: n.startswith("clip.vision."))):
+        for f in reader.fields.values():
+            if f.name in ("general.architecture",) or f.name.startswith("GGUF.") or not keep(f.name):
+                continue
+            name = f.name.replace("clip.vision.", f"{arch}.vision.", 1)
+            kind = f.types[0]
+            w.add_key_value(name, f.contents(), kind, sub_type=f.types[-1] if kind == GGUFValueType.ARRAY else None)
+    w.add_bool(f"{arch}.vision.use_gelu", bool(mm.fields["clip.use_gelu"].contents()))
+    tensors = [*lm.tensors, *mm.tensors]
+    for t in tensors:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in tensors:
+        w.write_tensor_data(t.data)
+    w.close()
+    if truncate_to is not None:
+        with open(path, "r+b") as f:
+            f.truncate(truncate_to)
+    return path
