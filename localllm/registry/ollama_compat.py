@@ -101,10 +101,11 @@ class Draft:
         if key not in self.metadata:
             self.set(key, value, value_type, item_type)
 
-    def copy(self, source: str, target: str) -> None:
-        """``target`` takes ``source``'s value (and type) where the file has ``source``."""
-        if source in self.metadata:
-            self.metadata[target] = self.metadata[source]
+    def copy(self, source: str, target: str, origin: Draft | None = None) -> None:
+        """``target`` takes ``source``'s value (and type) where the file (or ``origin``'s) has ``source``."""
+        metadata = (origin or self).metadata
+        if source in metadata:
+            self.metadata[target] = metadata[source]
 
     def drop(self, key: str) -> None:
         self.metadata.pop(key, None)
@@ -377,7 +378,7 @@ def _nemotron_h_moe(draft: Draft, out: Translation) -> None:
 def _vision_keys(model: Draft, projector: Draft, names: Iterable[str]) -> None:
     """``<arch>.vision.<name>`` keys of the model as the projector's ``clip.vision.<name>``."""
     for name in names:
-        projector.copy(model.key(f"vision.{name}"), f"clip.vision.{name}")
+        projector.copy(model.key(f"vision.{name}"), f"clip.vision.{name}", model)
 
 
 _VISION_KEYS = ("block_count", "embedding_length", "feed_forward_length", "image_size", "patch_size",
@@ -388,8 +389,7 @@ _VISION_KEYS = ("block_count", "embedding_length", "feed_forward_length", "image
 def _projector_draft(model: Draft, tensors: dict[str, OutTensor], projector_type: str) -> Draft:
     projector = Draft("clip", {}, tensors)
     projector.set("general.architecture", "clip", STRING)
-    if model.has("general.alignment"):
-        projector.metadata["general.alignment"] = model.metadata["general.alignment"]
+    projector.copy("general.alignment", "general.alignment", model)
     projector.set("clip.projector_type", projector_type, STRING)
     projector.set("clip.has_vision_encoder", True, BOOL)
     _vision_keys(model, projector, _VISION_KEYS)
@@ -417,8 +417,8 @@ def _llava_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
     """A LLaVA-style encoder carried in the model file (``<arch>.vision.*`` keys, llama.cpp's tensor names):
     projector type ``<arch>.vision.projector_type``, else ``mlp`` (as Ollama defaults LLaVA projectors)."""
     projector = _projector_draft(model, tensors, str(model.get(model.key("vision.projector_type")) or "mlp"))
-    projector.copy(model.key("vision.use_gelu"), "clip.use_gelu")
-    projector.copy(model.key("vision.use_silu"), "clip.use_silu")
+    projector.copy(model.key("vision.use_gelu"), "clip.use_gelu", model)
+    projector.copy(model.key("vision.use_silu"), "clip.use_silu", model)
     return projector
 
 
@@ -509,6 +509,9 @@ def plan(gguf: GGUFFile) -> Translation:
             out.projector = variant.vision(draft, encoder)
         elif encoder:
             out.dropped.append("the vision encoder (v.*, mm.*): its projector layout is not translated yet")
+        if encoder:
+            for key in draft.keys_under(draft.key("vision.")):
+                draft.drop(key)  # the projector's now
         if audio:
             out.dropped.append("the audio encoder (a.*)")
     except IncompatibleModel as exc:
