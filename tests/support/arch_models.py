@@ -10,31 +10,40 @@ SmolLM2's BPE vocabulary (``vocab_from``) makes them chat through the real daemo
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, RopeScalingType
+from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, RopeScalingType
 from gguf.quants import quantize
+
+from localllm.gguf import read_gguf
 
 CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 LAYOUTS = ("upstream", "ollama")
 
 
+@lru_cache(maxsize=4)
+def _tokenizer(source: Path) -> tuple[tuple[str, Any, int, int | None], ...]:
+    """``source``'s ``tokenizer.*`` keys: (key, value, GGUF type, array item type), read once."""
+    header = read_gguf(source)
+    return tuple((k, v, *header.value_types[k]) for k, v in header.metadata.items()
+                 if k.startswith("tokenizer.") and k != "tokenizer.chat_template")
+
+
 def _copy_tokenizer(source: Path, w: GGUFWriter, pre: str | None) -> int:
-    """``source``'s tokenizer onto ``w`` (its pre-tokenizer name replaced by ``pre`` when given); the vocabulary size."""
-    reader = GGUFReader(source)
-    for f in reader.fields.values():
-        if not f.name.startswith("tokenizer.") or f.name == "tokenizer.chat_template":
+    """``source``'s tokenizer onto ``w`` (its pre-tokenizer name replaced by ``pre`` when given) and a ChatML
+    template; the vocabulary size."""
+    for key, value, kind, item in _tokenizer(source):
+        if key == "tokenizer.ggml.pre" and pre is not None:
             continue
-        if f.name == "tokenizer.ggml.pre" and pre is not None:
-            continue
-        kind = f.types[0]
-        w.add_key_value(f.name, f.contents(), kind, sub_type=f.types[-1] if kind == GGUFValueType.ARRAY else None)
+        w.add_key_value(key, value, GGUFValueType(kind), sub_type=None if item is None else GGUFValueType(item))
     if pre is not None:
         w.add_tokenizer_pre(pre)
     w.add_chat_template(CHATML)
-    return len(reader.fields["tokenizer.ggml.tokens"].data)
+    return len(dict((k, v) for k, v, *_ in _tokenizer(source))["tokenizer.ggml.tokens"])
 
 
 class _Weights:
@@ -162,25 +171,28 @@ def embedded_projector(path: Path, language_model: Path, projector: Path, trunca
     """``language_model`` and ``projector`` as one GGUF, the way Ollama's library ships a vision model: the
     encoder's tensors (``v.*``, ``mm.*``) after the language model's, its ``clip.vision.*`` keys as
     ``<arch>.vision.*`` and no ``clip.*`` key. ``truncate_to`` cuts the file to that many bytes."""
-    lm, mm = GGUFReader(language_model), GGUFReader(projector)
-    arch = lm.fields["general.architecture"].contents()
+    lm, mm = read_gguf(language_model), read_gguf(projector)
+    arch = lm.architecture
     w = GGUFWriter(str(path), arch)
-    for reader, keep in ((lm, lambda n: True), (mm, lambda n: n.startswith("clip.vision."))):
-        for f in reader.fields.values():
-            if f.name in ("general.architecture",) or f.name.startswith("GGUF.") or not keep(f.name):
+    for header, keep in ((lm, lambda key: True), (mm, lambda key: key.startswith("clip.vision."))):
+        for key, value in header.metadata.items():
+            if key == "general.architecture" or not keep(key):
                 continue
-            name = f.name.replace("clip.vision.", f"{arch}.vision.", 1)
-            kind = f.types[0]
-            w.add_key_value(name, f.contents(), kind, sub_type=f.types[-1] if kind == GGUFValueType.ARRAY else None)
-    w.add_bool(f"{arch}.vision.use_gelu", bool(mm.fields["clip.use_gelu"].contents()))
-    tensors = [*lm.tensors, *mm.tensors]
-    for t in tensors:
-        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+            kind, item = header.value_types[key]
+            w.add_key_value(key.replace("clip.vision.", f"{arch}.vision.", 1), value, GGUFValueType(kind),
+                            sub_type=None if item is None else GGUFValueType(item))
+    w.add_bool(f"{arch}.vision.use_gelu", bool(mm.metadata["clip.use_gelu"]))
+    tensors = [(language_model, t) for t in lm.tensors] + [(projector, t) for t in mm.tensors]
+    for _source, t in tensors:  # raw bytes: numpy's shape is the rows, each of its bytes
+        byte_shape = (*reversed(t.shape[1:]), t.nbytes // max(1, int(np.prod(t.shape[1:]))))
+        w.add_tensor_info(t.name, byte_shape, np.dtype(np.uint8), t.nbytes, GGMLQuantizationType(t.ggml_type))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for t in tensors:
-        w.write_tensor_data(t.data)
+    for source, t in tensors:
+        with open(source, "rb") as f:
+            f.seek(t.offset)
+            w.write_tensor_data(np.frombuffer(f.read(t.nbytes), dtype=np.uint8))
     w.close()
     if truncate_to is not None:
         with open(path, "r+b") as f:
