@@ -13,7 +13,7 @@ import ollama
 import openai
 import pytest
 from support import arch_models
-from support.images import picture
+from support.images import data_url, picture
 
 QUESTION = "What colour is this picture? Answer in one word."
 CHATML = ('TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n'
@@ -171,3 +171,25 @@ def test_a_translated_file_llama_cpp_still_refuses_names_the_architecture_and_th
     assert "error" not in ollama.Client(host=daemon.url).generate(model="smollm2:135m", prompt="Hi",
                                                                   options={"num_predict": 2})
     httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "oss-nosinks"})
+
+
+def test_ollama_gemma3_with_its_encoder_inside_sees_images_as_the_upstream_pair(daemon, tmp_path):
+    model, projector = arch_models.gemma3_vision(tmp_path / "up", "upstream")
+    one, _ = arch_models.gemma3_vision(tmp_path / "ol", "ollama")
+    daemon.create("g3-pair", f"FROM {model}\nFROM {projector}\n{CHATML}")
+    daemon.create("g3-one", f"FROM {one}\n{CHATML}")
+    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="x", max_retries=0)
+
+    def ask(name: str, colour: str):
+        answer = client.chat.completions.create(model=name, max_tokens=4, temperature=0, logprobs=True,
+                                                top_logprobs=5, messages=[{"role": "user", "content": [
+                                                    {"type": "text", "text": "w1 w2"},
+                                                    {"type": "image_url", "image_url": {"url": data_url(picture(colour))}}]}])
+        return [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
+                for t in answer.choices[0].logprobs.content]
+
+    red = ask("g3-one", "red")
+    assert red == ask("g3-pair", "red") and red != ask("g3-one", "blue")  # the same encoder, and it sees
+    for name in ("g3-pair", "g3-one"):
+        httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})
+

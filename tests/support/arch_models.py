@@ -198,3 +198,82 @@ def embedded_projector(path: Path, language_model: Path, projector: Path, trunca
         with open(path, "r+b") as f:
             f.truncate(truncate_to)
     return path
+
+
+GEMMA3_VISION = {"image_size": 32, "patch_size": 4, "embedding_length": 16, "feed_forward_length": 32,
+                 "block_count": 1, "attention.head_count": 2}
+# Ollama's tensor names of the Gemma 3 encoder, by llama.cpp's (whose ffn_down holds fc1: clip.cpp swaps them)
+GEMMA3_OLLAMA_NAMES = {"v.patch_embd": "v.patch_embedding", "v.position_embd": "v.position_embedding",
+                       "v.post_ln": "v.post_layernorm", ".ln1": ".layer_norm1", ".ln2": ".layer_norm2",
+                       ".attn_out": ".attn_output", ".ffn_down": ".mlp.fc1", ".ffn_up": ".mlp.fc2",
+                       "mm.input_projection": "mm.mm_input_projection", "mm.soft_emb_norm": "mm.mm_soft_emb_norm"}
+
+
+def gemma3_vision(directory: Path, layout: str = "upstream", seed: int = 9) -> tuple[Path, Path | None]:
+    """A two-layer Gemma 3 with a one-block SigLIP encoder (32-pixel images, 4-pixel patches, 4 image tokens):
+    upstream, a language model and its ``mmproj`` (``clip.*`` keys, F32 patch embedding); ``ollama``, the one
+    GGUF Ollama's library ships (``gemma3.vision.*`` keys, Ollama's tensor names, F16 patch embedding).
+    Returns the model file and the projector file (None for the one-file layout)."""
+    from .gguf_builders import tiny_model
+
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    directory.mkdir(parents=True, exist_ok=True)
+    vision = _gemma3_encoder(seed)
+
+    def name(upstream: str) -> str:
+        if ollama:
+            for ours, theirs in GEMMA3_OLLAMA_NAMES.items():
+                upstream = upstream.replace(ours, theirs)
+        return upstream
+
+    def extra(w: GGUFWriter) -> None:
+        w.add_float32("gemma3.rope.freq_base_swa", 10000.0)
+        w.add_chat_template(CHATML)
+        if ollama:
+            for key, value in GEMMA3_VISION.items():
+                w.add_uint32(f"gemma3.vision.{key}", value)
+            w.add_float32("gemma3.vision.attention.layer_norm_epsilon", 1e-6)
+            for tensor, data in vision.items():
+                w.add_tensor(name(tensor), data.astype(np.float16) if tensor == "v.patch_embd.weight" else data)
+
+    model = tiny_model(directory / f"gemma3-{layout}.gguf", "gemma3", extra=extra, n_layer=2, seed=seed)
+    if ollama:
+        return model, None
+    w = GGUFWriter(str(directory / "gemma3-mmproj.gguf"), "clip")
+    w.add_clip_has_vision_encoder(True)
+    w.add_clip_projector_type("gemma3")
+    for key, value in GEMMA3_VISION.items():
+        w.add_uint32(f"clip.vision.{key}", value)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_vision_projection_dim(64)
+    w.add_vision_image_mean([0.5, 0.5, 0.5])
+    w.add_vision_image_std([0.5, 0.5, 0.5])
+    w.add_vision_use_gelu(True)
+    for tensor, data in vision.items():  # F16-rounded patch embedding: Ollama's file holds it in F16
+        w.add_tensor(tensor, data.astype(np.float16).astype(np.float32) if tensor == "v.patch_embd.weight" else data)
+    return model, _finish(w, directory / "gemma3-mmproj.gguf")
+
+
+def _gemma3_encoder(seed: int) -> dict[str, np.ndarray]:
+    """The encoder's weights by llama.cpp's names (numpy shapes: ggml's reversed)."""
+    rng = np.random.default_rng(seed)
+    hidden, ff, n_embd = GEMMA3_VISION["embedding_length"], GEMMA3_VISION["feed_forward_length"], 64
+    patch, side = GEMMA3_VISION["patch_size"], GEMMA3_VISION["image_size"] // GEMMA3_VISION["patch_size"]
+
+    def r(*shape: int, scale: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    weights = {"v.patch_embd.weight": r(hidden, 3, patch, patch), "v.patch_embd.bias": r(hidden),
+               "v.position_embd.weight": r(side * side, hidden)}
+    blk = "v.blk.0."
+    for proj in ("attn_q", "attn_k", "attn_v", "attn_out"):
+        weights[f"{blk}{proj}.weight"], weights[f"{blk}{proj}.bias"] = r(hidden, hidden), r(hidden)
+    for norm in ("ln1", "ln2"):
+        weights[f"{blk}{norm}.weight"], weights[f"{blk}{norm}.bias"] = 1 + r(hidden), r(hidden)
+    weights[f"{blk}ffn_down.weight"], weights[f"{blk}ffn_down.bias"] = r(ff, hidden), r(ff)  # fc1: hidden -> ff
+    weights[f"{blk}ffn_up.weight"], weights[f"{blk}ffn_up.bias"] = r(hidden, ff), r(hidden)  # fc2: ff -> hidden
+    weights["v.post_ln.weight"], weights["v.post_ln.bias"] = 1 + r(hidden), r(hidden)
+    weights["mm.soft_emb_norm.weight"] = r(hidden)
+    weights["mm.input_projection.weight"] = r(hidden, n_embd, scale=1.0)
+    return weights
