@@ -20,6 +20,7 @@ blob's digest, written in ``partial/`` and renamed into place whole.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import struct
@@ -31,6 +32,8 @@ from typing import Any, BinaryIO
 
 from ..gguf import GGML_TYPES, MAGIC, GGUFFile, InvalidGGUF, SkippedArray, TensorInfo, read_gguf
 from .store import Store, _fsync_dir
+
+log = logging.getLogger(__name__)
 
 # GGUF metadata value types (gguf.py reads them all)
 U32, I32, F32, BOOL, STRING, ARRAY = 4, 5, 6, 7, 8, 9
@@ -186,21 +189,23 @@ def promote_to_f32(draft: Draft, name: str) -> None:
 
 
 def fuse_rows(draft: Draft, target: str, sources: list[str], why: str) -> None:
-    """``target`` becomes ``sources`` stacked along their outer dimension (same row length and type):
-    llama.cpp's fused gate+up or QKV matrices. The sources leave the file."""
+    """``target`` becomes ``sources`` stacked along their outer dimension (same row length and type), where the
+    first source stood: llama.cpp's fused gate+up or QKV matrices. The sources leave the file."""
     parts = [draft.need(name, why) for name in sources]
     first = parts[0]
     for part in parts[1:]:
-        if part.shape[:-1] != first.shape[:-1] or part.ggml_type != first.ggml_type or len(part.shape) != len(first.shape):
+        if part.shape[:-1] != first.shape[:-1] or part.ggml_type != first.ggml_type:
             raise IncompatibleModel(f"tensors {first.name!r} and {part.name!r} differ in shape or type, "
                                     f"so they cannot be fused into {target!r}")
     fused = OutTensor(target, (*first.shape[:-1], sum(p.shape[-1] for p in parts)), first.ggml_type,
                       tuple(info for p in parts for info in p.parts))
-    position = list(draft.tensors).index(first.name)
-    names = [n for n in draft.tensors if n not in sources]
-    names.insert(min(position, len(names)), target)
-    kept = {**{n: t for n, t in draft.tensors.items() if n not in sources}, target: fused}
-    draft.tensors = {n: kept[n] for n in names}
+    tensors: dict[str, OutTensor] = {}
+    for name, tensor in draft.tensors.items():
+        if name == first.name:
+            tensors[target] = fused
+        elif name not in sources:
+            tensors[name] = tensor
+    draft.tensors = tensors
 
 
 # --- the variants ---------------------------------------------------------------------------------------
@@ -664,6 +669,9 @@ def translate(store: Store, digest: str) -> TranslatedFiles:
             final.parent.mkdir(parents=True)
             os.rename(work, final)
             _fsync_dir(final.parent)
+            log.info("translated the Ollama-format %s file %s for llama.cpp%s%s", variant, digest,
+                     ", its encoder split out as a projector" if translation.projector else "",
+                     "".join(f"; left out {what}" for what in translation.dropped))
         finally:
             if work.exists():
                 shutil.rmtree(work, ignore_errors=True)
