@@ -219,3 +219,12 @@ def test_arch_renames_olmo3_glm4moelite_qwen25vl(tmp_path):
         "qwen25vl.rope.mrope_section": [16, 24, 24]}, {"token_embd.weight": rand(8, 4), "v.blk.0.x.weight": rand(8)}))
     assert fields_of(vl.model)["qwen2vl.rope.dimension_sections"] == [16, 24, 24, 0]
     assert vl.projector is None and list(tensors_of(vl.model)) == ["token_embd.weight"]
+
+
+def test_gemma3_in_one_file_becomes_the_upstream_model_and_mmproj(tmp_path):
+    model, projector = arch_models.gemma3_vision(tmp_path / "up", "upstream")
+    one, _ = arch_models.gemma3_vision(tmp_path / "ol", "ollama")
+    files = translated(tmp_path, one)
+    assert tensors_of(files.model) == tensors_of(model) and fields_of(files.model) == fields_of(model)
+    assert tensors_of(files.projector) == tensors_of(projector)  # renamed, the patch embedding back in F32
+    assert fields_of(files.projector) == fields_of(projector)

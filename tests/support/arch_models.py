@@ -214,8 +214,6 @@ def gemma3_vision(directory: Path, layout: str = "upstream", seed: int = 9) -> t
     upstream, a language model and its ``mmproj`` (``clip.*`` keys, F32 patch embedding); ``ollama``, the one
     GGUF Ollama's library ships (``gemma3.vision.*`` keys, Ollama's tensor names, F16 patch embedding).
     Returns the model file and the projector file (None for the one-file layout)."""
-    from .gguf_builders import tiny_model
-
     assert layout in LAYOUTS
     ollama = layout == "ollama"
     directory.mkdir(parents=True, exist_ok=True)
@@ -237,7 +235,7 @@ def gemma3_vision(directory: Path, layout: str = "upstream", seed: int = 9) -> t
             for tensor, data in vision.items():
                 w.add_tensor(name(tensor), data.astype(np.float16) if tensor == "v.patch_embd.weight" else data)
 
-    model = tiny_model(directory / f"gemma3-{layout}.gguf", "gemma3", extra=extra, n_layer=2, seed=seed)
+    model = _gemma3_language_model(directory / f"gemma3-{layout}.gguf", extra, seed)
     if ollama:
         return model, None
     w = GGUFWriter(str(directory / "gemma3-mmproj.gguf"), "clip")
@@ -253,6 +251,50 @@ def gemma3_vision(directory: Path, layout: str = "upstream", seed: int = 9) -> t
     for tensor, data in vision.items():  # F16-rounded patch embedding: Ollama's file holds it in F16
         w.add_tensor(tensor, data.astype(np.float16).astype(np.float32) if tensor == "v.patch_embd.weight" else data)
     return model, _finish(w, directory / "gemma3-mmproj.gguf")
+
+
+GEMMA3_SPECIALS = ["<unk>", "<s>", "</s>", "<start_of_image>", "<end_of_image>"]
+GEMMA3_BYTES = [f"<0x{b:02X}>" for b in range(256)]  # SentencePiece's byte fallback: any text tokenizes
+GEMMA3_TOKENS = GEMMA3_SPECIALS + GEMMA3_BYTES + [f"\u2581w{i}" for i in range(31)]
+
+
+def _gemma3_language_model(path: Path, extra: Callable[[GGUFWriter], None], seed: int) -> Path:
+    """A two-layer Gemma 3 (q/k norms, norms after attention and FFN, tied output) with a small SentencePiece
+    vocabulary (byte fallback) that has the image delimiters libmtmd puts round a Gemma 3 image."""
+    e, ff, n_head, n_kv, head, n_layer, vocab = 64, 128, 4, 2, 16, 2, len(GEMMA3_TOKENS)
+    w = GGUFWriter(str(path), "gemma3")
+    w.add_block_count(n_layer)
+    w.add_context_length(256)
+    w.add_embedding_length(e)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_key_length(head)
+    w.add_value_length(head)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_file_type(0)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(GEMMA3_TOKENS)
+    words = vocab - len(GEMMA3_SPECIALS) - len(GEMMA3_BYTES)
+    w.add_token_scores([0.0] * (len(GEMMA3_SPECIALS) + len(GEMMA3_BYTES)) + [-float(i) for i in range(words)])
+    w.add_token_types([2, 3, 3, 3, 3] + [6] * len(GEMMA3_BYTES) + [1] * words)  # unknown, control, byte, normal
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    extra(w)
+    t = _Weights(w, seed, lambda name: name)
+    t("token_embd.weight", e, vocab)
+    t("output_norm.weight", e)
+    for il in range(n_layer):
+        b = f"blk.{il}."
+        for name, shape in (("attn_norm.weight", (e,)), ("attn_q.weight", (e, n_head * head)),
+                            ("attn_k.weight", (e, n_kv * head)), ("attn_v.weight", (e, n_kv * head)),
+                            ("attn_q_norm.weight", (head,)), ("attn_k_norm.weight", (head,)),
+                            ("attn_output.weight", (n_head * head, e)), ("post_attention_norm.weight", (e,)),
+                            ("ffn_norm.weight", (e,)), ("ffn_gate.weight", (e, ff)), ("ffn_up.weight", (e, ff)),
+                            ("ffn_down.weight", (ff, e)), ("post_ffw_norm.weight", (e,))):
+            t(b + name, *shape)
+    return _finish(w, path)
 
 
 def _gemma3_encoder(seed: int) -> dict[str, np.ndarray]:
