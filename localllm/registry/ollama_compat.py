@@ -418,6 +418,57 @@ def _gemma3_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
     return projector
 
 
+def _rope_permuted(n_head: int, n_rows: int, row_bytes: int) -> Callable[[bytes], bytes]:
+    """A Q or K matrix's rows from Hugging Face's order into llama.cpp's RoPE order (its converter's
+    ``permute``): within each head, row ``half * head_dim/2 + i`` moves to ``2 * i + half``. Whole rows move,
+    so any tensor type works."""
+    import numpy as np
+
+    head_dim = n_rows // n_head
+    target = np.arange(n_rows)
+    head, within = target // head_dim, target % head_dim
+    source = head * head_dim + (within % 2) * (head_dim // 2) + within // 2
+
+    def convert(data: bytes) -> bytes:
+        return np.frombuffer(data, np.uint8).reshape(n_rows, row_bytes)[source].tobytes()
+
+    return convert
+
+
+PIXTRAL_MEAN, PIXTRAL_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+
+
+def _mistral3_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
+    """Mistral 3's Pixtral encoder: llama.cpp's names, RoPE-ordered Q/K rows (Ollama's converter left the
+    encoder's in Hugging Face's order) and a zero ``[IMG_BREAK]`` embedding the pixtral graph adds."""
+    projector = _projector_draft(model, tensors, "pixtral")
+    projector.copy(model.key("spatial_merge_size"), "clip.vision.spatial_merge_size", model)
+    projector.copy(model.key("vision.rope.freq_base"), "clip.rope.freq_base", model)
+    projector.inject("clip.vision.attention.layer_norm_epsilon", 1e-5, F32)
+    projector.inject("clip.vision.image_mean", PIXTRAL_MEAN, ARRAY, F32)
+    projector.inject("clip.vision.image_std", PIXTRAL_STD, ARRAY, F32)
+    projector.inject("clip.use_silu", True, BOOL)
+    n_head = projector.get("clip.vision.attention.head_count")
+    if not n_head:
+        raise IncompatibleModel("it lacks mistral3.vision.attention.head_count, which orders the encoder's Q/K rows")
+    for name, tensor in projector.tensors.items():
+        if name.startswith("v.blk.") and name.endswith((".attn_q.weight", ".attn_k.weight")):
+            if tensor.shape[1] % n_head:
+                raise IncompatibleModel(f"tensor {name!r} has {tensor.shape[1]} rows, not a multiple of "
+                                        f"{n_head} heads")
+            tensor.convert = _rope_permuted(n_head, tensor.shape[1], tensor.nbytes // tensor.shape[1])
+    n_embd = model.get(model.key("embedding_length"))
+    if n_embd:
+        projector.tensors["v.token_embd.img_break"] = OutTensor("v.token_embd.img_break", (n_embd,), GGML_F32, (),
+                                                                lambda _: bytes(4 * n_embd))
+    for old, new in (("v.patch_conv", "v.patch_embd"), ("v.encoder_norm", "v.pre_ln"), (".attn_output", ".attn_out"),
+                     (".attn_norm", ".ln1"), (".ffn_norm", ".ln2"), ("mm.linear_1", "mm.1"), ("mm.linear_2", "mm.2"),
+                     ("mm.patch_merger.merging_layer", "mm.patch_merger"), ("mm.norm", "mm.input_norm")):
+        projector.rename_containing(old, new)
+    promote_to_f32(projector, "v.patch_embd.weight")
+    return projector
+
+
 def _llava_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
     """A LLaVA-style encoder carried in the model file (``<arch>.vision.*`` keys, llama.cpp's tensor names):
     projector type ``<arch>.vision.projector_type``, else ``mlp`` (as Ollama defaults LLaVA projectors)."""
@@ -452,7 +503,7 @@ VARIANTS: dict[str, Variant] = {
     "mistral3": Variant(lambda g: _arch_is(g, "mistral3") and (
         _has_prefix(g, *VISION_PREFIXES) or any(f"mistral3.rope.{k}" in g.metadata
                                                 for k in ("scaling.beta_fast", "scaling.mscale_all_dim", "scaling_beta"))),
-        _mistral3),
+        _mistral3, _mistral3_clip),
     "gemma3": Variant(lambda g: _arch_is(g, "gemma3") and (
         _has_prefix(g, *VISION_PREFIXES) or "gemma3.mm.tokens_per_image" in g.metadata
         or "gemma3.rope.global.freq_base" in g.metadata or "gemma3.rope.local.freq_base" in g.metadata

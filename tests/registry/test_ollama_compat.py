@@ -228,3 +228,28 @@ def test_gemma3_in_one_file_becomes_the_upstream_model_and_mmproj(tmp_path):
     assert tensors_of(files.model) == tensors_of(model) and fields_of(files.model) == fields_of(model)
     assert tensors_of(files.projector) == tensors_of(projector)  # renamed, the patch embedding back in F32
     assert fields_of(files.projector) == fields_of(projector)
+
+
+def test_mistral3_pixtral_encoder_is_split_out_with_rope_ordered_q_and_k(tmp_path):
+    n_head, hidden = 2, 8
+    q = rand(hidden, hidden, seed=3).astype(np.float16)
+    src = ollama_file(tmp_path / "m.gguf", "mistral3", {
+        "mistral3.embedding_length": 16, "mistral3.rope.scaling.beta_fast": 32.0, "mistral3.spatial_merge_size": 2,
+        "mistral3.vision.attention.head_count": n_head, "mistral3.vision.block_count": 1,
+        "mistral3.vision.embedding_length": hidden}, {
+        "token_embd.weight": rand(16, 4), "v.patch_conv.weight": rand(2, 2, 3, hidden).astype(np.float16),
+        "v.encoder_norm.weight": rand(hidden), "v.blk.0.attn_q.weight": q, "v.blk.0.attn_norm.weight": rand(hidden),
+        "mm.linear_1.weight": rand(hidden, 16), "mm.patch_merger.merging_layer.weight": rand(4 * hidden, hidden)})
+    files = translated(tmp_path, src)
+    keys = fields_of(files.model)
+    assert keys["mistral3.rope.scaling.yarn_beta_fast"] == 32.0 and not [k for k in keys if ".vision." in k]
+    clip, tensors = fields_of(files.projector), tensors_of(files.projector)
+    assert (clip["clip.projector_type"], clip["clip.vision.spatial_merge_size"], clip["clip.use_silu"]) == (
+        "pixtral", 2, True)
+    assert sorted(tensors) == ["mm.1.weight", "mm.patch_merger.weight", "v.blk.0.attn_q.weight", "v.blk.0.ln1.weight",
+                               "v.patch_embd.weight", "v.pre_ln.weight", "v.token_embd.img_break"]
+    assert tensors["v.token_embd.img_break"] == ((16,), 0, bytes(64))
+    # llama.cpp's converter's permute of Hugging Face's Q rows, as a reference
+    expected = q.reshape(n_head, 2, hidden // n_head // 2, hidden).swapaxes(1, 2).reshape(hidden, hidden)
+    assert tensors["v.blk.0.attn_q.weight"][2] == expected.tobytes()
+    assert tensors["v.patch_embd.weight"][1] == 0
