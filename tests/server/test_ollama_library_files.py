@@ -193,3 +193,44 @@ def test_ollama_gemma3_with_its_encoder_inside_sees_images_as_the_upstream_pair(
     for name in ("g3-pair", "g3-one"):
         httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})
 
+
+
+@pytest.mark.slow  # its own daemon and registry, two models loaded
+def test_pulled_from_a_registry_as_ollama_ships_it_runs_and_rm_takes_its_translation(tmp_path, oss_files):
+    """``localllm pull gpt-oss:20b`` of a file in Ollama's layout (a local registry in place of Ollama's), then
+    ``run``, ``list`` and ``rm`` through the CLI."""
+    import subprocess
+    import sys
+
+    from support.daemon import Daemon
+    from support.registry_servers import RegistryServer
+
+    from localllm.registry.store import MEDIA_MODEL
+
+    upstream, theirs = oss_files
+    with RegistryServer(tmp_path / "registry") as registry:
+        registry.publish("library/gpt-oss", "20b", [(MEDIA_MODEL, theirs)])
+        daemon = Daemon(tmp_path / "daemon", LOCALLLM_REGISTRY=registry.url).start()
+        try:
+            def cli(*args: str) -> str:
+                done = subprocess.run([sys.executable, "-m", "localllm", *args], env=daemon.env, text=True,
+                                      capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+                assert done.returncode == 0, done.stderr
+                return done.stdout
+
+            cli("pull", "--insecure", "gpt-oss:20b")
+            daemon.create("oss-upstream", f"FROM {upstream}\n")
+            client = ollama.Client(host=daemon.url)
+            options = {"temperature": 0, "num_predict": 8}
+            pulled = client.generate(model="gpt-oss:20b", prompt="Once upon a time", options=options, raw=True)
+            assert pulled.response == client.generate(model="oss-upstream", prompt="Once upon a time",
+                                                      options=options, raw=True).response
+            translated = _translated(daemon, _sha256(theirs))
+            assert (translated / "v1" / "model.gguf").is_file()
+            listed = next(m for m in client.list().models if m.model == "gpt-oss:20b")
+            assert listed.size == theirs.stat().st_size + (translated / "v1" / "model.gguf").stat().st_size + len(
+                b'{"model_format":"gguf","rootfs":{"type":"layers","diff_ids":[]}}')
+            cli("rm", "gpt-oss:20b")
+            assert not translated.exists()
+        finally:
+            daemon.stop()
