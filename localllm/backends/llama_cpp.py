@@ -115,8 +115,10 @@ def _detail(lines: list[str], fallback: str) -> str:
 
 
 _MISSING = (
-    (re.compile(r"unknown model architecture: '([^']*)'"), "llama.cpp {version} does not know this architecture"),
-    (re.compile(r"missing tensor '([^']*)'"), "the file lacks the tensor {0!r} that this architecture needs"),
+    (re.compile(r"unknown model architecture: '([^']*)'"),
+     "the llama.cpp of llama-cpp-python {version} does not know this architecture"),
+    (re.compile(r"missing tensor '([^']*)'|tensor '([^']*)' not found"),
+     "the file lacks the tensor {0!r} that this architecture needs"),
     (re.compile(r"key not found in model: (\S+)"), "the file lacks the metadata key {0!r} that this architecture needs"),
     (re.compile(r"tensor '([^']*)' has wrong shape; (.*)"), "its tensor {0!r} has the wrong shape ({1})"),
     (re.compile(r"wrong number of tensors; (.*)"), "it holds other tensors than this architecture has ({0})"),
@@ -133,7 +135,8 @@ def _load_failure(path: Path, lines: list[str]) -> str:
     for pattern, explain in _MISSING:
         match = pattern.search(text)
         if match:
-            what = explain.format(*match.groups(), version=getattr(ll, "__version__", ""))
+            found = [group for group in match.groups() if group is not None]
+            what = explain.format(*found, version=getattr(ll, "__version__", ""))
             return f"architecture {arch!r}: {what}"
     return f"architecture {arch!r}: {_detail(lines, 'not a loadable GGUF model')}"
 

@@ -253,3 +253,16 @@ def test_mistral3_pixtral_encoder_is_split_out_with_rope_ordered_q_and_k(tmp_pat
     expected = q.reshape(n_head, 2, hidden // n_head // 2, hidden).swapaxes(1, 2).reshape(hidden, hidden)
     assert tensors["v.blk.0.attn_q.weight"][2] == expected.tobytes()
     assert tensors["v.patch_embd.weight"][1] == 0
+
+
+def test_llama_cpp_refusals_name_the_architecture_and_what_is_missing(tmp_path, smollm2_path):
+    from localllm.backends.contract import BackendError
+    from localllm.backends.llama_cpp import Model, init_backend
+
+    init_backend()
+    theirs = arch_models.gpt_oss(tmp_path / "o.gguf", smollm2_path, "ollama", drop=("blk.1.attn_sinks",))
+    with pytest.raises(BackendError, match="architecture 'gptoss': .* does not know this architecture"):
+        Model(theirs)  # untranslated
+    with pytest.raises(BackendError, match="architecture 'gpt-oss': the file lacks the tensor "
+                                           "'blk.1.attn_sinks.weight' that this architecture needs"):
+        Model(translated(tmp_path, theirs).model)
