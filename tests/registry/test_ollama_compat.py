@@ -266,3 +266,14 @@ def test_llama_cpp_refusals_name_the_architecture_and_what_is_missing(tmp_path, 
     with pytest.raises(BackendError, match="architecture 'gpt-oss': the file lacks the tensor "
                                            "'blk.1.attn_sinks.weight' that this architecture needs"):
         Model(translated(tmp_path, theirs).model)
+
+
+def test_two_first_loads_at_once_share_one_translation(tmp_path, smollm2_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = Store(tmp_path / "models")
+    digest = stored(store, arch_models.gpt_oss(tmp_path / "o.gguf", smollm2_path, "ollama"))
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda _: translate(store, digest), range(2))
+    assert first == second and [p.name for p in store.translated_dir(digest).rglob("*.gguf")] == ["model.gguf"]
+    assert not list(store.partial_dir.iterdir())
