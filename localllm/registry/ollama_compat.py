@@ -147,6 +147,16 @@ class Draft:
             renamed[tensor.name] = tensor
         self.tensors = renamed
 
+    def replace(self, sources: list[str], made: OutTensor) -> None:
+        """``made`` where the first of ``sources`` stood; the sources leave the file."""
+        tensors: dict[str, OutTensor] = {}
+        for name, tensor in self.tensors.items():
+            if name == sources[0]:
+                tensors[made.name] = made
+            elif name not in sources:
+                tensors[name] = tensor
+        self.tensors = tensors
+
     def take(self, prefixes: Iterable[str]) -> dict[str, OutTensor]:
         """Remove the tensors whose names start with one of ``prefixes``; returns them in file order."""
         prefixes = tuple(prefixes)
@@ -197,15 +207,8 @@ def fuse_rows(draft: Draft, target: str, sources: list[str], why: str) -> None:
         if part.shape[:-1] != first.shape[:-1] or part.ggml_type != first.ggml_type:
             raise IncompatibleModel(f"tensors {first.name!r} and {part.name!r} differ in shape or type, "
                                     f"so they cannot be fused into {target!r}")
-    fused = OutTensor(target, (*first.shape[:-1], sum(p.shape[-1] for p in parts)), first.ggml_type,
-                      tuple(info for p in parts for info in p.parts))
-    tensors: dict[str, OutTensor] = {}
-    for name, tensor in draft.tensors.items():
-        if name == first.name:
-            tensors[target] = fused
-        elif name not in sources:
-            tensors[name] = tensor
-    draft.tensors = tensors
+    draft.replace(sources, OutTensor(target, (*first.shape[:-1], sum(p.shape[-1] for p in parts)), first.ggml_type,
+                                     tuple(info for p in parts for info in p.parts)))
 
 
 # --- the variants ---------------------------------------------------------------------------------------
@@ -316,6 +319,38 @@ def _gemma3(draft: Draft, out: Translation) -> None:
             if isinstance(value, list) and len(value) > rows:
                 value_type, item_type, _ = draft.metadata[key]
                 draft.set(key, value[:rows], value_type, item_type)
+
+
+def _interleaved(n_expert: int, expert_bytes: int) -> Callable[[bytes], bytes]:
+    """Gate experts then up experts (one after the other) as each expert's gate then its up: llama.cpp's
+    fused ``ffn_gate_up_exps``."""
+
+    def convert(data: bytes) -> bytes:
+        half = n_expert * expert_bytes
+        return b"".join(data[e * expert_bytes:(e + 1) * expert_bytes] + data[half + e * expert_bytes:
+                                                                           half + (e + 1) * expert_bytes]
+                        for e in range(n_expert))
+
+    return convert
+
+
+def _gemma4(draft: Draft, out: Translation) -> None:
+    if draft.get("tokenizer.ggml.model") == "llama":  # Gemma 4's vocabulary is BPE: its control tokens split otherwise
+        draft.set("tokenizer.ggml.model", "gemma4", STRING)
+    if draft.take(("model.vision_tower.",)):
+        out.dropped.append("the vision tower (model.vision_tower.*)")
+    for block in range(int(draft.get(draft.key("block_count"), 0))):
+        b = f"blk.{block}."
+        gate, up = draft.tensor(b + "ffn_gate_exps.weight"), draft.tensor(b + "ffn_up_exps.weight")
+        sidecars = any(draft.tensor(b + name) for name in ("ffn_gate_exps.scale", "ffn_gate_exps.input_scale",
+                                                          "ffn_up_exps.scale", "ffn_up_exps.input_scale"))
+        if (gate and up and not sidecars and draft.tensor(b + "ffn_gate_up_exps.weight") is None
+                and len(gate.shape) == 3 and gate.shape == up.shape and gate.ggml_type == up.ggml_type):
+            n_embd, n_ff, n_expert = gate.shape
+            draft.replace([gate.name, up.name], OutTensor(
+                b + "ffn_gate_up_exps.weight", (n_embd, 2 * n_ff, n_expert), gate.ggml_type, (*gate.parts, *up.parts),
+                _interleaved(n_expert, gate.nbytes // n_expert)))
+        draft.rename_tensor(b + "ffn_gate_inp.per_expert_scale", b + "ffn_down_exps.scale")
 
 
 def _glmocr(draft: Draft, out: Translation) -> None:
@@ -508,8 +543,9 @@ VARIANTS: dict[str, Variant] = {
         _has_prefix(g, *VISION_PREFIXES) or "gemma3.mm.tokens_per_image" in g.metadata
         or "gemma3.rope.global.freq_base" in g.metadata or "gemma3.rope.local.freq_base" in g.metadata
         or "gemma3.attention.layer_norm_rms_epsilon" not in g.metadata), _gemma3, _gemma3_clip),
-    "gemma4": Variant(lambda g: _arch_is(g, "gemma4") and _has_prefix(g, *VISION_PREFIXES, *AUDIO_PREFIXES),
-                      lambda d, o: None),
+    "gemma4": Variant(lambda g: _arch_is(g, "gemma4") and (
+        _has_prefix(g, *VISION_PREFIXES, *AUDIO_PREFIXES, "model.vision_tower.")
+        or g.metadata.get("tokenizer.ggml.model") == "llama"), _gemma4),
     "glmocr": Variant(lambda g: _arch_is(g, "glmocr"), _glmocr),
     "glm4moelite": Variant(lambda g: _arch_is(g, "glm4moelite"), _glm4moelite),
     "qwen25vl": Variant(lambda g: _arch_is(g, "qwen25vl"), _qwen25vl),

@@ -277,3 +277,16 @@ def test_two_first_loads_at_once_share_one_translation(tmp_path, smollm2_path):
         first, second = pool.map(lambda _: translate(store, digest), range(2))
     assert first == second and [p.name for p in store.translated_dir(digest).rglob("*.gguf")] == ["model.gguf"]
     assert not list(store.partial_dir.iterdir())
+
+
+def test_gemma4_experts_gate_and_up_are_interleaved_per_expert(tmp_path):
+    gate, up = rand(8, 4, 3, seed=1), rand(8, 4, 3, seed=2)  # [n_embd, n_ff, n_expert]
+    src = ollama_file(tmp_path / "g4.gguf", "gemma4", {"gemma4.block_count": 1, "tokenizer.ggml.model": "llama"}, {
+        "blk.0.ffn_gate_exps.weight": gate, "blk.0.ffn_up_exps.weight": up,
+        "blk.0.ffn_gate_inp.per_expert_scale": rand(3), "a.blk.0.w.weight": rand(8), "v.blk.0.w.weight": rand(8)})
+    files = translated(tmp_path, src)
+    assert fields_of(files.model)["tokenizer.ggml.model"] == "gemma4" and files.projector is None
+    tensors = tensors_of(files.model)
+    assert sorted(tensors) == ["blk.0.ffn_down_exps.scale", "blk.0.ffn_gate_up_exps.weight"]
+    shape, _type, data = tensors["blk.0.ffn_gate_up_exps.weight"]
+    assert shape == (8, 8, 3) and data == np.concatenate([gate, up], axis=1).tobytes()  # numpy: [expert, ff, embd]
