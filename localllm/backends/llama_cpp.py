@@ -119,7 +119,8 @@ _MISSING = (
      "the llama.cpp of llama-cpp-python {version} does not know this architecture"),
     (re.compile(r"missing tensor '([^']*)'|tensor '([^']*)' not found"),
      "the file lacks the tensor {0!r} that this architecture needs"),
-    (re.compile(r"key not found in model: (\S+)"), "the file lacks the metadata key {0!r} that this architecture needs"),
+    (re.compile(r"key not found in model: (\S+)"),
+     "the file lacks the metadata key {0!r} that this architecture needs"),
     (re.compile(r"tensor '([^']*)' has wrong shape; (.*)"), "its tensor {0!r} has the wrong shape ({1})"),
     (re.compile(r"wrong number of tensors; (.*)"), "it holds other tensors than this architecture has ({0})"),
 )

@@ -228,7 +228,8 @@ def _arch_is(gguf: GGUFFile, name: str) -> bool:
 def _gptoss(draft: Draft, out: Translation) -> None:
     draft.rename_arch("gpt-oss")
     if not draft.has(draft.key("expert_feed_forward_length")):
-        gate = draft.need("blk.0.ffn_gate_exps.weight", "its shape gives expert_feed_forward_length, which the file lacks")
+        gate = draft.need("blk.0.ffn_gate_exps.weight",
+                          "its shape gives expert_feed_forward_length, which the file lacks")
         if len(gate.shape) != 3:
             raise IncompatibleModel(f"tensor 'blk.0.ffn_gate_exps.weight' has shape {gate.shape}, expected "
                                     "[n_embd, n_ff_exp, n_expert]")
@@ -522,8 +523,15 @@ class Variant:
     vision: Callable[[Draft, dict[str, OutTensor]], Draft] | None = None  # the embedded encoder as a projector
 
 
-def _vision_markers(arch: str) -> Callable[[GGUFFile], bool]:
-    return lambda g: _arch_is(g, arch) and (_has_prefix(g, *VISION_PREFIXES) or f"{arch}.vision.block_count" in g.metadata)
+def _mistral3_marked(gguf: GGUFFile) -> bool:
+    keys = ("rope.scaling.beta_fast", "rope.scaling.mscale_all_dim", "rope.scaling_beta")
+    return _has_prefix(gguf, *VISION_PREFIXES) or any(f"mistral3.{k}" in gguf.metadata for k in keys)
+
+
+def _gemma3_marked(gguf: GGUFFile) -> bool:
+    keys = ("mm.tokens_per_image", "rope.global.freq_base", "rope.local.freq_base")
+    return (_has_prefix(gguf, *VISION_PREFIXES) or any(f"gemma3.{k}" in gguf.metadata for k in keys)
+            or "gemma3.attention.layer_norm_rms_epsilon" not in gguf.metadata)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -535,14 +543,8 @@ VARIANTS: dict[str, Variant] = {
                          _qwen3next),
     "qwen35": Variant(lambda g: _arch_is(g, "qwen35") and _qwen35_marked(g), _qwen35),
     "qwen35moe": Variant(lambda g: _arch_is(g, "qwen35moe") and _qwen35_marked(g), _qwen35),
-    "mistral3": Variant(lambda g: _arch_is(g, "mistral3") and (
-        _has_prefix(g, *VISION_PREFIXES) or any(f"mistral3.rope.{k}" in g.metadata
-                                                for k in ("scaling.beta_fast", "scaling.mscale_all_dim", "scaling_beta"))),
-        _mistral3, _mistral3_clip),
-    "gemma3": Variant(lambda g: _arch_is(g, "gemma3") and (
-        _has_prefix(g, *VISION_PREFIXES) or "gemma3.mm.tokens_per_image" in g.metadata
-        or "gemma3.rope.global.freq_base" in g.metadata or "gemma3.rope.local.freq_base" in g.metadata
-        or "gemma3.attention.layer_norm_rms_epsilon" not in g.metadata), _gemma3, _gemma3_clip),
+    "mistral3": Variant(lambda g: _arch_is(g, "mistral3") and _mistral3_marked(g), _mistral3, _mistral3_clip),
+    "gemma3": Variant(lambda g: _arch_is(g, "gemma3") and _gemma3_marked(g), _gemma3, _gemma3_clip),
     "gemma4": Variant(lambda g: _arch_is(g, "gemma4") and (
         _has_prefix(g, *VISION_PREFIXES, *AUDIO_PREFIXES, "model.vision_tower.")
         or g.metadata.get("tokenizer.ggml.model") == "llama"), _gemma4),

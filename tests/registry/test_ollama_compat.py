@@ -189,7 +189,8 @@ def test_gemma3_text_and_vision_split(tmp_path):
         "v.blk.0.mlp.fc1.weight": rand(8, 8), "mm.mm_input_projection.weight": rand(8, 16)})
     files = translated(tmp_path, src)
     keys = fields_of(files.model)
-    assert keys["gemma3.rope.freq_base"] == 5e5 and keys["gemma3.attention.layer_norm_rms_epsilon"] == pytest.approx(1e-6)
+    assert keys["gemma3.rope.freq_base"] == 5e5
+    assert keys["gemma3.attention.layer_norm_rms_epsilon"] == pytest.approx(1e-6)
     assert keys["gemma3.rope.scaling.type"] == "linear" and keys["tokenizer.ggml.tokens"] == ["a", "b", "c"]
     assert sorted(tensors_of(files.model)) == ["token_embd.weight"]
     clip, tensors = fields_of(files.projector), tensors_of(files.projector)
@@ -209,9 +210,9 @@ def test_arch_renames_olmo3_glm4moelite_qwen25vl(tmp_path):
         "glm4moelite.attention.key_length": 256, "glm4moelite.attention.kv_lora_rank": 512,
         "glm4moelite.rope.dimension_count": 64, "glm4moelite.attention.head_count_kv": 20}, {"x.weight": rand(8)}))
     keys = fields_of(glm.model)
-    assert (keys["general.architecture"], keys["deepseek2.attention.key_length"], keys["deepseek2.attention.value_length"],
-            keys["deepseek2.attention.key_length_mla"], keys["deepseek2.attention.head_count_kv"]) == (
-        "deepseek2", 576, 512, 256, 1)
+    assert [keys[k] for k in ("general.architecture", "deepseek2.attention.key_length",
+                              "deepseek2.attention.value_length", "deepseek2.attention.key_length_mla",
+                              "deepseek2.attention.head_count_kv")] == ["deepseek2", 576, 512, 256, 1]
     broken = ollama_file(tmp_path / "g2.gguf", "glm4moelite", {}, {"x.weight": rand(8)})
     with pytest.raises(IncompatibleModel, match="'glm4moelite'.*kv_lora_rank"):
         plan(read_gguf(broken))

@@ -181,10 +181,10 @@ def test_ollama_gemma3_with_its_encoder_inside_sees_images_as_the_upstream_pair(
     client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="x", max_retries=0)
 
     def ask(name: str, colour: str):
+        image = {"type": "image_url", "image_url": {"url": data_url(picture(colour))}}
+        content = [{"type": "text", "text": "w1 w2"}, image]
         answer = client.chat.completions.create(model=name, max_tokens=4, temperature=0, logprobs=True,
-                                                top_logprobs=5, messages=[{"role": "user", "content": [
-                                                    {"type": "text", "text": "w1 w2"},
-                                                    {"type": "image_url", "image_url": {"url": data_url(picture(colour))}}]}])
+                                                top_logprobs=5, messages=[{"role": "user", "content": content}])
         return [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
                 for t in answer.choices[0].logprobs.content]
 
