@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..gguf import GGML_TYPES, MAGIC, GGUFFile, InvalidGGUF, SkippedArray, TensorInfo, read_gguf
+from ..gguf import GGML_TYPES, MAGIC, GGUFFile, InvalidGGUF, SkippedArray, read_gguf
 from .store import Store, _fsync_dir
 
 log = logging.getLogger(__name__)
@@ -53,13 +53,13 @@ class IncompatibleModel(ValueError):
 
 @dataclass
 class OutTensor:
-    """A tensor of the translated file: the bytes of ``parts`` (source tensors) one after the other,
-    passed through ``convert`` when the type or layout changes."""
+    """A tensor of the translated file: the source file's byte ranges ``parts`` one after the other (copied
+    kernel-side), passed through ``convert`` only when the type or values change."""
 
     name: str
     shape: tuple[int, ...]  # ggml order: shape[0] is the row length
     ggml_type: int
-    parts: tuple[TensorInfo, ...]
+    parts: tuple[tuple[int, int], ...]  # (offset, length) in the source file
     convert: Callable[[bytes], bytes] | None = None
 
     @property
@@ -85,7 +85,7 @@ class Draft:
         if skipped:
             raise ValueError(f"the header was read without its long arrays ({skipped[0]})")
         metadata = {k: (*gguf.value_types[k], v) for k, v in gguf.metadata.items()}
-        tensors = {t.name: OutTensor(t.name, t.shape, t.ggml_type, (t,)) for t in gguf.tensors}
+        tensors = {t.name: OutTensor(t.name, t.shape, t.ggml_type, ((t.offset, t.nbytes),)) for t in gguf.tensors}
         return cls(gguf.architecture or "", metadata, tensors)
 
     # metadata
@@ -208,7 +208,7 @@ def fuse_rows(draft: Draft, target: str, sources: list[str], why: str) -> None:
             raise IncompatibleModel(f"tensors {first.name!r} and {part.name!r} differ in shape or type, "
                                     f"so they cannot be fused into {target!r}")
     draft.replace(sources, OutTensor(target, (*first.shape[:-1], sum(p.shape[-1] for p in parts)), first.ggml_type,
-                                     tuple(info for p in parts for info in p.parts)))
+                                     tuple(span for p in parts for span in p.parts)))
 
 
 # --- the variants ---------------------------------------------------------------------------------------
@@ -322,17 +322,12 @@ def _gemma3(draft: Draft, out: Translation) -> None:
                 draft.set(key, value[:rows], value_type, item_type)
 
 
-def _interleaved(n_expert: int, expert_bytes: int) -> Callable[[bytes], bytes]:
-    """Gate experts then up experts (one after the other) as each expert's gate then its up: llama.cpp's
-    fused ``ffn_gate_up_exps``."""
-
-    def convert(data: bytes) -> bytes:
-        half = n_expert * expert_bytes
-        return b"".join(data[e * expert_bytes:(e + 1) * expert_bytes] + data[half + e * expert_bytes:
-                                                                           half + (e + 1) * expert_bytes]
-                        for e in range(n_expert))
-
-    return convert
+def _interleaved(gate: OutTensor, up: OutTensor, n_expert: int) -> tuple[tuple[int, int], ...]:
+    """Each expert's gate rows then its up rows (llama.cpp's fused ``ffn_gate_up_exps``), as byte ranges of
+    the separate gate and up tensors."""
+    (gate_at, size), (up_at, _size) = gate.parts[0], up.parts[0]
+    step = size // n_expert
+    return tuple(span for e in range(n_expert) for span in ((gate_at + e * step, step), (up_at + e * step, step)))
 
 
 def _gemma4(draft: Draft, out: Translation) -> None:
@@ -346,11 +341,11 @@ def _gemma4(draft: Draft, out: Translation) -> None:
         sidecars = any(draft.tensor(b + name) for name in ("ffn_gate_exps.scale", "ffn_gate_exps.input_scale",
                                                           "ffn_up_exps.scale", "ffn_up_exps.input_scale"))
         if (gate and up and not sidecars and draft.tensor(b + "ffn_gate_up_exps.weight") is None
-                and len(gate.shape) == 3 and gate.shape == up.shape and gate.ggml_type == up.ggml_type):
+                and len(gate.shape) == 3 and gate.shape == up.shape and gate.ggml_type == up.ggml_type
+                and len(gate.parts) == len(up.parts) == 1 and gate.convert is None and up.convert is None):
             n_embd, n_ff, n_expert = gate.shape
-            draft.replace([gate.name, up.name], OutTensor(
-                b + "ffn_gate_up_exps.weight", (n_embd, 2 * n_ff, n_expert), gate.ggml_type, (*gate.parts, *up.parts),
-                _interleaved(n_expert, gate.nbytes // n_expert)))
+            draft.replace([gate.name, up.name], OutTensor(b + "ffn_gate_up_exps.weight", (n_embd, 2 * n_ff, n_expert),
+                                                          gate.ggml_type, _interleaved(gate, up, n_expert)))
         draft.rename_tensor(b + "ffn_gate_inp.per_expert_scale", b + "ffn_down_exps.scale")
 
 
@@ -668,6 +663,13 @@ def _copy_range(src: BinaryIO, dst: BinaryIO, src_offset: int, dst_offset: int, 
         done += len(chunk)
 
 
+def _read_range(src: BinaryIO, offset: int, length: int) -> bytes:
+    data = os.pread(src.fileno(), length, offset)
+    if len(data) != length:
+        raise InvalidGGUF(f"file is truncated: tensor data ends before byte {offset + length}")
+    return data
+
+
 def write(draft: Draft, source: Path, target: Path, alignment: int) -> None:
     """Write ``draft`` as a GGUF file at ``target``, its tensor data read from ``source``."""
     header, offsets = _header(draft, alignment)
@@ -675,18 +677,21 @@ def write(draft: Draft, source: Path, target: Path, alignment: int) -> None:
         dst.write(header)
         end = len(header)
         for tensor, offset in zip(draft.tensors.values(), offsets):
-            at = len(header) + offset
+            at = end = len(header) + offset
+            if tensor.convert is None and sum(length for _start, length in tensor.parts) != tensor.nbytes:
+                raise IncompatibleModel(f"tensor {tensor.name!r} would take {tensor.nbytes} bytes, but its source "
+                                        "bytes differ in length")
             if tensor.convert is None:
-                for part in tensor.parts:
-                    _copy_range(src, dst, part.offset, at, part.nbytes)
-                    at += part.nbytes
+                for start, length in tensor.parts:
+                    _copy_range(src, dst, start, at, length)
+                    at += length
             else:
-                data = tensor.convert(b"".join(os.pread(src.fileno(), p.nbytes, p.offset) for p in tensor.parts))
+                data = tensor.convert(b"".join(_read_range(src, start, length) for start, length in tensor.parts))
                 if len(data) != tensor.nbytes:
                     raise IncompatibleModel(f"tensor {tensor.name!r} converts to {len(data)} bytes, "
                                             f"expected {tensor.nbytes}")
                 os.pwrite(dst.fileno(), data, at)
-            end = len(header) + offset + tensor.nbytes
+            end += tensor.nbytes
         dst.truncate(end)
         dst.flush()
         os.fsync(dst.fileno())
