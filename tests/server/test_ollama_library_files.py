@@ -52,6 +52,7 @@ def oss_files(tmp_path_factory, smollm2_path):
     return upstream, theirs
 
 
+@pytest.mark.slow  # two models loaded, one of them twice
 def test_ollama_gpt_oss_gives_the_upstream_logits_and_its_translation_goes_with_it(daemon, oss_files):
     upstream, theirs = oss_files
     blob_digest, blob_bytes = _sha256(theirs), theirs.read_bytes()
