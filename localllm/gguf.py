@@ -139,6 +139,8 @@ class GGUFFile:
     alignment: int
     data_offset: int
     file_size: int
+    # key -> (GGUF value type, item type of an array or None): what a writer needs to keep each value's type
+    value_types: dict[str, tuple[int, int | None]] = field(default_factory=dict, repr=False)
     _by_name: dict[str, TensorInfo] = field(default_factory=dict, repr=False)
 
     @property
@@ -254,14 +256,19 @@ class _Limits:
     keep_items: int
 
 
-def _read_value(cur: _Cursor, value_type: int, key: str, limits: _Limits) -> Any:
+def _read_value(cur: _Cursor, value_type: int, key: str, limits: _Limits) -> tuple[Any, int | None]:
+    """The value, and its item type when it is an array."""
     if value_type not in _VALUE_TYPES:
         raise InvalidGGUF(f"metadata key {key!r} has unknown value type {value_type}")
-    name, fmt = _VALUE_TYPES[value_type]
+    fmt = _VALUE_TYPES[value_type][1]
     if fmt is not None:
-        return cur.scalar(fmt, f"value of {key!r}")
+        return cur.scalar(fmt, f"value of {key!r}"), None
     if value_type == _STRING:
-        return cur.string(f"value of {key!r}", limits.max_string)
+        return cur.string(f"value of {key!r}", limits.max_string), None
+    return _read_array(cur, key, limits)
+
+
+def _read_array(cur: _Cursor, key: str, limits: _Limits) -> tuple[Any, int]:
     item_type = cur.scalar("I", f"array type of {key!r}")
     count = cur.scalar("Q", f"array length of {key!r}")
     if item_type not in _VALUE_TYPES or item_type == _ARRAY:
@@ -274,17 +281,17 @@ def _read_value(cur: _Cursor, value_type: int, key: str, limits: _Limits) -> Any
         width = struct.calcsize(item_fmt)
         start = cur.need(count * width, f"array {key!r}")
         if skip:
-            return SkippedArray(item_name, count)
+            return SkippedArray(item_name, count), item_type
         values = array.array(item_fmt if item_fmt != "?" else "B")
         values.frombytes(cur.data[start : start + count * width])
         if sys.byteorder != "little":
             values.byteswap()
-        return [bool(v) for v in values] if item_fmt == "?" else values.tolist()
+        return ([bool(v) for v in values] if item_fmt == "?" else values.tolist()), item_type
     # array of strings: each has its own length, so walk them (8 bytes minimum each)
     if count * 8 > cur.size - cur.pos:
         raise InvalidGGUF(f"file is truncated: array {key!r} claims {count} strings")
     strings = cur.strings(count, repr(key), limits.max_string, keep=not skip)
-    return SkippedArray(item_name, count) if strings is None else strings
+    return (SkippedArray(item_name, count) if strings is None else strings), item_type
 
 
 def _read_tensor(cur: _Cursor, index: int) -> tuple[str, tuple[int, ...], int, int, int]:
@@ -362,12 +369,14 @@ def _parse(path: Path, data: mmap.mmap, size: int, limits: _Limits) -> GGUFFile:
         raise InvalidGGUF(f"file claims {kv_count} metadata entries, limit is {limits.max_kv}")
 
     metadata: dict[str, Any] = {}
+    value_types: dict[str, tuple[int, int | None]] = {}
     for index in range(kv_count):
         key = cur.string(f"key of metadata entry {index}", 1 << 16)
         if key in metadata:
             raise InvalidGGUF(f"metadata key {key!r} appears twice")
         value_type = cur.scalar("I", f"value type of {key!r}")
-        metadata[key] = _read_value(cur, value_type, key, limits)
+        metadata[key], item_type = _read_value(cur, value_type, key, limits)
+        value_types[key] = (value_type, item_type)
 
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
@@ -397,4 +406,4 @@ def _parse(path: Path, data: mmap.mmap, size: int, limits: _Limits) -> GGUFFile:
     for before, after in zip(ordered, ordered[1:]):
         if after.offset < before.offset + before.nbytes:
             raise InvalidGGUF(f"tensors {before.name!r} and {after.name!r} overlap")
-    return GGUFFile(path, version, metadata, tensors, alignment, data_offset, size)
+    return GGUFFile(path, version, metadata, tensors, alignment, data_offset, size, value_types)

@@ -23,6 +23,7 @@ from pathlib import Path
 import llama_cpp as ll
 
 from localllm.backends.contract import BackendError
+from localllm.gguf import InvalidGGUF, read_gguf
 
 _GGML_LOG_LEVEL_WARN = 3  # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT
 _GGML_LOG_LEVEL_CONT = 5
@@ -111,6 +112,34 @@ def allocated_buffers() -> Iterator[dict[str, int]]:
 
 def _detail(lines: list[str], fallback: str) -> str:
     return "; ".join(line.strip() for line in lines if line.strip()) or fallback
+
+
+_MISSING = (
+    (re.compile(r"unknown model architecture: '([^']*)'"),
+     "the llama.cpp of llama-cpp-python {version} does not know this architecture"),
+    (re.compile(r"missing tensor '([^']*)'|tensor '([^']*)' not found"),
+     "the file lacks the tensor {0!r} that this architecture needs"),
+    (re.compile(r"key not found in model: (\S+)"),
+     "the file lacks the metadata key {0!r} that this architecture needs"),
+    (re.compile(r"tensor '([^']*)' has wrong shape; (.*)"), "its tensor {0!r} has the wrong shape ({1})"),
+    (re.compile(r"wrong number of tensors; (.*)"), "it holds other tensors than this architecture has ({0})"),
+)
+
+
+def _load_failure(path: Path, lines: list[str]) -> str:
+    """Why llama.cpp refused a model file, naming its architecture and what is missing when its log says."""
+    try:
+        arch = read_gguf(path, skip_arrays_over=0).architecture
+    except InvalidGGUF as exc:
+        return f"not a valid GGUF file: {exc}"
+    text = " ".join(lines)
+    for pattern, explain in _MISSING:
+        match = pattern.search(text)
+        if match:
+            found = [group for group in match.groups() if group is not None]
+            what = explain.format(*found, version=getattr(ll, "__version__", ""))
+            return f"architecture {arch!r}: {what}"
+    return f"architecture {arch!r}: {_detail(lines, 'not a loadable GGUF model')}"
 
 
 def quantize_file(source: str, target: str, ftype: int) -> int:
@@ -323,7 +352,7 @@ class Model:
             ptr = ll.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
             what = "the vocabulary of" if vocab_only else "model"
-            raise BackendError(f"cannot load {what} {path}: {_detail(errors, 'not a loadable GGUF model')}")
+            raise BackendError(f"cannot load {what} {path}: {_load_failure(Path(path), errors)}")
         self.ptr = ptr
         self.path = Path(path)
         self.vocab = Vocabulary(ptr)

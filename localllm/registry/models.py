@@ -24,6 +24,7 @@ from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_
 from ..gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
 from .links import LinkedFileError
 from .names import ModelName
+from .ollama_compat import TranslatedFiles, carries_vision, cached, translate, variant_of
 from .projector import InvalidProjector, read_projector
 from .requires import check_requires
 from .store import (
@@ -90,6 +91,25 @@ class LocalModel:
     license: list[str] = field(default_factory=list)
     adapters: list[Path] = field(default_factory=list)
     projectors: list[Path] = field(default_factory=list)
+    ollama_format: str | None = None  # the Ollama layout the model file is in (ollama_compat.py), None: llama.cpp's
+    translated: TranslatedFiles | None = None  # that file in llama.cpp's layout, once made
+
+    @property
+    def model_digest(self) -> str:
+        """The digest of the model blob (the manifest's last model layer)."""
+        return [d for d in self.manifest["layers"] if d.get("mediaType") == MEDIA_MODEL][-1]["digest"]
+
+    @property
+    def run_path(self) -> Path:
+        """The file a runner loads: the blob, or its translation for an Ollama-format file."""
+        return self.translated.model if self.translated else self.model_path
+
+    @property
+    def run_projector(self) -> Path | None:
+        """The projector a runner loads: the projector layer, else the encoder split out of the model file."""
+        if self.projectors:
+            return self.projectors[0]
+        return self.translated.projector if self.translated else None
 
     @property
     def details(self) -> dict[str, Any]:
@@ -156,9 +176,10 @@ class LocalModel:
 
     @property
     def vision(self) -> bool:
-        """Whether the model takes images: it has a projector layer that reads as a vision projector."""
+        """Whether the model takes images: it has a projector layer that reads as a vision projector, or its
+        Ollama-format file carries an encoder that is split out as one."""
         if not self.projectors:
-            return False
+            return self.ollama_format is not None and carries_vision(self.gguf)
         try:
             return read_projector(self.projectors[0]).vision
         except (InvalidProjector, OSError):
@@ -202,11 +223,12 @@ def model_info(model: LocalModel, *, verbose: bool = False) -> dict[str, Any]:
 
 
 def projector_info(model: LocalModel) -> dict[str, Any] | None:
-    """Ollama's ``projector_info``: the projector's GGUF metadata (long arrays null); None without one."""
-    if not model.projectors:
+    """Ollama's ``projector_info``: the projector's GGUF metadata (long arrays null); None without one (or
+    before the encoder inside an Ollama-format file has been split out)."""
+    if model.run_projector is None:
         return None
     try:
-        gguf = read_gguf(model.projectors[0], skip_arrays_over=SUMMARY_ARRAY_LIMIT)
+        gguf = read_gguf(model.run_projector, skip_arrays_over=SUMMARY_ARRAY_LIMIT)
     except (InvalidGGUF, OSError):
         return None
     return {k: (None if isinstance(v, SkippedArray) else v) for k, v in gguf.metadata.items()}
@@ -265,7 +287,17 @@ def load_local_model(store: Store, name: ModelName, *, verify_links: bool = True
             model.adapters.append(store.blob_path(descriptor["digest"]))
         elif media_type == MEDIA_PROJECTOR:
             model.projectors.append(store.blob_path(descriptor["digest"]))
+    model.ollama_format = variant_of(gguf)
+    if model.ollama_format is not None:
+        model.translated = cached(store, model.model_digest, model.ollama_format)
     return model
+
+
+def translate_model(store: Store, model: LocalModel) -> None:
+    """Make the llama.cpp-layout files of an Ollama-format model, once (slow the first time: the weights are
+    copied); IncompatibleModel when the file cannot be translated. Nothing to do for other models."""
+    if model.ollama_format is not None and model.translated is None:
+        model.translated = translate(store, model.model_digest)
 
 
 def config_blob(gguf: GGUFFile, layer_digests: list[str], requires: str | None = None,

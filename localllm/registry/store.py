@@ -7,6 +7,7 @@
     <root>/partial/                                   temp files and resumable downloads
     <root>/quarantine/sha256-<hex>                    downloads rejected as hostile, kept for inspection
     <root>/links/sha256-<hex>                         what a linked file held (see links.py)
+    <root>/translated/sha256-<hex>/                   files derived from a blob (ollama_compat.py), removed with it
 
 Every file appears under its final name only complete: data goes to a temp
 file in ``partial/`` (same filesystem), is hashed while written, fsynced, then
@@ -22,6 +23,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -111,7 +113,7 @@ class ModelEntry:
 
     name: ModelName
     digest: str  # sha256 hex of the manifest bytes (Ollama's model "ID")
-    size: int  # sum of the config and layer sizes
+    size: int  # sum of the config and layer sizes, and of the files derived from them (translated/)
     modified_at: datetime
     manifest: dict[str, Any]
 
@@ -154,6 +156,7 @@ class Store:
         self.partial_dir = self.root / "partial"
         self.quarantine_dir = self.root / "quarantine"  # made on first use
         self.links_dir = self.root / "links"  # made on first use
+        self.translated_root = self.root / "translated"  # made on first use
         for directory in (self.blobs_dir, self.manifests_dir, self.partial_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
@@ -175,8 +178,15 @@ class Store:
         """
         removed = 0
         for path in self.partial_dir.glob(".tmp-*"):
-            path.unlink(missing_ok=True)
+            if path.is_dir() and not path.is_symlink():  # a translation that was being written
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
             removed += 1
+        for directory in self.translated_root.glob("sha256-*") if self.translated_root.is_dir() else ():
+            if not (self.blobs_dir / directory.name).exists():  # its blob went while it was being written
+                shutil.rmtree(directory, ignore_errors=True)
+                removed += 1
         referenced = self.referenced_digests()
         for digest, _record in list(self._link_records()):
             if digest not in referenced:
@@ -336,9 +346,27 @@ class Store:
         return f"the linked file {record.path} changed since it was registered (it no longer holds {digest})"
 
     def _remove_blob(self, digest: str) -> None:
-        """Delete a blob; for a linked file only the link goes, never the file."""
+        """Delete a blob, and the files derived from it; for a linked file only the link goes, never the file."""
         self.blob_path(digest).unlink(missing_ok=True)
         self._link_record_path(digest).unlink(missing_ok=True)
+        shutil.rmtree(self.translated_dir(digest), ignore_errors=True)
+
+    # -- files derived from blobs --------------------------------------------
+
+    def translated_dir(self, digest: str) -> Path:
+        """Where the files derived from blob ``digest`` are kept (llama.cpp's layout of an Ollama-format file)."""
+        return self.translated_root / f"sha256-{parse_digest(digest)}"
+
+    def derived_bytes(self, digests: Iterable[str]) -> int:
+        """Disk the files derived from these blobs take (counted in a model's size: they go with it)."""
+        total = 0
+        for digest in set(digests):
+            directory = self.translated_dir(digest)
+            for path in directory.rglob("*") if directory.is_dir() else ():
+                with contextlib.suppress(OSError):
+                    if path.is_file():
+                        total += path.stat().st_size
+        return total
 
     def discard_unreferenced(self, digests: Iterable[str]) -> None:
         """Delete those of ``digests`` that no manifest names and nothing holds (a failed create, a
@@ -460,7 +488,8 @@ class Store:
                 ModelEntry(
                     name=name,
                     digest=hashlib.sha256(data).hexdigest(),
-                    size=sum(d["size"] for d in manifest_descriptors(manifest)),
+                    size=sum(d["size"] for d in manifest_descriptors(manifest))
+                    + self.derived_bytes(d["digest"] for d in manifest["layers"]),
                     modified_at=datetime.fromtimestamp(mtime, tz=timezone.utc),
                     manifest=manifest,
                 )

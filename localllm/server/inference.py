@@ -23,7 +23,9 @@ from ..backends.capabilities import LLAMA_CPP
 from ..config import KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES, Settings
 from ..options import LoadOptions
 from ..registry.links import LinkedFileError
-from ..registry.models import LocalModel, load_local_model
+from ..gguf import InvalidGGUF
+from ..registry.models import LocalModel, load_local_model, translate_model
+from ..registry.ollama_compat import IncompatibleModel
 from ..registry.names import InvalidName, ModelName
 from ..registry.requires import ModelTooNew
 from ..registry.store import ModelNotFound, Store
@@ -190,9 +192,9 @@ class Inference:
             embedding=embedding,
             name=model.name.display,
             digest=model.digest,
-            model_path=model.model_path,
+            model_path=model.run_path,
             adapters=tuple(model.adapters),
-            projector=model.projectors[0] if model.projectors else None,
+            projector=model.run_projector,
             num_ctx=load.num_ctx,
             num_thread=load.num_thread,
             num_batch=load.num_batch,
@@ -213,9 +215,23 @@ class Inference:
             raise bad_request(f"option 'kv_cache_type' {kv_cache_type} needs LOCALLLM_FLASH_ATTENTION=1 on the "
                               f"llama.cpp engine (the native engine keeps {' or '.join(NATIVE_KV_CACHE_TYPES)})")
 
+    async def translate(self, model: LocalModel) -> None:
+        """An Ollama-format model file translated for llama.cpp (ollama_compat.py): once, off the event loop.
+        A file that cannot be translated is the request's 400, naming the architecture and what is missing."""
+        if model.ollama_format is None or model.translated is not None:
+            return
+        try:
+            await asyncio.to_thread(translate_model, self.store, model)
+        except (IncompatibleModel, InvalidGGUF) as exc:
+            raise bad_request(f"model '{model.name.display}' cannot be loaded: {exc}") from None
+        except OSError as exc:
+            raise ApiError(500, f"model '{model.name.display}': its file could not be translated for llama.cpp: "
+                                f"{exc.strerror or exc}") from None
+
     async def load(self, job: CompletionJob) -> tuple[LoadedModel, int]:
         """Load the model (or refresh its keep_alive); returns it and the load time in ns."""
         started = time.perf_counter_ns()
+        await self.translate(job.model)
         with runner_errors():
             loaded = await self.scheduler.ensure_loaded(self.load_request(job), job.keep_alive)
         return loaded, time.perf_counter_ns() - started
@@ -226,6 +242,7 @@ class Inference:
         Failures to load are raised here as :class:`ApiError`; ``metered`` leases count in the metrics.
         """
         started = time.perf_counter_ns()
+        await self.translate(job.model)
         request = self.load_request(job)
         self.check_capacity(request)
         hold = contextlib.AsyncExitStack()
@@ -263,6 +280,7 @@ class Inference:
         """``call``'s answer from the model's embedding runner (loaded, or held while it runs), with
         ``load_duration`` and ``total_duration`` added."""
         started = time.perf_counter_ns()
+        await self.translate(job.model)
         request = self.load_request(job, embedding=True)
         self.check_capacity(request)
         with runner_errors():

@@ -143,8 +143,8 @@ async def delete_model(body: DeleteRequest, request: Request) -> Response:
     except ModelNotFound as exc:
         raise not_found(str(exc)) from None
     if model is not None:
-        await state.scheduler.unload(model.model_path, tuple(model.adapters))
-        await state.scheduler.clear_kv_cache(model.model_path)  # KV reveals the prompts: it goes with the model
+        await state.scheduler.unload(model.run_path, tuple(model.adapters))
+        await state.scheduler.clear_kv_cache(model.run_path)  # KV reveals the prompts: it goes with the model
     return Response(status_code=200)
 
 
@@ -155,7 +155,7 @@ async def clear_cache(request: Request, body: CacheClearRequest | None = None) -
     path = None
     if body is not None and body.model:
         try:
-            path = load_local_model(state.store, parse_name(body.model), verify_links=False).model_path
+            path = load_local_model(state.store, parse_name(body.model), verify_links=False).run_path
         except ModelNotFound as exc:
             raise not_found(str(exc)) from None
     return JSONResponse({"freed_bytes": await state.scheduler.clear_kv_cache(path)})
@@ -370,7 +370,7 @@ async def _respond(handler: ChatHandler, turn: PreparedTurn, renderer: OllamaRen
 async def _load_only(state: DaemonState, job: CompletionJob, renderer: OllamaRenderer) -> JSONResponse:
     """An empty prompt loads the model (or, with keep_alive 0, unloads it)."""
     if job.keep_alive == 0:
-        await state.scheduler.unload(job.model.model_path, tuple(job.model.adapters))
+        await state.scheduler.unload(job.model.run_path, tuple(job.model.adapters))
         load_ns = 0
     else:
         _, load_ns = await state.inference.load(job)
