@@ -1,0 +1,258 @@
+"""Rendering a model's template in a worker process that is killed at the time limit.
+
+A template is a stranger's code. Jinja's sandbox keeps it from Python's
+internals and the engines bound the size of each value it builds, but nothing
+inside a Python process can stop a render in time: a Jinja ``for`` loop makes
+no call a trace hook would see, and one C-level operation (``sum`` of lists,
+``str.replace``, ``sort``) runs, holding the GIL, for as long as its arguments
+allow. So every render of a model's template (the chat and generate prompts,
+``create``'s check of a Modelfile TEMPLATE) runs in a worker process:
+
+* time: the caller waits at most the limit (:data:`MAX_RENDER_SECONDS`) for
+  the answer, then kills the worker, which is replaced for the next render; a
+  worker also arms an alarm that ends it should its caller be gone;
+* memory: a worker's address space is limited to :data:`MAX_RENDER_MEMORY`
+  beyond what it holds when it starts; a render that needs more fails, naming
+  the limit, and its worker is replaced;
+* concurrency: up to :data:`MAX_WORKERS` renders run at once, one a worker,
+  and waiting for one never holds the daemon's event loop (the callers render
+  in threads).
+
+Workers are started once (a Python running :func:`serve`) and kept:
+a render costs a round trip through a pipe, not a process start. Requests and
+answers are length-prefixed JSON frames, so nothing a worker sends back is
+ever unpickled.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from localllm.templates.gotemplate import TemplateError
+
+MAX_RENDER_SECONDS = 5.0
+MAX_RENDER_MEMORY = 1 << 30  # bytes of address space a render may take beyond the worker's own
+MAX_WORKERS = 4
+_START_SECONDS = 60.0  # starting Python and Jinja is not the template's time
+_ALARM_GRACE_SECONDS = 2.0  # a worker ends itself this long after the limit, should no one kill it
+_HEADER = struct.Struct("<Q")
+_READY = b"ready"
+
+
+class _WorkerGone(Exception):
+    """The worker's process ended, or its pipe broke, before it answered."""
+
+
+def call_bounded(function: Callable[..., Any], kwargs: dict[str, Any],
+                 seconds: float = MAX_RENDER_SECONDS) -> Any:
+    """``function(**kwargs)`` run in a render worker within ``seconds`` and the memory limit.
+
+    ``function`` must be a module-level function of :mod:`localllm.templates`,
+    and its arguments and result plain JSON values. Its TemplateError (or other
+    ValueError of ours, such as PromptError) is raised here as it was raised
+    there; a render past either limit is a TemplateError naming the limit.
+    """
+    request = json.dumps({"function": f"{function.__module__}:{function.__qualname__}", "kwargs": kwargs,
+                          "alarm": seconds + _ALARM_GRACE_SECONDS}).encode()
+    return _answer(_pool().call(request, seconds), seconds)
+
+
+def _answer(reply: dict[str, Any], seconds: float) -> Any:
+    if "result" in reply:
+        return reply["result"]
+    error = reply["error"]
+    if error == "memory":
+        raise TemplateError(f"rendering needed more than {MAX_RENDER_MEMORY >> 20} MiB of memory "
+                            "(the memory limit of a template's render)")
+    if error == "template":
+        raise TemplateError(reply["message"], line=reply["line"], column=reply["column"])
+    if error == "value":
+        raise _our_value_error(reply["type"])(reply["message"])
+    raise TemplateError(f"rendering failed: {reply['message']}")
+
+
+def _our_value_error(qualified: str) -> type[ValueError]:
+    module, _, name = qualified.partition(":")
+    cls = getattr(importlib.import_module(module), name) if module.startswith("localllm.") else None
+    return cls if isinstance(cls, type) and issubclass(cls, ValueError) else ValueError
+
+
+# ----------------------------------------------------------------------------- the daemon's side
+
+
+class _Worker:
+    """One worker process and its pipes."""
+
+    def __init__(self) -> None:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        self.process = subprocess.Popen([sys.executable, "-c", f"from {__name__} import serve; serve()"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        try:
+            if _read_frame(self.process.stdout.fileno(), time.monotonic() + _START_SECONDS) != _READY:
+                raise _WorkerGone
+        except (_WorkerGone, TimeoutError):
+            self.kill()
+            raise TemplateError("the template render process did not start") from None
+
+    def call(self, request: bytes, seconds: float) -> dict[str, Any]:
+        """The worker's answer to ``request``; TimeoutError past ``seconds``, _WorkerGone if it ended."""
+        deadline = time.monotonic() + seconds
+        try:
+            self.process.stdin.write(_HEADER.pack(len(request)) + request)
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise _WorkerGone from None
+        return json.loads(_read_frame(self.process.stdout.fileno(), deadline))
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            try:
+                pipe.close()
+            except OSError:  # a write the kill interrupted
+                pass
+
+    def ended_by(self) -> str:
+        code = self.process.wait()
+        return f"signal {-code}" if code < 0 else f"exit status {code}"
+
+
+class _Pool:
+    """Up to ``size`` workers; one render at a time on each."""
+
+    def __init__(self, size: int) -> None:
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+
+    def call(self, request: bytes, seconds: float) -> dict[str, Any]:
+        with self._slots:
+            worker = self._take()
+            try:
+                reply = worker.call(request, seconds)
+            except TimeoutError:
+                worker.kill()
+                raise TemplateError(f"rendering took longer than {seconds:g} s "
+                                    "(the time limit of a template's render)") from None
+            except _WorkerGone:
+                raise TemplateError(f"the template's render process ended ({worker.ended_by()})") from None
+            except BaseException:
+                worker.kill()
+                raise
+            if reply.get("error") == "memory":  # a process that ran out of memory may be left broken
+                worker.kill()
+            else:
+                with self._lock:
+                    self._idle.append(worker)
+            return reply
+
+    def _take(self) -> _Worker:
+        with self._lock:
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.alive:
+                    return worker
+                worker.kill()
+        return _Worker()
+
+
+_POOL: _Pool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> _Pool:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = _Pool(MAX_WORKERS)
+        return _POOL
+
+
+def _read_frame(fd: int, deadline: float) -> bytes:
+    (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))
+    return _read_exactly(fd, size, deadline)
+
+
+def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
+    chunks: list[bytes] = []
+    while size:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            raise _WorkerGone
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+# ----------------------------------------------------------------------------- the worker's side
+
+
+def _limit_memory() -> None:
+    """Address space: what the worker holds now plus MAX_RENDER_MEMORY (where the system can limit it)."""
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:
+            held = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError):
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    wanted = held + MAX_RENDER_MEMORY
+    resource.setrlimit(resource.RLIMIT_AS, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
+
+
+def _run(request: dict[str, Any]) -> dict[str, Any]:
+    module, _, name = request["function"].partition(":")
+    if not module.startswith("localllm.templates."):
+        return {"error": "other", "message": f"{request['function']} is not a template function"}
+    function = getattr(importlib.import_module(module), name)
+    try:
+        return {"result": function(**request["kwargs"])}
+    except MemoryError:
+        return {"error": "memory"}
+    except TemplateError as exc:
+        return {"error": "template", "message": exc.detail, "line": exc.line, "column": exc.column}
+    except ValueError as exc:
+        cls = type(exc)
+        return {"error": "value", "type": f"{cls.__module__}:{cls.__qualname__}", "message": str(exc)}
+
+
+def serve() -> None:
+    """A worker's life: answer requests from stdin until it closes; the protocol has stdout to itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the daemon, which closes our stdin
+    requests = os.fdopen(0, "rb")
+    answers = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # anything printed goes to stderr, not into a frame
+    _limit_memory()
+    answers.write(_HEADER.pack(len(_READY)) + _READY)
+    while header := requests.read(_HEADER.size):
+        (size,) = _HEADER.unpack(header)
+        request = json.loads(requests.read(size))
+        signal.setitimer(signal.ITIMER_REAL, request["alarm"])  # SIGALRM's default action ends the process
+        try:
+            reply = json.dumps(_run(request)).encode()
+        except MemoryError:
+            reply = b'{"error": "memory"}'
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        answers.write(_HEADER.pack(len(reply)) + reply)
+
