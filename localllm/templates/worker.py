@@ -15,8 +15,8 @@ allow. So every render of a model's template (the chat and generate prompts,
   beyond what it holds when it starts; a render that needs more fails, naming
   the limit, and its worker is replaced;
 * concurrency: up to :data:`MAX_WORKERS` renders run at once, one a worker,
-  and waiting for one never holds the daemon's event loop (the callers render
-  in threads).
+  with a spare worker started ahead of need, and waiting for one never holds
+  the daemon's event loop (the callers render in threads).
 
 Workers are started once (a Python running :func:`serve`) and kept:
 a render costs a round trip through a pipe, not a process start. Requests and
@@ -66,6 +66,11 @@ def call_bounded(function: Callable[..., Any], kwargs: dict[str, Any],
     request = json.dumps({"function": f"{function.__module__}:{function.__qualname__}", "kwargs": kwargs,
                           "alarm": seconds + _ALARM_GRACE_SECONDS}).encode()
     return _answer(_pool().call(request, seconds), seconds)
+
+
+def prestart() -> None:
+    """Start a worker now, in the background, so the first render does not wait for one to start."""
+    _pool().start_spare()
 
 
 def _answer(reply: dict[str, Any], seconds: float) -> Any:
@@ -135,12 +140,16 @@ class _Worker:
 
 
 class _Pool:
-    """Up to ``size`` workers; one render at a time on each."""
+    """Up to ``size`` workers, one render at a time on each, with a spare started ahead of need
+    (a start takes a Python and Jinja import: a fraction of a second, seconds on a busy machine)."""
 
     def __init__(self, size: int) -> None:
+        self._size = size
         self._slots = threading.BoundedSemaphore(size)
+        self._changed = threading.Condition()
         self._idle: list[_Worker] = []
-        self._lock = threading.Lock()
+        self._live = 0  # workers running or starting
+        self._starting_spares = 0
 
     def call(self, request: bytes, seconds: float) -> dict[str, Any]:
         with self._slots:
@@ -148,29 +157,71 @@ class _Pool:
             try:
                 reply = worker.call(request, seconds)
             except TimeoutError:
-                worker.kill()
+                self._discard(worker)
                 raise TemplateError(f"rendering took longer than {seconds:g} s "
                                     "(the time limit of a template's render)") from None
             except _WorkerGone:
+                self._discard(worker)
                 raise TemplateError(f"the template's render process ended ({worker.ended_by()})") from None
             except BaseException:
-                worker.kill()
+                self._discard(worker)
                 raise
             if reply.get("error") == "memory":  # a process that ran out of memory may be left broken
-                worker.kill()
+                self._discard(worker)
             else:
-                with self._lock:
+                with self._changed:
                     self._idle.append(worker)
+                    self._changed.notify_all()
             return reply
 
+    def start_spare(self) -> None:
+        """Start a worker in the background, unless one is idle or starting, or the pool is full."""
+        with self._changed:
+            if self._idle or self._starting_spares or self._live >= self._size:
+                return
+            self._starting_spares += 1
+            self._live += 1
+        threading.Thread(target=self._start_spare, name="render-worker-start", daemon=True).start()
+
+    def _start_spare(self) -> None:
+        try:
+            worker: _Worker | None = _Worker()
+        except TemplateError:  # the next render starts its own, and says why it cannot
+            worker = None
+        with self._changed:
+            self._starting_spares -= 1
+            if worker is None:
+                self._live -= 1
+            else:
+                self._idle.append(worker)
+            self._changed.notify_all()
+
     def _take(self) -> _Worker:
-        with self._lock:
-            while self._idle:
-                worker = self._idle.pop()
-                if worker.alive:
-                    return worker
-                worker.kill()
-        return _Worker()
+        """An idle worker, else the spare being started, else a new one; then a spare for the next caller."""
+        with self._changed:
+            while not self._idle and self._starting_spares:
+                self._changed.wait()
+            worker = self._idle.pop() if self._idle else None
+            if worker is None:
+                self._live += 1
+        if worker is None:
+            try:
+                worker = _Worker()
+            except TemplateError:
+                with self._changed:
+                    self._live -= 1
+                raise
+        elif not worker.alive:  # ended while idle (the OOM killer, say)
+            self._discard(worker)
+            return self._take()
+        self.start_spare()
+        return worker
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._changed:
+            self._live -= 1
+        self.start_spare()
 
 
 _POOL: _Pool | None = None
