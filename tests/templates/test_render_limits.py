@@ -131,6 +131,7 @@ def test_renders_run_side_by_side_with_a_slow_one() -> None:
 # --- through the daemon ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # two model loads and a render to its limit: about 20 s
 def test_a_daemon_answers_an_endless_gguf_template_with_a_400_and_goes_on_serving(daemon, tmp_path: Path) -> None:
     endless = tiny_model(tmp_path / "endless.gguf", extra=lambda w: w.add_chat_template(LOOPS_3))
     daemon.create("tiny-endless", f"FROM {endless}")
