@@ -65,7 +65,7 @@ def call_bounded(function: Callable[..., Any], kwargs: dict[str, Any],
     """
     request = json.dumps({"function": f"{function.__module__}:{function.__qualname__}", "kwargs": kwargs,
                           "alarm": seconds + _ALARM_GRACE_SECONDS}).encode()
-    return _answer(_pool().call(request, seconds), seconds)
+    return _answer(_pool().call(request, seconds))
 
 
 def prestart() -> None:
@@ -73,7 +73,8 @@ def prestart() -> None:
     _pool().start_spare()
 
 
-def _answer(reply: dict[str, Any], seconds: float) -> Any:
+def _answer(reply: dict[str, Any]) -> Any:
+    """The result a worker sent, or its error raised."""
     if "result" in reply:
         return reply["result"]
     error = reply["error"]
@@ -242,10 +243,12 @@ def _read_frame(fd: int, deadline: float) -> bytes:
 
 
 def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
+    readable = select.poll()  # not select.select: a daemon's descriptors may pass FD_SETSIZE
+    readable.register(fd, select.POLLIN)
     chunks: list[bytes] = []
     while size:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+        if remaining <= 0 or not readable.poll(remaining * 1000):
             raise TimeoutError
         chunk = os.read(fd, min(size, 1 << 20))
         if not chunk:
