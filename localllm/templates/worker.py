@@ -2,10 +2,10 @@
 
 A template is a stranger's code. Jinja's sandbox keeps it from Python's
 internals and the engines bound the size of each value it builds, but nothing
-inside a Python process can stop a render in time: a Jinja ``for`` loop makes
-no call a trace hook would see, and one C-level operation (``sum`` of lists,
-``str.replace``, ``sort``) runs, holding the GIL, for as long as its arguments
-allow. So every render of a model's template (the chat and generate prompts,
+inside a Python process can stop a render in time: a Jinja ``for`` loop over a
+list makes no call for a call-event trace hook to see, and one C-level
+operation (``sum`` of lists, ``str.replace``, ``sort``) runs, holding the GIL
+and seeing no hook at all, for as long as its arguments allow. So every render of a model's template (the chat and generate prompts,
 ``create``'s check of a Modelfile TEMPLATE) runs in a worker process:
 
 * time: the caller waits at most the limit (:data:`MAX_RENDER_SECONDS`) for
@@ -295,10 +295,11 @@ def serve() -> None:
     """A worker's life: answer requests from stdin until it closes; the protocol has stdout to itself."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the daemon, which closes our stdin
     requests = os.fdopen(0, "rb")
-    answers = os.fdopen(os.dup(1), "wb", buffering=0)
+    answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, not into a frame
     _limit_memory()
     answers.write(_HEADER.pack(len(_READY)) + _READY)
+    answers.flush()
     while header := requests.read(_HEADER.size):
         (size,) = _HEADER.unpack(header)
         request = json.loads(requests.read(size))
@@ -309,4 +310,5 @@ def serve() -> None:
             reply = b'{"error": "memory"}'
         signal.setitimer(signal.ITIMER_REAL, 0)
         answers.write(_HEADER.pack(len(reply)) + reply)
+        answers.flush()
 

@@ -101,6 +101,12 @@ def test_string_doubling_and_big_repetition_are_refused_at_the_size_limit(source
     assert time.monotonic() - started < 5
 
 
+def test_output_up_to_its_limit_comes_back_whole_and_more_is_refused_naming_it() -> None:
+    assert jinja("{{ 'é' * 4000000 }}{{ '\U0001F600' * 4000000 }}", seconds=30) == "é" * 4000000 + "\U0001F600" * 4000000
+    with pytest.raises(TemplateError, match="output larger than 8388608 characters"):
+        jinja("{% for i in range(3) %}{{ 'x' * 4000000 }}{% endfor %}", seconds=30)
+
+
 def test_limits_leave_normal_renders_and_errors_as_they_were() -> None:
     go = "{{ range .Messages }}[{{ .Role }}] {{ .Content }}{{ end }}"
     assert build_prompt(messages=USER, system="Be brief.", model_template=go, gguf_chat_template=None,
