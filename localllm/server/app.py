@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..config import Settings, is_loopback_host, load_settings
+from ..templates.worker import prestart as prestart_render_worker
 from .anthropic_api import router as anthropic_router
 from .disconnect import CancelOnDisconnect
 from .errors import ApiError, error_body
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.scheduler.start()
+        prestart_render_worker()
         yield
         await state.scheduler.close()
 

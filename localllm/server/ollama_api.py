@@ -254,8 +254,8 @@ def _uploaded_blob(store, digest: str, field: str) -> Path:
 async def create_model(body: CreateRequest, request: Request) -> Response:
     name = parse_name(body.model)
     state = state_of(request)
-    try:
-        spec = create_spec(body, state.store, is_trusted_client(request.scope))
+    try:  # in a thread: checking a TEMPLATE renders it, which may take up to its time limit
+        spec = await asyncio.to_thread(create_spec, body, state.store, is_trusted_client(request.scope))
     except CreateError as exc:
         raise bad_request(str(exc)) from None
 

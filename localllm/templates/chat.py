@@ -2,15 +2,19 @@
 
 The template is code that came with a model file from a stranger, so it runs
 in Jinja's ``ImmutableSandboxedEnvironment`` (no underscore attributes, no
-Python internals, no mutation of our data) with bounds on top of it, because
-the sandbox alone stops neither endless loops nor ``'x' * 10**10``:
+Python internals, no mutation of our data) with size bounds on top of it,
+because the sandbox alone does not stop ``'x' * 10**10``:
 
-* wall time: a trace hook checks the deadline at every Python call the
-  template makes (each loop step, filter, macro call);
 * size: string/list repetition, ``+``, ``~``, ``%``, block ``set``, macro
   output and every filter or call result are checked against the output
   limit, and integer arguments larger than it are refused before the call;
 * output: the rendered stream is cut off at the limit.
+
+Time and memory are not bounded here: no check inside the process can stop a
+loop that makes no calls or one long C-level operation. They are bounded by
+the worker process every render of a model's template runs in
+(:mod:`localllm.templates.worker`), which is killed at the time limit and
+whose address space is limited.
 
 The variables and helpers match what Hugging Face's ``apply_chat_template``
 provides (``messages``, ``tools``, ``add_generation_prompt``, ``bos_token``,
@@ -24,8 +28,6 @@ import datetime as _dt
 import functools
 import json
 import re
-import sys
-import time
 from typing import Any
 
 from jinja2 import nodes
@@ -37,13 +39,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from localllm.templates.gotemplate import TemplateError
 
 MAX_OUTPUT_CHARS = 8 * 1024 * 1024
-MAX_RENDER_SECONDS = 5.0
 MAX_SOURCE_CHARS = 1024 * 1024
 _WIDE_FORMAT = re.compile(r"%[-+# 0]*(\d{7,}|\*)|\{[^{}]*:[^{}]*\d{7,}[^{}]*\}")
-
-
-class _RenderTimeout(Exception):
-    pass
 
 
 class _TooLarge(Exception):
@@ -154,13 +151,11 @@ class ChatTemplate:
         *,
         name: str = "tokenizer.chat_template",
         max_output: int = MAX_OUTPUT_CHARS,
-        max_seconds: float = MAX_RENDER_SECONDS,
     ) -> None:
         self.name = name
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.max_output = max_output
-        self.max_seconds = max_seconds
         if not isinstance(source, str):
             raise TemplateError(f"{name}: must be a string, not {type(source).__name__}")
         if len(source) > MAX_SOURCE_CHARS:
@@ -190,17 +185,8 @@ class ChatTemplate:
             "tools": tools,
             "add_generation_prompt": add_generation_prompt,
         }
-        deadline = time.monotonic() + self.max_seconds
-
-        def on_call(frame: Any, event: str, arg: Any) -> None:
-            if time.monotonic() > deadline:
-                raise _RenderTimeout
-            return None
-
         out: list[str] = []
         size = 0
-        previous = sys.gettrace()
-        sys.settrace(on_call)
         try:
             for chunk in self._template.generate(**context):
                 size += len(chunk)
@@ -209,18 +195,16 @@ class ChatTemplate:
                 out.append(chunk)
         except TemplateError as e:
             raise TemplateError(f"{self.name}: {_bare(e)}") from None
-        except _RenderTimeout:
-            raise TemplateError(f"{self.name}: rendering took longer than {self.max_seconds:g} s") from None
         except _TooLarge as e:
             raise TemplateError(f"{self.name}: refused to build {e}") from None
         except SecurityError as e:
             raise TemplateError(f"{self.name}: unsafe operation blocked: {e}") from None
         except RecursionError:
             raise TemplateError(f"{self.name}: recursion too deep") from None
+        except MemoryError:  # the worker's limit, which it names
+            raise
         except Exception as e:  # the template is foreign code: every failure is its failure
             raise TemplateError(f"{self.name}: {type(e).__name__}: {e}") from None
-        finally:
-            sys.settrace(previous)
         return "".join(out)
 
 

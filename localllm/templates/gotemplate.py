@@ -17,8 +17,9 @@ so this module implements the part of that language real templates use:
 
 Everything is checked when the template is parsed (unknown functions,
 undefined variables, unbalanced blocks, ``break`` outside ``range``), so a bad
-Modelfile fails at ``create`` time. Rendering is bounded in output size,
-loop iterations and wall time because templates come from strangers.
+Modelfile fails at ``create`` time. Rendering is bounded in output size and
+loop iterations because templates come from strangers; its time and memory are
+bounded by the process it runs in (:mod:`localllm.templates.worker`).
 
 Deliberate differences from Go, chosen for prompts rather than for Go
 programs: a missing value prints as the empty string (Go prints
@@ -35,14 +36,12 @@ import datetime as _dt
 import json
 import math
 import re
-import time
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 MAX_OUTPUT_CHARS = 16 * 1024 * 1024
 MAX_ITERATIONS = 200_000
-MAX_RENDER_SECONDS = 5.0
 MAX_TEMPLATE_CHARS = 1024 * 1024
 MAX_NESTING = 40
 _MAX_FORMAT_WIDTH = 10_000
@@ -52,6 +51,7 @@ class TemplateError(ValueError):
     """A template that cannot be parsed or rendered; the message says where."""
 
     def __init__(self, message: str, *, line: int | None = None, column: int | None = None) -> None:
+        self.detail = message
         self.line = line
         self.column = column
         where = f"line {line}, col {column}: " if line is not None else ""
@@ -896,13 +896,12 @@ _NO_FINAL = _Missing()
 
 
 class _Exec:
-    def __init__(self, data: Any, max_output: int, max_iterations: int, max_seconds: float) -> None:
+    def __init__(self, data: Any, max_output: int, max_iterations: int) -> None:
         self.vars: list[list[Any]] = [["$", data]]
         self.out: list[str] = []
         self.size = 0
         self.max_output = max_output
         self.iterations = max_iterations
-        self.deadline = time.monotonic() + max_seconds
 
     def write(self, s: str, pos: int) -> None:
         self.size += len(s)
@@ -914,8 +913,6 @@ class _Exec:
         self.iterations -= 1
         if self.iterations < 0:
             raise _RenderError("too many loop iterations", pos)
-        if time.monotonic() > self.deadline:
-            raise _RenderError("rendering took too long", pos)
 
     def walk(self, nodes: tuple[_Node, ...], dot: Any) -> None:
         for node in nodes:
@@ -1076,10 +1073,9 @@ class GoTemplate:
         *,
         max_output: int = MAX_OUTPUT_CHARS,
         max_iterations: int = MAX_ITERATIONS,
-        max_seconds: float = MAX_RENDER_SECONDS,
     ) -> str:
         """Execute the template with ``data`` as dot; raises TemplateError on any failure."""
-        run = _Exec(data, max_output, max_iterations, max_seconds)
+        run = _Exec(data, max_output, max_iterations)
         try:
             run.walk(self.nodes, data)
         except _RenderError as e:

@@ -8,6 +8,10 @@ one role are merged, system messages are collected into ``.System``, and a
 template that never mentions ``.Messages`` is run once per turn with
 ``.System``/``.Prompt``/``.Response``, the last turn cut after ``{{ .Response }}``.
 Both kinds of template get the request's ``think`` setting (see ``thinking``).
+
+The public functions render in a worker process (:mod:`~localllm.templates.worker`),
+which bounds a template's time and memory; the ``render_*`` functions are what
+runs there.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from localllm.templates.thinking import (
     jinja_think_values,
     with_reasoning_content,
 )
+from localllm.templates.worker import call_bounded
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -57,10 +62,10 @@ def _chat_template(source: str, bos_token: str, eos_token: str) -> ChatTemplate:
 def validate_model_template(text: str) -> None:
     """Create-time check: the TEMPLATE parses and renders a sample conversation.
 
-    Raises TemplateError, so a Modelfile with a broken template fails at
-    ``create`` rather than at the first chat.
+    Raises TemplateError, so a Modelfile with a broken (or endless) template
+    fails at ``create`` rather than at the first chat.
     """
-    render_ollama_template(text, messages=_SAMPLE_CONVERSATION)
+    call_bounded(render_ollama_template, {"text": text, "messages": _SAMPLE_CONVERSATION})
 
 
 def _check_messages(messages: list[dict]) -> None:
@@ -163,8 +168,29 @@ def build_prompt(
     request's), ``system`` the Modelfile's SYSTEM, put first when the
     conversation does not start with a system message (as Ollama does).
     ``think`` is the request's thinking setting. Raises PromptError for bad
-    messages or ``think``, TemplateError when the template fails.
+    messages or ``think``, TemplateError when the template fails or passes a
+    limit of the render worker.
     """
+    request = {"messages": messages, "system": system, "model_template": model_template,
+               "gguf_chat_template": gguf_chat_template, "bos_token": bos_token, "eos_token": eos_token,
+               "tools": tools, "think": think}
+    if model_template or gguf_chat_template:
+        return call_bounded(render_chat_prompt, request)
+    return render_chat_prompt(**request)  # no template: nothing foreign runs
+
+
+def render_chat_prompt(
+    *,
+    messages: list[dict],
+    system: str | None,
+    model_template: str | None,
+    gguf_chat_template: str | None,
+    bos_token: str,
+    eos_token: str,
+    tools: list[dict] | None = None,
+    think: Think = None,
+) -> str:
+    """:func:`build_prompt` in this process, unbounded in time and memory."""
     _check_messages(messages)
     think = _checked_think(think)
     msgs = list(messages)
@@ -204,7 +230,27 @@ def build_generate_prompt(
     think = _checked_think(think)
     if raw:
         return prompt
-    template = template_override or model_template
+    request = {"prompt": prompt, "system": system, "suffix": suffix, "template": template_override or model_template,
+               "gguf_chat_template": gguf_chat_template, "bos": bos, "eos": eos, "history": history, "think": think}
+    if request["template"] or gguf_chat_template:
+        return call_bounded(render_generate_prompt, request)
+    return render_generate_prompt(**request)  # no template: nothing foreign runs
+
+
+def render_generate_prompt(
+    *,
+    prompt: str,
+    system: str | None,
+    suffix: str | None,
+    template: str | None,
+    gguf_chat_template: str | None,
+    bos: str,
+    eos: str,
+    history: list[dict] | None = None,
+    think: Think = None,
+) -> str:
+    """:func:`build_generate_prompt` of a prompt that is not raw, in this process, unbounded in
+    time and memory; ``template`` is the request's, else the model's."""
     if suffix:
         if not template or "suffix" not in ollama_template(template).identifiers():
             raise PromptError("this model's template does not support insert (suffix)")
@@ -212,7 +258,7 @@ def build_generate_prompt(
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages += list(history or [])
     messages.append({"role": "user", "content": prompt})
-    return build_prompt(
+    return render_chat_prompt(
         messages=messages,
         system=None,
         model_template=template,
@@ -229,6 +275,8 @@ __all__ = [
     "build_generate_prompt",
     "build_prompt",
     "ollama_template",
+    "render_chat_prompt",
+    "render_generate_prompt",
     "render_ollama_template",
     "validate_model_template",
 ]

@@ -362,12 +362,6 @@ def test_deep_nesting_is_a_parse_error_not_a_recursion_error() -> None:
         parse_template("{{ if 1 }}" * 500 + "{{ end }}" * 500)
 
 
-def test_render_time_is_bounded() -> None:
-    text = "{{ range 200000 }}{{ printf \"%s\" \"x\" }}{{ end }}"
-    with pytest.raises(TemplateError, match="took too long"):
-        parse_template(text).render({}, max_seconds=0.05)
-
-
 # --- property tests: whatever the text, only TemplateError comes out -------------------------
 
 _FRAGMENTS = st.sampled_from(
@@ -387,7 +381,7 @@ def test_parse_and_render_raise_nothing_but_template_error(text: str) -> None:
     except TemplateError:
         return
     try:
-        out = tmpl.render(_DATA, max_iterations=2000, max_seconds=1.0, max_output=100_000)
+        out = tmpl.render(_DATA, max_iterations=2000, max_output=100_000)
     except TemplateError:
         return
     assert isinstance(out, str)
