@@ -204,7 +204,7 @@ class StreamEngine(Engine):
 
     def _spill_out(self, slot: StreamSlot) -> None:
         """Copy an idle slot's KV to host RAM if it is long, new and fits the budget."""
-        if not self._recurrent or slot.exact >= len(slot.tokens):  # a recurrent state holds all its tokens
+        if not self._recurrent or slot.exact >= len(slot.tokens):  # a recurrent state is past an earlier point
             self._keep_state(slot, tuple(slot.tokens[: slot.exact]), MIN_SPILL)
 
     def _keep_state(self, slot: StreamSlot, tokens: tuple[int, ...], least: int) -> None:

@@ -100,18 +100,29 @@ def asked_context(num_ctx: int) -> ContextChoice:
     return ContextChoice(num_ctx, "num_ctx asked")
 
 
+def least_context(trained: int, why: str) -> ContextChoice:
+    """The least default context: MIN_DEFAULT_CTX, or the model's ``trained`` length if shorter; ``why``:
+    the reason a longer trained length is not taken."""
+    if trained <= 0:
+        return ContextChoice(MIN_DEFAULT_CTX, "the default, as the model states no trained length")
+    if trained <= MIN_DEFAULT_CTX:
+        return ContextChoice(trained, "the model's trained length")
+    return ContextChoice(MIN_DEFAULT_CTX, why)
+
+
 def default_context(trained: int, fits: Callable[[int], bool]) -> ContextChoice:
     """The context of a load no ``num_ctx`` asks for: the model's ``trained`` length where ``fits`` (the memory
     plan at that context) says it fits, else the longest halving of it that fits, never below
     MIN_DEFAULT_CTX (a load that does not fit even then fails as it would have)."""
-    if trained <= 0:
-        return ContextChoice(MIN_DEFAULT_CTX, "the default, as the model states no trained length")
-    if trained <= MIN_DEFAULT_CTX or fits(trained):
+    least = least_context(trained, f"what memory fits of {trained} trained")
+    if least.n_ctx >= trained:
+        return least
+    if fits(trained):
         return ContextChoice(trained, "the model's trained length")
     n_ctx = trained // 2
     while n_ctx > MIN_DEFAULT_CTX and not fits(n_ctx):
         n_ctx //= 2
-    return ContextChoice(max(n_ctx, MIN_DEFAULT_CTX), f"what memory fits of {trained} trained")
+    return ContextChoice(n_ctx, least.reason) if n_ctx > MIN_DEFAULT_CTX else least
 
 
 class DoesNotFit(RuntimeError):

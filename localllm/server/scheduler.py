@@ -34,6 +34,7 @@ from .memory import (
     available_ram,
     check_fits_in_ram,
     default_context,
+    least_context,
     describe_devices,
     footprint,
     gpu_devices,
@@ -492,16 +493,19 @@ class Scheduler:
         kv_cache_type = self._kv_cache_type(request)
         trained = summary.arch_value("context_length", 0)
         trained = trained if isinstance(trained, int) and trained > 0 else 0
-        least = default_context(trained, lambda _: False)
-        n_ctx = asked_ctx or least.n_ctx
+        n_ctx = asked_ctx or least_context(trained, "").n_ctx
         if request.embedding:  # one context's cells on either engine, reused by every pass (runner/embed.py)
             need = footprint(summary, n_ctx, 1, n_batch, kv_cache_type)
             choice, gpu, workers = await self._choose_engine(request, need)
-            return LoadPlan(choice, gpu, need, workers, asked_context(asked_ctx) if asked_ctx else least)
+            context = least_context(trained, f"the default of embedding models ({trained} trained)")
+            return LoadPlan(choice, gpu, need, workers, asked_context(asked_ctx) if asked_ctx else context)
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
-        context = asked_context(asked_ctx) if asked_ctx else least
-        if not asked_ctx and not workers.n_layers:
+        if asked_ctx:
+            context = asked_context(asked_ctx)
+        elif workers.n_layers:
+            context = least_context(trained, f"the default while layers are on workers ({trained} trained)")
+        else:
             context = default_context(trained, self._fits_context(summary, choice.engine, gpu, request))
         plan = self._context_plan(summary, choice.engine, context.n_ctx, request)
         if CAPABILITIES[choice.engine].gpu_layers and context.n_ctx != n_ctx:

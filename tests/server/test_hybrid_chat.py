@@ -2,8 +2,9 @@
 
 Each turn's greedy answer equals the answer a fresh runner gives to the same messages, turns after the
 first resume from a saved state (the reused tokens are counted in ``/api/ps``), and ``ps`` says how the
-model's cache works. Before recurrent states were checkpointed, the second turn failed with a 500 (the
-cached prefix could not be cut back). Tiny random-weight LFM2 (short convolutions and attention) with
+model's cache works. The chat goes on as users do: new questions, the last answer asked again, the last
+question edited. Before recurrent states were checkpointed, asking again failed with a 500 (the cached
+prefix could not be cut back: "decode returned -1"). Tiny random-weight LFM2 (short convolutions and attention) with
 SmolLM2's tokenizer and chat template, on llama.cpp (the native engine has no LFM2).
 """
 
@@ -25,6 +26,7 @@ from support.runner import runner_threads
 MODEL = "lfm2-tiny"
 OPTIONS = {"temperature": 0, "num_predict": 12}
 QUESTIONS = ["Tell me about the sea.", "And the rivers?", "Which one is colder?"]
+EDITED = "Which one is warmer?"
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +55,22 @@ def unloaded(daemon: Daemon, timeout: float = 30) -> None:
 
 def test_each_turn_equals_a_fresh_runner_and_resumes_from_a_saved_state(daemon: Daemon) -> None:
     client = ollama.Client(host=daemon.url)
-    messages: list[dict[str, str]] = []
     turns = []
-    for question in QUESTIONS:
-        messages.append({"role": "user", "content": question})
+
+    def ask(messages: list[dict[str, str]]) -> str:
         reused_before = (loaded(daemon) or {}).get("cache_reused_tokens", 0)
         answer = client.chat(MODEL, messages=messages, options=OPTIONS)
         status = loaded(daemon)
         assert status["engine"] == "llama.cpp" and status["cache"] == "recurrent state checkpoints", status
-        turns.append((list(messages), answer, status["cache_reused_tokens"] - reused_before))
-        messages.append({"role": "assistant", "content": answer.message.content})
+        turns.append((messages, answer, status["cache_reused_tokens"] - reused_before))
+        return answer.message.content
+
+    history: list[dict[str, str]] = []
+    for question in QUESTIONS:
+        history.append({"role": "user", "content": question})
+        history.append({"role": "assistant", "content": ask(list(history))})
+    ask(history[:-1])  # the last answer asked again
+    ask([*history[:-2], {"role": "user", "content": EDITED}])  # the last question edited
 
     client.generate(MODEL, keep_alive=0)  # unload: each answer below comes from a runner that has seen nothing
     unloaded(daemon)
