@@ -506,10 +506,14 @@ class Context:
     def seq_pos_max(self, seq_id: int) -> int:
         return ll.llama_memory_seq_pos_max(self.memory, seq_id)
 
+    def seq_state_size(self, seq_id: int) -> int:
+        """The bytes :meth:`seq_state` would copy (counted, not copied)."""
+        return ll.llama_state_seq_get_size(self.ptr, seq_id)
+
     def seq_state(self, seq_id: int) -> bytes:
         """A copy of one sequence's KV cells and recurrent state (``llama_state_seq_get_data``), to restore
         later, in this sequence or another."""
-        size = ll.llama_state_seq_get_size(self.ptr, seq_id)
+        size = self.seq_state_size(seq_id)
         buf = (ctypes.c_uint8 * size)()
         n = ll.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
         return bytes(buf)[:n]

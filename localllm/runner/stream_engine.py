@@ -108,7 +108,7 @@ class StreamEngine(Engine):
         prefix of the prompt and nothing more, else the longest checkpoint), or started from nothing."""
         source: StreamSlot | Spilled | None = None
         usable = 0
-        for n, holders in self._tree.ends_along(prompt[:-1]):  # evaluate at least one token: its logits start the answer
+        for n, holders in self._tree.ends_along(prompt[:-1]):  # evaluate at least one token: its logits start it
             if n < MIN_REUSE:
                 break
             if is_placeholder(prompt[n]) and is_placeholder(prompt[n - 1]):
@@ -213,6 +213,8 @@ class StreamEngine(Engine):
         if len(tokens) < least or not self._spill.budget or self._tree.covers(tokens, besides=slot,
                                                                                exactly=self._recurrent):
             return
+        if self.ctx.seq_state_size(slot.seq_id) > self._spill.budget:
+            return  # it could never be kept: no copy
         entry = Spilled(tokens, self.ctx.seq_state(slot.seq_id))
         if not self._recurrent:  # older turns of the same conversation are now redundant (not so for checkpoints)
             for old in self._spill:

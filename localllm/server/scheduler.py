@@ -34,11 +34,11 @@ from .memory import (
     available_ram,
     check_fits_in_ram,
     default_context,
-    least_context,
     describe_devices,
     footprint,
     gpu_devices,
     gpu_offload,
+    least_context,
     plan_gpu_layers,
     plan_worker_layers,
     shortfall,
@@ -493,7 +493,7 @@ class Scheduler:
         kv_cache_type = self._kv_cache_type(request)
         trained = summary.arch_value("context_length", 0)
         trained = trained if isinstance(trained, int) and trained > 0 else 0
-        n_ctx = asked_ctx or least_context(trained, "").n_ctx
+        n_ctx = asked_ctx or least_context(trained, "").n_ctx  # the engine and the layers are planned at it
         if request.embedding:  # one context's cells on either engine, reused by every pass (runner/embed.py)
             need = footprint(summary, n_ctx, 1, n_batch, kv_cache_type)
             choice, gpu, workers = await self._choose_engine(request, need)
