@@ -53,6 +53,7 @@ def unloaded(daemon: Daemon, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # a fresh runner for each reference answer
 def test_each_turn_equals_a_fresh_runner_and_resumes_from_a_saved_state(daemon: Daemon) -> None:
     client = ollama.Client(host=daemon.url)
     turns = []
