@@ -39,9 +39,19 @@ CAPABILITIES: dict[str, Capabilities] = {
     ),
 }  # fmt: skip
 
-# The native engine's KV pool holds as many positions as this many full contexts: the memory llama.cpp's
-# four streams took, now shared by every sequence (the number served at once follows from the pool).
+# The native engine's KV pool holds as many positions as this many contexts of POOL_CONTEXT_TOKENS: the memory
+# llama.cpp's four streams take at Ollama's CPU default, shared by every sequence (the number served at once
+# follows from the pool).
 POOL_CONTEXTS = 4
+POOL_CONTEXT_TOKENS = 4096
+
+
+def native_pool_tokens(n_ctx: int) -> int:
+    """Positions in a native KV pool for sequences of up to ``n_ctx``: POOL_CONTEXTS x POOL_CONTEXT_TOKENS, or one
+    whole context where that is more. It does not grow with the context beyond that: a sequence takes blocks
+    only as it grows, so a long context (the default is the model's trained length) costs memory only when a
+    sequence uses it, and a full pool preempts the youngest sequence (runner/paged_engine.py)."""
+    return max(POOL_CONTEXTS * POOL_CONTEXT_TOKENS, n_ctx)
 
 
 def native_parallel(pool_tokens: int) -> int:

@@ -360,6 +360,9 @@ class Model:
         self.n_embd: int = ll.llama_model_n_embd(ptr)
         self.n_cls_out: int = ll.llama_model_n_cls_out(ptr)  # a classifier's labels (a reranker's scores)
         self.size: int = ll.llama_model_size(ptr)
+        # a state per sequence that cannot be cut back to an earlier position (SSM, linear attention, short
+        # convolution layers: Mamba, RWKV, and hybrids such as Qwen 3.5, Qwen3-Next, LFM2, Granite 4, Nemotron-H)
+        self.recurrent_state: bool = bool(ll.llama_model_is_recurrent(ptr) or ll.llama_model_is_hybrid(ptr))
         # a reranker: its GGUF names rank pooling (a classification head scores query/document pairs)
         self.ranks = self.meta(f"{self.meta('general.architecture')}.pooling_type") == str(ll.LLAMA_POOLING_TYPE_RANK)
         template = ll.llama_model_chat_template(ptr, b"rerank")
@@ -532,9 +535,14 @@ class Context:
     def seq_pos_max(self, seq_id: int) -> int:
         return ll.llama_memory_seq_pos_max(self.memory, seq_id)
 
+    def seq_state_size(self, seq_id: int) -> int:
+        """The bytes :meth:`seq_state` would copy (counted, not copied)."""
+        return ll.llama_state_seq_get_size(self.ptr, seq_id)
+
     def seq_state(self, seq_id: int) -> bytes:
-        """A copy of one sequence's KV cells (``llama_state_seq_get_data``), to restore later."""
-        size = ll.llama_state_seq_get_size(self.ptr, seq_id)
+        """A copy of one sequence's KV cells and recurrent state (``llama_state_seq_get_data``), to restore
+        later, in this sequence or another."""
+        size = self.seq_state_size(seq_id)
         buf = (ctypes.c_uint8 * size)()
         n = ll.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
         return bytes(buf)[:n]

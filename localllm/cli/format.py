@@ -171,6 +171,9 @@ def model_info_rows(info: dict[str, Any]) -> list[list[str]]:
         if isinstance(value, (int, float)):
             rows.append(["", label, _value_text(value)])
     rows.append(["", "quantization", str(details.get("quantization_level") or "")])
+    context = info.get("context") or {}
+    if context.get("length"):
+        rows.append(["", "context", f"{context['length']} ({context.get('reason', '')})"])
     if info.get("requires"):
         rows.append(["", "requires", str(info["requires"])])
     return rows

@@ -26,7 +26,7 @@ from typing import Any
 import uvicorn
 
 from localllm.config import ENGINES, KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES
-from localllm.backends.capabilities import POOL_CONTEXTS
+from localllm.backends.capabilities import POOL_CONTEXT_TOKENS, POOL_CONTEXTS, native_pool_tokens
 from localllm.backends.contract import BackendError
 from localllm.backends.ggml_devices import free_bytes
 from localllm.backends.llama_cpp import (
@@ -69,7 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parallel", type=_positive, default=4, help="sequences decoded together")
     p.add_argument(
         "--kv-tokens", type=_positive, default=None, metavar="N",
-        help=f"native engine: positions in the shared KV block pool (default: {POOL_CONTEXTS} contexts)",
+        help=f"native engine: positions in the shared KV block pool (default: {POOL_CONTEXTS} x {POOL_CONTEXT_TOKENS}, "
+             "or one context if longer)",
     )
     p.add_argument("--threads", type=_positive, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--batch", type=_positive, default=512, help="most tokens per decode step")
@@ -134,7 +135,7 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
 
     model = NativeModel(args.model, args.adapter, args.gpu_layers)
     n_ctx = _fit_ctx(n_ctx, model.n_ctx_train)
-    pool_tokens = args.kv_tokens or POOL_CONTEXTS * n_ctx
+    pool_tokens = args.kv_tokens or native_pool_tokens(n_ctx)
     n_blocks = -(-pool_tokens // BLOCK_SIZE)
     if n_blocks * BLOCK_SIZE <= n_ctx:
         log.warning("the KV pool of %d positions is smaller than one context of %d: longer prompts are refused",

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localllm.backends.capabilities import POOL_CONTEXTS
+from localllm.backends.capabilities import native_pool_tokens
 from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Batch
 from localllm.backends.native.backend import Context, Model
@@ -64,7 +64,7 @@ class DraftModel:
         try:
             check_compatible(self.model, target)
             self.n_ctx = min(n_ctx, self.model.n_ctx_train)
-            n_blocks = -(-POOL_CONTEXTS * self.n_ctx // BLOCK_SIZE)
+            n_blocks = -(-native_pool_tokens(self.n_ctx) // BLOCK_SIZE)
             self.ctx = Context(self.model, n_blocks, BLOCK_SIZE, self.n_ctx, n_seq, n_batch, n_threads)
         except BaseException:
             self.model.close()

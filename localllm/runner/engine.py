@@ -50,6 +50,12 @@ log = logging.getLogger("localllm.runner")
 Emit = Callable[[dict[str, Any]], None]
 Logprob = tuple[float, list[tuple[int, float]]]  # a token's log-probability and the top alternatives
 
+#: How an engine reuses cached prompts (``/api/ps``'s ``cache``): from any shared prefix, its KV cut back to where
+#: a prompt diverges; or, for a state that cannot be cut back (recurrent and hybrid models), only from a point
+#: where a copy of the state was kept.
+KV_PREFIX = "kv prefix"
+RECURRENT_CHECKPOINTS = "recurrent state checkpoints"
+
 WAIT_FOR_PREFIX = 64  # a request waits for a running prefill that will share this many more tokens
 MAX_BYPASS = 4  # later arrivals that may start before a waiting request; then it goes first
 CHORES_AFTER_IDLE_S = 1.0  # idle this long (no request since), the engine does its chores (the KV pool's pages)
@@ -176,6 +182,7 @@ class Engine:
     """Continuous-batching generation over one context; subclasses own the KV (see the module docstring)."""
 
     speculates = False  # whether the engine verifies drafts (batch-invariant logits and :meth:`_trim`)
+    cache_mode = KV_PREFIX
 
     def __init__(self, model: Any, ctx: DecodeContext, slots: list[Slot], n_ctx_seq: int, stats: CacheStats) -> None:
         self.model = model
@@ -264,6 +271,11 @@ class Engine:
         """
         raise NotImplementedError
 
+    def _prefill_stop(self, slot: Slot) -> int:
+        """Where ``slot``'s next prefill chunk ends at the latest: the end of its feed, or earlier where the
+        engine keeps the state reached there."""
+        return len(slot.feed)
+
     def _reserve(self, plan: list[Step]) -> list[Step]:
         """Make room in KV for the planned tokens; the plan that can run."""
         return plan
@@ -341,6 +353,8 @@ class Engine:
             "kv_used_cells": sum(len(s.tokens) for s in self._slots),
             "cache_tokens": self.cache_tokens,
             "cache_hit_rate": round(self.stats.hit_rate, 4),
+            "cache_mode": self.cache_mode,
+            "cache_reused_tokens": self.stats.cached_tokens,
             "cache_ram_bytes": self.cache_ram_bytes,
             "kv_blocks": self.kv_blocks(),
             "kv_disk": self.kv_disk(),
@@ -524,7 +538,7 @@ class Engine:
                 plan.append(Step(slot, slot.feed[slot.prefilled - image.n_tokens : slot.prefilled], sample=False,
                                  decode=False, image=image))
                 continue
-            n = 0 if slot.parked else min(len(slot.feed) - slot.prefilled, budget)
+            n = 0 if slot.parked else min(self._prefill_stop(slot) - slot.prefilled, budget)
             chunk = slot.feed[slot.prefilled : slot.prefilled + n]
             n = next((i for i, token in enumerate(chunk) if is_placeholder(token)), n)  # up to the next image
             if n > 0:

@@ -103,8 +103,28 @@ class RadixTree(Generic[H]):
             node, i = child, i + m
         return (i, set(node.holders)) if i else (0, set())
 
-    def covers(self, tokens: Sequence[int], besides: H) -> bool:
-        """Whether a holder other than ``besides`` holds all of ``tokens`` (perhaps followed by more)."""
+    def ends_along(self, tokens: Sequence[int]) -> list[tuple[int, set[H]]]:
+        """The holders whose whole sequence is a prefix of ``tokens``, grouped by its length, longest first.
+
+        A recurrent model's state can resume only where it was saved, at the end of a holder's sequence,
+        never inside it.
+        """
+        found: list[tuple[int, set[H]]] = []
+        node, i = self._root, 0
+        while True:
+            ends = {holder for holder in node.holders if len(self._tokens[holder]) == i}
+            if ends and i:
+                found.append((i, ends))
+            child = node.children.get(tokens[i]) if i < len(tokens) else None
+            if child is None or _common(child.key, tokens, i) < len(child.key):
+                return found[::-1]
+            node, i = child, i + len(child.key)
+
+    def covers(self, tokens: Sequence[int], besides: H, exactly: bool = False) -> bool:
+        """Whether a holder other than ``besides`` holds all of ``tokens`` (perhaps followed by more, unless
+        ``exactly``)."""
+        if exactly:
+            return any(n == len(tokens) and holders - {besides} for n, holders in self.ends_along(tokens)[:1])
         n, holders = self.match(tokens)
         return n == len(tokens) and bool(holders - {besides})
 
@@ -148,7 +168,8 @@ def _common(edge: tuple[int, ...], tokens: Sequence[int], start: int) -> int:
 
 @dataclass(eq=False)
 class Spilled:
-    """One sequence's KV state copied to host RAM, restorable into any slot."""
+    """One sequence's KV state copied to host RAM, restorable into any slot (for a recurrent model: a
+    checkpoint, the state after exactly ``tokens``)."""
 
     tokens: tuple[int, ...]
     state: bytes

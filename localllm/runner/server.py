@@ -6,11 +6,14 @@ bad input):
 ``GET /health``
     ``{"status": "ok", "n_ctx", "n_ctx_train", "n_parallel", "n_vocab",
     "bos", "eos", "model_size", "kv_used_cells", "queue_depth", "embedding",
-    "cache_tokens", "cache_hit_rate", "cache_ram_bytes", "kv_blocks", "kv_disk", "device_bytes"}``. ``n_ctx`` is the
+    "cache_tokens", "cache_hit_rate", "cache_mode", "cache_reused_tokens", "cache_ram_bytes", "kv_blocks", "kv_disk",
+    "device_bytes"}``. ``n_ctx`` is the
     context of ONE sequence. ``kv_used_cells`` counts every token held in KV,
     ``cache_tokens`` those of idle sequences kept for reuse (so with nothing
     running the two are equal); ``cache_hit_rate`` is the share of all prompt
-    tokens served from the cache; ``cache_ram_bytes`` the host RAM holding
+    tokens served from the cache, ``cache_reused_tokens`` their number; ``cache_mode`` how prompts reuse the
+    cache: ``"kv prefix"`` (any shared prefix) or ``"recurrent state checkpoints"`` (a recurrent or hybrid
+    model: only where a copy of its state was kept), ``"none"`` for embeddings; ``cache_ram_bytes`` the host RAM holding
     spilled prefixes; ``kv_blocks`` the native engine's block counts
     (``total``, ``in_use``, ``shared``, ``cached``, ``spilled``, ``block_size``),
     empty on llama.cpp; ``kv_disk`` what the prefix cache's disk tier did (``reads``, ``writes``,
@@ -84,8 +87,8 @@ from localllm.runner.sampling import GrammarError, Sampler
 log = logging.getLogger("localllm.runner")
 
 
-NO_KV = {"kv_used_cells": 0, "cache_tokens": 0, "cache_hit_rate": 0.0, "cache_ram_bytes": 0, "kv_blocks": {},
-         "kv_disk": {}}
+NO_KV = {"kv_used_cells": 0, "cache_tokens": 0, "cache_hit_rate": 0.0, "cache_mode": "none", "cache_reused_tokens": 0,
+         "cache_ram_bytes": 0, "kv_blocks": {}, "kv_disk": {}}
 
 
 class BadRequest(ValueError):

@@ -11,6 +11,16 @@ computing the same prefix twice.
 Why copies and not shared cells: llama.cpp decides where a token's KV lands,
 and in a unified cache a sequence's logits change with what else is batched
 (see :class:`localllm.backends.llama_cpp.Context`).
+
+Recurrent and hybrid models (Mamba, Qwen 3.5, Qwen3-Next, LFM2, Granite 4,
+Nemotron-H) also keep a per-sequence state that sums up every token so far
+and cannot be cut back to an earlier position, as llama-server's context
+checkpoints know. Their prompts resume only where a state ends: an idle slot
+whose whole sequence starts the prompt, or a checkpoint, a copy of the state
+in host RAM (the same budget as spilled KV). A checkpoint is kept one token
+before the end of every prompt (the next turn of a chat, and the same prompt
+again, resume there) and whenever an idle slot is given to another request.
+Anything else is computed again from the start.
 """
 
 from __future__ import annotations
@@ -20,7 +30,9 @@ import time
 from dataclasses import dataclass
 
 from localllm.backends.llama_cpp import Context, Model
-from localllm.runner.engine import WAIT_FOR_PREFIX, CacheStats, CompletionRequest, Engine, Slot
+from localllm.runner.engine import (
+    RECURRENT_CHECKPOINTS, WAIT_FOR_PREFIX, CacheStats, CompletionRequest, Engine, Slot, Step,
+)
 from localllm.runner.prefix_cache import HostSpill, RadixTree, Spilled
 from localllm.backends.projector import ImageChunk, Projector, is_placeholder
 
@@ -37,6 +49,7 @@ class StreamSlot(Slot):
     exact: int = 0  # leading tokens whose KV equals a fresh computation (a context shift breaks that)
     last_used: float = 0.0  # when its request ended: the least recently used idle slot is evicted first
     copy_pending: bool = False  # target of a stream copy that llama.cpp runs at the next decode
+    checkpoint_at: int = 0  # recurrent state: tokens after which its prefill stops to keep a checkpoint (0: none)
 
 
 class StreamEngine(Engine):
@@ -48,6 +61,9 @@ class StreamEngine(Engine):
         self._tree: RadixTree[StreamSlot | Spilled] = RadixTree()
         self._spill = HostSpill(cache_ram_bytes)
         self.projector = projector
+        self._recurrent = model.recurrent_state
+        if self._recurrent:
+            self.cache_mode = RECURRENT_CHECKPOINTS
 
     @property
     def cache_tokens(self) -> int:
@@ -63,6 +79,8 @@ class StreamEngine(Engine):
         super()._admit()
 
     def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> StreamSlot | None:
+        if self._recurrent:
+            return self._place_at_checkpoint(prompt)
         shared, holders = self._tree.match(prompt)
         shared = min(shared, len(prompt) - 1)  # evaluate at least one token: its logits start the answer
         source, usable = self._best_source(holders, shared)
@@ -84,6 +102,43 @@ class StreamEngine(Engine):
         target.exact = self.n_ctx_seq  # all it holds matches a fresh computation until a context shift
         self._tree.insert(prompt, target)  # what it will hold: later requests may wait for it
         return target
+
+    def _place_at_checkpoint(self, prompt: list[int]) -> StreamSlot:
+        """A slot for ``prompt`` on a recurrent model: resumed where a state ends (an idle slot holding a
+        prefix of the prompt and nothing more, else the longest checkpoint), or started from nothing."""
+        source: StreamSlot | Spilled | None = None
+        usable = 0
+        for n, holders in self._tree.ends_along(prompt[:-1]):  # evaluate at least one token: its logits start it
+            if n < MIN_REUSE:
+                break
+            if is_placeholder(prompt[n]) and is_placeholder(prompt[n - 1]):
+                continue  # inside an image
+            idle = [h for h in holders if isinstance(h, StreamSlot) and h.idle]
+            saved = [h for h in holders if isinstance(h, Spilled)]
+            if idle or saved:
+                source, usable = (idle or saved)[0], n
+                break
+        if isinstance(source, StreamSlot):
+            target = source
+        else:
+            target = self._victim()
+            usable = self._load(target, source, usable)
+        target.cached = usable
+        target.exact = self.n_ctx_seq
+        end = len(prompt) - 1
+        target.checkpoint_at = end if end > usable and end >= MIN_REUSE and self._spill.budget else 0
+        self._tree.insert(prompt, target)
+        return target
+
+    def _prefill_stop(self, slot: StreamSlot) -> int:
+        return slot.checkpoint_at if slot.checkpoint_at > slot.prefilled else len(slot.feed)
+
+    def _committed(self, plan: list[Step]) -> None:
+        for step in plan:
+            slot = step.slot
+            if slot.checkpoint_at and slot.checkpoint_at == len(slot.tokens):
+                self._keep_state(slot, tuple(slot.tokens), MIN_REUSE)
+                slot.checkpoint_at = 0
 
     def _best_source(self, holders: set[StreamSlot | Spilled], shared: int) -> tuple[StreamSlot | Spilled | None, int]:
         """The holder to take the most of the ``shared`` prefix from now, and how many tokens.
@@ -137,7 +192,10 @@ class StreamEngine(Engine):
         self.projector.decode(self.ctx, image, len(slot.tokens), slot.seq_id)
 
     def _truncate(self, slot: StreamSlot, n: int) -> None:
-        """Keep only the first ``n`` tokens of ``slot``'s KV (none: the slot leaves the cache)."""
+        """Keep only the first ``n`` tokens of ``slot``'s KV (none: the slot leaves the cache). A recurrent
+        state cannot be cut back: such a slot keeps all its tokens or none."""
+        if self._recurrent and n < len(slot.tokens):
+            n = 0
         self.ctx.seq_rm(slot.seq_id, n, -1)
         del slot.tokens[n:]
         slot.exact = min(slot.exact, n)
@@ -146,13 +204,22 @@ class StreamEngine(Engine):
 
     def _spill_out(self, slot: StreamSlot) -> None:
         """Copy an idle slot's KV to host RAM if it is long, new and fits the budget."""
-        tokens = tuple(slot.tokens[: slot.exact])
-        if len(tokens) < MIN_SPILL or not self._spill.budget or self._tree.covers(tokens, besides=slot):
+        if not self._recurrent or slot.exact >= len(slot.tokens):  # a recurrent state is past an earlier point
+            self._keep_state(slot, tuple(slot.tokens[: slot.exact]), MIN_SPILL)
+
+    def _keep_state(self, slot: StreamSlot, tokens: tuple[int, ...], least: int) -> None:
+        """Copy ``slot``'s state, whose first ``tokens`` are reusable, to host RAM if there are at least
+        ``least`` of them, no other holder has them and they fit the budget."""
+        if len(tokens) < least or not self._spill.budget or self._tree.covers(tokens, besides=slot,
+                                                                               exactly=self._recurrent):
             return
+        if self.ctx.seq_state_size(slot.seq_id) > self._spill.budget:
+            return  # it could never be kept: no copy
         entry = Spilled(tokens, self.ctx.seq_state(slot.seq_id))
-        for old in self._spill:  # older turns of the same conversation are now redundant
-            if tokens[: len(old.tokens)] == old.tokens:
-                self._drop_spilled(old)
+        if not self._recurrent:  # older turns of the same conversation are now redundant (not so for checkpoints)
+            for old in self._spill:
+                if tokens[: len(old.tokens)] == old.tokens:
+                    self._drop_spilled(old)
         for old in self._spill.add(entry):
             self._drop_spilled(old)
         if entry in self._spill:

@@ -9,6 +9,7 @@ too large for this machine spills layers onto RPC workers.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..config import ALL_DEVICES
@@ -77,6 +78,51 @@ def _vocab_size(gguf: GGUFFile) -> int:
     length = getattr(tokens, "length", None) or (len(tokens) if isinstance(tokens, list) else 0)
     output = gguf.tensor("output.weight") or gguf.tensor("token_embd.weight")
     return int(length or (output.shape[-1] if output else 32000))
+
+
+#: The least context a load gets unless ``num_ctx`` asks for less: Ollama's CPU default, and llama.cpp's floor
+#: when it fits a context to memory.
+MIN_DEFAULT_CTX = 4096
+
+
+@dataclass(frozen=True)
+class ContextChoice:
+    """A load's context (tokens a sequence holds) and why it is that, as ``ps`` and ``show`` say it."""
+
+    n_ctx: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"context {self.n_ctx}: {self.reason}"
+
+
+def asked_context(num_ctx: int) -> ContextChoice:
+    return ContextChoice(num_ctx, "num_ctx asked")
+
+
+def least_context(trained: int, why: str) -> ContextChoice:
+    """The least default context: MIN_DEFAULT_CTX, or the model's ``trained`` length if shorter; ``why``:
+    the reason a longer trained length is not taken."""
+    if trained <= 0:
+        return ContextChoice(MIN_DEFAULT_CTX, "the default, as the model states no trained length")
+    if trained <= MIN_DEFAULT_CTX:
+        return ContextChoice(trained, "the model's trained length")
+    return ContextChoice(MIN_DEFAULT_CTX, why)
+
+
+def default_context(trained: int, fits: Callable[[int], bool]) -> ContextChoice:
+    """The context of a load no ``num_ctx`` asks for: the model's ``trained`` length where ``fits`` (the memory
+    plan at that context) says it fits, else the longest halving of it that fits, never below
+    MIN_DEFAULT_CTX (a load that does not fit even then fails as it would have)."""
+    least = least_context(trained, f"what memory fits of {trained} trained")
+    if least.n_ctx >= trained:
+        return least
+    if fits(trained):
+        return ContextChoice(trained, "the model's trained length")
+    n_ctx = trained // 2
+    while n_ctx > MIN_DEFAULT_CTX and not fits(n_ctx):
+        n_ctx //= 2
+    return ContextChoice(n_ctx, least.reason) if n_ctx > MIN_DEFAULT_CTX else least
 
 
 class DoesNotFit(RuntimeError):

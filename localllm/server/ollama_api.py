@@ -46,6 +46,7 @@ from .formats import format_constraint
 from .handler import ChatHandler, PreparedTurn
 from .inference import CompletionJob, parse_name, template_errors_as_400
 from .limits import check_request
+from .memory import ContextChoice
 from .security import is_trusted_client
 from .request_options import validate_options
 from .runner_client import Health
@@ -115,8 +116,12 @@ async def tags(request: Request) -> dict[str, Any]:
 
 @router.post("/api/show")
 async def show_model(body: ShowRequest, request: Request) -> dict[str, Any]:
-    model = state_of(request).inference.resolve(body.model)
-    return show.show_response(model, verbose=body.verbose)
+    state = state_of(request)
+    model = state.inference.resolve(body.model)
+    runner = next((m for m in state.scheduler.loaded.values()
+                   if m.key[0] == str(model.model_path) and not m.runner.config.embedding), None)
+    loaded = ContextChoice(runner.runner.config.n_ctx, runner.context_reason) if runner is not None else None
+    return show.show_response(model, verbose=body.verbose, loaded=loaded)
 
 
 @router.post("/api/copy")
@@ -315,11 +320,14 @@ async def running(request: Request) -> dict[str, Any]:
             "size_vram": loaded.size_vram,
             "processor": loaded.processor,
             "context_length": loaded.runner.config.n_ctx,
+            "context_reason": loaded.context_reason,
             "engine": loaded.engine,
             "engine_reason": loaded.engine_reason,
             "split": list(loaded.split),
+            "cache": health.cache_mode,
             "cache_tokens": health.cache_tokens,
             "cache_hit_rate": health.cache_hit_rate,
+            "cache_reused_tokens": health.cache_reused_tokens,
             "kv_blocks": health.kv_blocks,
         })
     return {"models": models}

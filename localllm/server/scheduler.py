@@ -12,33 +12,39 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ..config import ALL_DEVICES, NATIVE_KV_CACHE_TYPES, Settings
+from ..gguf import GGUFFile
 from ..registry.models import read_model_summary
 from .memory import (
+    MIN_DEFAULT_CTX,
     NO_WORKERS,
     SAFETY_MARGIN_BYTES,
+    ContextChoice,
     Device,
     DoesNotFit,
     GpuPlan,
     ModelFootprint,
     WorkerPlan,
+    asked_context,
     available_ram,
     check_fits_in_ram,
+    default_context,
     describe_devices,
     footprint,
     gpu_devices,
     gpu_offload,
+    least_context,
     plan_gpu_layers,
     plan_worker_layers,
     shortfall,
     worker_offload,
 )
-from ..backends.capabilities import CAPABILITIES, LLAMA_CPP, NATIVE, POOL_CONTEXTS, native_parallel
+from ..backends.capabilities import CAPABILITIES, LLAMA_CPP, NATIVE, native_parallel, native_pool_tokens
 from ..runner import kv_disk
 from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
@@ -46,7 +52,7 @@ from .worker_pool import WorkerPool
 
 log = logging.getLogger("localllm.scheduler")
 
-DEFAULT_NUM_CTX = 4096
+DEFAULT_NUM_CTX = MIN_DEFAULT_CTX  # the least a load gets unless num_ctx asks (the default: see _plan_load)
 DEFAULT_NUM_PARALLEL = 4
 
 
@@ -63,6 +69,7 @@ class LoadedModel:
     size_vram: int
     engine: str = "llama.cpp"
     engine_reason: str = ""
+    context_reason: str = ""  # why its context is what it is ("the model's trained length", ...)
     split: tuple[dict, ...] = ()  # where the layers are: {"host": "local" or a worker, "device", "layers", "size"}
     workers: tuple[str, ...] = ()  # the workers holding its layers (host:port)
     size_workers: int = 0  # bytes of ``size`` on workers, not on this machine
@@ -107,6 +114,7 @@ class LoadPlan:
     gpu: GpuPlan
     need: ModelFootprint
     workers: WorkerPlan = NO_WORKERS
+    context: ContextChoice = ContextChoice(MIN_DEFAULT_CTX, "the default")
 
     @property
     def local_bytes(self) -> int:
@@ -184,8 +192,8 @@ class Scheduler:
         return native_parallel(self.pool_tokens(n_ctx)) if engine == NATIVE else DEFAULT_NUM_PARALLEL
 
     def pool_tokens(self, n_ctx: int) -> int:
-        """Positions in a native runner's KV block pool: LOCALLLM_KV_TOKENS, else POOL_CONTEXTS contexts."""
-        return self.settings.kv_tokens or POOL_CONTEXTS * n_ctx
+        """Positions in a native runner's KV block pool: LOCALLLM_KV_TOKENS, else the engine's default."""
+        return self.settings.kv_tokens or native_pool_tokens(n_ctx)
 
     def capacity(self, request: LoadRequest) -> int:
         """Requests the runner ``request`` would use serves at once (before it is loaded: llama.cpp's default)."""
@@ -366,7 +374,7 @@ class Scheduler:
                 log.warning("runner of %s died: %s; loading it again", model.name, model.runner.exit_description())
                 await self._unload(model)
                 model = None
-            wanted_ctx = request.num_ctx or DEFAULT_NUM_CTX
+            wanted_ctx = request.num_ctx or _least_default_ctx(model)
             if request.num_ctx:
                 await self._check_trained_ctx(request, model)
             reload = (self._reload_reason(model, wanted_ctx, self._kv_cache_type(request), request.num_gpu)
@@ -378,26 +386,29 @@ class Scheduler:
                 model = None
             if model is None:
                 await self._wait_stopped(key)  # its last runner's KV blocks, on their way to disk, are this one's
-                model = await self._plan_and_load(key, request, wanted_ctx)
+                model = await self._plan_and_load(key, request, request.num_ctx or 0)
             return model
 
-    async def _plan_and_load(self, key: tuple, request: LoadRequest, n_ctx: int) -> LoadedModel:
-        """Plan a load and run it; a load with GPU layers that fails (a device gone, or refusing the memory)
-        is loaded again on the CPU, saying why in the log and in ``engine_reason``."""
-        load = await self._plan_load(request, n_ctx)
+    async def _plan_and_load(self, key: tuple, request: LoadRequest, asked_ctx: int) -> LoadedModel:
+        """Plan a load (of context ``asked_ctx``, 0: the default) and run it; a load with GPU layers that fails
+        (a device gone, or refusing the memory) is loaded again on the CPU, saying why in the log and in
+        ``engine_reason``."""
+        load = await self._plan_load(request, asked_ctx)
+        n_ctx = load.context.n_ctx
         try:
             await self._make_room(request.name, load.local_bytes)
             model = await self._load(key, request, n_ctx, load)
         except BaseException as exc:
             self.workers.release(load.worker_addresses)
-            if isinstance(exc, NoRoom) and exc.room is not None and self._context_is_why(load, n_ctx, exc.room):
+            if (isinstance(exc, NoRoom) and exc.room is not None and asked_ctx
+                    and self._context_is_why(load, n_ctx, exc.room)):
                 raise NoRoom(f"num_ctx {n_ctx} asks for more memory than there is: {exc}; the model "
                              f"would fit with num_ctx {DEFAULT_NUM_CTX}", exc.room, 400) from None
             if isinstance(exc, NoRoom) or not isinstance(exc, RunnerError) or not load.gpu.n_gpu_layers:
                 raise
             log.warning("loading %s with %d layers on %s failed: %s; loading it on the CPU instead", request.name,
                         load.gpu.n_gpu_layers, ", ".join(gpu_offload(load.gpu, self._devices()).devices), exc)
-            model = await self._plan_and_load(key, replace(request, num_gpu=0), n_ctx)
+            model = await self._plan_and_load(key, replace(request, num_gpu=0), asked_ctx)
             model.engine_reason += f"; the GPU load failed ({exc})"
             model.num_gpu = _as_many_as_fit(request.num_gpu)  # asked again: no reason to try the device again
             return model
@@ -451,7 +462,7 @@ class Scheduler:
             return None
         if config.engine != NATIVE or config.embedding:
             return f"num_ctx {n_ctx} is more than the context of {config.n_ctx} it was loaded with"
-        pool = config.kv_tokens or POOL_CONTEXTS * config.n_ctx
+        pool = config.kv_tokens or native_pool_tokens(config.n_ctx)
         if n_ctx <= pool or self.pool_tokens(n_ctx) <= pool:  # a reload would not give it a larger pool
             return None
         return f"num_ctx {n_ctx} is more than its KV pool holds ({pool} positions)"
@@ -468,22 +479,62 @@ class Scheduler:
         async with self._changed:
             await self._changed.wait_for(lambda: model.active == 0)
 
-    async def _plan_load(self, request: LoadRequest, n_ctx: int) -> LoadPlan:
-        """The engine a load gets, its GPU and worker plans and its memory (the native pool, or llama.cpp's
-        streams)."""
+    async def _plan_load(self, request: LoadRequest, asked_ctx: int) -> LoadPlan:
+        """The engine a load gets, its context (``asked_ctx``, else the default), its GPU and worker plans and
+        its memory (the native pool, or llama.cpp's streams).
+
+        The default context is the model's trained length where it fits (:func:`default_context`): the
+        engine and the layers are planned at the least default, then the context grows while the memory
+        plan still fits free RAM and LOCALLLM_MEMORY_LIMIT and keeps as many GPU layers. Embedding runners,
+        whose batch is a whole context, and loads with layers on workers keep the least default.
+        """
         summary = await asyncio.to_thread(read_model_summary, Path(request.model_path))
         n_batch = request.num_batch or 512
         kv_cache_type = self._kv_cache_type(request)
+        trained = summary.arch_value("context_length", 0)
+        trained = trained if isinstance(trained, int) and trained > 0 else 0
+        n_ctx = asked_ctx or least_context(trained, "").n_ctx  # the engine and the layers are planned at it
         if request.embedding:  # one context's cells on either engine, reused by every pass (runner/embed.py)
             need = footprint(summary, n_ctx, 1, n_batch, kv_cache_type)
             choice, gpu, workers = await self._choose_engine(request, need)
-            return LoadPlan(choice, gpu, need, workers)
+            context = least_context(trained, f"the default of embedding models ({trained} trained)")
+            return LoadPlan(choice, gpu, need, workers, asked_context(asked_ctx) if asked_ctx else context)
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
-        if choice.engine == NATIVE:  # one pool, however many sequences share it
-            return LoadPlan(choice, gpu, footprint(summary, n_ctx, 1, n_batch, kv_cache_type,
-                                                   kv_tokens=self.pool_tokens(n_ctx)))
-        return LoadPlan(choice, gpu, streams, workers)
+        if asked_ctx:
+            context = asked_context(asked_ctx)
+        elif workers.n_layers:
+            context = least_context(trained, f"the default while layers are on workers ({trained} trained)")
+        else:
+            context = default_context(trained, self._fits_context(summary, choice.engine, gpu, request))
+        plan = self._context_plan(summary, choice.engine, context.n_ctx, request)
+        if CAPABILITIES[choice.engine].gpu_layers and context.n_ctx != n_ctx:
+            gpu = plan_gpu_layers(plan, self._devices(), request.num_gpu)
+        return LoadPlan(choice, gpu, plan, workers, context)
+
+    def _context_plan(self, summary: GGUFFile, engine: str, n_ctx: int, request: LoadRequest) -> ModelFootprint:
+        """The memory a generating runner of ``n_ctx`` takes: the native engine's one pool, however many
+        sequences share it, or llama.cpp's streams of ``n_ctx`` each."""
+        n_batch, kv_cache_type = request.num_batch or 512, self._kv_cache_type(request)
+        if engine == NATIVE:
+            return footprint(summary, n_ctx, 1, n_batch, kv_cache_type, kv_tokens=self.pool_tokens(n_ctx))
+        return footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
+
+    def _fits_context(self, summary: GGUFFile, engine: str, gpu: GpuPlan,
+                      request: LoadRequest) -> Callable[[int], bool]:
+        """Whether a load of context n fits: its CPU share in free RAM, all of it within what
+        LOCALLLM_MEMORY_LIMIT leaves, and as many layers on the GPUs as ``gpu`` puts there."""
+        free, limit = available_ram(), self.settings.memory_limit
+        devices = self._devices() if CAPABILITIES[engine].gpu_layers else []
+
+        def fits(n_ctx: int) -> bool:
+            need = self._context_plan(summary, engine, n_ctx, request)
+            plan = plan_gpu_layers(need, devices, request.num_gpu if devices else 0)
+            return (plan.n_gpu_layers >= gpu.n_gpu_layers
+                    and need.total - plan.gpu_bytes + SAFETY_MARGIN_BYTES <= free
+                    and (not limit or self._held() + need.total <= limit))
+
+        return fits
 
     def _fits(self, need: int) -> bool:
         """Whether one more model of ``need`` bytes fits the model count and LOCALLLM_MEMORY_LIMIT."""
@@ -571,7 +622,7 @@ class Scheduler:
             worker_timeout=self.settings.worker_timeout,
             stream_interval=self.settings.stream_interval,
         )
-        log.info("loading %s on %s (%s), ctx %d, %d sequences", request.name, choice.engine, choice.reason, n_ctx,
+        log.info("loading %s on %s (%s), %s, %d sequences", request.name, choice.engine, choice.reason, load.context,
                  config.n_parallel)
         runner = await start_runner(config, request.name)
         model = LoadedModel(
@@ -579,7 +630,7 @@ class Scheduler:
             size=load.local_bytes + workers.total_bytes,
             processor=plan.processor, size_vram=plan.gpu_bytes, engine=choice.engine, engine_reason=choice.reason,
             split=self._split(need, plan, workers), workers=load.worker_addresses, size_workers=workers.total_bytes,
-            num_gpu=_as_many_as_fit(request.num_gpu),
+            num_gpu=_as_many_as_fit(request.num_gpu), context_reason=load.context.reason,
         )
         self.loaded[key] = model
         return model
@@ -649,6 +700,13 @@ class Scheduler:
                     await self._unload(model, wait=False)
             async with self._changed:
                 self._changed.notify_all()
+
+
+def _least_default_ctx(model: LoadedModel | None) -> int:
+    """The least context a request naming no ``num_ctx`` takes of a loaded runner (its trained length if
+    shorter); a runner loaded with less is loaded again at the default."""
+    trained = model.runner.health.n_ctx_train if model is not None else 0
+    return min(DEFAULT_NUM_CTX, trained) if trained > 0 else DEFAULT_NUM_CTX
 
 
 def _as_many_as_fit(num_gpu: int | None) -> int | None:

@@ -12,6 +12,7 @@ from ..registry.modelfile import (
     parameters_to_pairs,
 )
 from ..registry.models import LocalModel, model_details, model_info, projector_info
+from .memory import MIN_DEFAULT_CTX, ContextChoice, default_context
 
 
 def _format_value(value: Any) -> str:
@@ -54,7 +55,24 @@ def modelfile_of(model: LocalModel) -> str:
     return header + body
 
 
-def show_response(model: LocalModel, verbose: bool = False) -> dict[str, Any]:
+def context_of(model: LocalModel, loaded: ContextChoice | None) -> dict[str, Any]:
+    """``show``'s ``context``: the context of the model's loaded runner and why, else the one a load chooses
+    (the parameter ``num_ctx``, else the trained length where memory fits it)."""
+    if loaded is not None:
+        return {"length": loaded.n_ctx, "reason": loaded.reason, "loaded": True}
+    asked = model.parameters.get("num_ctx")
+    if isinstance(asked, int) and asked > 0:
+        return {"length": asked, "reason": "num_ctx set by the model's parameters", "loaded": False}
+    trained = model.gguf.arch_value("context_length", 0)
+    choice = default_context(trained if isinstance(trained, int) else 0, lambda _: True)
+    reason = choice.reason
+    if choice.n_ctx > MIN_DEFAULT_CTX:
+        reason += f", if memory fits it when loaded (else less, at least {MIN_DEFAULT_CTX})"
+    return {"length": choice.n_ctx, "reason": reason, "loaded": False}
+
+
+def show_response(model: LocalModel, verbose: bool = False, loaded: ContextChoice | None = None) -> dict[str, Any]:
+    """``/api/show``'s answer; ``loaded``: the context of the model's loaded runner, if one is."""
     answer: dict[str, Any] = {
         "license": "\n".join(model.license),
         "modelfile": modelfile_of(model),
@@ -68,6 +86,7 @@ def show_response(model: LocalModel, verbose: bool = False) -> dict[str, Any]:
         "requires": model.requires,
         "parser": model.format_names[0] or None,
         "renderer": model.format_names[1] or None,
+        "context": context_of(model, loaded),
     }
     if model.messages:
         answer["messages"] = model.messages

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from support.daemon import Daemon
+from support.gguf_builders import fewer_layers
 from support.runner import RunnerProcess, running_runner, runner_threads
 
 COUNTING = ", ".join(str(i) for i in range(1, 11)) + ","
@@ -78,26 +79,29 @@ def test_a_num_ctx_the_runner_cannot_hold_is_a_400_naming_both_numbers(runner: R
 
 
 def test_the_daemon_reloads_only_for_a_context_the_pool_cannot_hold(smollm2_path: Path, tmp_path: Path) -> None:
-    daemon = Daemon(tmp_path, LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=runner_threads()).start()
+    """The pool holds 4 x 4,096 positions, or one context if longer: a two-layer SmolLM2 trained for 64k."""
+    trained = 65536
+    model = fewer_layers(smollm2_path, tmp_path / "long.gguf", layers=2, context_length=trained)
+    daemon = Daemon(tmp_path / "daemon", LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=runner_threads()).start()
     try:
-        daemon.create("ctx", f"FROM {smollm2_path}")
+        daemon.create("ctx", f"FROM {model}")
 
         def generate(**options: Any) -> httpx.Response:
             body = {"model": "ctx", "prompt": "Say hi.", "stream": False, "options": {"num_predict": 2, **options}}
             return httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300)
 
-        assert generate(num_ctx=1024).status_code == 200  # loads a pool of 4 x 1024
+        assert generate(num_ctx=1024).status_code == 200  # loads a pool of 4 x 4096
         first = daemon.runner_pids()
-        assert generate(num_ctx=4096).status_code == 200 and daemon.runner_pids() == first  # the pool holds it
-        assert generate(num_ctx=8192).status_code == 200  # it does not: loaded again, saying why
+        assert generate(num_ctx=16384).status_code == 200 and daemon.runner_pids() == first  # the pool holds it
+        assert generate(num_ctx=20000).status_code == 200  # it does not: loaded again, saying why
         assert daemon.runner_pids() != first
-        assert "num_ctx 8192 is more than its KV pool holds (4096 positions)" in daemon.log()
+        assert "num_ctx 20000 is more than its KV pool holds (16384 positions)" in daemon.log()
         second = daemon.runner_pids()
         assert generate(num_ctx=2048).status_code == 200 and daemon.runner_pids() == second
-        assert generate().status_code == 200 and daemon.runner_pids() == second
+        assert generate().status_code == 200 and daemon.runner_pids() == second  # no num_ctx: 20000 will do
 
-        refused = generate(num_ctx=TRAINED * 2)
-        assert refused.status_code == 400 and all(str(n) in refused.json()["error"] for n in (TRAINED * 2, TRAINED))
+        refused = generate(num_ctx=trained * 2)
+        assert refused.status_code == 400 and all(str(n) in refused.json()["error"] for n in (trained * 2, trained))
 
         system = "You are a careful assistant. " * 60
         chat = {"model": "ctx", "stream": False, "options": {"num_ctx": 200},

@@ -17,7 +17,7 @@ def tiny_model(
     path: Path, arch: str = "llama", q_rows: int | None = None, file_type: int = F32,
     extra: Callable[[GGUFWriter], None] | None = None, head_dim: int = 16,
     n_embd: int = 64, n_ff: int = 128, n_vocab: int = 32, n_layer: int = 1, vocab_from: Path | None = None,
-    seed: int = 0,
+    seed: int = 0, context_length: int = 128,
 ) -> Path:  # fmt: skip
     """A GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused
     attn_qkv and gate+up in ffn_up) with random weights and a SentencePiece vocabulary,
@@ -26,14 +26,14 @@ def tiny_model(
     other than 4 * head_dim breaks attn_q's shape; ``extra`` adds keys or tensors to the writer.
     Big ones (the benchmark's ~1B model) are written through a temporary file, tensor by tensor.
     ``vocab_from``: a GGUF whose tokenizer (tokens, merges, special ids) replaces the made-up one,
-    and whose vocabulary size replaces ``n_vocab``. gemma3 and gemma-embedding get their
+    and whose vocabulary size replaces ``n_vocab``. ``context_length``: the trained context. gemma3 and gemma-embedding get their
     extra norms (q/k, post-attention, post-FFN)."""
     w = GGUFWriter(str(path), arch, use_temp_file=n_layer > 1)
     e, ff, vocab = n_embd, n_ff, n_vocab
     q_dim, kv_dim = 4 * head_dim, 2 * head_dim
     q_rows = q_dim if q_rows is None else q_rows
     w.add_block_count(n_layer)
-    w.add_context_length(128)
+    w.add_context_length(context_length)
     w.add_embedding_length(e)
     w.add_feed_forward_length(ff)
     w.add_head_count(4)
