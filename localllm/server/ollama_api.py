@@ -318,6 +318,7 @@ async def running(request: Request) -> dict[str, Any]:
             "engine": loaded.engine,
             "engine_reason": loaded.engine_reason,
             "split": list(loaded.split),
+            "placement": loaded.placement,
             "cache_tokens": health.cache_tokens,
             "cache_hit_rate": health.cache_hit_rate,
             "kv_blocks": health.kv_blocks,
