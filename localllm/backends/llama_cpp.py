@@ -35,7 +35,7 @@ _log_capture: list[str] | None = None
 _log_last_level = 0
 _buffer_sizes: dict[str, int] | None = None  # device -> bytes llama.cpp says it allocated there, while collected
 # llama.cpp's log of each buffer it allocates: "load_tensors:      Vulkan0 model buffer size =    41.49 MiB"
-_BUFFER_LINE = re.compile(r"(\S+) (?:model|KV|RS|compute) buffer size =\s*([0-9.]+) MiB")
+BUFFER_LINE = re.compile(r"(\S+) (?:model|KV|RS|compute) buffer size =\s*([0-9.]+) MiB")
 
 
 _PIECE_BYTES = 64  # most token texts fit; a longer one is rendered again into a buffer of its size
@@ -51,7 +51,7 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     if _log_capture is not None and _log_last_level >= _GGML_LOG_LEVEL_WARN:
         _log_capture.append(message)
     if _buffer_sizes is not None:
-        for device, mib in _BUFFER_LINE.findall(message):
+        for device, mib in BUFFER_LINE.findall(message):
             _buffer_sizes[device] = _buffer_sizes.get(device, 0) + int(float(mib) * (1 << 20))
     if _log_verbose:
         os.write(2, message.encode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.moe_models import qwen3moe_model, room_for
 
 from localllm.gguf import read_gguf
 from localllm.backends.ggml_devices import BackendDevice, backend_devices
@@ -159,17 +160,7 @@ def _moe(layers=8, dense=20 * MIB, experts=200 * MIB, other=50 * MIB, kv=10 * MI
     return ModelFootprint((dense + experts,) * layers, other, kv, compute, 0, (experts,) * layers)
 
 
-def _room(need: ModelFootprint, expert_layers: float) -> int:
-    """Free memory that holds every layer but the experts, the head, the buffers and ``expert_layers`` layers'
-    experts (the margin, the compute buffer and the copy of one layer's experts a prompt's batch needs)."""
-    rest = sum(need.dense_weights(i) for i in range(need.n_layers)) + need.kv_per_layer * need.n_layers
-    experts = max(need.expert_weights)
-    return int(SAFETY_MARGIN_BYTES + need.compute_buffer + experts + rest + need.other_weights + expert_layers * experts)
-
-
 def test_footprint_counts_each_layers_experts(tmp_path, smollm2_path):
-    from support.moe_models import qwen3moe_model
-
     model = qwen3moe_model(tmp_path / "moe.gguf", smollm2_path, n_layer=3, n_embd=64, n_ff_exp=128)
     need = footprint(read_gguf(model), n_ctx=512, n_parallel=1)
     experts = 3 * 8 * 64 * 128 * 4  # gate, up and down of 8 experts, F32
@@ -180,16 +171,16 @@ def test_footprint_counts_each_layers_experts(tmp_path, smollm2_path):
 
 def test_a_moe_model_that_does_not_fit_keeps_its_experts_on_the_cpu_and_the_rest_on_the_gpu():
     need = _moe()
-    plan = plan_gpu_layers(need, [Device("gpu0", _room(need, 0.5))])
+    plan = plan_gpu_layers(need, [Device("gpu0", room_for(need, 0.5))])
     assert plan.n_gpu_layers == 9 and plan.layers_per_device == (8,)  # every layer and the head
     assert plan.cpu_expert_layers == tuple(range(8))
     assert plan.placement == "GPU: attention all 8 layers, experts 0 of 8; CPU: experts 8 of 8"
-    assert plan.gpu_bytes <= _room(need, 0.5) - SAFETY_MARGIN_BYTES
+    assert plan.gpu_bytes <= room_for(need, 0.5) - SAFETY_MARGIN_BYTES
 
 
 def test_the_experts_that_fit_go_to_the_gpu_by_layer_the_last_first():
     need = _moe()
-    plan = plan_gpu_layers(need, [Device("gpu0", _room(need, 3.5))])
+    plan = plan_gpu_layers(need, [Device("gpu0", room_for(need, 3.5))])
     assert plan.cpu_expert_layers == (0, 1, 2, 3, 4)  # as llama.cpp's --n-cpu-moe 5
     assert plan.placement == "GPU: attention all 8 layers, experts 3 of 8; CPU: experts 5 of 8"
 
@@ -199,7 +190,7 @@ def test_a_moe_model_that_fits_or_a_dense_one_is_planned_by_whole_layers():
     assert fits.n_gpu_layers == 9 and fits.cpu_expert_layers == ()
     assert fits.placement == "GPU: attention all 8 layers, experts all 8"
     dense = ModelFootprint((220 * MIB,) * 8, 50 * MIB, 10 * MIB, 100 * MIB)
-    budget = _room(_moe(), 3.5)
+    budget = room_for(_moe(), 3.5)
     plan = plan_gpu_layers(dense, [Device("gpu0", budget)])
     assert plan.cpu_expert_layers == () and plan.placement == ""
     assert plan.n_gpu_layers == (budget - SAFETY_MARGIN_BYTES - 100 * MIB) // (230 * MIB)
@@ -207,7 +198,7 @@ def test_a_moe_model_that_fits_or_a_dense_one_is_planned_by_whole_layers():
 
 def test_num_gpu_alone_keeps_whole_layers_and_n_cpu_moe_fixes_the_first_layers_experts_on_the_cpu():
     need = _moe()
-    whole = plan_gpu_layers(need, [Device("gpu0", _room(need, 0.5))], requested=3)
+    whole = plan_gpu_layers(need, [Device("gpu0", room_for(need, 0.5))], requested=3)
     assert whole.n_gpu_layers == 3 and whole.cpu_expert_layers == ()
     assert whole.placement == "GPU: attention 3 of 8 layers, experts 3 of 8; CPU: attention 5 of 8 layers, experts 5 of 8"
     forced = plan_gpu_layers(need, [Device("gpu0", 8 * GIB)], n_cpu_moe=6)
@@ -216,18 +207,18 @@ def test_num_gpu_alone_keeps_whole_layers_and_n_cpu_moe_fixes_the_first_layers_e
     assert both.n_gpu_layers == 4 and both.cpu_expert_layers == (4, 5)  # the last 4 layers, 2 of them without
     over = plan_gpu_layers(need, [Device("gpu0", 8 * GIB)], n_cpu_moe=20)
     assert over.cpu_expert_layers == tuple(range(8)) and "n_cpu_moe 20 is more than the model's 8 layers" in over.note
-    assert plan_gpu_layers(need, [Device("gpu0", _room(need, 0.5))], n_cpu_moe=-1) == plan_gpu_layers(
-        need, [Device("gpu0", _room(need, 0.5))])  # -1: planned
+    assert plan_gpu_layers(need, [Device("gpu0", room_for(need, 0.5))], n_cpu_moe=-1) == plan_gpu_layers(
+        need, [Device("gpu0", room_for(need, 0.5))])  # -1: planned
     dense = ModelFootprint((220 * MIB,) * 8, 50 * MIB, 10 * MIB, 100 * MIB)
     assert "has no expert tensors" in plan_gpu_layers(dense, [Device("gpu0", 8 * GIB)], n_cpu_moe=2).note
 
 
 def test_forced_experts_that_do_not_all_fit_leave_the_first_layers_on_the_cpu():
     need = _moe()
-    plan = plan_gpu_layers(need, [Device("gpu0", _room(need, 3.5))], n_cpu_moe=2)
+    plan = plan_gpu_layers(need, [Device("gpu0", room_for(need, 3.5))], n_cpu_moe=2)
     # layers 2-7 would need their experts on the GPU: only the last ones fit, each with its experts
     assert plan.n_gpu_layers < 8 and plan.cpu_expert_layers == tuple(i for i in range(8 - plan.n_gpu_layers, 2))
-    assert plan.gpu_bytes <= _room(need, 3.5)
+    assert plan.gpu_bytes <= room_for(need, 3.5)
 
 
 def test_a_gpu_too_small_for_every_layers_attention_takes_the_last_layers_without_experts():
