@@ -183,10 +183,9 @@ def plan_gpu_layers(need: ModelFootprint, devices: list[Device], requested: int 
     if n_cpu_moe is not None and n_cpu_moe < 0:
         n_cpu_moe = None
     hardware = [not d.on_request_only for d in devices]
-    usable = hardware if any(hardware) else [bool(requested) or n_cpu_moe is not None] * len(devices)
+    usable = hardware if any(hardware) else [bool(requested)] * len(devices)
     if not any(usable) or need.n_layers == 0 or requested == 0:
-        asked = f"num_gpu {requested}" if requested else f"n_cpu_moe {n_cpu_moe}" if n_cpu_moe is not None else ""
-        note = f"{asked} asked, but there is no GPU device" if asked and not devices else ""
+        note = f"num_gpu {requested} asked, but there is no GPU device" if requested and not devices else ""
         return GpuPlan(0, tuple(0 for _ in devices), 0, need.total, note)
     notes = []
     if requested is not None and requested > need.n_layers + 1:

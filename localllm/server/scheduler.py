@@ -613,8 +613,7 @@ class Scheduler:
         gpu_layers = sum(gpu.layers_per_device)
         entries = [{"host": "local", "device": "CPU", "layers": need.n_layers - gpu_layers - workers.n_layers,
                     "size": need.total - gpu.gpu_bytes - workers.moved_bytes}]
-        sizes = gpu.device_bytes or tuple(gpu.gpu_bytes * layers // max(1, gpu_layers) for layers in gpu.layers_per_device)
-        for device, layers, size in zip(self._devices(), gpu.layers_per_device, sizes):
+        for device, layers, size in zip(self._devices(), gpu.layers_per_device, gpu.device_bytes):
             if layers:
                 entries.append({"host": "local", "device": device.name, "layers": layers, "size": size})
         for device, layers, size in zip(workers.devices, workers.layers, workers.layer_bytes):

@@ -200,7 +200,8 @@ def test_num_gpu_alone_keeps_whole_layers_and_n_cpu_moe_fixes_the_first_layers_e
     need = _moe()
     whole = plan_gpu_layers(need, [Device("gpu0", room_for(need, 0.5))], requested=3)
     assert whole.n_gpu_layers == 3 and whole.cpu_expert_layers == ()
-    assert whole.placement == "GPU: attention 3 of 8 layers, experts 3 of 8; CPU: attention 5 of 8 layers, experts 5 of 8"
+    assert whole.placement == ("GPU: attention 3 of 8 layers, experts 3 of 8; "
+                               "CPU: attention 5 of 8 layers, experts 5 of 8")
     forced = plan_gpu_layers(need, [Device("gpu0", 8 * GIB)], n_cpu_moe=6)
     assert forced.n_gpu_layers == 9 and forced.cpu_expert_layers == (0, 1, 2, 3, 4, 5)
     both = plan_gpu_layers(need, [Device("gpu0", 8 * GIB)], requested=4, n_cpu_moe=6)
