@@ -691,8 +691,8 @@ def _experts_note(plan: GpuPlan, request: LoadRequest) -> str:
     if plan.cpu_expert_layers and request.n_cpu_moe is not None and request.n_cpu_moe >= 0:
         return f"{plan.placement} (n_cpu_moe {request.n_cpu_moe})"
     if plan.cpu_expert_layers:
-        return (f"{plan.placement} (the GPU memory takes every layer's tensors but the experts first, the KV cache "
-                "and the output head, then the experts that still fit)")
+        return (f"{plan.placement} (a mixture of experts too large for the GPU memory: every layer's tensors but "
+                "its experts, the KV cache and the output head go first, then the experts that still fit)")
     return plan.placement
 
 
