@@ -26,6 +26,9 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_TENSOR_NAME = 63  # ggml's GGML_MAX_NAME (64) including the terminating NUL
 MAX_DIMS = 4
+#: A repeating layer's expert tensors (``blk.N.ffn_up_exps.weight``, ...), as llama.cpp's ``--n-cpu-moe`` matches
+#: them (common.h ``LLM_FFN_EXPS_REGEX``): shared experts (``ffn_*_shexp``) and the router are not among them.
+EXPERT_TENSORS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 _U64 = struct.Struct("<Q")
 
 # GGUF metadata value types: id -> (name, struct format or None for string/array)

@@ -32,6 +32,7 @@ OPTION_TYPES: dict[str, type] = {
     "num_ctx": int,
     "num_batch": int,
     "num_gpu": int,
+    "n_cpu_moe": int,  # llama.cpp's --n-cpu-moe: the first N layers keep their experts on the CPU (-1: planned)
     "num_worker_layers": int,  # localllm: layers on RPC workers (-1: only what does not fit this machine)
     "main_gpu": int,
     "use_mmap": bool,
@@ -101,6 +102,9 @@ def checked(options: dict[str, Any] | None) -> dict[str, Any]:
     if result.get("num_gpu", -1) < -1:
         raise OptionError(f"option 'num_gpu' must be -1 (as many layers as fit) or a count of layers from 0 up, "
                           f"got {result['num_gpu']}")
+    if result.get("n_cpu_moe", -1) < -1:
+        raise OptionError(f"option 'n_cpu_moe' must be -1 (the experts that do not fit the GPU stay on the CPU) or "
+                          f"a count of layers from 0 up, got {result['n_cpu_moe']}")
     return result
 
 
@@ -118,6 +122,7 @@ class LoadOptions:
     num_ctx: int | None = None
     num_batch: int | None = None
     num_gpu: int | None = None
+    n_cpu_moe: int | None = None
     num_worker_layers: int | None = None
     num_thread: int | None = None
     kv_cache_type: str | None = None

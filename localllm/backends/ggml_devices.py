@@ -15,6 +15,7 @@ from pathlib import Path
 
 # enum ggml_backend_dev_type (ggml-backend.h)
 DEVICE_TYPES = ("cpu", "gpu", "igpu", "accel")
+_CPU_DEVICE = 0
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ def _libggml() -> ctypes.CDLL:
     lib.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
     lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_register.restype = None
+    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
     return lib
 
 
@@ -82,6 +87,13 @@ def device_handles() -> list[int]:
 def backend_devices() -> list[BackendDevice]:
     """Every device ggml registered, described, in its order."""
     return [describe(device) for device in device_handles()]
+
+
+def cpu_buffer_type() -> int:
+    """The CPU device's buffer type (``ggml_backend_buffer_type_t``; ``ggml_backend_cpu_buffer_type()``): tensors
+    llama.cpp is told to put there stay in host memory, and may use the CPU's repacked layouts."""
+    lib = _libggml()
+    return lib.ggml_backend_dev_buffer_type(lib.ggml_backend_dev_by_type(_CPU_DEVICE))
 
 
 def register(registry: int) -> list[int]:

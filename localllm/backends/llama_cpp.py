@@ -23,7 +23,7 @@ from pathlib import Path
 import llama_cpp as ll
 
 from localllm.backends.contract import BackendError
-from localllm.gguf import InvalidGGUF, read_gguf
+from localllm.gguf import EXPERT_TENSORS, InvalidGGUF, read_gguf
 
 _GGML_LOG_LEVEL_WARN = 3  # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT
 _GGML_LOG_LEVEL_CONT = 5
@@ -35,7 +35,7 @@ _log_capture: list[str] | None = None
 _log_last_level = 0
 _buffer_sizes: dict[str, int] | None = None  # device -> bytes llama.cpp says it allocated there, while collected
 # llama.cpp's log of each buffer it allocates: "load_tensors:      Vulkan0 model buffer size =    41.49 MiB"
-_BUFFER_LINE = re.compile(r"(\S+) (?:model|KV|RS|compute) buffer size =\s*([0-9.]+) MiB")
+BUFFER_LINE = re.compile(r"(\S+) (?:model|KV|RS|compute) buffer size =\s*([0-9.]+) MiB")
 
 
 _PIECE_BYTES = 64  # most token texts fit; a longer one is rendered again into a buffer of its size
@@ -51,7 +51,7 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     if _log_capture is not None and _log_last_level >= _GGML_LOG_LEVEL_WARN:
         _log_capture.append(message)
     if _buffer_sizes is not None:
-        for device, mib in _BUFFER_LINE.findall(message):
+        for device, mib in BUFFER_LINE.findall(message):
             _buffer_sizes[device] = _buffer_sizes.get(device, 0) + int(float(mib) * (1 << 20))
     if _log_verbose:
         os.write(2, message.encode())
@@ -175,18 +175,40 @@ def physical_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+class _TensorBufferOverride(ctypes.Structure):
+    """llama.h ``struct llama_model_tensor_buft_override``: tensors whose name the pattern finds go to ``buft``
+    (llama-cpp-python declares the field of ``llama_model_params`` but not the struct)."""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
 class Offload:
-    """Named offload devices and the layers on each, as ``llama_model_params`` takes them.
+    """Named offload devices and the layers on each, as ``llama_model_params`` takes them, and the offloaded
+    layers whose expert tensors stay in a CPU buffer.
 
     A worker's device is ``host:port#index``: connecting registers the
     worker's devices with ggml (llama.cpp's ``--rpc``); local ones go by
-    ggml's names (``CUDA0``, ``CPU``). The arrays live as long as this object.
+    ggml's names (``CUDA0``, ``CPU``). Experts stay on the CPU as llama.cpp's
+    ``--n-cpu-moe`` keeps them: one tensor buffer override a layer. The arrays
+    (and the patterns they point to) live as long as this object.
     """
 
-    def __init__(self, handles: list[int], layers: Sequence[int], workers: Sequence[str] = ()) -> None:
+    def __init__(self, handles: list[int], layers: Sequence[int], workers: Sequence[str] = (),
+                 cpu_expert_layers: Sequence[int] = ()) -> None:
         self.devices = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)  # NULL-terminated
         self.split = (ctypes.c_float * max(ll.LLAMA_MAX_DEVICES, len(layers)))(*layers)
         self.workers = tuple(workers)  # host:port of the remote ones
+        self.overrides: ctypes.Array | None = None  # NULL-terminated; None: every tensor where its layer is
+        if cpu_expert_layers:
+            from localllm.backends.ggml_devices import cpu_buffer_type
+
+            if len(cpu_expert_layers) > ll.llama_max_tensor_buft_overrides():
+                raise BackendError(f"{len(cpu_expert_layers)} layers' experts on the CPU: more than llama.cpp's "
+                                   f"{ll.llama_max_tensor_buft_overrides()} tensor overrides")
+            cpu = cpu_buffer_type()
+            self._patterns = [f"^blk\\.{layer}{EXPERT_TENSORS}".encode() for layer in cpu_expert_layers]
+            self.overrides = (_TensorBufferOverride * (len(self._patterns) + 1))(
+                *(_TensorBufferOverride(pattern, cpu) for pattern in self._patterns), _TensorBufferOverride(None, None))
 
     @classmethod
     def cpu_only(cls) -> Offload:
@@ -195,7 +217,7 @@ class Offload:
         return cls([], [])
 
     @classmethod
-    def open(cls, names: Sequence[str], layers: Sequence[int]) -> Offload | None:
+    def open(cls, names: Sequence[str], layers: Sequence[int], cpu_expert_layers: Sequence[int] = ()) -> Offload | None:
         """Resolve ``names`` (connecting to workers; a worker that cannot be reached aborts the process)."""
         if not names:
             return None
@@ -216,7 +238,7 @@ class Offload:
                 handles.append(local[name])
             else:
                 raise BackendError(f"no device {name!r} here; ggml has {', '.join(local)}")
-        return cls(handles, layers, dict.fromkeys(workers))
+        return cls(handles, layers, dict.fromkeys(workers), cpu_expert_layers)
 
 
 class DecodeWatchdog:
@@ -348,6 +370,8 @@ class Model:
         if offload is not None:  # devices in order, layers on each (llama.cpp's --device and --tensor-split)
             params.devices = ctypes.cast(offload.devices, ctypes.c_void_p).value
             params.tensor_split = offload.split
+            if offload.overrides is not None:
+                params.tensor_buft_overrides = ctypes.cast(offload.overrides, ctypes.c_void_p).value
         with captured_errors() as errors:
             ptr = ll.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:

@@ -246,12 +246,14 @@ def ps() -> None:
 
 
 def _layers_per_machine(model: dict[str, Any]) -> str:
-    """``ps``'s LAYERS column for a model split over GPUs or workers: "10 CPU (25 MB), 20 Vulkan0 (50 MB), ..."."""
+    """``ps``'s LAYERS column for a model split over GPUs or workers: "10 CPU (25 MB), 20 Vulkan0 (50 MB), ...",
+    and for a mixture of experts where its experts are ("GPU: attention all 48 layers, experts 12 of 48; ...")."""
     parts = []
     for entry in model.get("split") or ():
         where = entry.get("device") if entry.get("host") == "local" else entry.get("host")
         parts.append(f"{entry.get('layers', 0)} {where} ({human_bytes(int(entry.get('size') or 0))})")
-    return ", ".join(parts)
+    placement = model.get("placement")
+    return ", ".join(parts) + (f"; {placement}" if placement else "")
 
 
 @app.command()

@@ -2,6 +2,7 @@
 
     python -m localllm.runner --model PATH --socket PATH [--engine llama.cpp|native] [--ctx N] [--parallel N]
         [--kv-tokens N] [--threads N] [--batch N] [--gpu-layers N] [--device NAME ... --tensor-split N,N,...]
+        [--cpu-experts N,N,...]
         [--cache-ram-mb MB] [--adapter PATH ...] [--projector PATH] [--embedding] [--verbose]
 
 The daemon starts one runner per loaded model and talks to it over the
@@ -80,6 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="an offload device, in order: a worker's HOST:PORT#INDEX or a local ggml device (CUDA0, CPU); repeatable",
     )
     p.add_argument("--tensor-split", type=_split, default=(), metavar="N,N,...", help="layers on each --device")
+    p.add_argument("--cpu-experts", type=_split, default=(), metavar="N,N,...",
+                   help="llama.cpp engine: offloaded layers whose expert tensors stay on the CPU")
     p.add_argument("--no-gpu", action="store_true",
                    help="llama.cpp engine: use no GPU at all, not even for a prompt's batches (op offload)")
     p.add_argument("--adapter", type=Path, action="append", default=[], help="LoRA adapter GGUF (repeatable)")
@@ -251,7 +254,7 @@ def _llama_cpp_model(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
     if len(args.device) != len(args.tensor_split):
         raise BackendError(f"{len(args.device)} --device but {len(args.tensor_split)} --tensor-split entries")
     kv_cache_type = _llama_cpp_kv_type(args)
-    offload = Offload.cpu_only() if args.no_gpu else Offload.open(args.device, args.tensor_split)
+    offload = Offload.cpu_only() if args.no_gpu else Offload.open(args.device, args.tensor_split, args.cpu_experts)
     model = Model(args.model, args.adapter, args.gpu_layers, offload)
     context_options: dict[str, Any] = {"kv_cache_type": kv_cache_type, "flash_attention": args.flash_attention}
     if model.offload is not None and model.offload.workers:

@@ -199,6 +199,7 @@ class Inference:
             num_thread=load.num_thread,
             num_batch=load.num_batch,
             num_gpu=load.num_gpu,
+            n_cpu_moe=load.n_cpu_moe,
             num_worker_layers=layers,
             engine=load.engine or self.settings.engine,
             kv_cache_type=kv_cache_type,

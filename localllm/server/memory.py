@@ -3,7 +3,9 @@
 Estimated before loading, so that a model too large for the machine is refused
 with a message instead of swapping the machine to death, so that on a GPU
 build the most layers that fit in free VRAM are offloaded, and so that a model
-too large for this machine spills layers onto RPC workers.
+too large for this machine spills layers onto RPC workers. A mixture-of-experts
+model that a GPU cannot hold whole keeps its expert tensors (most of its bytes,
+few of them read a token) on the CPU and everything else on the GPU.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..config import ALL_DEVICES
-from ..gguf import GGUFFile
+from ..gguf import EXPERT_TENSORS, GGUFFile
 from ..workers.probe import WorkerDevice
 from ..backends.ggml_devices import BackendDevice, backend_devices
 
@@ -22,6 +24,7 @@ KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # ggml bl
 #: Kept free on every device, as llama.cpp's own fitting does, for fragmentation and the OS.
 SAFETY_MARGIN_BYTES = 256 << 20
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+_EXPERT_RE = re.compile(EXPERT_TENSORS)
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,20 @@ class ModelFootprint:
     kv_per_layer: int  # for the whole context (ctx x parallel)
     compute_buffer: int
     logits_buffer: int = 0  # the part of compute_buffer that holds logits: only the output head's device needs it
+    expert_weights: tuple[int, ...] = ()  # per repeating layer, the part of layer_weights in expert tensors
 
     @property
     def n_layers(self) -> int:
         return len(self.layer_weights)
+
+    @property
+    def expert_layers(self) -> int:
+        """Layers with expert tensors: 0 for a dense model."""
+        return sum(1 for n in self.expert_weights if n)
+
+    def dense_weights(self, layer: int) -> int:
+        """A layer's weights but its experts: attention, norms, router, shared experts."""
+        return self.layer_weights[layer] - (self.expert_weights[layer] if self.expert_weights else 0)
 
     @property
     def total(self) -> int:
@@ -49,11 +62,14 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     compute buffer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
+    experts = [0] * n_layers
     other = 0
     for tensor in gguf.tensors:
         match = _LAYER_RE.match(tensor.name)
         if match and int(match.group(1)) < n_layers:
             layers[int(match.group(1))] += tensor.nbytes
+            if _EXPERT_RE.search(tensor.name):
+                experts[int(match.group(1))] += tensor.nbytes
         else:
             other += tensor.nbytes
     n_embd = int(gguf.arch_value("embedding_length", 0) or 0)
@@ -70,7 +86,7 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     n_ff = int(gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd)
     logits = 4 * n_batch * n_vocab
     compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
-    return ModelFootprint(tuple(layers), other, kv_per_layer, compute, logits)
+    return ModelFootprint(tuple(layers), other, kv_per_layer, compute, logits, tuple(experts) if any(experts) else ())
 
 
 def _vocab_size(gguf: GGUFFile) -> int:
@@ -172,7 +188,8 @@ SOFTWARE_DEVICES = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")
 
 @dataclass(frozen=True)
 class GpuPlan:
-    """How many repeating layers go to the GPUs, and to which."""
+    """How many repeating layers go to the GPUs, and to which; for a mixture-of-experts model, which of those
+    layers keep their expert tensors on the CPU."""
 
     n_gpu_layers: int
     layers_per_device: tuple[int, ...]
@@ -180,6 +197,8 @@ class GpuPlan:
     total_bytes: int
     note: str = ""  # what the plan could not do as asked (num_gpu clamped, no device for it)
     device_bytes: tuple[int, ...] = ()  # the estimate for each device (uncorrected), for the measurement to check
+    cpu_expert_layers: tuple[int, ...] = ()  # offloaded layers whose experts stay on the CPU (tensor overrides)
+    placement: str = ""  # a MoE model's attention and experts by processor, in words ("" for a dense model)
 
     @property
     def processor(self) -> str:
@@ -192,34 +211,58 @@ class GpuPlan:
         return f"{100 - gpu_share}%/{gpu_share}% CPU/GPU"
 
 
-def plan_gpu_layers(need: ModelFootprint, devices: list[Device], requested: int | None = None) -> GpuPlan:
+def plan_gpu_layers(need: ModelFootprint, devices: list[Device], requested: int | None = None,
+                    n_cpu_moe: int | None = None, split_experts: bool = True) -> GpuPlan:
     """Offload as many layers as fit in free VRAM with their KV and a compute buffer per device.
 
     Layers are filled into devices in order (llama.cpp's layer split); the
     output head follows the last layer only when every layer is offloaded.
     ``requested`` (the ``num_gpu`` option, -1 or None: as many as fit) overrides the count, clamped to the
     model's layers with a note. Software devices take layers only when ``num_gpu`` asks for some and no
-    other GPU is there.
+    other GPU is there. A mixture-of-experts model that does not fit whole gets the expert split
+    (:func:`_expert_split`) unless ``num_gpu`` alone asks for whole layers, or ``split_experts`` is off (layers
+    on workers are whole); ``n_cpu_moe`` (-1 or None: chosen here) forces how many of its first layers keep their
+    experts on the CPU.
     """
     if requested is not None and requested < 0:
         requested = None
+    if n_cpu_moe is not None and n_cpu_moe < 0:
+        n_cpu_moe = None
     hardware = [not d.on_request_only for d in devices]
     usable = hardware if any(hardware) else [bool(requested)] * len(devices)
     if not any(usable) or need.n_layers == 0 or requested == 0:
         note = f"num_gpu {requested} asked, but there is no GPU device" if requested and not devices else ""
         return GpuPlan(0, tuple(0 for _ in devices), 0, need.total, note)
-    note = ""
+    notes = []
     if requested is not None and requested > need.n_layers + 1:
-        note = (f"num_gpu {requested} is more than the model's {need.n_layers + 1} layers (with the output "
-                f"layer): clamped to {need.n_layers + 1}")
+        notes.append(f"num_gpu {requested} is more than the model's {need.n_layers + 1} layers (with the output "
+                     f"layer): clamped to {need.n_layers + 1}")
+    if n_cpu_moe is not None and not need.expert_layers:
+        notes.append(f"n_cpu_moe {n_cpu_moe} asked, but the model has no expert tensors (it is not a "
+                     "mixture of experts)")
+    elif n_cpu_moe is not None and n_cpu_moe > need.n_layers:
+        notes.append(f"n_cpu_moe {n_cpu_moe} is more than the model's {need.n_layers} layers: every layer's "
+                     "experts are on the CPU")
+    note = "; ".join(notes)
     budgets = [max(0, int((d.free_bytes - SAFETY_MARGIN_BYTES - need.compute_buffer) / d.cost_scale)) if ok else 0
                for d, ok in zip(devices, usable)]
-    placed = [0] * len(devices)
-    used = [0] * len(devices)
+    whole = _whole_layers(need, usable, budgets, requested, note)
+    fits_whole = whole.n_gpu_layers > need.n_layers
+    if not need.expert_layers or not split_experts or (n_cpu_moe is None and (requested is not None or fits_whole)):
+        return whole
+    return _expert_split(need, usable, budgets, requested, min(n_cpu_moe, need.n_layers) if n_cpu_moe is not None
+                         else None, note)
+
+
+def _whole_layers(need: ModelFootprint, usable: list[bool], budgets: list[int], requested: int | None,
+                  note: str) -> GpuPlan:
+    """Whole layers (each with its KV) into the devices in order, the output head after the last layer."""
+    placed = [0] * len(usable)
+    used = [0] * len(usable)
     target = need.n_layers if requested is None else min(requested, need.n_layers + 1)
     device = usable.index(True)
     layer = 0
-    while layer < min(target, need.n_layers) and device < len(devices):
+    while layer < min(target, need.n_layers) and device < len(usable):
         cost = need.layer_weights[layer] + need.kv_per_layer
         if usable[device] and (used[device] + cost <= budgets[device] or requested is not None):
             used[device] += cost
@@ -234,7 +277,117 @@ def plan_gpu_layers(need: ModelFootprint, devices: list[Device], requested: int 
             used[last] += need.other_weights
             n_gpu += 1  # llama.cpp counts the output layer as one more
     per_device = tuple(u + need.compute_buffer if c else 0 for u, c in zip(used, placed))
-    return GpuPlan(n_gpu, tuple(placed), sum(per_device), need.total, note, per_device)
+    on_gpu = range(need.n_layers - sum(placed), need.n_layers)
+    return GpuPlan(n_gpu, tuple(placed), sum(per_device), need.total, note, per_device,
+                   placement=_placement(need, sum(placed), sum(1 for i in on_gpu if need.expert_weights[i]))
+                   if need.expert_layers and n_gpu else "")
+
+
+def _expert_split(need: ModelFootprint, usable: list[bool], budgets: list[int], requested: int | None,
+                  n_cpu_moe: int | None, note: str) -> GpuPlan:
+    """A mixture-of-experts model's layers on the GPUs without (some of) their experts.
+
+    Per token every layer's attention, norms, router and shared experts are
+    read in full, but of its experts only the few the router picks: those bytes
+    pay off least on a GPU. So the last layers go to the devices (llama.cpp
+    offloads the last ones) as far as their dense part and KV fit, the output
+    head next, then, on each device from its last layer back, the experts that
+    still fit; the rest stay in a CPU buffer (llama.cpp's tensor buffer
+    overrides, as its ``--n-cpu-moe``). ``n_cpu_moe`` instead fixes the
+    experts of the first layers on the CPU and the others with their layer;
+    ``requested`` (``num_gpu``) fixes the count of layers, fit or not.
+    A device that computes with CPU-held experts copies one layer's of them for a prompt's batch (ggml's op
+    offload): its compute buffer counts that copy.
+    """
+    n_layers = need.n_layers
+    copy = max(need.expert_weights)
+    budgets = [max(0, b - copy) for b in budgets]
+
+    def cost(layer: int, experts: bool) -> int:
+        return need.dense_weights(layer) + need.kv_per_layer + (need.expert_weights[layer] if experts else 0)
+
+    def with_experts(layer: int) -> bool:  # when n_cpu_moe fixes them
+        return n_cpu_moe is not None and layer >= n_cpu_moe
+
+    if requested is not None:
+        count = min(requested, n_layers)
+        placed = _spread([cost(i, with_experts(i)) for i in range(n_layers - count, n_layers)], usable, budgets,
+                         forced=True)
+    else:
+        count, placed = 0, [0] * len(usable)
+        for n in range(n_layers, 0, -1):
+            spread = _spread([cost(i, with_experts(i)) for i in range(n_layers - n, n_layers)], usable, budgets)
+            if spread is not None:
+                count, placed = n, spread
+                break
+    first = n_layers - count
+    owner = [d for d, n in enumerate(placed) for _ in range(n)]  # the device of each offloaded layer, in order
+    used = [0] * len(usable)
+    for i in range(first, n_layers):
+        used[owner[i - first]] += cost(i, with_experts(i))
+    n_gpu = count
+    if count == n_layers and (requested is None or requested > n_layers):
+        last = owner[-1]
+        if used[last] + need.other_weights <= budgets[last] or requested is not None:
+            used[last] += need.other_weights
+            n_gpu += 1
+    gpu_experts = {i for i in range(first, n_layers) if with_experts(i)}
+    if n_cpu_moe is None:
+        for i in reversed(range(first, n_layers)):
+            device = owner[i - first]
+            if used[device] + need.expert_weights[i] <= budgets[device]:
+                used[device] += need.expert_weights[i]
+                gpu_experts.add(i)
+    cpu_experts = tuple(i for i in range(first, n_layers) if need.expert_weights[i] and i not in gpu_experts)
+    holds_cpu_experts = {owner[i - first] for i in cpu_experts}
+    per_device = tuple(u + need.compute_buffer + (copy if d in holds_cpu_experts else 0) if c else 0
+                       for d, (u, c) in enumerate(zip(used, placed)))
+    n_gpu_experts = sum(1 for i in gpu_experts if need.expert_weights[i])
+    return GpuPlan(n_gpu, tuple(placed), sum(per_device), need.total, note, per_device, cpu_experts,
+                   _placement(need, count, n_gpu_experts) if count else "")
+
+
+def _spread(costs: list[int], usable: list[bool], budgets: list[int], forced: bool = False) -> list[int] | None:
+    """Layers (their ``costs`` in order) per device, in device order: in proportion to the devices' budgets, so
+    that each keeps room in proportion for experts; else filled in order; None when they do not fit.
+    ``forced``: the proportional split, fit or not."""
+    weights = [b if ok else 0 for b, ok in zip(budgets, usable)]
+    if not any(weights):
+        if not forced:
+            return None if costs else [0] * len(usable)
+        weights = [1 if ok else 0 for ok in usable]
+    shares = _shares(len(costs), weights)
+    if forced or _fits(costs, shares, budgets):
+        return shares
+    placed, device, used = [0] * len(usable), 0, 0
+    for layer_cost in costs:
+        while device < len(usable) and (not usable[device] or used + layer_cost > budgets[device]):
+            device, used = device + 1, 0
+        if device == len(usable):
+            return None
+        placed[device] += 1
+        used += layer_cost
+    return placed
+
+
+def _fits(costs: list[int], shares: list[int], budgets: list[int]) -> bool:
+    first = 0
+    for share, budget in zip(shares, budgets):
+        if sum(costs[first:first + share]) > budget:
+            return False
+        first += share
+    return True
+
+
+def _placement(need: ModelFootprint, gpu_layers: int, gpu_experts: int) -> str:
+    """Where a MoE model's layers are, in words: "GPU: attention all 48 layers, experts 12 of 48; CPU: experts
+    36 of 48" ("attention": each layer's tensors but its experts)."""
+    n, experts = need.n_layers, need.expert_layers
+    gpu = [f"attention all {n} layers" if gpu_layers == n else f"attention {gpu_layers} of {n} layers",
+           f"experts all {experts}" if gpu_experts == experts else f"experts {gpu_experts} of {experts}"]
+    cpu = ([f"attention {n - gpu_layers} of {n} layers"] if gpu_layers < n else []) + (
+        [f"experts {experts - gpu_experts} of {experts}"] if gpu_experts < experts else [])
+    return f"GPU: {', '.join(gpu)}" + (f"; CPU: {', '.join(cpu)}" if cpu else "")
 
 
 @dataclass(frozen=True)

@@ -325,6 +325,7 @@ async def running(request: Request) -> dict[str, Any]:
             "engine_reason": loaded.engine_reason,
             "split": list(loaded.split),
             "cache": health.cache_mode,
+            "placement": loaded.placement,
             "cache_tokens": health.cache_tokens,
             "cache_hit_rate": health.cache_hit_rate,
             "cache_reused_tokens": health.cache_reused_tokens,

@@ -52,6 +52,7 @@ class RunnerConfig:
     n_gpu_layers: int = 0
     devices: tuple[str, ...] = ()  # offload devices in order (workers' "host:port#i", local names); () llama.cpp's
     tensor_split: tuple[int, ...] = ()  # layers on each of ``devices``
+    cpu_expert_layers: tuple[int, ...] = ()  # offloaded layers whose expert tensors stay on the CPU
     no_gpu: bool = False  # llama.cpp may use no GPU at all (num_gpu 0, or none that should take layers)
     embedding: bool = False
     adapters: tuple[Path, ...] = ()
@@ -263,6 +264,8 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         args += ["--device", device]
     if config.tensor_split:
         args += ["--tensor-split", ",".join(map(str, config.tensor_split))]
+    if config.cpu_expert_layers:
+        args += ["--cpu-experts", ",".join(map(str, config.cpu_expert_layers))]
     if config.no_gpu:
         args.append("--no-gpu")
     if config.remote_workers:

@@ -71,9 +71,11 @@ class LoadedModel:
     engine_reason: str = ""
     context_reason: str = ""  # why its context is what it is ("the model's trained length", ...)
     split: tuple[dict, ...] = ()  # where the layers are: {"host": "local" or a worker, "device", "layers", "size"}
+    placement: str = ""  # a MoE model's attention and experts by processor, in words (GpuPlan.placement)
     workers: tuple[str, ...] = ()  # the workers holding its layers (host:port)
     size_workers: int = 0  # bytes of ``size`` on workers, not on this machine
     num_gpu: int | None = None  # the num_gpu it was loaded for (None: as many layers as fit)
+    n_cpu_moe: int | None = None  # the n_cpu_moe it was loaded for (None: the experts that do not fit the GPUs)
     keep_alive: float | None = None  # seconds; None keeps it forever
     forget_kv: bool = False  # its KV blocks are deleted from the disk tier once its runner has stopped
     active: int = 0
@@ -100,6 +102,7 @@ class LoadRequest:
     num_thread: int | None = None
     num_batch: int | None = None
     num_gpu: int | None = None
+    n_cpu_moe: int | None = None  # the first layers whose experts stay on the CPU; None or negative: planned
     num_worker_layers: int | None = None  # layers to put on workers; None or negative: only what does not fit here
     embedding: bool = False  # embedding runners are separate from generating ones
     engine: str | None = None  # forced by a setting or PARAMETER; None: chosen per load
@@ -323,8 +326,8 @@ class Scheduler:
         if self._first_look is not None:  # begun when the daemon started: what it loads, this load needs
             await self._first_look
         devices = await self._refresh_devices()
-        llama_plan = plan_gpu_layers(need, devices, request.num_gpu)
-        workers = await self._plan_workers(request, need, llama_plan)
+        llama_plan = plan_gpu_layers(need, devices, request.num_gpu, request.n_cpu_moe)
+        llama_plan, workers = await self._plan_workers(request, need, llama_plan, devices)
         try:  # off the loop: it reads the model's tensors and may load (or build, for minutes) the kernels library
             choice = await asyncio.to_thread(
                 choose_engine, Path(request.model_path), request.engine, bool(request.adapters), request.embedding,
@@ -336,26 +339,33 @@ class Scheduler:
             self.workers.release(device.endpoint for device in workers.devices)
             raise
         gpu = llama_plan if CAPABILITIES[choice.engine].gpu_layers else plan_gpu_layers(need, [], 0)
-        why = _gpu_note(llama_plan, devices, request.num_gpu)
+        why = "; ".join(filter(None, (_gpu_note(llama_plan, devices, request.num_gpu), _experts_note(gpu, request))))
         if why:
             choice = replace(choice, reason=f"{choice.reason}; {why}")
         return choice, gpu, workers if CAPABILITIES[choice.engine].workers else NO_WORKERS
 
-    async def _plan_workers(self, request: LoadRequest, need: ModelFootprint, gpu: GpuPlan) -> WorkerPlan:
+    async def _plan_workers(self, request: LoadRequest, need: ModelFootprint, gpu: GpuPlan,
+                            devices: list[Device]) -> tuple[GpuPlan, WorkerPlan]:
         """Worker layers for this load: asked for (``num_worker_layers``), or what does not fit here (in free
-        RAM, or in LOCALLLM_MEMORY_LIMIT).
+        RAM, or in LOCALLLM_MEMORY_LIMIT); and the GPU plan that goes with them.
 
-        The workers that answer are reserved for this model while it loads; those the plan leaves out
-        are free again at once.
+        Workers take whole layers, so a MoE model that needs them has its GPUs planned by whole layers too
+        (its experts with their layers). The workers that answer are reserved for this model while it loads;
+        those the plan leaves out are free again at once.
         """
         asked = request.num_worker_layers is not None and request.num_worker_layers >= 0
         if not self.settings.workers or request.num_worker_layers == 0 or request.engine == NATIVE:
-            return NO_WORKERS
+            return gpu, NO_WORKERS
         free_ram = available_ram()
         if self.settings.memory_limit:  # this machine's budget too: what is over it may go to workers
             free_ram = min(free_ram, self.settings.memory_limit + SAFETY_MARGIN_BYTES)
         if not asked and shortfall(need, gpu, free_ram) <= 0:
-            return NO_WORKERS  # it fits this machine: no network in the way
+            return gpu, NO_WORKERS  # it fits this machine: no network in the way
+        expert_split = gpu
+        if gpu.cpu_expert_layers:
+            gpu = plan_gpu_layers(need, devices, request.num_gpu, split_experts=False)
+            gpu = replace(gpu, note="; ".join(filter(None, (gpu.note, "the experts stay with their layers: the model "
+                                                                        "needs workers, which take whole layers"))))
         offered = await self.workers.claim(request.name)
         plan = plan_worker_layers(need, gpu, offered, free_ram, request.num_worker_layers if asked else None)
         used = {device.endpoint for device in plan.devices}
@@ -363,7 +373,7 @@ class Scheduler:
         if not plan.n_layers and offered and not asked:
             log.warning("%s does not fit here and the workers that answered (%s) have too little free memory for "
                         "the rest", request.name, ", ".join(sorted({d.endpoint for d in offered})))
-        return plan
+        return (gpu, plan) if plan.n_layers else (expert_split, plan)
 
     async def _acquire(self, request: LoadRequest) -> LoadedModel:
         key = self._key(request)
@@ -377,8 +387,8 @@ class Scheduler:
             wanted_ctx = request.num_ctx or _least_default_ctx(model)
             if request.num_ctx:
                 await self._check_trained_ctx(request, model)
-            reload = (self._reload_reason(model, wanted_ctx, self._kv_cache_type(request), request.num_gpu)
-                      if model is not None else None)
+            reload = (self._reload_reason(model, wanted_ctx, self._kv_cache_type(request), request.num_gpu,
+                                          request.n_cpu_moe) if model is not None else None)
             if reload:
                 log.info("loading %s again: %s", request.name, reload)
                 await self._wait_idle(model)
@@ -411,6 +421,7 @@ class Scheduler:
             model = await self._plan_and_load(key, replace(request, num_gpu=0), asked_ctx)
             model.engine_reason += f"; the GPU load failed ({exc})"
             model.num_gpu = _as_many_as_fit(request.num_gpu)  # asked again: no reason to try the device again
+            model.n_cpu_moe = _as_many_as_fit(request.n_cpu_moe)
             return model
         self._check_estimate(request.name, load.gpu, model.runner.health.device_bytes)
         return model
@@ -446,15 +457,18 @@ class Scheduler:
             raise NoRoom(f"num_ctx {request.num_ctx} is more than the model's trained context of {trained} tokens",
                          status=400)
 
-    def _reload_reason(self, model: LoadedModel, n_ctx: int, kv_cache_type: str, num_gpu: int | None) -> str | None:
-        """Why the loaded runner cannot serve a request of context ``n_ctx``, KV type ``kv_cache_type`` and
-        ``num_gpu`` (None: it can, without a reload).
+    def _reload_reason(self, model: LoadedModel, n_ctx: int, kv_cache_type: str, num_gpu: int | None,
+                       n_cpu_moe: int | None = None) -> str | None:
+        """Why the loaded runner cannot serve a request of context ``n_ctx``, KV type ``kv_cache_type``,
+        ``num_gpu`` and ``n_cpu_moe`` (None: it can, without a reload).
 
         A native runner serves any context its KV pool holds; llama.cpp's sequences have the size they were
-        loaded with. A request that names no ``num_gpu`` takes the layers as they are.
+        loaded with. A request that names no ``num_gpu`` (``n_cpu_moe``) takes the layers (experts) as they are.
         """
         if num_gpu is not None and _as_many_as_fit(num_gpu) != _as_many_as_fit(model.num_gpu):
             return f"num_gpu {num_gpu} differs from the {model.num_gpu} it was loaded with"
+        if n_cpu_moe is not None and _as_many_as_fit(n_cpu_moe) != model.n_cpu_moe:
+            return f"n_cpu_moe {n_cpu_moe} differs from the {model.n_cpu_moe} it was loaded with"
         config = model.runner.config
         if config.kv_cache_type != kv_cache_type and not config.embedding:
             return f"kv_cache_type {kv_cache_type} is not the {config.kv_cache_type} it was loaded with"
@@ -609,6 +623,7 @@ class Scheduler:
             n_gpu_layers=offload.n_gpu_layers if offload else plan.n_gpu_layers,
             devices=offload.devices if offload else (),
             tensor_split=offload.split if offload else (),
+            cpu_expert_layers=plan.cpu_expert_layers,
             no_gpu=offload is None and bool(self._devices()),  # no op offload to a GPU that takes no layers
             embedding=request.embedding,
             adapters=tuple(request.adapters),
@@ -629,8 +644,9 @@ class Scheduler:
             key=key, name=request.name, digest=request.digest, runner=runner,
             size=load.local_bytes + workers.total_bytes,
             processor=plan.processor, size_vram=plan.gpu_bytes, engine=choice.engine, engine_reason=choice.reason,
-            split=self._split(need, plan, workers), workers=load.worker_addresses, size_workers=workers.total_bytes,
-            num_gpu=_as_many_as_fit(request.num_gpu), context_reason=load.context.reason,
+            split=self._split(need, plan, workers), placement=plan.placement, workers=load.worker_addresses,
+            size_workers=workers.total_bytes, num_gpu=_as_many_as_fit(request.num_gpu),
+            n_cpu_moe=_as_many_as_fit(request.n_cpu_moe), context_reason=load.context.reason,
         )
         self.loaded[key] = model
         return model
@@ -648,10 +664,9 @@ class Scheduler:
         gpu_layers = sum(gpu.layers_per_device)
         entries = [{"host": "local", "device": "CPU", "layers": need.n_layers - gpu_layers - workers.n_layers,
                     "size": need.total - gpu.gpu_bytes - workers.moved_bytes}]
-        for device, layers in zip(self._devices(), gpu.layers_per_device):
+        for device, layers, size in zip(self._devices(), gpu.layers_per_device, gpu.device_bytes):
             if layers:
-                entries.append({"host": "local", "device": device.name, "layers": layers,
-                                "size": gpu.gpu_bytes * layers // gpu_layers})
+                entries.append({"host": "local", "device": device.name, "layers": layers, "size": size})
         for device, layers, size in zip(workers.devices, workers.layers, workers.layer_bytes):
             entries.append({"host": device.endpoint, "device": device.spec, "layers": layers,
                             "size": size + workers.compute_bytes})
@@ -725,6 +740,18 @@ def _gpu_note(plan: GpuPlan, devices: list[Device], num_gpu: int | None) -> str:
         return (f"{', '.join(software)} is a software device, slower than the CPU: used only when asked for "
                 "(num_gpu, or naming it in LOCALLLM_GPU_MEMORY)")
     return f"no layer fits in the GPUs' free memory ({describe_devices(devices)})"
+
+
+def _experts_note(plan: GpuPlan, request: LoadRequest) -> str:
+    """Where a MoE model's experts went and why, for ``engine_reason`` ("": a dense model, or all on the CPU)."""
+    if not plan.placement:
+        return ""
+    if plan.cpu_expert_layers and request.n_cpu_moe is not None and request.n_cpu_moe >= 0:
+        return f"{plan.placement} (n_cpu_moe {request.n_cpu_moe})"
+    if plan.cpu_expert_layers:
+        return (f"{plan.placement} (a mixture of experts too large for the GPU memory: every layer's tensors but "
+                "its experts, the KV cache and the output head go first, then the experts that still fit)")
+    return plan.placement
 
 
 def _load_native_library() -> None:

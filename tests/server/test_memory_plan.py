@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.moe_models import qwen3moe_model, room_for
 
 from localllm.gguf import read_gguf
 from localllm.backends.ggml_devices import BackendDevice, backend_devices
@@ -150,3 +151,95 @@ def test_local_gpu_offload_names_the_planned_devices_with_the_head_on_the_last()
     assert split.devices == ("Vulkan1",) and split.split == (11,) and split.n_gpu_layers == 11
     partial = gpu_offload(plan_gpu_layers(_model(), gpus, requested=4), gpus)
     assert partial.devices == ("Vulkan1",) and partial.split == (4,)  # num_gpu asks for a GPU: the real one
+
+
+# --- mixture-of-experts models: the expert split ---------------------------------------------------------------
+
+def _moe(layers=8, dense=20 * MIB, experts=200 * MIB, other=50 * MIB, kv=10 * MIB, compute=100 * MIB) -> ModelFootprint:
+    """A MoE model's footprint: each layer ``dense`` bytes of attention, norms and router plus ``experts``."""
+    return ModelFootprint((dense + experts,) * layers, other, kv, compute, 0, (experts,) * layers)
+
+
+def test_footprint_counts_each_layers_experts(tmp_path, smollm2_path):
+    model = qwen3moe_model(tmp_path / "moe.gguf", smollm2_path, n_layer=3, n_embd=64, n_ff_exp=128)
+    need = footprint(read_gguf(model), n_ctx=512, n_parallel=1)
+    experts = 3 * 8 * 64 * 128 * 4  # gate, up and down of 8 experts, F32
+    assert need.expert_weights == (experts,) * 3 and need.expert_layers == 3
+    assert all(need.dense_weights(i) == need.layer_weights[i] - experts > 0 for i in range(3))
+    assert footprint(read_gguf(smollm2_path), 512, 1).expert_layers == 0  # a dense model
+
+
+def test_a_moe_model_that_does_not_fit_keeps_its_experts_on_the_cpu_and_the_rest_on_the_gpu():
+    need = _moe()
+    plan = plan_gpu_layers(need, [Device("gpu0", room_for(need, 0.5))])
+    assert plan.n_gpu_layers == 9 and plan.layers_per_device == (8,)  # every layer and the head
+    assert plan.cpu_expert_layers == tuple(range(8))
+    assert plan.placement == "GPU: attention all 8 layers, experts 0 of 8; CPU: experts 8 of 8"
+    assert plan.gpu_bytes <= room_for(need, 0.5) - SAFETY_MARGIN_BYTES
+
+
+def test_the_experts_that_fit_go_to_the_gpu_by_layer_the_last_first():
+    need = _moe()
+    plan = plan_gpu_layers(need, [Device("gpu0", room_for(need, 3.5))])
+    assert plan.cpu_expert_layers == (0, 1, 2, 3, 4)  # as llama.cpp's --n-cpu-moe 5
+    assert plan.placement == "GPU: attention all 8 layers, experts 3 of 8; CPU: experts 5 of 8"
+
+
+def test_a_moe_model_that_fits_or_a_dense_one_is_planned_by_whole_layers():
+    fits = plan_gpu_layers(_moe(), [Device("gpu0", 8 * GIB)])
+    assert fits.n_gpu_layers == 9 and fits.cpu_expert_layers == ()
+    assert fits.placement == "GPU: attention all 8 layers, experts all 8"
+    dense = ModelFootprint((220 * MIB,) * 8, 50 * MIB, 10 * MIB, 100 * MIB)
+    budget = room_for(_moe(), 3.5)
+    plan = plan_gpu_layers(dense, [Device("gpu0", budget)])
+    assert plan.cpu_expert_layers == () and plan.placement == ""
+    assert plan.n_gpu_layers == (budget - SAFETY_MARGIN_BYTES - 100 * MIB) // (230 * MIB)
+
+
+def test_num_gpu_alone_keeps_whole_layers_and_n_cpu_moe_fixes_the_first_layers_experts_on_the_cpu():
+    need = _moe()
+    whole = plan_gpu_layers(need, [Device("gpu0", room_for(need, 0.5))], requested=3)
+    assert whole.n_gpu_layers == 3 and whole.cpu_expert_layers == ()
+    assert whole.placement == ("GPU: attention 3 of 8 layers, experts 3 of 8; "
+                               "CPU: attention 5 of 8 layers, experts 5 of 8")
+    forced = plan_gpu_layers(need, [Device("gpu0", 8 * GIB)], n_cpu_moe=6)
+    assert forced.n_gpu_layers == 9 and forced.cpu_expert_layers == (0, 1, 2, 3, 4, 5)
+    both = plan_gpu_layers(need, [Device("gpu0", 8 * GIB)], requested=4, n_cpu_moe=6)
+    assert both.n_gpu_layers == 4 and both.cpu_expert_layers == (4, 5)  # the last 4 layers, 2 of them without
+    over = plan_gpu_layers(need, [Device("gpu0", 8 * GIB)], n_cpu_moe=20)
+    assert over.cpu_expert_layers == tuple(range(8)) and "n_cpu_moe 20 is more than the model's 8 layers" in over.note
+    assert plan_gpu_layers(need, [Device("gpu0", room_for(need, 0.5))], n_cpu_moe=-1) == plan_gpu_layers(
+        need, [Device("gpu0", room_for(need, 0.5))])  # -1: planned
+    dense = ModelFootprint((220 * MIB,) * 8, 50 * MIB, 10 * MIB, 100 * MIB)
+    assert "has no expert tensors" in plan_gpu_layers(dense, [Device("gpu0", 8 * GIB)], n_cpu_moe=2).note
+
+
+def test_forced_experts_that_do_not_all_fit_leave_the_first_layers_on_the_cpu():
+    need = _moe()
+    plan = plan_gpu_layers(need, [Device("gpu0", room_for(need, 3.5))], n_cpu_moe=2)
+    # layers 2-7 would need their experts on the GPU: only the last ones fit, each with its experts
+    assert plan.n_gpu_layers < 8 and plan.cpu_expert_layers == tuple(i for i in range(8 - plan.n_gpu_layers, 2))
+    assert plan.gpu_bytes <= room_for(need, 3.5)
+
+
+def test_a_gpu_too_small_for_every_layers_attention_takes_the_last_layers_without_experts():
+    need = _moe()
+    plan = plan_gpu_layers(need, [Device("gpu0", SAFETY_MARGIN_BYTES + 100 * MIB + 200 * MIB + 3 * 30 * MIB)])
+    assert plan.n_gpu_layers == 3 and plan.cpu_expert_layers == (5, 6, 7)
+    assert plan.placement == ("GPU: attention 3 of 8 layers, experts 0 of 8; "
+                              "CPU: attention 5 of 8 layers, experts 8 of 8")
+
+
+def test_several_gpus_share_the_layers_by_free_memory_and_each_holds_the_experts_it_can():
+    need = _moe()
+    # each: its half of the layers' attention and KV (4 x 30 MiB), the head, and 1.5 layers' experts
+    room = SAFETY_MARGIN_BYTES + 100 * MIB + 200 * MIB + 4 * 30 * MIB + 50 * MIB + 300 * MIB
+    gpus = [Device("gpu0", room), Device("gpu1", room)]
+    plan = plan_gpu_layers(need, gpus)
+    assert plan.layers_per_device == (4, 4) and plan.n_gpu_layers == 9
+    # each device holds the experts of its last layer (gpu1 the head too): layers 3 and 7
+    assert plan.cpu_expert_layers == (0, 1, 2, 4, 5, 6)
+    assert plan.placement == "GPU: attention all 8 layers, experts 2 of 8; CPU: experts 6 of 8"
+    assert all(b <= room - SAFETY_MARGIN_BYTES for b in plan.device_bytes) and len(plan.device_bytes) == 2
+    split = gpu_offload(plan, gpus)
+    assert split.devices == ("gpu0", "gpu1") and split.split == (4, 5)  # the head on the last

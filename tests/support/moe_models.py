@@ -1,0 +1,125 @@
+"""Mixture-of-experts GGUF models written by the tests and the GPU benchmark, for the GPU planner's expert split:
+llama.cpp loads them like the real thing (a router, ``ffn_*_exps`` tensors holding every expert of a layer), with
+random weights and a real tokenizer, and most of their bytes are experts, as in Qwen3-30B-A3B."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFWriter
+
+from localllm.server.memory import SAFETY_MARGIN_BYTES, ModelFootprint
+from support.gguf_builders import F32, _copy_tokenizer
+
+MOSTLY_Q4_0 = 2  # general.file_type (llama_ftype)
+_Q4_0_BLOCK = 32  # weights a block: an f16 scale and 16 bytes of 4-bit codes
+_Q4_0_BYTES = 18
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """A qwen3moe model's dimensions (grouped-query attention with q/k norms, then a routed expert FFN)."""
+
+    n_layer: int = 6
+    n_expert: int = 8
+    n_expert_used: int = 2
+    n_embd: int = 128
+    n_ff_exp: int = 1024
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 32
+
+
+#: Qwen3-30B-A3B's shape (its config.json): 48 layers, 128 experts of which 8 a token, 32 query heads, 4 KV heads.
+QWEN3_30B_A3B = MoeShape(n_layer=48, n_expert=128, n_expert_used=8, n_embd=2048, n_ff_exp=768, n_head=32,
+                         n_head_kv=4, head_dim=128)
+
+
+def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, quantized: bool = False,
+                   seed: int = 0, **dims: int) -> Path:
+    """A ``qwen3moe`` GGUF of ``shape`` (or :class:`MoeShape`'s defaults with ``dims`` replaced): random weights
+    scaled so that activations keep their size through the layers, ``vocab_from``'s tokenizer (SmolLM2's in the
+    tests) and an output head tied to the embeddings. F32, or with ``quantized`` every matrix Q4_0 (random 4-bit
+    codes under one scale: a full-size model is written in the time its bytes take, never held in memory)."""
+    shape = shape or MoeShape(**dims)
+    s = shape
+    w = GGUFWriter(str(path), "qwen3moe")
+    w.add_block_count(s.n_layer)
+    w.add_context_length(40960)
+    w.add_embedding_length(s.n_embd)
+    w.add_feed_forward_length(s.n_ff_exp)
+    w.add_expert_feed_forward_length(s.n_ff_exp)
+    w.add_expert_count(s.n_expert)
+    w.add_expert_used_count(s.n_expert_used)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1000000.0)
+    w.add_file_type(MOSTLY_Q4_0 if quantized else F32)
+    n_vocab = _copy_tokenizer(vocab_from, w)
+
+    q_dim, kv_dim = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    tensors: list[tuple[str, tuple[int, ...], float | None]] = [  # ggml's dimension order; None: a norm (ones)
+        ("token_embd.weight", (s.n_embd, n_vocab), 1.0), ("output_norm.weight", (s.n_embd,), None)]
+    for il in range(s.n_layer):
+        blk = f"blk.{il}."
+        tensors += [
+            (f"{blk}attn_norm.weight", (s.n_embd,), None),
+            (f"{blk}attn_q.weight", (s.n_embd, q_dim), s.n_embd ** -0.5),
+            (f"{blk}attn_k.weight", (s.n_embd, kv_dim), s.n_embd ** -0.5),
+            (f"{blk}attn_v.weight", (s.n_embd, kv_dim), s.n_embd ** -0.5),
+            (f"{blk}attn_q_norm.weight", (s.head_dim,), None),
+            (f"{blk}attn_k_norm.weight", (s.head_dim,), None),
+            (f"{blk}attn_output.weight", (q_dim, s.n_embd), q_dim ** -0.5),
+            (f"{blk}ffn_norm.weight", (s.n_embd,), None),
+            (f"{blk}ffn_gate_inp.weight", (s.n_embd, s.n_expert), 1.0),  # the router: F32 as in real files
+            (f"{blk}ffn_gate_exps.weight", (s.n_embd, s.n_ff_exp, s.n_expert), s.n_embd ** -0.5),
+            (f"{blk}ffn_up_exps.weight", (s.n_embd, s.n_ff_exp, s.n_expert), s.n_embd ** -0.5),
+            (f"{blk}ffn_down_exps.weight", (s.n_ff_exp, s.n_embd, s.n_expert), s.n_ff_exp ** -0.5),
+        ]
+
+    def q4_0(name: str, dims: tuple[int, ...]) -> bool:
+        return quantized and len(dims) > 1 and "ffn_gate_inp" not in name
+
+    for name, dims, _ in tensors:
+        numpy_shape = dims[::-1]
+        if q4_0(name, dims):
+            byte_shape = (*numpy_shape[:-1], numpy_shape[-1] // _Q4_0_BLOCK * _Q4_0_BYTES)
+            w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), GGMLQuantizationType.Q4_0)
+        else:
+            w.add_tensor_info(name, numpy_shape, np.dtype(np.float32), 4 * int(np.prod(numpy_shape)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    rng = np.random.default_rng(seed)
+    for name, dims, scale in tensors:
+        if scale is None:
+            w.write_tensor_data(np.ones(dims[::-1], np.float32))
+        elif q4_0(name, dims):
+            w.write_tensor_data(_random_q4_0(rng, dims[::-1], scale))
+        else:
+            w.write_tensor_data((rng.standard_normal(dims[::-1]) * scale).astype(np.float32))
+    w.close()
+    return path
+
+
+def _random_q4_0(rng: np.random.Generator, numpy_shape: tuple[int, ...], scale: float) -> np.ndarray:
+    """Q4_0 blocks (numpy's shape in bytes) of uniform random codes (-8..7 times d) with a standard deviation of
+    about ``scale``."""
+    blocks = rng.integers(0, 256, (int(np.prod(numpy_shape)) // _Q4_0_BLOCK, _Q4_0_BYTES), dtype=np.uint8)
+    blocks[:, :2] = np.frombuffer(np.float16(scale / 4.6).tobytes(), np.uint8)  # the codes' std is about 4.6
+    return blocks.reshape(*numpy_shape[:-1], numpy_shape[-1] // _Q4_0_BLOCK * _Q4_0_BYTES)
+
+
+def room_for(need: ModelFootprint, expert_layers: float) -> int:
+    """Free GPU memory that holds all of a MoE model but its experts (every layer's attention, norms, router and KV,
+    the output head, the compute buffer with its copy of one layer's experts, the margin) and ``expert_layers``
+    layers' experts more, as the planner counts them."""
+    rest = sum(need.dense_weights(i) for i in range(need.n_layers)) + need.kv_per_layer * need.n_layers
+    experts = max(need.expert_weights)
+    return int(SAFETY_MARGIN_BYTES + need.compute_buffer + experts + rest + need.other_weights
+               + expert_layers * experts)
