@@ -317,6 +317,7 @@ async def running(request: Request) -> dict[str, Any]:
             "context_length": loaded.runner.config.n_ctx,
             "engine": loaded.engine,
             "engine_reason": loaded.engine_reason,
+            "runner": loaded.serves,
             "split": list(loaded.split),
             "cache_tokens": health.cache_tokens,
             "cache_hit_rate": health.cache_hit_rate,

@@ -262,7 +262,7 @@ def test_ps_shows_loaded_model_then_stop_unloads(env: CliEnv, terse: str) -> Non
     result = env.run("ps")
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "UNTIL"]
+    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "RUNNER", "UNTIL"]
     row = next(r for r in rows if r.startswith("terse:latest"))
     assert "100% CPU" in row and "from now" in row
     assert ("native" in row) == (kernels.isa() in MEASURED_ISAS)
