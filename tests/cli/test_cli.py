@@ -274,6 +274,22 @@ def test_ps_shows_loaded_model_then_stop_unloads(env: CliEnv, terse: str) -> Non
     assert not any(r.startswith("terse:latest") for r in env.run("ps").stdout.splitlines()[1:])
 
 
+def test_ps_tells_a_models_generating_and_embedding_runners_apart(env: CliEnv, terse: str) -> None:
+    """A chat and an embedding call load two runners of one model: ps names which is which, stop ends both."""
+    assert env.run("run", terse, "--keepalive", "10m", "Hi").returncode == 0
+    embedded = httpx.post(env.base_url + "/api/embed", json={"model": terse, "input": "Hi", "keep_alive": "10m"},
+                          timeout=120)
+    assert embedded.status_code == 200, embedded.text
+    header, *rows = env.run("ps").stdout.splitlines()
+    column = header.index("RUNNER")  # columns are padded to the header's widths
+    ours = [row for row in rows if row.startswith("terse:latest")]
+    assert sorted(row[column:].split()[0] for row in ours) == ["embed", "generate"], rows
+    shown = [m for m in httpx.get(env.base_url + "/api/ps").json()["models"] if m["name"] == "terse:latest"]
+    assert sorted(m["runner"] for m in shown) == ["embed", "generate"], shown
+    assert env.run("stop", terse).returncode == 0
+    assert not any(row.startswith("terse:latest") for row in env.run("ps").stdout.splitlines()[1:])
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--format", "yaml"], "--format"),
     (["--keepalive", "soon"], "--keepalive"),
