@@ -18,15 +18,17 @@ from localllm.gguf import read_gguf
 from localllm.server.memory import footprint, gpu_devices
 
 from support.daemon import Daemon
-from support.gguf_builders import tiny_model
+from support.gguf_builders import F16, tiny_model
 
 N_MODELS = 4
 
 
 @pytest.fixture(scope="module")
-def tiny_paths(tmp_path_factory) -> list[Path]:
+def tiny_paths(tmp_path_factory, smollm2_path) -> list[Path]:
+    """Random weights, SmolLM2's tokenizer (any prompt text tokenizes)."""
     root = tmp_path_factory.mktemp("tiny")
-    return [tiny_model(root / f"tiny{i}.gguf", seed=i) for i in range(N_MODELS)]
+    return [tiny_model(root / f"tiny{i}.gguf", file_type=F16, vocab_from=smollm2_path, seed=i)
+            for i in range(N_MODELS)]
 
 
 def _daemon(root: Path, paths: list[Path], **env: str) -> Daemon:
@@ -37,7 +39,7 @@ def _daemon(root: Path, paths: list[Path], **env: str) -> Daemon:
 
 
 def _generate(name: str) -> dict:
-    return {"model": name, "prompt": "w4 w5", "raw": True, "stream": False,
+    return {"model": name, "prompt": "Hello there", "raw": True, "stream": False,
             "options": {"num_predict": 4, "temperature": 0}}
 
 
@@ -82,11 +84,11 @@ def test_loads_that_cannot_get_room_in_time_are_a_clear_503(tmp_path, tiny_paths
     """One model stays busy (its client holds an endless stream): the others, asked for at once, wait
     LOCALLLM_LOAD_TIMEOUT and are refused saying why; none of them is loaded beside it."""
     daemon = _daemon(tmp_path, tiny_paths, LOCALLLM_MAX_LOADED_MODELS="1", LOCALLLM_LOAD_TIMEOUT="2s")
-    endless = {**_generate("tiny0"), "stream": True, "grammar": 'root ::= " w7" root',
-               "options": {"num_predict": 1_000_000}}
+    endless = {**_generate("tiny0"), "stream": True, "grammar": 'root ::= "la " root',
+               "options": {"num_predict": 100_000}}
     try:
         with httpx.stream("POST", f"{daemon.url}/api/generate", json=endless, timeout=120) as busy:
-            assert busy.status_code == 200
+            assert busy.status_code == 200, busy.read()
             lines = busy.iter_lines()  # held: a dropped iterator closes the stream, and the daemon stops generating
             assert json.loads(next(lines))["done"] is False  # generating: busy before the others ask for room
             answers, seen = asyncio.run(_burst(daemon, [_generate(f"tiny{i}") for i in range(1, N_MODELS)]))
