@@ -548,6 +548,8 @@ class Scheduler:
         take the last room. A model with requests on their way to it is not idle: it serves them first.
         """
         need, limit = load.local_bytes, self.settings.memory_limit
+        if limit and need > limit:  # more than all of it: nothing to evict or wait for
+            raise NoRoom(self._no_room_message(name, need), limit)
         deadline: float | None = None
         while not self._fits(need):
             idle = [m for m in self.loaded.values() if m.active == 0 and not self._waiting.get(m.key)]
@@ -561,8 +563,7 @@ class Scheduler:
             if deadline is None:
                 deadline = time.monotonic() + self.settings.load_timeout
             remaining = deadline - time.monotonic()
-            never = limit and need > limit  # it would not fit with nothing else loaded
-            if never or not (self.loaded or self._loading) or remaining <= 0:
+            if not (self.loaded or self._loading) or remaining <= 0:
                 held = self._held()
                 raise NoRoom(self._no_room_message(name, need), limit - held if limit and held + need > limit else None)
             await self._wait_change(remaining)
