@@ -116,7 +116,6 @@ class Reservation:
     a model slot, ``local_bytes`` of this machine, and its layers on each device (``split``, as
     :attr:`LoadedModel.split`)."""
 
-    name: str
     local_bytes: int
     split: tuple[dict, ...]
 
@@ -567,7 +566,7 @@ class Scheduler:
                 held = self._held()
                 raise NoRoom(self._no_room_message(name, need), limit - held if limit and held + need > limit else None)
             await self._wait_change(remaining)
-        self._loading[key] = Reservation(name, need, self._split(load.need, load.gpu, load.workers))
+        self._loading[key] = Reservation(need, self._split(load.need, load.gpu, load.workers))
 
     async def _wait_change(self, timeout: float | None = None) -> None:
         """Until a runner stops, a load ends, or the reaper's next round (models go idle), at most ``timeout``."""
