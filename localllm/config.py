@@ -213,7 +213,7 @@ class Settings:
     kv_tokens: int = 0  # native engine: positions in a runner's KV block pool; 0: four contexts
     kv_disk: int = DEFAULT_KV_DISK  # bytes of KV blocks the prefix cache keeps on disk (all models); 0: none
     kv_disk_dir: Path | None = None  # where; None: <state_dir>/kv-cache
-    max_loaded_models: int = 0  # 0: chosen from memory
+    max_loaded_models: int = 0  # runners loaded at once; 0: 3 per GPU, 3 without one (Ollama's default)
     max_queue: int = 512
     memory_limit: int = 0  # bytes all loaded models may take together; 0: only free RAM limits them
     gpu_memory: dict[str, int] = field(default_factory=dict)  # device name (or ALL_DEVICES) -> most bytes it takes

@@ -443,10 +443,6 @@ class Batch:
         self.n_tokens = i + 1
         return i
 
-    def request_logits(self, row: int) -> None:
-        """Ask for the logits of an already added row (the last token of a prompt)."""
-        self._logits[row] = True
-
     @property
     def free(self) -> int:
         return self.capacity - self.n_tokens

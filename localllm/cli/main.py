@@ -239,9 +239,9 @@ def ps() -> None:
         if until.endswith(" ago"):
             until = "Stopping..."
         rows.append([m.get("name", ""), str(m.get("digest", ""))[:12], human_bytes(int(m.get("size") or 0)),
-                     _processor(m), str(m.get("context_length") or ""), m.get("engine", ""), until]
-                    + ([_layers_per_machine(m)] if split else []))
-    header = ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "UNTIL"] + (["LAYERS"] if split else [])
+                     _processor(m), str(m.get("context_length") or ""), m.get("engine", ""), m.get("runner", ""),
+                     until] + ([_layers_per_machine(m)] if split else []))
+    header = ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "RUNNER", "UNTIL"] + (["LAYERS"] if split else [])
     sys.stdout.write(render_table(rows, header=header))
 
 

@@ -39,7 +39,7 @@ from .request_options import keep_alive_seconds, merge_options, validate_options
 from .engine_choice import EngineRefused
 from .history import ChatHistory, FittedPrompt, check_generate_system, fit_history
 from .runner_client import Health, RunnerBadRequest, RunnerError, RunnerProcess
-from .scheduler import LoadedModel, LoadRequest, NoRoom, Scheduler
+from .scheduler import BeyondTrainedContext, LoadedModel, LoadRequest, NoRoom, Scheduler
 from .tools import ToolUse
 
 log = logging.getLogger("localllm.inference")
@@ -51,11 +51,12 @@ PromptRenderer = Callable[[Health], str]
 @contextlib.contextmanager
 def runner_errors() -> Iterator[None]:
     """The runner's (and the engine choice's) failures as API errors: refused input, an engine refused for
-    the model, or a context too large for the memory there is, is the request's 400; memory or model slots
-    the machine lacks now is a 503 with the figures (:class:`NoRoom`); a runner that failed is a 500."""
+    the model, a context over the model's trained one or too large for the memory there is, is the request's
+    400; memory or model slots the machine lacks now is a 503 with the figures (:class:`NoRoom`); a runner that
+    failed is a 500."""
     try:
         yield
-    except (EngineRefused, RunnerBadRequest) as exc:
+    except (EngineRefused, RunnerBadRequest, BeyondTrainedContext) as exc:
         raise bad_request(str(exc)) from None
     except NoRoom as exc:
         raise ApiError(exc.status, str(exc)) from None

@@ -323,6 +323,7 @@ async def running(request: Request) -> dict[str, Any]:
             "context_reason": loaded.context_reason,
             "engine": loaded.engine,
             "engine_reason": loaded.engine_reason,
+            "runner": loaded.serves,
             "split": list(loaded.split),
             "cache": health.cache_mode,
             "placement": loaded.placement,

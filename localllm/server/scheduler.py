@@ -3,6 +3,10 @@
 Requests lease a runner for their duration. A model being loaded is loaded
 once however many requests wait for it; an idle model unloads when its
 keep_alive runs out; a runner that died is replaced on the next request.
+
+Admission: a load takes a model slot and its memory (a :class:`Reservation`) the moment it is
+admitted, before its runner starts, so loads of different models at once never pass the limits
+together; loads that fit beside each other proceed side by side.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -54,6 +58,7 @@ log = logging.getLogger("localllm.scheduler")
 
 DEFAULT_NUM_CTX = MIN_DEFAULT_CTX  # the least a load gets unless num_ctx asks (the default: see _plan_load)
 DEFAULT_NUM_PARALLEL = 4
+MODELS_PER_GPU = 3  # LOCALLLM_MAX_LOADED_MODELS unset: Ollama's default, 3 a GPU (3 on a machine without one)
 
 
 @dataclass
@@ -81,6 +86,12 @@ class LoadedModel:
     active: int = 0
     expires_at: float | None = None  # time.monotonic(); None while in use or forever
 
+    @property
+    def serves(self) -> str:
+        """What its runner is for, as ``ps`` tells a model's runners apart: "embed" (embeddings and rerank
+        scores: a runner of its own) or "generate" (completions)."""
+        return "embed" if self.runner.config.embedding else "generate"
+
     def expires_at_wall(self) -> datetime:
         """Wall-clock expiry for display; far future when kept forever."""
         if self.keep_alive is None:
@@ -107,6 +118,16 @@ class LoadRequest:
     embedding: bool = False  # embedding runners are separate from generating ones
     engine: str | None = None  # forced by a setting or PARAMETER; None: chosen per load
     kv_cache_type: str | None = None  # option or PARAMETER kv_cache_type; None: LOCALLLM_KV_CACHE_TYPE
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What a load holds from its admission until its runner is up (a :class:`LoadedModel` then) or has failed:
+    a model slot, ``local_bytes`` of this machine, and its layers on each device (``split``, as
+    :attr:`LoadedModel.split`)."""
+
+    local_bytes: int
+    split: tuple[dict, ...]
 
 
 @dataclass(frozen=True)
@@ -144,12 +165,18 @@ class NoRoom(RunnerError):
         self.status = status
 
 
+class BeyondTrainedContext(ValueError):
+    """A ``num_ctx`` over the model's trained context: the request's fault, whatever memory there is."""
+
+
 class Scheduler:
     """Owns every runner process of the daemon."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.loaded: dict[tuple, LoadedModel] = {}
+        self._loading: dict[tuple, Reservation] = {}  # loads admitted whose runners are not up yet
+        self._waiting: dict[tuple, int] = {}  # requests on their way to a runner (waiting for its load), by key
         self._stopping: dict[asyncio.Task, LoadedModel] = {}  # runners on their way out (writing their KV to disk)
         self._locks: dict[tuple, asyncio.Lock] = {}
         self._changed = asyncio.Condition()
@@ -161,23 +188,24 @@ class Scheduler:
 
     async def _refresh_devices(self) -> list[Device]:
         """The GPUs now (free memory changes as models load): listing them loads ggml the first time, off the loop."""
-        held: dict[str, int] = {}
-        for model in self.loaded.values():
-            for entry in model.split:
-                if entry["host"] == "local" and entry["device"] != "CPU":
-                    held[entry["device"]] = held.get(entry["device"], 0) + entry["size"]
-        return await asyncio.to_thread(self._list_devices, held)
+        loaded = _gpu_bytes(model.split for model in self.loaded.values())
+        loading = _gpu_bytes(reservation.split for reservation in self._loading.values())
+        return await asyncio.to_thread(self._list_devices, loaded, loading)
 
-    def _list_devices(self, held: dict[str, int] | None = None) -> list[Device]:
-        """The GPUs, each within its LOCALLLM_GPU_MEMORY cap less what our loaded models ``held`` of it, with the
-        planner's correction from the last measured load."""
+    def _list_devices(self, loaded: dict[str, int] | None = None,
+                      loading: dict[str, int] | None = None) -> list[Device]:
+        """The GPUs, each within its LOCALLLM_GPU_MEMORY cap less what our models hold of it (``loaded``, and
+        ``loading``: admitted loads, which ggml's free memory does not show yet), with the planner's correction
+        from the last measured load."""
         caps = self.settings.gpu_memory
-        held = held or {}
+        loaded, loading = loaded or {}, loading or {}
         devices = []
         for device in gpu_devices(caps=caps):
             cap = caps.get(device.name, caps.get(ALL_DEVICES))
-            free = device.free_bytes if cap is None else max(0, min(device.free_bytes, cap - held.get(device.name, 0)))
-            devices.append(replace(device, free_bytes=free, cost_scale=self._cost_scale.get(device.name, 1.0)))
+            free = device.free_bytes - loading.get(device.name, 0)
+            if cap is not None:
+                free = min(free, cap - loaded.get(device.name, 0) - loading.get(device.name, 0))
+            devices.append(replace(device, free_bytes=max(0, free), cost_scale=self._cost_scale.get(device.name, 1.0)))
         self._gpus = devices
         return devices
 
@@ -186,7 +214,12 @@ class Scheduler:
 
     @property
     def max_loaded(self) -> int:
-        return self.settings.max_loaded_models or 3
+        """LOCALLLM_MAX_LOADED_MODELS, or 3 per GPU (3 without one), counting the GPUs listed for the load
+        being planned (software devices, used only when asked for, do not count)."""
+        if self.settings.max_loaded_models:
+            return self.settings.max_loaded_models
+        gpus = [device for device in self._gpus or () if not device.on_request_only]
+        return MODELS_PER_GPU * max(1, len(gpus))
 
     def num_parallel(self, engine: str = LLAMA_CPP, n_ctx: int = DEFAULT_NUM_CTX) -> int:
         """Sequences a runner serves at once: llama.cpp's fixed streams, or as many as the native pool serves."""
@@ -204,9 +237,11 @@ class Scheduler:
         return model.runner.config.n_parallel if model is not None else self.num_parallel()
 
     def active_requests(self, request: LoadRequest) -> int:
-        """Requests holding or waiting for the runner ``request`` would use, under whatever name."""
-        model = self.loaded.get(self._key(request))
-        return model.active if model is not None else 0
+        """Requests holding or waiting for the runner ``request`` would use, under whatever name, counting
+        those waiting for it to load."""
+        key = self._key(request)
+        model = self.loaded.get(key)
+        return (model.active if model is not None else 0) + self._waiting.get(key, 0)
 
     def queue_depths(self) -> dict[str, int]:
         return {m.name: max(0, m.active - m.runner.config.n_parallel) for m in self.loaded.values()}
@@ -239,7 +274,14 @@ class Scheduler:
     @contextlib.asynccontextmanager
     async def lease(self, request: LoadRequest, keep_alive: float | None) -> AsyncIterator[LoadedModel]:
         """Hold a loaded runner for ``request`` while the body runs."""
-        model = await self._acquire(request)
+        key = self._key(request)
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        try:
+            model = await self._acquire(key, request)
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
         # A copy of a model shares its runner: ps shows it by the name (and manifest) last asked for.
         model.name, model.digest = request.name, request.digest
         model.active += 1
@@ -375,8 +417,7 @@ class Scheduler:
                         "the rest", request.name, ", ".join(sorted({d.endpoint for d in offered})))
         return (gpu, plan) if plan.n_layers else (expert_split, plan)
 
-    async def _acquire(self, request: LoadRequest) -> LoadedModel:
-        key = self._key(request)
+    async def _acquire(self, key: tuple, request: LoadRequest) -> LoadedModel:
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             model = self.loaded.get(key)
@@ -406,8 +447,12 @@ class Scheduler:
         load = await self._plan_load(request, asked_ctx)
         n_ctx = load.context.n_ctx
         try:
-            await self._make_room(request.name, load.local_bytes)
-            model = await self._load(key, request, n_ctx, load)
+            await self._admit(key, request.name, load)
+            try:
+                model = await self._load(key, request, n_ctx, load)
+            finally:
+                del self._loading[key]  # a LoadedModel now (counted as such), or failed
+                await self._notify()
         except BaseException as exc:
             self.workers.release(load.worker_addresses)
             if (isinstance(exc, NoRoom) and exc.room is not None and asked_ctx
@@ -444,7 +489,7 @@ class Scheduler:
 
     @staticmethod
     async def _check_trained_ctx(request: LoadRequest, model: LoadedModel | None) -> None:
-        """A ``num_ctx`` over the model's trained context is the request's 400, naming both."""
+        """A ``num_ctx`` over the model's trained context is the request's fault, naming both."""
         if model is not None and model.runner.health.n_ctx_train:
             trained = model.runner.health.n_ctx_train
         else:
@@ -454,8 +499,8 @@ class Scheduler:
             except (OSError, ValueError):  # the load says what is wrong with the file
                 return
         if isinstance(trained, int) and 0 < trained < request.num_ctx:
-            raise NoRoom(f"num_ctx {request.num_ctx} is more than the model's trained context of {trained} tokens",
-                         status=400)
+            raise BeyondTrainedContext(f"num_ctx {request.num_ctx} is more than the model's trained context of "
+                                       f"{trained} tokens")
 
     def _reload_reason(self, model: LoadedModel, n_ctx: int, kv_cache_type: str, num_gpu: int | None,
                        n_cpu_moe: int | None = None) -> str | None:
@@ -551,19 +596,27 @@ class Scheduler:
         return fits
 
     def _fits(self, need: int) -> bool:
-        """Whether one more model of ``need`` bytes fits the model count and LOCALLLM_MEMORY_LIMIT."""
-        if len(self.loaded) >= self.max_loaded:
+        """Whether one more model of ``need`` bytes fits the model count and LOCALLLM_MEMORY_LIMIT, loads in
+        progress counted as loaded."""
+        if len(self.loaded) + len(self._loading) >= self.max_loaded:
             return False
         limit = self.settings.memory_limit
         return not limit or self._held() + need <= limit
 
-    async def _make_room(self, name: str, need: int) -> None:
-        """Evict idle models (soonest to expire first) until one more fits, then wait for those stopping
-        (their memory) and for busy ones up to LOCALLLM_LOAD_TIMEOUT; refuse, saying what was needed and
-        what was free."""
+    async def _admit(self, key: tuple, name: str, load: LoadPlan) -> None:
+        """Reserve a model slot and ``load``'s memory for ``key``: evict idle models (soonest to expire first)
+        until it fits, then wait for those stopping (their memory), for busy ones and for loads in progress, up
+        to LOCALLLM_LOAD_TIMEOUT; refuse, saying what was needed and what was free.
+
+        The last check and the reservation happen in one step of the event loop, so two loads never both
+        take the last room. A model with requests on their way to it is not idle: it serves them first.
+        """
+        need, limit = load.local_bytes, self.settings.memory_limit
+        if limit and need > limit:  # more than all of it: nothing to evict or wait for
+            raise NoRoom(self._no_room_message(name, need), limit)
         deadline: float | None = None
         while not self._fits(need):
-            idle = [m for m in self.loaded.values() if m.active == 0]
+            idle = [m for m in self.loaded.values() if m.active == 0 and not self._waiting.get(m.key)]
             if idle:
                 victim = min(idle, key=lambda m: m.expires_at if m.expires_at is not None else float("inf"))
                 await self._unload(victim, wait=False)
@@ -574,42 +627,70 @@ class Scheduler:
             if deadline is None:
                 deadline = time.monotonic() + self.settings.load_timeout
             remaining = deadline - time.monotonic()
-            if not self.loaded or remaining <= 0:
-                limit, held = self.settings.memory_limit, self._held()
+            if not (self.loaded or self._loading) or remaining <= 0:
+                held = self._held()
                 raise NoRoom(self._no_room_message(name, need), limit - held if limit and held + need > limit else None)
-            async with self._changed:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), remaining)
+            await self._wait_change(remaining)
+        self._loading[key] = Reservation(need, self._split(load.need, load.gpu, load.workers))
+
+    async def _wait_change(self, timeout: float | None = None) -> None:
+        """Until a runner stops, a load ends, or the reaper's next round (models go idle), at most ``timeout``."""
+        async with self._changed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
 
     def _held(self) -> int:
-        """Bytes the loaded models take of this machine, and those of runners still stopping."""
-        return sum(m.size - m.size_workers for m in [*self.loaded.values(), *self._stopping.values()])
+        """Bytes of this machine the loaded models take, and those of loads in progress and of runners still
+        stopping."""
+        models = [*self.loaded.values(), *self._stopping.values()]
+        return (sum(m.size - m.size_workers for m in models)
+                + sum(reservation.local_bytes for reservation in self._loading.values()))
 
     def _no_room_message(self, name: str, need: int) -> str:
         held = self._held()
         limit = self.settings.memory_limit
-        if limit and held + need > limit:
+        busy = len(self.loaded) + len(self._loading)
+        if limit and need > limit:
+            why = (f"model {name} needs about {_mib(need)} of memory, more than all of "
+                   f"LOCALLLM_MEMORY_LIMIT={_mib(limit)}")
+            busy = 0  # nothing to wait for
+        elif limit and held + need > limit:
             why = (f"model {name} needs about {_mib(need)} of memory but only {_mib(max(0, limit - held))} "
                    f"of LOCALLLM_MEMORY_LIMIT={_mib(limit)} is free")
         else:
             why = f"model {name} needs one of the {self.max_loaded} model slots (LOCALLLM_MAX_LOADED_MODELS)"
-        if self.loaded:
-            why += f"; the {len(self.loaded)} loaded models stayed busy for LOCALLLM_LOAD_TIMEOUT"
+        if busy:
+            why += f"; the {busy} other models (loaded or loading) stayed busy for LOCALLLM_LOAD_TIMEOUT"
         return why + "; retry later, unload models (localllm stop), or lower num_ctx / LOCALLLM_NUM_PARALLEL"
+
+    def _ram_of_earlier_loads(self, key: tuple) -> int:
+        """Bytes of RAM the loads admitted before ``key``'s (and not up yet) will take: what is free does not
+        show them in full yet."""
+        earlier = list(self._loading)[:list(self._loading).index(key)]
+        return sum(entry["size"] for k in earlier for entry in self._loading[k].split
+                   if entry["host"] == "local" and entry["device"] == "CPU")
 
     async def _load(self, key: tuple, request: LoadRequest, n_ctx: int, load: LoadPlan) -> LoadedModel:
         choice, plan, need, workers = load.choice, load.gpu, load.need, load.workers
         n_batch = request.num_batch or 512
         while True:
-            free = available_ram()
+            earlier = self._ram_of_earlier_loads(key)
+            free = available_ram() - earlier
             try:
                 check_fits_in_ram(need, request.name, free, plan.gpu_bytes + workers.moved_bytes,
                                   self._workers_note(workers))
                 break
             except DoesNotFit as exc:
-                if not self._stopping:
+                if not self._stopping and not earlier:
                     raise NoRoom(str(exc), free - SAFETY_MARGIN_BYTES + plan.gpu_bytes) from None
-            await self._wait_stopped()  # their memory comes back when they exit
+            if self._stopping:
+                await self._wait_stopped()  # their memory comes back when they exit
+            else:
+                await self._wait_change()  # an earlier load ends: what it took shows in what is free
         if workers.n_layers:
             offload = worker_offload(plan, self._devices(), workers)
         else:  # local GPUs by name: never one the plan left out (a software device)
@@ -696,8 +777,7 @@ class Scheduler:
             self.workers.release(model.workers)
         finally:
             del self._stopping[asyncio.current_task()]
-            async with self._changed:
-                self._changed.notify_all()
+            await self._notify()
 
     async def _wait_stopped(self, key: tuple | None = None) -> None:
         """Until every runner stopping now (of ``key``, if given) has exited."""
@@ -713,8 +793,17 @@ class Scheduler:
                 expired = model.active == 0 and model.expires_at is not None and model.expires_at <= now
                 if expired or (model.active == 0 and not model.runner.alive):
                     await self._unload(model, wait=False)
-            async with self._changed:
-                self._changed.notify_all()
+            await self._notify()
+
+
+def _gpu_bytes(splits: Iterable[tuple[dict, ...]]) -> dict[str, int]:
+    """Bytes on each local GPU, summed over models' (or loads') splits."""
+    held: dict[str, int] = {}
+    for split in splits:
+        for entry in split:
+            if entry["host"] == "local" and entry["device"] != "CPU":
+                held[entry["device"]] = held.get(entry["device"], 0) + entry["size"]
+    return held
 
 
 def _least_default_ctx(model: LoadedModel | None) -> int:
@@ -769,4 +858,5 @@ def _describe_workers(workers: WorkerPlan) -> str | None:
     return f"{workers.n_layers} layers on workers ({where})"
 
 
-__all__ = ["DEFAULT_NUM_CTX", "LoadRequest", "LoadedModel", "NoRoom", "RunnerError", "Scheduler"]
+__all__ = ["DEFAULT_NUM_CTX", "BeyondTrainedContext", "LoadRequest", "LoadedModel", "NoRoom", "RunnerError",
+           "Scheduler"]

@@ -262,7 +262,7 @@ def test_ps_shows_loaded_model_then_stop_unloads(env: CliEnv, terse: str) -> Non
     result = env.run("ps")
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "UNTIL"]
+    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "ENGINE", "RUNNER", "UNTIL"]
     row = next(r for r in rows if r.startswith("terse:latest"))
     assert "100% CPU" in row and "from now" in row
     assert ("native" in row) == (kernels.isa() in MEASURED_ISAS)
@@ -272,6 +272,22 @@ def test_ps_shows_loaded_model_then_stop_unloads(env: CliEnv, terse: str) -> Non
     stopped = env.run("stop", terse)
     assert stopped.returncode == 0, stopped.stderr
     assert not any(r.startswith("terse:latest") for r in env.run("ps").stdout.splitlines()[1:])
+
+
+def test_ps_tells_a_models_generating_and_embedding_runners_apart(env: CliEnv, terse: str) -> None:
+    """A chat and an embedding call load two runners of one model: ps names which is which, stop ends both."""
+    assert env.run("run", terse, "--keepalive", "10m", "Hi").returncode == 0
+    embedded = httpx.post(env.base_url + "/api/embed", json={"model": terse, "input": "Hi", "keep_alive": "10m"},
+                          timeout=120)
+    assert embedded.status_code == 200, embedded.text
+    header, *rows = env.run("ps").stdout.splitlines()
+    column = header.index("RUNNER")  # columns are padded to the header's widths
+    ours = [row for row in rows if row.startswith("terse:latest")]
+    assert sorted(row[column:].split()[0] for row in ours) == ["embed", "generate"], rows
+    shown = [m for m in httpx.get(env.base_url + "/api/ps").json()["models"] if m["name"] == "terse:latest"]
+    assert sorted(m["runner"] for m in shown) == ["embed", "generate"], shown
+    assert env.run("stop", terse).returncode == 0
+    assert not any(row.startswith("terse:latest") for row in env.run("ps").stdout.splitlines()[1:])
 
 
 @pytest.mark.parametrize(("args", "needle"), [

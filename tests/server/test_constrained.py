@@ -135,6 +135,7 @@ def test_format_and_grammar_together_is_400(daemon):
     response = httpx.post(f"{daemon.url}/api/generate", json={
         "model": MODEL, "prompt": "hi", "format": "json", "grammar": GBNF})
     assert response.status_code == 400
+    assert "format" in response.json()["error"] and "grammar" in response.json()["error"]
 
 
 def test_bad_format_value_is_400(daemon):

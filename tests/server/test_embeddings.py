@@ -114,6 +114,7 @@ def test_overlong_input_truncated_or_refused(daemon):
 def test_empty_input_is_400(daemon, body):
     response = httpx.post(f"{daemon.url}/api/embed", json={"model": MODEL, **body})
     assert response.status_code == 400
+    assert "input" in response.json()["error"] and "empty" in response.json()["error"]
 
 
 BAD_BODIES = [  # (path, body's fields, what the error must name)

@@ -56,3 +56,4 @@ def test_pull_of_unknown_model_is_a_clear_error(pulling_daemon):
 def test_pull_with_invalid_name_is_400(pulling_daemon):
     response = httpx.post(f"{pulling_daemon.url}/api/pull", json={"model": "../../x"})
     assert response.status_code == 400
+    assert "../../x" in response.json()["error"]

@@ -3,9 +3,11 @@ that need a model of a particular shape or type rather than the real fixtures.""
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGUFWriter
@@ -131,15 +133,24 @@ def embedding_model(path: Path, arch: str, vocab_from: Path, pooling: int | None
 
 def _copy_tokenizer(source: Path, w: GGUFWriter) -> int:
     """Every ``tokenizer.*`` key of ``source`` onto ``w``; the number of tokens."""
+    fields = _tokenizer_fields(source)
+    for name, contents, kind, sub_type in fields:
+        w.add_key_value(name, contents, kind, sub_type=sub_type)
+    return next(len(contents) for name, contents, _, _ in fields if name == "tokenizer.ggml.tokens")
+
+
+@functools.cache
+def _tokenizer_fields(source: Path) -> tuple[tuple[str, Any, Any, Any], ...]:
+    """``source``'s ``tokenizer.*`` keys (name, contents, type, item type), read once: gguf-py parses a
+    49k-token vocabulary for seconds."""
     from gguf import GGUFReader, GGUFValueType
 
-    reader = GGUFReader(source)
-    for field in reader.fields.values():
+    fields = []
+    for field in GGUFReader(source).fields.values():
         if field.name.startswith("tokenizer.") and field.name != "tokenizer.chat_template":
             kind = field.types[0]
-            sub_type = field.types[-1] if kind == GGUFValueType.ARRAY else None
-            w.add_key_value(field.name, field.contents(), kind, sub_type=sub_type)
-    return len(reader.fields["tokenizer.ggml.tokens"].data)
+            fields.append((field.name, field.contents(), kind, field.types[-1] if kind == GGUFValueType.ARRAY else None))
+    return tuple(fields)
 
 
 def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: float = 0.05) -> Path:
