@@ -21,6 +21,11 @@ DEFAULT_PORT = 11434
 ENGINES = ("llama.cpp", "native")
 DEFAULT_REGISTRY = "https://registry.ollama.ai"
 DEFAULT_WORKER_PORT = 50052  # llama.cpp's rpc-server's
+# The working folder of every Python process localllm starts (runners, render workers, the quantizer, worker
+# probes): the folder holding this package. Python puts a child's working folder first on its import path (``-m``,
+# ``-c``), so a child started wherever the daemon happens to run would import a stray ``json.py`` or another
+# ``localllm/`` found there before our code.
+CHILD_CWD = str(Path(__file__).resolve().parent.parent)
 
 
 class SettingsError(ValueError):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..config import CHILD_CWD
 from ..gguf import read_gguf
 
 #: Ollama's names for the targets (lower-case) → llama.cpp's ``llama_ftype``.
@@ -39,7 +40,7 @@ def quantize_gguf(source: Path, target: Path, quant: str) -> None:
         )
     result = subprocess.run(
         [sys.executable, "-m", "localllm.registry.quantize", str(source), str(target), str(ftype)],
-        capture_output=True, text=True,
+        capture_output=True, text=True, cwd=CHILD_CWD,
     )
     if result.returncode != 0 or not target.is_file():
         tail = " | ".join(result.stderr.strip().splitlines()[-3:])

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from ..config import CHILD_CWD
+
 log = logging.getLogger("localllm.runner_client")
 
 LOAD_TIMEOUT_S = 120.0
@@ -290,7 +292,7 @@ async def start_runner(config: RunnerConfig, name: str) -> RunnerProcess:
         env["GGML_NO_BACKTRACE"] = "1"
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env=env,
+        env=env, cwd=CHILD_CWD,
     )
     client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(socket_path)), base_url="http://runner")
     runner = RunnerProcess(config=config, process=process, socket_path=socket_path, client=client)

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from localllm.config import CHILD_CWD
 from localllm.templates.gotemplate import TemplateError
 
 MAX_RENDER_SECONDS = 5.0
@@ -106,10 +107,9 @@ class _Worker:
     """One worker process and its pipes."""
 
     def __init__(self) -> None:
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [CHILD_CWD, os.environ.get("PYTHONPATH")]))}
         self.process = subprocess.Popen([sys.executable, "-c", f"from {__name__} import serve; serve()"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=CHILD_CWD)
         try:
             if _read_frame(self.process.stdout.fileno(), time.monotonic() + _START_SECONDS) != _READY:
                 raise _WorkerGone

@@ -16,6 +16,8 @@ import re
 import sys
 from dataclasses import dataclass
 
+from ..config import CHILD_CWD
+
 PROBE_TIMEOUT_S = 5.0
 
 
@@ -43,7 +45,7 @@ async def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> list[WorkerD
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "localllm.workers.probe", endpoint,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "GGML_NO_BACKTRACE": "1"},
+        env={**os.environ, "GGML_NO_BACKTRACE": "1"}, cwd=CHILD_CWD,
     )  # fmt: skip
     try:
         out, err = await asyncio.wait_for(process.communicate(), timeout)

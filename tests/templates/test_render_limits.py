@@ -14,6 +14,7 @@ from support.gguf_builders import tiny_model
 from localllm.templates.gotemplate import TemplateError
 from localllm.templates.prompt import PromptError, build_generate_prompt, build_prompt, render_chat_prompt, \
     render_ollama_template
+from localllm.templates import worker
 from localllm.templates.worker import MAX_RENDER_SECONDS, call_bounded
 
 LIMIT = 0.5
@@ -184,3 +185,17 @@ def test_create_refuses_an_endless_modelfile_template_in_time(daemon) -> None:
     assert response.status_code == 400, response.text
     assert "TEMPLATE cannot be used" in response.text
     assert time.monotonic() - started < MAX_RENDER_SECONDS + 5
+
+
+def test_a_render_process_imports_nothing_from_the_daemons_working_folder(tmp_path: Path, monkeypatch) -> None:
+    """Python puts a child's working folder first on its import path: a render process started where a stray
+    ``json.py`` lies must not run it."""
+    marker = tmp_path / "ran"
+    (tmp_path / "json.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    process = worker._Worker()  # a fresh process, started here (the pool's may have started elsewhere)
+    try:
+        assert not marker.exists()
+        assert process.process.poll() is None
+    finally:
+        process.kill()
