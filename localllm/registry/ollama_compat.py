@@ -45,6 +45,11 @@ TRANSLATION_VERSION = 1
 MODEL_FILE, PROJECTOR_FILE = "model.gguf", "projector.gguf"
 
 
+# A translation copies the whole header, so it reads every array: up to this many items in all (a 262k vocabulary's
+# tokens, scores, types and merges take about 1.3 M; the header's bytes are bounded by read_gguf as well).
+TRANSLATED_ARRAY_ITEMS = 1 << 24
+
+
 class IncompatibleModel(ValueError):
     """An Ollama-format file that cannot be translated; the message names the architecture and what is missing."""
 
@@ -83,7 +88,9 @@ class Draft:
     def of(cls, gguf: GGUFFile) -> Draft:
         skipped = [k for k, v in gguf.metadata.items() if isinstance(v, SkippedArray)]
         if skipped:
-            raise ValueError(f"the header was read without its long arrays ({skipped[0]})")
+            raise IncompatibleModel(f"{gguf.architecture or 'this'} model's metadata arrays hold more than "
+                                    f"{TRANSLATED_ARRAY_ITEMS} items in all (from {skipped[0]} on), more than a "
+                                    "translation reads")
         metadata = {k: (*gguf.value_types[k], v) for k, v in gguf.metadata.items()}
         tensors = {t.name: OutTensor(t.name, t.shape, t.ggml_type, ((t.offset, t.nbytes),)) for t in gguf.tensors}
         return cls(gguf.architecture or "", metadata, tensors)
@@ -743,7 +750,7 @@ def translate(store: Store, digest: str) -> TranslatedFiles:
     """
     with _digest_lock(digest):
         source = store.blob_path(digest)
-        gguf = read_gguf(source)
+        gguf = read_gguf(source, keep_items=TRANSLATED_ARRAY_ITEMS)
         variant = variant_of(gguf)
         if variant is None:
             raise ValueError(f"blob {digest} is not in one of Ollama's own layouts")

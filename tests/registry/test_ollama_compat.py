@@ -13,6 +13,7 @@ from gguf import GGUFWriter
 from support import arch_models
 
 from localllm.gguf import read_gguf
+from localllm.registry import ollama_compat
 from localllm.registry.models import import_gguf, load_local_model, register_model, translate_model
 from localllm.registry.names import ModelName
 from localllm.registry.ollama_compat import IncompatibleModel, plan, translate, variant_of
@@ -85,6 +86,15 @@ def test_leftovers_of_a_killed_translation_are_removed_at_start(tmp_path, smollm
     translate(store, digest)
     store.remove_temporaries()
     assert not half.exists() and not orphan.exists() and store.translated_dir(digest).is_dir()
+
+
+def test_a_header_with_more_array_items_than_a_translation_reads_is_named_so(tmp_path, smollm2_path, monkeypatch):
+    store = Store(tmp_path / "models")
+    digest = stored(store, arch_models.gpt_oss(tmp_path / "b.gguf", smollm2_path, "ollama"))
+    monkeypatch.setattr(ollama_compat, "TRANSLATED_ARRAY_ITEMS", 1000)  # SmolLM2's vocabulary: 49,152 tokens
+    with pytest.raises(IncompatibleModel, match=r"gptoss model's metadata arrays hold more than 1000 items"):
+        translate(store, digest)
+    assert not store.translated_dir(digest).exists() and not list(store.partial_dir.iterdir())
 
 
 def test_an_inconsistent_file_leaves_nothing_behind(tmp_path, smollm2_path):
