@@ -31,6 +31,12 @@ def test_alternating_reverses_the_order_every_other_round() -> None:
     assert positions == {"ours": [0, 1, 0, 1], "theirs": [1, 0, 1, 0]}  # first as often as last
 
 
+def test_an_odd_number_of_rounds_is_rounded_up_so_each_side_goes_first_as_often() -> None:
+    rounds = alternating(3, {"ours": lambda: 0, "theirs": lambda: 0})
+    assert [order[0] for order in rounds.orders] == ["ours", "theirs", "ours", "theirs"]
+    assert len(alternating(1, {"ours": lambda: 0, "theirs": lambda: 0}).orders) == 1  # a smoke run stays one
+
+
 def test_alternating_balances_three_sides_too() -> None:
     calls: list[str] = []
     rounds = alternating(2, {name: (lambda n=name: calls.append(n)) for name in "abc"})

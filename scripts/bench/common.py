@@ -54,13 +54,14 @@ class Rounds(dict[str, list[T]], Generic[T]):
 
 
 def alternating(rounds: int, sides: dict[str, Callable[[], T]]) -> Rounds[T]:
-    """``rounds`` measurements of each side, taken in turn, the order reversed every other round (A B, B A, ...):
-    the machine's noise of the moment hits all sides, and going first or last (a warm cache, a CPU that has
-    just sped up or slowed down) favours no side over an even number of rounds."""
+    """Measurements of each side, taken in turn, the order reversed every other round (A B, B A, ...): the
+    machine's noise of the moment hits all sides, and going first or last (a warm cache, a CPU that has just sped
+    up or slowed down) favours no side. That holds over an even number of rounds, so ``rounds`` above 1 is rounded
+    up to even (3 runs 4); a single round is a smoke run, its order A B."""
     names = list(sides)
     samples: dict[str, list[T]] = {name: [] for name in names}
     orders: list[tuple[str, ...]] = []
-    for index in range(rounds):
+    for index in range(rounds + rounds % 2 if rounds > 1 else rounds):
         order = tuple(names if index % 2 == 0 else reversed(names))
         for name in order:
             samples[name].append(sides[name]())
