@@ -162,28 +162,38 @@ class _Pool:
         self._starting_spares = 0
 
     def call(self, request: bytes, seconds: float) -> bytes:
-        with self._slots:
-            worker = self._take()
-            try:
-                reply = worker.call(request, seconds)
-            except TimeoutError:
-                self._discard(worker)
-                raise TemplateError(f"rendering took longer than {seconds:g} s "
-                                    "(the time limit of a template's render)") from None
-            except _WorkerGone:
-                ended_by = worker.ended_by()
-                self._discard(worker)
-                raise TemplateError(f"the template's render process ended ({ended_by})") from None
-            except BaseException:
-                self._discard(worker)
-                raise
-            if reply == _MEMORY:  # a process that ran out of memory may be left broken
-                self._discard(worker)
-            else:
-                with self._changed:
-                    self._idle.append(worker)
-                    self._changed.notify_all()
-            return reply
+        """A free worker's answer to ``request`` within ``seconds``. The wait for a free worker is held to
+        ``seconds`` too, so a burst of slow templates holds other renders up for no longer than one limit."""
+        if not self._slots.acquire(timeout=seconds):
+            raise TemplateError(f"no render process came free within {seconds:g} s (all {self._size} are "
+                                "rendering; the time limit of a template's render)")
+        try:
+            return self._render(request, seconds)
+        finally:
+            self._slots.release()
+
+    def _render(self, request: bytes, seconds: float) -> bytes:
+        worker = self._take()
+        try:
+            reply = worker.call(request, seconds)
+        except TimeoutError:
+            self._discard(worker)
+            raise TemplateError(f"rendering took longer than {seconds:g} s "
+                                "(the time limit of a template's render)") from None
+        except _WorkerGone:
+            ended_by = worker.ended_by()
+            self._discard(worker)
+            raise TemplateError(f"the template's render process ended ({ended_by})") from None
+        except BaseException:
+            self._discard(worker)
+            raise
+        if reply == _MEMORY:  # a process that ran out of memory may be left broken
+            self._discard(worker)
+        else:
+            with self._changed:
+                self._idle.append(worker)
+                self._changed.notify_all()
+        return reply
 
     def start_spare(self) -> None:
         """Start a worker in the background, unless one is idle or starting, or the pool is full."""

@@ -139,6 +139,24 @@ def test_renders_run_side_by_side_with_a_slow_one() -> None:
         slow.join()
 
 
+def test_waiting_for_a_free_render_process_is_held_to_the_limit() -> None:
+    """Every render process busy with an endless template: another render is refused within its own limit,
+    not after theirs."""
+    busy = [threading.Thread(target=lambda: pytest.raises(TemplateError, jinja, LOOPS_3, 4.0))
+            for _ in range(worker.MAX_WORKERS)]
+    for thread in busy:
+        thread.start()
+    try:
+        time.sleep(2.0)  # every worker taken (and started, on a slow machine)
+        started = time.monotonic()
+        with pytest.raises(TemplateError, match=f"no render process came free within {LIMIT:g} s"):
+            jinja("{{ messages[0].content }}")
+        assert time.monotonic() - started < LIMIT + 1.0
+    finally:
+        for thread in busy:
+            thread.join()
+
+
 # --- through the daemon ----------------------------------------------------------------------
 
 
