@@ -193,9 +193,12 @@ class Repository:
         return f"{self.base_url}/v2/{self.path}/blobs/{digest}"
 
     def client(self) -> httpx.AsyncClient:
-        """An HTTP client for this registry (redirects followed: Ollama's registry sends blobs from a CDN)."""
+        """An HTTP client for this registry (redirects followed: Ollama's registry sends blobs from a CDN). It asks
+        for answers as they are (``identity``): error bodies are cut before any decompression, so a compressed
+        one would lose the registry's message."""
         return httpx.AsyncClient(
-            auth=self.auth, follow_redirects=True, timeout=HTTP_TIMEOUT, headers={"User-Agent": USER_AGENT},
+            auth=self.auth, follow_redirects=True, timeout=HTTP_TIMEOUT,
+            headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
             event_hooks={"response": [_bound_answer]},
         )
 
