@@ -130,6 +130,8 @@ class LocalModel:
             caps.append("thinking")
         if self.vision:
             caps.append("vision")
+        if self.audio:
+            caps.append("audio")
         return caps
 
     @property
@@ -139,6 +141,16 @@ class LocalModel:
             return False
         try:
             return read_projector(self.projectors[0]).vision
+        except (InvalidProjector, OSError):
+            return False
+
+    @property
+    def audio(self) -> bool:
+        """Whether the model hears: it has a projector layer with an audio encoder."""
+        if not self.projectors:
+            return False
+        try:
+            return read_projector(self.projectors[0]).audio
         except (InvalidProjector, OSError):
             return False
 

@@ -20,6 +20,7 @@ from .errors import ApiError, error_body
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
 from .rerank_api import router as rerank_router
+from .transcription import router as transcription_router
 from .security import AccessGuard
 from .state import DaemonState
 from .web import router as web_router
@@ -92,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(rerank_router)
+    app.include_router(transcription_router)
     app.add_middleware(JsonBodies)
     app.add_middleware(CancelOnDisconnect)
     app.add_middleware(AccessGuard, settings=settings)
