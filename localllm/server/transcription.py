@@ -18,19 +18,18 @@ import re
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
-
 from email.parser import BytesParser
 from email.policy import HTTP
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from ..audio import AudioError, Piece, check_audio, check_length, pieces, wav_bytes, wav_samples
+from ..audio import AudioError, Piece, check_audio, pieces, wav_bytes, wav_samples
 from ..gguf import InvalidGGUF, read_gguf
 from ..registry.models import LocalModel
 from .conversation import ChatTurn, Content, Final, Message
-from .errors import ApiError, bad_request
+from .errors import bad_request
 from .handler import gather
 from .inference import parse_name
 from .state import state_of
@@ -69,7 +68,6 @@ class SpeechRequest:
     response_format: str = "json"
     temperature: float = 0.0
     stream: bool = False
-    segments: bool = False  # timestamp_granularities asks for segments
 
 
 @dataclass
@@ -177,7 +175,7 @@ async def _form(request: Request, translate: bool) -> SpeechRequest:
     if language and not re.fullmatch(r"[A-Za-z]{2,3}", language):
         raise bad_request(f"invalid language {language!r}: use an ISO-639-1 code such as 'en'")
     return SpeechRequest(model, files[-1][1], translate, language.lower(), text("prompt"), response_format,
-                         temperature, stream == "true", bool(granularities))
+                         temperature, stream == "true")
 
 
 def _cut(data: bytes) -> tuple[list[Piece], Any, int]:
@@ -187,7 +185,6 @@ def _cut(data: bytes) -> tuple[list[Piece], Any, int]:
         if clip.container != "wav":
             return [Piece(0.0, clip.seconds or 0.0, False)], None, clip.sample_rate
         samples, rate = wav_samples(data, "file")
-        check_length(len(samples) / rate, "file")
     except AudioError as exc:
         raise bad_request(str(exc)) from None
     return pieces(samples, rate), samples, rate
@@ -236,7 +233,8 @@ class _Transcriber:
         messages = [Message("system", self.system)] if self.system else []
         messages.append(Message("user", self.user, [base64.b64encode(audio).decode()]))
         options = {"temperature": self.body.temperature, "num_predict": MAX_TOKENS_A_PIECE}
-        return ChatTurn(self.body.model, messages, options=options, logprobs=self.body.segments)
+        return ChatTurn(self.body.model, messages, options=options,
+                        logprobs=self.body.response_format == "verbose_json")  # for each segment's avg_logprob
 
     async def _open(self, index: int) -> Any:
         if len(self.cuts) > 1:
