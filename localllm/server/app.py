@@ -45,14 +45,15 @@ def describe_validation_error(exc: RequestValidationError) -> str:
 
 
 class JsonBodies:
-    """Read every API body as JSON whatever its Content-Type, as Ollama does (curl -d sends form type)."""
+    """Read every API body as JSON whatever its Content-Type, as Ollama does (curl -d sends form type);
+    blobs are raw bytes and the audio endpoints' uploads multipart forms, as OpenAI's."""
 
     def __init__(self, app) -> None:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["method"] in ("POST", "DELETE", "PUT", "PATCH") \
-                and not scope["path"].startswith("/api/blobs/"):
+                and not scope["path"].startswith(("/api/blobs/", "/v1/audio/")):
             headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
             scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
         await self.app(scope, receive, send)

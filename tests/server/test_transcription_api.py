@@ -118,3 +118,12 @@ def test_more_than_the_length_limit_is_400_naming_it(oai):
     with pytest.raises(openai.BadRequestError, match=re.escape("more than the limit of 120 minutes")):
         transcribe(oai, long)
     assert json.dumps(transcribe(oai, wav(tone(300, 2))).text)
+
+
+def test_overlapping_pieces_are_stitched_where_their_words_repeat():
+    from localllm.server.transcription import _after_overlap
+
+    assert _after_overlap("we walked to the old mill", "the Old Mill, and then home") == "and then home"
+    assert _after_overlap("we walked to the old mill", "and then home") == "and then home"
+    assert _after_overlap("", "and then home") == "and then home"
+    assert _after_overlap("yes", "yes") == ""
