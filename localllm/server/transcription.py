@@ -324,11 +324,11 @@ def _rendered(body: SpeechRequest, segments: list[Segment], duration: float | No
                                  media_type="text/vtt" if body.response_format == "vtt" else "text/plain")
     if body.response_format == "json":
         return JSONResponse({"text": text})
-    verbose = {"task": "translate" if body.translate else "transcribe",
-               "language": "english" if body.translate else LANGUAGES.get(body.language, body.language).lower(),
+    language = "english" if body.translate else LANGUAGES.get(body.language, body.language).lower()
+    verbose = {"task": "translate" if body.translate else "transcribe", "language": language or None,
                "duration": round(duration, 3) if duration is not None else None, "text": text,
                "segments": [_segment_object(i, s, body.temperature) for i, s in enumerate(segments)]}
-    return JSONResponse({k: v for k, v in verbose.items() if v is not None})  # an MP3's length is not known
+    return JSONResponse({k: v for k, v in verbose.items() if v is not None})  # no language given, an MP3's length
 
 
 def _segment_object(index: int, segment: Segment, temperature: float) -> dict[str, Any]:

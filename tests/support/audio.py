@@ -70,8 +70,8 @@ def mpeg_audio(band: int | None, seconds: float, rate: int = 48000, level: float
     bits_per_sample = 15  # allocation 14
     half = (1 << (bits_per_sample - 1)) - 1
     frame_bytes = 12 * 64000 // rate * 4
-    header = (0x7FF << 21) | (3 << 19) | (3 << 17) | (1 << 16) | (2 << 12) | ({44100: 0, 48000: 1, 32000: 2}[rate] << 10)
-    header |= 3 << 6  # mono
+    rate_index = {44100: 0, 48000: 1, 32000: 2}[rate]
+    header = (0x7FF << 21) | (3 << 19) | (3 << 17) | (1 << 16) | (2 << 12) | (rate_index << 10) | (3 << 6)  # mono
     frames = []
     for _ in range(int(seconds * rate / 384)):
         fields: list[tuple[int, int]] = [(header, 32)]
