@@ -119,7 +119,8 @@ def _error_message(response: httpx.Response) -> str:
     except ValueError:
         body = None
     if isinstance(body, dict) and body.get("error"):
-        return str(body["error"])
+        error = body["error"]  # Ollama's string, or OpenAI's {"message": ...}
+        return str(error.get("message", error)) if isinstance(error, dict) else str(error)
     text = response.text.strip()
     return text.splitlines()[0] if text else f"the daemon answered {response.status_code} {response.reason_phrase}"
 
@@ -195,6 +196,32 @@ class Client:
     def chat(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Stream ``POST /api/chat``."""
         return self._stream("/api/chat", body)
+
+    def transcribe(self, model: str, audio: bytes, filename: str, *, response_format: str = "text",
+                   language: str = "", prompt: str = "", translate: bool = False) -> Iterator[str]:
+        """``POST /v1/audio/transcriptions`` (or ``translations``): the text as it streams (response_format
+        text), or the whole body once (json, srt, vtt, verbose_json)."""
+        fields = {"model": model, "response_format": response_format, "prompt": prompt,
+                  **({"language": language} if language and not translate else {})}
+        stream = response_format == "text"
+        if stream:
+            fields["stream"] = "true"
+        path = "/v1/audio/translations" if translate else "/v1/audio/transcriptions"
+        try:
+            with self._http.stream("POST", path, data={k: v for k, v in fields.items() if v},
+                                   files={"file": (filename, audio)}, timeout=_STREAM_TIMEOUT) as response:
+                if response.status_code >= 400:
+                    raise APIError(_error_message(response), response.status_code)
+                if not stream:
+                    yield response.read().decode()
+                    return
+                for line in response.iter_lines():
+                    if line.startswith("data: "):
+                        event = json.loads(line[6:])
+                        if event.get("type") == "transcript.text.delta":
+                            yield event["delta"]
+        except httpx.HTTPError as exc:
+            raise self._lost(exc) from None
 
     def create(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Stream the status objects of ``POST /api/create``."""

@@ -24,6 +24,12 @@ def projector_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def audio_projector_path() -> Path:
+    """An audio projector for SmolLM2 that hears low and high tones and silence (fixtures.smollm2_audio_projector)."""
+    return fixtures.smollm2_audio_projector()
+
+
+@pytest.fixture(scope="session")
 def gemma3_path() -> Path:
     return fixtures.gemma3_gguf()
 

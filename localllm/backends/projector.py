@@ -1,14 +1,18 @@
-"""Images into a llama.cpp model through libmtmd (llama-cpp-python's ``mtmd_cpp`` bindings).
+"""Images and audio into a llama.cpp model through libmtmd (llama-cpp-python's ``mtmd_cpp`` bindings).
 
-A vision model is a language model plus a projector GGUF (Ollama's
+A vision (or hearing) model is a language model plus a projector GGUF (Ollama's
 ``application/vnd.ollama.image.projector`` layer, llama.cpp's ``--mmproj``).
-libmtmd tokenizes a prompt whose images stand at media markers into text
-chunks and image chunks; an image chunk is encoded by the projector into
-embeddings that are decoded into the sequence's KV like tokens.
+libmtmd tokenizes a prompt whose images and audio clips stand at media markers
+into text chunks and media chunks; a media chunk is encoded by the projector
+into embeddings that are decoded into the sequence's KV like tokens. Audio is
+decoded (WAV, MP3, FLAC), mixed to mono and resampled by libmtmd's helper, and
+cut by its preprocessor into windows (30 s for Whisper-style encoders), each
+window a chunk of its own.
 
-The engine keeps prompts as token lists, so each image is written into the
+The engine keeps prompts as token lists, so each media chunk is written into the
 list as a run of *placeholder* tokens: negative ids (never a vocabulary id)
-drawn from the image's content digest, one per position the image takes.
+drawn from its content digest, one per position it takes (an audio clip's
+windows each draw from the clip's digest and the window's index).
 The prefix cache then treats images like text: the same image in the next
 turn matches its placeholders and reuses its KV; two different images have
 different runs (each placeholder carries 31 other bits of the sha256), so
@@ -18,6 +22,7 @@ they never share KV.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,15 +30,18 @@ from pathlib import Path
 import llama_cpp as ll
 import llama_cpp.mtmd_cpp as mtmd
 
+from localllm.audio import AudioClip, check_length
 from localllm.images import MARKER, DecodedImage
 from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Context, Model, _detail, _on_log, captured_errors
 
 log = logging.getLogger("localllm.runner")
 
+MIN_AUDIO_SAMPLES = 160  # 10 ms at 16 kHz: libmtmd's preprocessor asserts on a clip of one sample
+
 
 def is_placeholder(token: int) -> bool:
-    """Whether ``token`` stands for a position of an image rather than a vocabulary token."""
+    """Whether ``token`` stands for a position of an image or audio clip rather than a vocabulary token."""
     return token < 0
 
 
@@ -47,7 +55,8 @@ def placeholders(digest: str, n: int) -> list[int]:
 
 @dataclass(eq=False)
 class ImageChunk:
-    """One image, preprocessed by libmtmd, ready to encode and decode (owns its native chunk)."""
+    """One image (or one window of an audio clip), preprocessed by libmtmd, ready to encode and decode
+    (owns its native chunk)."""
 
     ptr: int  # mtmd_input_chunk *
     n_tokens: int  # positions it takes in the sequence
@@ -60,8 +69,8 @@ class ImageChunk:
 
 
 class ImagePrompt:
-    """A prompt tokenized with its images: tokens (placeholders for images) and each image's chunk,
-    keyed by its first placeholder (the same image twice shares one chunk)."""
+    """A prompt tokenized with its media: tokens (placeholders for images and audio) and each media
+    chunk, keyed by its first placeholder (the same image twice shares one chunk)."""
 
     def __init__(self, tokens: list[int], images: dict[int, ImageChunk]) -> None:
         self.tokens = tokens
@@ -98,23 +107,33 @@ class Projector:
         self.model = model
         self.vision: bool = bool(mtmd.mtmd_support_vision(ptr))
         self.audio: bool = bool(mtmd.mtmd_support_audio(ptr))
-        if not self.vision or mtmd.mtmd_decode_use_mrope(ptr):
+        self.sample_rate: int = mtmd.mtmd_get_audio_sample_rate(ptr) if self.audio else 0
+        if not (self.vision or self.audio) or mtmd.mtmd_decode_use_mrope(ptr):
             mtmd.mtmd_free(ptr)
-            what = "takes no images" if not self.vision else "needs M-RoPE positions, which this runner does not lay out"
+            what = ("takes neither images nor audio" if not (self.vision or self.audio)
+                    else "needs M-RoPE positions, which this runner does not lay out")
             raise BackendError(f"cannot use projector {path}: it {what}")
 
-    def tokenize(self, text: str, images: list[DecodedImage], add_special: bool = True) -> ImagePrompt:
-        """``text`` with ``images`` at its markers, in order, as tokens and image chunks.
+    def tokenize(self, text: str, images: list[DecodedImage | AudioClip], add_special: bool = True) -> ImagePrompt:
+        """``text`` with ``images`` (images and audio clips) at its markers, in order, as tokens and chunks.
 
         Runs on the HTTP side while the engine thread encodes, as llama-server tokenizes in its HTTP
         threads while its loop encodes: the tokenizer resizes and normalises the pixels into the new
         chunk from the projector's settings; the encoder's buffers are the engine thread's alone.
-        Raises ValueError when the markers and the images do not pair up.
+        Raises ValueError when the markers and the media do not pair up, or a medium cannot be used.
         """
         count = text.count(MARKER)
         if count != len(images):
             raise ValueError(f"the prompt has {count} image markers ({MARKER}) but {len(images)} images")
-        bitmaps = [self._bitmap(image) for image in images]
+        bitmaps: list[int] = []
+        try:
+            for index, medium in enumerate(images):
+                bitmaps.append(self._audio_bitmap(medium, index) if isinstance(medium, AudioClip)
+                               else self._bitmap(medium))
+        except BaseException:
+            for bitmap in bitmaps:
+                mtmd.mtmd_bitmap_free(bitmap)
+            raise
         chunks = mtmd.mtmd_input_chunks_init()
         try:
             data = text.encode("utf-8")
@@ -132,6 +151,8 @@ class Projector:
                 mtmd.mtmd_bitmap_free(bitmap)
 
     def _bitmap(self, image: DecodedImage) -> int:
+        if not self.vision:
+            raise ValueError("this model's projector takes audio, not images")
         buf = (ctypes.c_uint8 * len(image.rgb)).from_buffer_copy(image.rgb)
         bitmap = mtmd.mtmd_bitmap_init(image.width, image.height, buf)
         if not bitmap:
@@ -139,9 +160,32 @@ class Projector:
         mtmd.mtmd_bitmap_set_id(bitmap, image.digest.encode())
         return bitmap
 
+    def _audio_bitmap(self, clip: AudioClip, index: int) -> int:
+        """``clip`` decoded, mixed to mono and resampled to the projector's rate by libmtmd's helper."""
+        what = f"images[{index}] ({clip.container.upper()} audio)"
+        if not self.audio:
+            raise ValueError(f"{what}: this model's projector takes images, not audio")
+        buf = (ctypes.c_uint8 * len(clip.data)).from_buffer_copy(clip.data)
+        with captured_errors() as errors:
+            bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ptr, buf, len(clip.data), False)
+        if not bitmap:
+            raise ValueError(f"{what} could not be decoded (corrupt or truncated?): {_detail(errors, 'no samples')}")
+        n_samples = mtmd.mtmd_bitmap_get_n_bytes(bitmap) // ctypes.sizeof(ctypes.c_float)
+        try:
+            if n_samples < MIN_AUDIO_SAMPLES:
+                raise ValueError(f"{what} holds {n_samples} samples at {self.sample_rate} Hz once decoded: "
+                                 f"too short (at least {MIN_AUDIO_SAMPLES} are needed)")
+            check_length(n_samples / self.sample_rate, what)
+        except ValueError:
+            mtmd.mtmd_bitmap_free(bitmap)
+            raise
+        mtmd.mtmd_bitmap_set_id(bitmap, clip.digest.encode())
+        return bitmap
+
     def _flatten(self, chunks: int) -> ImagePrompt:
         tokens: list[int] = []
         images: dict[int, ImageChunk] = {}
+        clip_id, window = b"", 0  # the audio clip the last chunk belonged to, and its window's index
         try:
             for i in range(mtmd.mtmd_input_chunks_size(chunks)):
                 chunk = mtmd.mtmd_input_chunks_get(chunks, i)
@@ -151,9 +195,13 @@ class Projector:
                     ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
                     tokens.extend(ptr[: n.value])
                     continue
-                if kind != mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
-                    raise ValueError("this model's projector returned audio for an image")
-                digest = (mtmd.mtmd_input_chunk_get_id(chunk) or b"").decode()
+                chunk_id = mtmd.mtmd_input_chunk_get_id(chunk) or b""
+                if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_AUDIO:  # a clip's windows share its id: each its own digest
+                    window = window + 1 if chunk_id == clip_id else 0
+                    clip_id = chunk_id
+                    digest = hashlib.sha256(chunk_id + b":%d" % window).hexdigest()
+                else:
+                    clip_id, digest = b"", chunk_id.decode()
                 n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
                 run = placeholders(digest, n_tokens)
                 if run[0] not in images:
@@ -172,7 +220,7 @@ class Projector:
         rc = mtmd.mtmd_helper_eval_chunk_single(self.ptr, ctx.ptr, chunk.ptr, pos, seq_id, ctx.n_batch, False,
                                                 ctypes.byref(new_pos))
         if rc != 0:
-            raise BackendError(f"libmtmd could not encode and decode an image (error {rc})")
+            raise BackendError(f"libmtmd could not encode and decode an image or audio clip (error {rc})")
 
     def close(self) -> None:
         if self.ptr:

@@ -17,6 +17,7 @@ import typer
 from typer.core import TyperCommand
 
 from localllm import __version__
+from localllm.cli.display import Spinner
 from localllm.cli.format import human_bytes, human_time, render_table, show_info
 from localllm.cli.progress import show_progress
 from localllm.cli.repl import ChatRepl
@@ -307,6 +308,34 @@ def _think_option(value: str | None) -> bool | str | None:
         return parse_think(value)
     except ValueError as exc:
         raise DaemonError(f"invalid --think: {exc}") from None
+
+
+@app.command()
+def transcribe(
+    model: str = typer.Argument(..., help="A model that hears (capability 'audio' in 'localllm show')."),
+    file: Path = typer.Argument(..., help="The recording: WAV, MP3 or FLAC."),
+    format: str = typer.Option("text", "--format", help="text, json, srt, vtt or verbose_json."),
+    language: str | None = typer.Option(None, "--language", help="The spoken language (ISO-639-1, e.g. en)."),
+    prompt: str | None = typer.Option(None, "--prompt", help="Context: names, spellings, the topic."),
+    translate: bool = typer.Option(False, "--translate", help="Translate the speech into English."),
+) -> None:
+    """Print what a recording says (OpenAI's /v1/audio/transcriptions); long WAV files go in pieces."""
+    try:
+        audio = file.read_bytes()
+    except OSError as exc:
+        raise DaemonError(f"cannot read {file}: {exc.strerror or exc}") from None
+    with connect() as client:
+        spinner = Spinner("Transcribing")
+        try:
+            for text in client.transcribe(model, audio, file.name, response_format=format,
+                                          language=language or "", prompt=prompt or "", translate=translate):
+                spinner.stop()
+                sys.stdout.write(text)
+                sys.stdout.flush()
+        finally:
+            spinner.stop()
+    if format == "text":
+        sys.stdout.write("\n")
 
 
 @app.command(cls=_RunCommand)

@@ -15,7 +15,7 @@ from typing import Any
 
 from localllm.cli.display import AnswerPrinter, Spinner
 from localllm.cli.format import stats_summary
-from localllm.cli.image_paths import ImagePathError, PromptImages, extract_images
+from localllm.cli.image_paths import ImagePathError, PromptImages, extract_images, is_audio_path
 from localllm.cli.progress import show_progress
 from localllm.client import APIError, Client, DaemonError
 from localllm.config import SettingsError, parse_duration
@@ -197,16 +197,15 @@ def print_stats(final: dict[str, Any] | None, verbose: bool) -> None:
 
 
 def prompt_images(opts: RunOptions, prompt: str) -> PromptImages:
-    """The images a prompt names by path, for a model that can see (said on stderr as each is added);
-    a file that cannot be sent is a DaemonError naming it. Other models get the prompt as typed."""
-    if "vision" not in opts.capabilities:
-        return PromptImages(prompt, [], [])
+    """The images (and audio files) a prompt names by path, for a model that can see (or hear), said on
+    stderr as each is added; a file that cannot be sent is a DaemonError naming it. Other models get the
+    prompt as typed."""
     try:
-        found = extract_images(prompt)
+        found = extract_images(prompt, "vision" in opts.capabilities, "audio" in opts.capabilities)
     except ImagePathError as exc:
         raise DaemonError(str(exc)) from None
     for path in found.paths:
-        sys.stderr.write(f"Added image '{path}'\n")
+        sys.stderr.write(f"Added {'audio' if is_audio_path(path) else 'image'} '{path}'\n")
     return found
 
 

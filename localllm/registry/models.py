@@ -154,6 +154,8 @@ class LocalModel:
             caps.append("thinking")
         if self.vision:
             caps.append("vision")
+        if self.audio:
+            caps.append("audio")
         return caps
 
     @property
@@ -182,6 +184,16 @@ class LocalModel:
             return self.ollama_format is not None and carries_vision(self.gguf)
         try:
             return read_projector(self.projectors[0]).vision
+        except (InvalidProjector, OSError):
+            return False
+
+    @property
+    def audio(self) -> bool:
+        """Whether the model hears: it has a projector layer with an audio encoder."""
+        if not self.projectors:
+            return False
+        try:
+            return read_projector(self.projectors[0]).audio
         except (InvalidProjector, OSError):
             return False
 

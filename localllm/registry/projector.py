@@ -1,7 +1,7 @@
-"""Vision projectors (llama.cpp's ``mmproj`` GGUF files, Ollama's projector layer) as the store sees them.
+"""Vision and audio projectors (llama.cpp's ``mmproj`` GGUF files, Ollama's projector layer) as the store sees them.
 
 The header says what a projector is for (``general.architecture`` "clip",
-``clip.has_vision_encoder``) and, usually, the width of the embeddings it
+``clip.has_vision_encoder``, ``clip.has_audio_encoder``) and, usually, the width of the embeddings it
 writes (``clip.vision.projection_dim``), which must be the language model's
 ``embedding_length``. ``create`` checks both so that a projector that cannot
 work is refused there, naming the file; libmtmd checks the rest at load.
@@ -18,7 +18,7 @@ PROJECTOR_ARCHITECTURES = ("clip", "mmproj")
 
 
 class InvalidProjector(ValueError):
-    """A file that cannot serve as a vision projector; the message says why (the caller names the file)."""
+    """A file that cannot serve as a vision or audio projector; the message says why (the caller names the file)."""
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,10 @@ def read_projector(path: Path) -> ProjectorInfo:
     if arch not in PROJECTOR_ARCHITECTURES:
         raise InvalidProjector(f"not a projector: its architecture is {arch!r}, not 'clip' (a language model?)")
     info = ProjectorInfo(vision=bool(meta.get("clip.has_vision_encoder")), audio=bool(meta.get("clip.has_audio_encoder")),
-                         projection_dim=meta.get("clip.vision.projection_dim"))
-    if not info.vision:
-        raise InvalidProjector("the projector has no vision encoder (clip.has_vision_encoder is not set)")
+                         projection_dim=meta.get("clip.vision.projection_dim") or meta.get("clip.audio.projection_dim"))
+    if not (info.vision or info.audio):
+        raise InvalidProjector("the projector has neither a vision nor an audio encoder "
+                               "(clip.has_vision_encoder and clip.has_audio_encoder are not set)")
     return info
 
 

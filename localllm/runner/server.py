@@ -44,8 +44,8 @@ bad input):
     their text (llama-server's field: a chat format's markers, e.g. gpt-oss's ``<|channel|>``). With
     ``grammar_triggers`` the grammar is lazy: output is free until one of those words appears, and
     the grammar holds from that word on
-    (a tool call's start marker). ``images`` (base64 PNG, JPEG, WebP or GIF; runners started with
-    ``--projector`` only) go at the image markers (``<__media__>``) of a string prompt, in order; a
+    (a tool call's start marker). ``images`` (base64 PNG, JPEG, WebP or GIF, or WAV, MP3 or FLAC audio
+    for a projector that hears; runners started with ``--projector`` only) go at the image markers (``<__media__>``) of a string prompt, in order; a
     prompt with images is never cut: over the context it is a 400. ``json_schema`` holds the output to a JSON
     schema with llguidance. ``context`` (tokens of an earlier exchange, Ollama's ``/api/generate``
     ``context``) goes before the prompt. Pieces never split a UTF-8
@@ -76,7 +76,7 @@ from starlette.routing import Route
 
 from localllm.backends.llama_cpp import Model
 from localllm.backends.projector import ImagePrompt, Projector, is_placeholder
-from localllm.images import ImageError, decode_base64_image
+from localllm.audio import MediaError, decode_base64_media
 from localllm.options import CompletionOptions, OptionError
 from localllm.runner.draft_model import DraftModel, DraftModels, DraftRefused
 from localllm.runner.embed import Embedder, InputTooLong
@@ -167,9 +167,9 @@ def _prompt_tokens(model: Model, prompt: Any, context: Any) -> list[int]:
 
 
 def _image_prompt(rt: Runtime, prompt: Any, context: Any, images: Any) -> ImagePrompt:
-    """A string prompt with its base64 ``images`` at its markers, tokenized by libmtmd."""
+    """A string prompt with its base64 ``images`` (images and audio clips) at its markers, tokenized by libmtmd."""
     if rt.projector is None:
-        raise BadRequest("this model does not support images (it was loaded without a projector)")
+        raise BadRequest("this model does not support images or audio (it was loaded without a projector)")
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
         raise BadRequest("'images' must be a list of base64 strings")
     if not isinstance(prompt, str):
@@ -177,9 +177,9 @@ def _image_prompt(rt: Runtime, prompt: Any, context: Any, images: Any) -> ImageP
     if context:
         raise BadRequest("'context' cannot be combined with images; send the whole conversation")
     try:
-        decoded = [decode_base64_image(data, f"images[{i}]") for i, data in enumerate(images)]
+        decoded = [decode_base64_media(data, f"images[{i}]") for i, data in enumerate(images)]
         parsed = rt.projector.tokenize(prompt, decoded)
-    except (ImageError, ValueError) as exc:
+    except (*MediaError, ValueError) as exc:
         raise BadRequest(str(exc)) from None
     if not parsed.tokens:
         raise BadRequest("the prompt is empty")

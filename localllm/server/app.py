@@ -21,6 +21,7 @@ from .errors import ApiError, error_body
 from .ollama_api import router as ollama_router
 from .openai_api import router as openai_router
 from .rerank_api import router as rerank_router
+from .transcription import router as transcription_router
 from .security import AccessGuard
 from .state import DaemonState
 from .web import router as web_router
@@ -45,14 +46,15 @@ def describe_validation_error(exc: RequestValidationError) -> str:
 
 
 class JsonBodies:
-    """Read every API body as JSON whatever its Content-Type, as Ollama does (curl -d sends form type)."""
+    """Read every API body as JSON whatever its Content-Type, as Ollama does (curl -d sends form type);
+    blobs are raw bytes and the audio endpoints' uploads multipart forms, as OpenAI's."""
 
     def __init__(self, app) -> None:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["method"] in ("POST", "DELETE", "PUT", "PATCH") \
-                and not scope["path"].startswith("/api/blobs/"):
+                and not scope["path"].startswith(("/api/blobs/", "/v1/audio/")):
             headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
             scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
         await self.app(scope, receive, send)
@@ -94,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(rerank_router)
+    app.include_router(transcription_router)
     app.add_middleware(JsonBodies)
     app.add_middleware(CancelOnDisconnect)
     app.add_middleware(AccessGuard, settings=settings)

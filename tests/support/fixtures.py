@@ -102,3 +102,19 @@ def smollm2_projector() -> Path:
         gguf_builders.color_projector(partial, smollm2_gguf())
         partial.rename(target)
     return target
+
+
+def smollm2_audio_projector() -> Path:
+    """A tone projector for SmolLM2 (``audio.tone_projector``): SmolLM2 + it hears low and high tones
+    and silence.  Cached under a name that changes with the builder's code."""
+    import inspect
+
+    from support import audio
+
+    source = inspect.getsource(audio.tone_projector).encode()
+    target = cache_dir() / f"smollm2-tone-mmproj-{hashlib.sha256(source).hexdigest()[:12]}.gguf"
+    if not target.exists():
+        partial = target.with_suffix(".partial")
+        audio.tone_projector(partial, smollm2_gguf())
+        partial.rename(target)
+    return target

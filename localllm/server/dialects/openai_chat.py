@@ -27,7 +27,8 @@ from ..inference import parse_name
 from ..streaming import sse, streamed
 from .render import truncation_headers
 from .openai_family import (
-    image_data, openai_tool_call, reasoning_think, response_format_constraint, sampling_options, tool_choice_of,
+    audio_data, image_data, openai_tool_call, reasoning_think, response_format_constraint, sampling_options,
+    tool_choice_of,
 )
 
 MAX_CHOICES = 8
@@ -38,6 +39,7 @@ class ContentPart(RequestBody):
     type: str
     text: str | None = None
     image_url: dict[str, Any] | str | None = None
+    input_audio: dict[str, Any] | None = None
 
 
 class ChatMessage(RequestBody):
@@ -105,7 +107,7 @@ def completion_options(body: SamplingBody, max_tokens: int | None) -> dict[str, 
 
 
 def _content_of(content: str | list[ContentPart] | None, field: str) -> tuple[str, list[str]]:
-    """Text and images of an OpenAI message's content."""
+    """Text and media (images and audio clips, in order) of an OpenAI message's content."""
     if content is None or isinstance(content, str):
         return content or "", []
     texts, images = [], []
@@ -115,9 +117,11 @@ def _content_of(content: str | list[ContentPart] | None, field: str) -> tuple[st
         elif part.type == "image_url":
             url = part.image_url.get("url") if isinstance(part.image_url, dict) else part.image_url
             images.append(image_data(url or "", f"{field}.content[{index}].image_url"))
+        elif part.type == "input_audio":
+            images.append(audio_data(part.input_audio, f"{field}.content[{index}].input_audio"))
         else:
             raise bad_request(f"{field}.content[{index}]: content part type {part.type!r} is not supported; "
-                              "use text or image_url")
+                              "use text, image_url or input_audio")
     return "".join(texts), images
 
 

@@ -1,10 +1,11 @@
 """What the OpenAI-family dialects share: chat completions, Responses and Anthropic's Messages
-map sampling fields, output formats, reasoning effort, images, tool calls and tool choice alike."""
+map sampling fields, output formats, reasoning effort, images, audio, tool calls and tool choice alike."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...audio import MediaError, input_audio_data
 from ...images import ImageError, data_url_image
 from ..conversation import ThinkSetting
 from ..errors import bad_request
@@ -63,6 +64,16 @@ def image_data(url: str, field: str) -> str:
     try:
         return data_url_image(url, field)
     except ImageError as exc:
+        raise bad_request(str(exc)) from None
+
+
+def audio_data(part: Any, field: str) -> str:
+    """The base64 data of an ``input_audio`` object (chat's content part and Responses' input item alike).
+
+    It joins the message's images: media travel together, told apart by their bytes (as Ollama's ``images``)."""
+    try:
+        return input_audio_data(part, field)
+    except MediaError as exc:
         raise bad_request(str(exc)) from None
 
 

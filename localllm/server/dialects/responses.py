@@ -30,7 +30,8 @@ from ..errors import bad_request
 from ..inference import parse_name
 from ..tools import ToolCall
 from .openai_family import (
-    image_data, openai_tool_call, reasoning_think, response_format_constraint, sampling_options, tool_choice_of
+    audio_data, image_data, openai_tool_call, reasoning_think, response_format_constraint, sampling_options,
+    tool_choice_of,
 )
 
 #: ``include`` values we honour: token log-probabilities, and reasoning handed back to be
@@ -101,7 +102,8 @@ def refuse_unsupported(body: ResponsesRequest) -> None:
 
 
 def content_of(content: Any, field: str) -> tuple[str, list[str]]:
-    """Text and images of a message's (or a function output's) content: a string or a list of parts."""
+    """Text and media (images and audio clips, in order) of a message's (or a function output's) content:
+    a string or a list of parts."""
     if isinstance(content, str):
         return content, []
     if not isinstance(content, list):
@@ -118,9 +120,11 @@ def content_of(content: Any, field: str) -> tuple[str, list[str]]:
             if part.get("file_id"):
                 raise bad_request(f"{where}.file_id: files are not supported; send the image as a data URL")
             images.append(image_data(str(part.get("image_url") or ""), f"{where}.image_url"))
+        elif kind == "input_audio":
+            images.append(audio_data(part.get("input_audio"), f"{where}.input_audio"))
         else:
             raise bad_request(f"{where}: content part type {kind!r} is not supported; "
-                              "use input_text, output_text, input_image or refusal")
+                              "use input_text, output_text, input_image, input_audio or refusal")
     return "".join(texts), images
 
 

@@ -1,0 +1,67 @@
+"""``localllm run`` with audio paths in the prompt, and ``localllm transcribe``, on a real model that hears."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.audio import flac, tone, wav
+from support.cli import CliEnv
+
+from localllm.cli.image_paths import extract_images
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, audio_projector_path: Path) -> Iterator[CliEnv]:
+    cli = CliEnv(tmp_path_factory.mktemp("cli-audio"))
+    process = cli.start_daemon()
+    (cli.root / "Modelfile").write_text(
+        f"FROM {smollm2_path}\nFROM {audio_projector_path}\nPARAMETER temperature 0\nPARAMETER num_predict 12\n"
+        'TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}'
+        '<|im_start|>assistant\n"""\n')
+    created = cli.run("create", "listener", "-f", "Modelfile")
+    assert created.returncode == 0, created.stderr
+    (cli.root / "Plainfile").write_text(f"FROM {smollm2_path}\n")
+    assert cli.run("create", "plain", "-f", "Plainfile").returncode == 0
+    (cli.root / "low.wav").write_bytes(wav(tone(300, 12)))
+    (cli.root / "high tone.flac").write_bytes(flac(tone(3000, 12)))
+    (cli.root / "notes.wav").write_text("shopping: milk, eggs")
+    yield cli
+    process.terminate()
+    cli.kill_daemons()
+
+
+def test_run_sends_the_audio_a_prompt_names(env: CliEnv) -> None:
+    low = env.run("run", "listener", "What do you hear in ./low.wav? Answer in one word.")
+    assert low.returncode == 0, low.stderr
+    assert "Added audio './low.wav'" in low.stderr and low.stdout.strip()
+    high = env.run("run", "listener", f"What do you hear in '{env.root}/high tone.flac'? Answer in one word.")
+    assert f"Added audio '{env.root}/high tone.flac'" in high.stderr and high.stdout.strip() != low.stdout.strip()
+
+
+def test_run_refuses_an_audio_file_it_cannot_send(env: CliEnv) -> None:
+    result = env.run("run", "listener", "What is in ./notes.wav?")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == ["Error: ./notes.wav is not a WAV, MP3 or FLAC file"]
+
+
+def test_transcribe_prints_the_text_or_subtitles(env: CliEnv) -> None:
+    text = env.run("transcribe", "listener", "low.wav")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.strip()
+    srt = env.run("transcribe", "listener", "low.wav", "--format", "srt")
+    assert srt.returncode == 0 and srt.stdout.startswith("1\n00:00:00,000 --> 00:00:12,000\n")
+    assert text.stdout.strip() in srt.stdout
+    missing = env.run("transcribe", "listener", "missing.wav")
+    assert missing.returncode == 1 and "cannot read missing.wav" in missing.stderr
+    deaf = env.run("transcribe", "plain", "low.wav")
+    assert deaf.returncode == 1 and "'plain:latest' does not support audio" in deaf.stderr
+
+
+def test_only_a_model_that_hears_takes_audio_paths(tmp_path: Path) -> None:
+    (tmp_path / "a.wav").write_bytes(wav(tone(300, 1)))
+    prompt = f"hear {tmp_path}/a.wav now"
+    assert extract_images(prompt).images == [] and extract_images(prompt).prompt == prompt
+    heard = extract_images(prompt, images=False, audio=True)
+    assert heard.prompt == "hear now" and len(heard.images) == 1 and heard.paths == [f"{tmp_path}/a.wav"]
