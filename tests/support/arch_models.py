@@ -319,3 +319,153 @@ def _gemma3_encoder(seed: int) -> dict[str, np.ndarray]:
     weights["mm.soft_emb_norm.weight"] = r(hidden)
     weights["mm.input_projection.weight"] = r(hidden, n_embd, scale=1.0)
     return weights
+
+
+# --- the hybrid and other families Ollama lays out its own way, described by their shapes ------------------
+
+Shape = tuple[int, ...]
+_ARRAY_TYPES = {np.dtype(np.uint32): GGUFValueType.UINT32, np.dtype(np.int32): GGUFValueType.INT32}
+
+
+def _add_keys(w: GGUFWriter, arch: str, keys: dict[str, Any]) -> None:
+    """``keys`` (``@`` for ``<arch>.``) onto ``w``: ints as UINT32, floats as FLOAT32, strings, and numpy
+    arrays typed by their dtype (Ollama writes per-layer counts as UINT32 arrays, llama.cpp sections as INT32)."""
+    for key, value in keys.items():
+        key = key.replace("@", f"{arch}.", 1)
+        if isinstance(value, np.ndarray):
+            w.add_key_value(key, [int(v) for v in value], GGUFValueType.ARRAY, sub_type=_ARRAY_TYPES[value.dtype])
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        else:
+            w.add_string(key, value)
+
+
+def _tiny(path: Path, arch: str, vocab_from: Path, keys: dict[str, Any], tensors: list[tuple[str, Shape]],
+          seed: int, pre: str | None = None, rename: Callable[[str], str] = lambda name: name,
+          skip: Callable[[str], bool] = lambda name: False) -> Path:
+    """A model of ``arch``: ``keys``, ``vocab_from``'s tokenizer, and random ``tensors`` (ggml shapes, the
+    vocabulary's size as ``-1``) drawn in their order, so that two layouts of one model hold the same weights
+    under ``rename``d names; a ``skip``ped tensor is drawn but not written (what Ollama leaves out)."""
+    w = GGUFWriter(str(path), arch)
+    _add_keys(w, arch, keys)
+    w.add_file_type(0)
+    vocab = _copy_tokenizer(vocab_from, w, pre)
+    t = _Weights(w, seed, rename)
+    for name, shape in tensors:
+        shape = tuple(vocab if d == -1 else d for d in shape)
+        if skip(name):
+            t.rng.standard_normal(int(np.prod(shape)))
+        else:
+            t(name, *shape)
+    return _finish(w, path)
+
+
+def _renamer(names: dict[str, str], ollama: bool) -> Callable[[str], str]:
+    """llama.cpp's tensor names to Ollama's (``names``: parts of a name, upstream to theirs), for the Ollama
+    layout; no change for the upstream one."""
+    def rename(name: str) -> str:
+        if ollama:
+            for upstream, theirs in names.items():
+                name = name.replace(upstream, theirs)
+        return name
+    return rename
+
+
+def _dense_ffn(b: str, e: int, ff: int) -> list[tuple[str, Shape]]:
+    return [(b + "ffn_gate.weight", (e, ff)), (b + "ffn_up.weight", (e, ff)), (b + "ffn_down.weight", (ff, e))]
+
+
+def _attention(b: str, e: int, n_head: int, n_kv: int, head: int, gated: bool = False,
+               qk_norm: bool = True) -> list[tuple[str, Shape]]:
+    """Attention projections (``gated``: Q carries an output gate per head, as in Qwen3-Next and Qwen 3.5)."""
+    tensors = [(b + "attn_q.weight", (e, n_head * head * (2 if gated else 1))), (b + "attn_k.weight", (e, n_kv * head)),
+               (b + "attn_v.weight", (e, n_kv * head)), (b + "attn_output.weight", (n_head * head, e))]
+    if qk_norm:
+        tensors += [(b + "attn_q_norm.weight", (head,)), (b + "attn_k_norm.weight", (head,))]
+    return tensors
+
+
+def lfm2(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 21) -> Path:
+    """A two-layer LFM2 (a short-convolution layer, then an attention layer; the norm before the tied output).
+    Ollama's layout names that norm ``output_norm`` (llama.cpp ``token_embd_norm``), states a wrong
+    ``feed_forward_length`` and no ``lfm2`` pre-tokenizer."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, ff, n_head, n_kv, head, conv = 64, 96, 4, 2, 16, 3
+    keys = {"@block_count": 2, "@context_length": 256, "@embedding_length": e,
+            "@feed_forward_length": ff * 2 if ollama else ff, "@attention.head_count": n_head,
+            "@attention.head_count_kv": np.array([0, n_kv], np.uint32), "@attention.layer_norm_rms_epsilon": 1e-5,
+            "@rope.freq_base": 10000.0, "@shortconv.l_cache": conv}
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("token_embd_norm.weight", (e,))]
+    for il in range(2):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff)]
+        tensors += ([(b + "shortconv.conv.weight", (conv, e)), (b + "shortconv.in_proj.weight", (e, 3 * e)),
+                     (b + "shortconv.out_proj.weight", (e, e))] if il == 0 else _attention(b, e, n_head, n_kv, head))
+    return _tiny(path, "lfm2", vocab_from, keys, tensors, seed, pre=None if ollama else "lfm2",
+                 rename=_renamer({"token_embd_norm": "output_norm"}, ollama))
+
+
+def _gated_delta_net(b: str, e: int, k_head: int, n_k: int, v_head: int, n_v: int, conv: int,
+                     fused: bool) -> list[tuple[str, Shape]]:
+    """A Gated DeltaNet layer: Qwen3-Next's fused ``ssm_in`` (q, k, v, z) and ``ssm_ba``, or Qwen 3.5's
+    ``attn_qkv``, ``attn_gate`` (z), ``ssm_beta`` and ``ssm_alpha``."""
+    qkv = 2 * k_head * n_k + v_head * n_v
+    projections = ([(b + "ssm_in.weight", (e, qkv + v_head * n_v)), (b + "ssm_ba.weight", (e, 2 * n_v))] if fused
+                   else [(b + "attn_qkv.weight", (e, qkv)), (b + "attn_gate.weight", (e, v_head * n_v)),
+                         (b + "ssm_beta.weight", (e, n_v)), (b + "ssm_alpha.weight", (e, n_v))])
+    return [*projections, (b + "ssm_conv1d.weight", (conv, qkv)), (b + "ssm_dt.bias", (n_v,)), (b + "ssm_a", (n_v,)),
+            (b + "ssm_norm.weight", (v_head,)), (b + "ssm_out.weight", (v_head * n_v, e))]
+
+
+def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[str, Shape]]:
+    """A router, experts and a gated shared expert (Qwen3-Next and Qwen 3.5 MoE)."""
+    return [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "ffn_gate_exps.weight", (e, ff_exp, n_exp)),
+            (b + "ffn_up_exps.weight", (e, ff_exp, n_exp)), (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)),
+            (b + "ffn_gate_inp_shexp.weight", (e,)),
+            *[(b + name.replace(".weight", "_shexp.weight"), shape) for name, shape in _dense_ffn("", e, ff_shared)]]
+
+
+def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23) -> Path:
+    """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
+    every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
+    expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
+    ``.bias``, and for Qwen 3.5 three M-RoPE sections, a multi-token-prediction layer (``mtp.*``) and a vision
+    tower (``v.*``) in the file."""
+    assert layout in LAYOUTS and arch in ("qwen35", "qwen35moe", "qwen3next")
+    ollama, qwen35 = layout == "ollama", arch.startswith("qwen35")
+    e, n_layer, n_head, n_kv, head, conv = 64, 4, 4, 2, 16, 4
+    k_head, n_k, v_head, n_v = 16, 2, 16, 4
+    n_exp, ff_exp, ff = 4, 32, 96
+    keys: dict[str, Any] = {
+        "@block_count": n_layer, "@context_length": 256, "@embedding_length": e, "@attention.head_count": n_head,
+        "@attention.head_count_kv": np.array([0, 0, 0, n_kv], np.uint32) if ollama else n_kv,
+        "@attention.key_length": head, "@attention.value_length": head, "@attention.layer_norm_rms_epsilon": 1e-6,
+        "@rope.freq_base": 10000000.0, "@rope.dimension_count": head // 2, "@ssm.conv_kernel": conv,
+        "@ssm.state_size": k_head, "@ssm.group_count": n_k, "@ssm.time_step_rank": n_v, "@ssm.inner_size": v_head * n_v,
+        "@full_attention_interval": 4}
+    if qwen35:
+        keys["@rope.dimension_sections"] = np.array([2, 3, 3] if ollama else [2, 3, 3, 0], np.int32)
+    if ollama and qwen35:
+        keys["@vision.block_count"] = 1
+    if arch == "qwen35":
+        keys["@feed_forward_length"] = ff
+    else:
+        keys.update({"@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp,
+                     "@expert_shared_feed_forward_length": ff_exp})
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(n_layer):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), (b + "post_attention_norm.weight", (e,))]
+        tensors += (_attention(b, e, n_head, n_kv, head, gated=True) if il % 4 == 3
+                    else _gated_delta_net(b, e, k_head, n_k, v_head, n_v, conv, fused=arch == "qwen3next"))
+        tensors += _dense_ffn(b, e, ff) if arch == "qwen35" else _moe(b, e, n_exp, ff_exp, ff_exp)
+    extras = [("mtp.0.eh_proj.weight", (2 * e, e)), ("v.blk.0.attn_q.weight", (16, 16))] if qwen35 else []
+    return _tiny(path, arch, vocab_from, keys, tensors + extras, seed, pre="qwen35" if qwen35 else "qwen2",
+                 rename=_renamer({".ssm_dt.bias": ".ssm_dt"}, ollama),
+                 skip=lambda name: not ollama and name.startswith(("mtp.", "v.")))
