@@ -469,3 +469,63 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
     return _tiny(path, arch, vocab_from, keys, tensors + extras, seed, pre="qwen35" if qwen35 else "qwen2",
                  rename=_renamer({".ssm_dt.bias": ".ssm_dt"}, ollama),
                  skip=lambda name: not ollama and name.startswith(("mtp.", "v.")))
+
+
+def _llama_block(b: str, e: int, ff: int, n_head: int, n_kv: int, head: int) -> list[tuple[str, Shape]]:
+    return [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head, qk_norm=False),
+            (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff)]
+
+
+def mistral3(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 25) -> Path:
+    """A two-layer Mistral 3 language model with YaRN RoPE scaling. Ollama's layout names the YaRN keys
+    ``rope.scaling.beta_fast``/``beta_slow``/``mscale_all_dim`` and the attention temperature
+    ``rope.scaling_beta`` (llama.cpp: ``rope.scaling.yarn_*`` and ``attention.temperature_scale``)."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, ff, n_head, n_kv, head = 64, 128, 4, 2, 16
+    yarn = {"beta_fast": ("@rope.scaling.beta_fast", "@rope.scaling.yarn_beta_fast", 32.0),
+            "beta_slow": ("@rope.scaling.beta_slow", "@rope.scaling.yarn_beta_slow", 1.0),
+            "mscale": ("@rope.scaling.mscale_all_dim", "@rope.scaling.yarn_log_multiplier", 1.0),
+            "beta": ("@rope.scaling_beta", "@attention.temperature_scale", 0.1)}
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 1024, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
+        "@attention.value_length": head, "@attention.layer_norm_rms_epsilon": 1e-5, "@rope.freq_base": 1e6,
+        "@rope.dimension_count": head, "@rope.scaling.type": "yarn", "@rope.scaling.factor": 4.0,
+        "@rope.scaling.original_context_length": 256,
+        **{(theirs if ollama else ours): value for theirs, ours, value in yarn.values()}}
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(2):
+        tensors += _llama_block(f"blk.{il}.", e, ff, n_head, n_kv, head)
+    return _tiny(path, "mistral3", vocab_from, keys, tensors, seed, pre=None if ollama else "tekken")
+
+
+def glm_ocr(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 27) -> Path:
+    """GLM-OCR's two-layer language model: architecture ``glm4`` to llama.cpp (norms after attention and FFN,
+    gate and up in one matrix, M-RoPE sections), ``glmocr`` in Ollama's layout (``attn_out``,
+    ``post_attn_norm``, ``post_ffn_norm``, gate and up apart, three ``mrope_section``s, no rope dimension)."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, ff, n_head, n_kv, head = 64, 96, 4, 2, 16
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
+        "@attention.value_length": head, "@attention.layer_norm_rms_epsilon": 1e-5, "@rope.freq_base": 10000.0}
+    if ollama:
+        keys["@rope.mrope_section"] = np.array([2, 3, 3], np.int32)
+    else:
+        keys.update({"@rope.dimension_count": head, "@rope.dimension_sections": np.array([2, 3, 3, 0], np.int32)})
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(2):
+        b = f"blk.{il}."
+        ffn = ([(b + "ffn_gate.weight", (e, ff)), (b + "ffn_up.weight", (e, ff))] if ollama
+               else [(b + "ffn_up.weight", (e, 2 * ff))])  # the same numbers: gate's rows, then up's
+        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head, qk_norm=False),
+                    (b + "post_attention_norm.weight", (e,)), (b + "ffn_norm.weight", (e,)), *ffn,
+                    (b + "ffn_down.weight", (ff, e)), (b + "post_ffw_norm.weight", (e,))]
+    names = {".attn_output.": ".attn_out.", ".post_attention_norm.": ".post_attn_norm.",
+             ".post_ffw_norm.": ".post_ffn_norm."}
+    return _tiny(path, "glmocr" if ollama else "glm4", vocab_from, keys, tensors, seed,
+                 pre=None if ollama else "chatglm-bpe", rename=_renamer(names, ollama))
