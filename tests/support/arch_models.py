@@ -529,3 +529,46 @@ def glm_ocr(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 
              ".post_ffw_norm.": ".post_ffn_norm."}
     return _tiny(path, "glmocr" if ollama else "glm4", vocab_from, keys, tensors, seed,
                  pre=None if ollama else "chatglm-bpe", rename=_renamer(names, ollama))
+
+
+def glm4_moe_lite(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 29) -> Path:
+    """A two-layer GLM-4.7-Flash (DeepSeek-V2 multi-head latent attention with a Q LoRA; a dense first layer,
+    then sigmoid-routed experts with a shared one): architecture ``deepseek2`` with the absorbed-MLA key and
+    value lengths to llama.cpp; ``glm4moelite`` in Ollama's older files, whose keys hold per-head lengths
+    (``key_length`` the head's, ``head_count_kv`` every head, the ``_mla`` keys the absorbed ones)."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, n_head, nope, rope, kv_lora, q_lora = 64, 4, 12, 4, 32, 24
+    head = nope + rope  # the value head too, as in GLM-4.7-Flash
+    n_exp, ff_exp, ff = 4, 32, 96
+    per_head = {"@attention.head_count_kv": n_head, "@attention.key_length": head, "@attention.value_length": head,
+                "@attention.key_length_mla": kv_lora + rope, "@attention.value_length_mla": kv_lora}
+    absorbed = {"@attention.head_count_kv": 1, "@attention.key_length": kv_lora + rope,
+                "@attention.value_length": kv_lora, "@attention.key_length_mla": head, "@attention.value_length_mla": head}
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, **(per_head if ollama else absorbed), "@attention.kv_lora_rank": kv_lora,
+        "@attention.q_lora_rank": q_lora, "@rope.dimension_count": rope, "@attention.layer_norm_rms_epsilon": 1e-5,
+        "@rope.freq_base": 1e6, "@leading_dense_block_count": 1, "@expert_count": n_exp, "@expert_used_count": 2,
+        "@expert_shared_count": 1, "@expert_feed_forward_length": ff_exp, "@expert_weights_scale": 1.8,
+        "@expert_weights_norm": True, "@expert_gating_func": 2}
+    if not ollama:
+        keys.update({"@expert_group_count": 1, "@expert_group_used_count": 1})
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(2):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), (b + "attn_q_a.weight", (e, q_lora)),
+                    (b + "attn_q_a_norm.weight", (q_lora,)), (b + "attn_q_b.weight", (q_lora, n_head * head)),
+                    (b + "attn_kv_a_mqa.weight", (e, kv_lora + rope)), (b + "attn_kv_a_norm.weight", (kv_lora,)),
+                    (b + "attn_k_b.weight", (nope, kv_lora, n_head)), (b + "attn_v_b.weight", (kv_lora, head, n_head)),
+                    (b + "attn_output.weight", (n_head * head, e)), (b + "ffn_norm.weight", (e,))]
+        if il == 0:
+            tensors += _dense_ffn(b, e, ff)
+        else:
+            tensors += [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "exp_probs_b.bias", (n_exp,)),
+                        (b + "ffn_gate_exps.weight", (e, ff_exp, n_exp)), (b + "ffn_up_exps.weight", (e, ff_exp, n_exp)),
+                        (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)),
+                        *[(b + name.replace(".weight", "_shexp.weight"), shape)
+                          for name, shape in _dense_ffn("", e, ff_exp)]]
+    return _tiny(path, "glm4moelite" if ollama else "deepseek2", vocab_from, keys, tensors, seed, pre="glm4")
