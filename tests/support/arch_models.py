@@ -572,3 +572,56 @@ def glm4_moe_lite(path: Path, vocab_from: Path, layout: str = "upstream", seed: 
                         *[(b + name.replace(".weight", "_shexp.weight"), shape)
                           for name, shape in _dense_ffn("", e, ff_exp)]]
     return _tiny(path, "glm4moelite" if ollama else "deepseek2", vocab_from, keys, tensors, seed, pre="glm4")
+
+
+def nemotron_h(path: Path, vocab_from: Path, arch: str = "nemotron_h", layout: str = "upstream",
+               seed: int = 31) -> Path:
+    """A four-layer Nemotron-H: Mamba-2, attention, feed-forward, Mamba-2 (each layer's kind told by the
+    per-layer ``head_count_kv`` and ``feed_forward_length``). ``nemotron_h_moe`` makes the feed-forward layer
+    sigmoid-routed experts in a latent space with a shared expert; Ollama's layout of it names the latent
+    projections ``ffn_latent_in``/``ffn_latent_out`` (llama.cpp ``ffn_latent_down``/``ffn_latent_up``), leaves out
+    ``moe_latent_size`` and carries a multi-token-prediction layer (``mtp.*``). Plain ``nemotron_h`` is laid out
+    alike by both."""
+    assert layout in LAYOUTS and arch in ("nemotron_h", "nemotron_h_moe")
+    ollama, moe = layout == "ollama", arch == "nemotron_h_moe"
+    e, d_inner, d_state, n_group, n_ssm_head, conv = 64, 128, 16, 2, 8, 4
+    n_head, n_kv, head, ff, n_exp, ff_exp, latent = 4, 2, 16, 96, 4, 32, 32
+    kinds = "MA-M"  # Mamba-2, attention, feed-forward, Mamba-2
+    keys: dict[str, Any] = {
+        "@block_count": len(kinds), "@context_length": 256, "@embedding_length": e, "@attention.head_count": n_head,
+        "@attention.head_count_kv": np.array([n_kv if k == "A" else 0 for k in kinds], np.uint32),
+        "@feed_forward_length": np.array([ff if k == "-" else 0 for k in kinds], np.uint32),
+        "@attention.key_length": head, "@attention.value_length": head, "@attention.layer_norm_epsilon": 1e-5,
+        "@rope.freq_base": 10000.0, "@ssm.conv_kernel": conv, "@ssm.state_size": d_state,
+        "@ssm.group_count": n_group, "@ssm.inner_size": d_inner, "@ssm.time_step_rank": n_ssm_head}
+    if moe:
+        keys.update({"@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp,
+                     "@expert_shared_feed_forward_length": ff, "@expert_weights_scale": 2.5,
+                     "@expert_weights_norm": True, "@expert_gating_func": 2})
+        if not ollama:
+            keys["@moe_latent_size"] = latent
+    conv_dim = d_inner + 2 * n_group * d_state
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il, kind in enumerate(kinds):
+        b = f"blk.{il}."
+        tensors.append((b + "attn_norm.weight", (e,)))
+        if kind == "M":
+            tensors += [(b + "ssm_in.weight", (e, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)),
+                        (b + "ssm_conv1d.weight", (conv, conv_dim)), (b + "ssm_conv1d.bias", (conv_dim,)),
+                        (b + "ssm_dt.bias", (n_ssm_head,)), (b + "ssm_a", (1, n_ssm_head)), (b + "ssm_d", (1, n_ssm_head)),
+                        (b + "ssm_norm.weight", (d_inner // n_group, n_group)), (b + "ssm_out.weight", (d_inner, e))]
+        elif kind == "A":
+            tensors += _attention(b, e, n_head, n_kv, head, qk_norm=False)
+        elif moe:
+            tensors += [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "exp_probs_b.bias", (n_exp,)),
+                        (b + "ffn_latent_down.weight", (e, latent)), (b + "ffn_up_exps.weight", (latent, ff_exp, n_exp)),
+                        (b + "ffn_down_exps.weight", (ff_exp, latent, n_exp)), (b + "ffn_latent_up.weight", (latent, e)),
+                        (b + "ffn_up_shexp.weight", (e, ff)), (b + "ffn_down_shexp.weight", (ff, e))]
+        else:
+            tensors += [(b + "ffn_up.weight", (e, ff)), (b + "ffn_down.weight", (ff, e))]
+    if moe:
+        tensors.append(("mtp.0.eh_proj.weight", (2 * e, e)))
+    names = {".ffn_latent_down": ".ffn_latent_in", ".ffn_latent_up": ".ffn_latent_out"}
+    return _tiny(path, arch, vocab_from, keys, tensors, seed, rename=_renamer(names, ollama),
+                 skip=lambda name: not ollama and name.startswith("mtp."))
