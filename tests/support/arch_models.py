@@ -33,15 +33,18 @@ def _tokenizer(source: Path) -> tuple[tuple[str, Any, int, int | None], ...]:
                  if k.startswith("tokenizer.") and k != "tokenizer.chat_template")
 
 
-def _copy_tokenizer(source: Path, w: GGUFWriter, pre: str | None) -> int:
-    """``source``'s tokenizer onto ``w`` (its pre-tokenizer name replaced by ``pre`` when given) and a ChatML
-    template; the vocabulary size."""
+def _copy_tokenizer(source: Path, w: GGUFWriter, pre: str | None, model: str | None = None) -> int:
+    """``source``'s tokenizer onto ``w`` (its pre-tokenizer and tokenizer model names replaced by ``pre`` and
+    ``model`` when given) and a ChatML template; the vocabulary size."""
+    replaced = {"tokenizer.ggml.pre": pre, "tokenizer.ggml.model": model}
     for key, value, kind, item in _tokenizer(source):
-        if key == "tokenizer.ggml.pre" and pre is not None:
+        if replaced.get(key) is not None:
             continue
         w.add_key_value(key, value, GGUFValueType(kind), sub_type=None if item is None else GGUFValueType(item))
     if pre is not None:
         w.add_tokenizer_pre(pre)
+    if model is not None:
+        w.add_tokenizer_model(model)
     w.add_chat_template(CHATML)
     return len(dict((k, v) for k, v, *_ in _tokenizer(source))["tokenizer.ggml.tokens"])
 
@@ -59,6 +62,26 @@ class _Weights:
                               raw_dtype=GGMLQuantizationType.Q8_0)
         else:
             self.w.add_tensor(self.rename(name), data)
+
+
+def byte_vocabulary(path: Path) -> Path:
+    """A vocabulary-only GGUF to lend its tokenizer (``vocab_from``) where chatting is not the point: GPT-2's
+    256 byte tokens, ChatML's two control tokens and one merge. Models of a few hundred rows are written and
+    loaded far faster than with SmolLM2's 49,152."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    shifted = iter(range(256, 512))
+    chars = [chr(b) if b in printable else chr(next(shifted)) for b in range(256)]  # GPT-2's bytes_to_unicode
+    tokens = [*chars, "\u0120t", "<|im_start|>", "<|im_end|>"]
+    w = GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (len(tokens) - 2) + [3, 3])
+    w.add_token_merges(["\u0120 t"])
+    w.add_bos_token_id(len(tokens) - 2)
+    w.add_eos_token_id(len(tokens) - 1)
+    return _finish(w, path)
 
 
 def _finish(w: GGUFWriter, path: Path) -> Path:
@@ -324,16 +347,18 @@ def _gemma3_encoder(seed: int) -> dict[str, np.ndarray]:
 # --- the hybrid and other families Ollama lays out its own way, described by their shapes ------------------
 
 Shape = tuple[int, ...]
-_ARRAY_TYPES = {np.dtype(np.uint32): GGUFValueType.UINT32, np.dtype(np.int32): GGUFValueType.INT32}
+_ARRAY_TYPES = {np.dtype(np.uint32): GGUFValueType.UINT32, np.dtype(np.int32): GGUFValueType.INT32,
+                np.dtype(bool): GGUFValueType.BOOL}
 
 
 def _add_keys(w: GGUFWriter, arch: str, keys: dict[str, Any]) -> None:
     """``keys`` (``@`` for ``<arch>.``) onto ``w``: ints as UINT32, floats as FLOAT32, strings, and numpy
-    arrays typed by their dtype (Ollama writes per-layer counts as UINT32 arrays, llama.cpp sections as INT32)."""
+    arrays typed by their dtype (Ollama writes per-layer counts as UINT32 arrays, llama.cpp sections as INT32,
+    per-layer flags as BOOL)."""
     for key, value in keys.items():
         key = key.replace("@", f"{arch}.", 1)
         if isinstance(value, np.ndarray):
-            w.add_key_value(key, [int(v) for v in value], GGUFValueType.ARRAY, sub_type=_ARRAY_TYPES[value.dtype])
+            w.add_key_value(key, value.tolist(), GGUFValueType.ARRAY, sub_type=_ARRAY_TYPES[value.dtype])
         elif isinstance(value, bool):
             w.add_bool(key, value)
         elif isinstance(value, int):
@@ -346,14 +371,16 @@ def _add_keys(w: GGUFWriter, arch: str, keys: dict[str, Any]) -> None:
 
 def _tiny(path: Path, arch: str, vocab_from: Path, keys: dict[str, Any], tensors: list[tuple[str, Shape]],
           seed: int, pre: str | None = None, rename: Callable[[str], str] = lambda name: name,
-          skip: Callable[[str], bool] = lambda name: False) -> Path:
+          skip: Callable[[str], bool] = lambda name: False, tokenizer_model: str | None = None,
+          given: dict[str, np.ndarray] | None = None) -> Path:
     """A model of ``arch``: ``keys``, ``vocab_from``'s tokenizer, and random ``tensors`` (ggml shapes, the
     vocabulary's size as ``-1``) drawn in their order, so that two layouts of one model hold the same weights
-    under ``rename``d names; a ``skip``ped tensor is drawn but not written (what Ollama leaves out)."""
+    under ``rename``d names; a ``skip``ped tensor is drawn but not written (what Ollama leaves out). ``given``
+    tensors (numpy shapes) follow as they are: weights one layout holds rearranged."""
     w = GGUFWriter(str(path), arch)
     _add_keys(w, arch, keys)
     w.add_file_type(0)
-    vocab = _copy_tokenizer(vocab_from, w, pre)
+    vocab = _copy_tokenizer(vocab_from, w, pre, tokenizer_model)
     t = _Weights(w, seed, rename)
     for name, shape in tensors:
         shape = tuple(vocab if d == -1 else d for d in shape)
@@ -361,6 +388,8 @@ def _tiny(path: Path, arch: str, vocab_from: Path, keys: dict[str, Any], tensors
             t.rng.standard_normal(int(np.prod(shape)))
         else:
             t(name, *shape)
+    for name, data in (given or {}).items():
+        w.add_tensor(name, data.astype(np.float32))
     return _finish(w, path)
 
 
@@ -452,6 +481,8 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
         keys["@rope.dimension_sections"] = np.array([2, 3, 3] if ollama else [2, 3, 3, 0], np.int32)
     if ollama and qwen35:
         keys["@vision.block_count"] = 1
+    if ollama and arch == "qwen35moe":
+        keys["@feed_forward_length"] = ff  # which llama.cpp's converter leaves out
     if arch == "qwen35":
         keys["@feed_forward_length"] = ff
     else:
@@ -498,7 +529,7 @@ def mistral3(path: Path, vocab_from: Path, layout: str = "upstream", seed: int =
                                         ("output.weight", (e, -1))]
     for il in range(2):
         tensors += _llama_block(f"blk.{il}.", e, ff, n_head, n_kv, head)
-    return _tiny(path, "mistral3", vocab_from, keys, tensors, seed, pre=None if ollama else "tekken")
+    return _tiny(path, "mistral3", vocab_from, keys, tensors, seed, pre="default" if ollama else "tekken")
 
 
 def glm_ocr(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 27) -> Path:
@@ -625,3 +656,43 @@ def nemotron_h(path: Path, vocab_from: Path, arch: str = "nemotron_h", layout: s
     names = {".ffn_latent_down": ".ffn_latent_in", ".ffn_latent_up": ".ffn_latent_out"}
     return _tiny(path, arch, vocab_from, keys, tensors, seed, rename=_renamer(names, ollama),
                  skip=lambda name: not ollama and name.startswith("mtp."))
+
+
+def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 33) -> Path:
+    """A two-layer Gemma 4 26B-A4B in small: sliding-window then global attention (proportional RoPE by
+    ``rope_freqs``), each layer a dense FFN beside routed experts. llama.cpp's layout holds each expert's gate
+    and up rows in one ``ffn_gate_up_exps`` and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds
+    gate and up apart, the scale as ``ffn_gate_inp.per_expert_scale``, tokenizer model ``llama``, and its vision
+    and audio encoders (``v.*``, ``a.*``) in the file."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, n_head, n_kv, head, ff, n_exp, ff_exp = 64, 4, 2, 16, 96, 4, 32
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
+        "@attention.value_length": head, "@attention.key_length_swa": head, "@attention.value_length_swa": head,
+        "@attention.layer_norm_rms_epsilon": 1e-6, "@rope.freq_base": 1e6, "@rope.freq_base_swa": 1e4,
+        "@rope.dimension_count": head, "@rope.dimension_count_swa": head, "@attention.sliding_window": 8,
+        "@attention.sliding_window_pattern": np.array([True, False]), "@final_logit_softcapping": 30.0, "@embedding_length_per_layer_input": 0, "@attention.shared_kv_layers": 0,
+        "@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp}
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("rope_freqs.weight", (head // 2,))]
+    for il in range(2):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head),
+                    (b + "post_attention_norm.weight", (e,)), (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff),
+                    (b + "post_ffw_norm.weight", (e,)), (b + "layer_output_scale.weight", (1,)),
+                    (b + "ffn_gate_inp.weight", (e, n_exp)), (b + "ffn_gate_inp.scale", (e,)),
+                    (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), (b + "ffn_down_exps.scale", (n_exp,)),
+                    (b + "pre_ffw_norm_2.weight", (e,)), (b + "post_ffw_norm_1.weight", (e,)),
+                    (b + "post_ffw_norm_2.weight", (e,))]
+    tensors += [("v.blk.0.attn_q.weight", (16, 16)), ("a.blk.0.attn_q.weight", (16, 16))]
+    rng = np.random.default_rng(seed + 1)
+    experts: dict[str, np.ndarray] = {}
+    for il in range(2):
+        gate, up = (rng.standard_normal((n_exp, ff_exp, e)) * 0.3 for _ in range(2))
+        experts |= ({f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up} if ollama
+                    else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], axis=1)})
+    return _tiny(path, "gemma4", vocab_from, keys, tensors, seed, tokenizer_model="llama" if ollama else "gemma4",
+                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama),
+                 skip=lambda name: not ollama and name.startswith(("v.", "a.")), given=experts)
