@@ -9,7 +9,7 @@ SmolLM2's BPE vocabulary (``vocab_from``) makes them chat through the real daemo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -64,15 +64,17 @@ class _Weights:
             self.w.add_tensor(self.rename(name), data)
 
 
-def byte_vocabulary(path: Path) -> Path:
-    """A vocabulary-only GGUF to lend its tokenizer (``vocab_from``) where chatting is not the point: GPT-2's
-    256 byte tokens, ChatML's two control tokens and one merge. Models of a few hundred rows are written and
-    loaded far faster than with SmolLM2's 49,152."""
+def byte_vocabulary(path: Path, words: Sequence[str] = ()) -> Path:
+    """A vocabulary-only GGUF to lend its tokenizer (``vocab_from``): GPT-2's 256 byte tokens, ``words`` as
+    tokens of their own, ChatML's two control tokens and one merge. Models of a few hundred rows are written and
+    run far faster than with SmolLM2's 49,152; a grammar-forced reply is a few dozen tokens when its markers
+    are ``words`` (a random model picks among the tokens the grammar allows)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
                  *range(ord("\u00ae"), ord("\u00ff") + 1)]
     shifted = iter(range(256, 512))
     chars = [chr(b) if b in printable else chr(next(shifted)) for b in range(256)]  # GPT-2's bytes_to_unicode
-    tokens = [*chars, "\u0120t", "<|im_start|>", "<|im_end|>"]
+    encoded = ["".join(chars[b] for b in word.encode()) for word in words]
+    tokens = [*chars, *encoded, "\u0120t", "<|im_start|>", "<|im_end|>"]
     w = GGUFWriter(str(path), "llama")
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -93,7 +95,7 @@ def _finish(w: GGUFWriter, path: Path) -> Path:
 
 
 def gpt_oss(path: Path, vocab_from: Path, layout: str = "upstream", n_layer: int = 2, seed: int = 11,
-            drop: tuple[str, ...] = ()) -> Path:
+            drop: tuple[str, ...] = (), context: int = 256) -> Path:
     """A two-layer gpt-oss (attention sinks, biased attention, 4 experts of which 2 are used, every other
     layer sliding-window). ``layout="ollama"`` writes it as Ollama's library does: architecture
     ``gptoss``, ``attn_out``/``attn_sinks``/``ffn_norm`` tensors, no ``expert_feed_forward_length``,
@@ -104,7 +106,7 @@ def gpt_oss(path: Path, vocab_from: Path, layout: str = "upstream", n_layer: int
     e, head, n_head, n_kv, n_exp, ff_exp = 64, 16, 4, 2, 4, 32
     w = GGUFWriter(str(path), arch)
     w.add_block_count(n_layer)
-    w.add_context_length(256)
+    w.add_context_length(context)
     w.add_embedding_length(e)
     w.add_feed_forward_length(ff_exp)
     w.add_head_count(n_head)
@@ -459,7 +461,8 @@ def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[
             *[(b + name.replace(".weight", "_shexp.weight"), shape) for name, shape in _dense_ffn("", e, ff_shared)]]
 
 
-def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23) -> Path:
+def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23,
+                context: int = 256) -> Path:
     """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
     every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
     expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
@@ -471,7 +474,7 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
     k_head, n_k, v_head, n_v = 16, 2, 16, 4
     n_exp, ff_exp, ff = 4, 32, 96
     keys: dict[str, Any] = {
-        "@block_count": n_layer, "@context_length": 256, "@embedding_length": e, "@attention.head_count": n_head,
+        "@block_count": n_layer, "@context_length": context, "@embedding_length": e, "@attention.head_count": n_head,
         "@attention.head_count_kv": np.array([0, 0, 0, n_kv], np.uint32) if ollama else n_kv,
         "@attention.key_length": head, "@attention.value_length": head, "@attention.layer_norm_rms_epsilon": 1e-6,
         "@rope.freq_base": 10000000.0, "@rope.dimension_count": head // 2, "@ssm.conv_kernel": conv,
