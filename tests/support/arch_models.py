@@ -449,8 +449,8 @@ def _gated_delta_net(b: str, e: int, k_head: int, n_k: int, v_head: int, n_v: in
     projections = ([(b + "ssm_in.weight", (e, qkv + v_head * n_v)), (b + "ssm_ba.weight", (e, 2 * n_v))] if fused
                    else [(b + "attn_qkv.weight", (e, qkv)), (b + "attn_gate.weight", (e, v_head * n_v)),
                          (b + "ssm_beta.weight", (e, n_v)), (b + "ssm_alpha.weight", (e, n_v))])
-    return [*projections, (b + "ssm_conv1d.weight", (conv, qkv)), (b + "ssm_dt.bias", (n_v,)), (b + "ssm_a", (n_v,)),
-            (b + "ssm_norm.weight", (v_head,)), (b + "ssm_out.weight", (v_head * n_v, e))]
+    return [*projections, (b + "ssm_conv1d.weight", (conv, qkv)), (b + "ssm_dt.bias", (n_v,)),
+            (b + "ssm_norm.weight", (v_head,)), (b + "ssm_out.weight", (v_head * n_v, e))]  # ssm_a: see qwen_hybrid
 
 
 def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[str, Shape]]:
@@ -500,9 +500,11 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
                     else _gated_delta_net(b, e, k_head, n_k, v_head, n_v, conv, fused=arch == "qwen3next"))
         tensors += _dense_ffn(b, e, ff) if arch == "qwen35" else _moe(b, e, n_exp, ff_exp, ff_exp)
     extras = [("mtp.0.eh_proj.weight", (2 * e, e)), ("v.blk.0.attn_q.weight", (16, 16))] if qwen35 else []
+    rng = np.random.default_rng(seed + 1)  # negative, as -exp(A_log): a state that decays, finite over long prompts
+    decays = {f"blk.{il}.ssm_a": -np.exp(rng.standard_normal(n_v) * 0.3) for il in range(n_layer) if il % 4 != 3}
     return _tiny(path, arch, vocab_from, keys, tensors + extras, seed, pre="qwen35" if qwen35 else "qwen2",
                  rename=_renamer({".ssm_dt.bias": ".ssm_dt"}, ollama),
-                 skip=lambda name: not ollama and name.startswith(("mtp.", "v.")))
+                 skip=lambda name: not ollama and name.startswith(("mtp.", "v.")), given=decays)
 
 
 def _llama_block(b: str, e: int, ff: int, n_head: int, n_kv: int, head: int) -> list[tuple[str, Shape]]:
