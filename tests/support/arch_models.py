@@ -453,12 +453,15 @@ def _gated_delta_net(b: str, e: int, k_head: int, n_k: int, v_head: int, n_v: in
             (b + "ssm_norm.weight", (v_head,)), (b + "ssm_out.weight", (v_head * n_v, e))]  # ssm_a: see qwen_hybrid
 
 
+def _shared_expert(b: str, e: int, ff: int) -> list[tuple[str, Shape]]:
+    return [(b + name.replace(".weight", "_shexp.weight"), shape) for name, shape in _dense_ffn("", e, ff)]
+
+
 def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[str, Shape]]:
     """A router, experts and a gated shared expert (Qwen3-Next and Qwen 3.5 MoE)."""
     return [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "ffn_gate_exps.weight", (e, ff_exp, n_exp)),
             (b + "ffn_up_exps.weight", (e, ff_exp, n_exp)), (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)),
-            (b + "ffn_gate_inp_shexp.weight", (e,)),
-            *[(b + name.replace(".weight", "_shexp.weight"), shape) for name, shape in _dense_ffn("", e, ff_shared)]]
+            (b + "ffn_gate_inp_shexp.weight", (e,)), *_shared_expert(b, e, ff_shared)]
 
 
 def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23,
@@ -604,9 +607,7 @@ def glm4_moe_lite(path: Path, vocab_from: Path, layout: str = "upstream", seed: 
         else:
             tensors += [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "exp_probs_b.bias", (n_exp,)),
                         (b + "ffn_gate_exps.weight", (e, ff_exp, n_exp)), (b + "ffn_up_exps.weight", (e, ff_exp, n_exp)),
-                        (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)),
-                        *[(b + name.replace(".weight", "_shexp.weight"), shape)
-                          for name, shape in _dense_ffn("", e, ff_exp)]]
+                        (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), *_shared_expert(b, e, ff_exp)]
     return _tiny(path, "glm4moelite" if ollama else "deepseek2", vocab_from, keys, tensors, seed, pre="glm4")
 
 
