@@ -569,6 +569,8 @@ EMBEDDED_LLAVA = Variant(lambda g: g.architecture not in ("clip", "mmproj", None
 def _qwen35_marked(gguf: GGUFFile) -> bool:
     arch = gguf.architecture
     keys = ("vision.block_count", "image_token_id", "ssm.v_head_reordered", "rope.mrope_interleaved")
+    if arch == "qwen35moe":  # llama.cpp's converter states only the experts' width
+        keys += ("feed_forward_length",)
     return any(f"{arch}.{k}" in gguf.metadata for k in keys) or _has_prefix(gguf, "mtp.", "v.")
 
 

@@ -301,3 +301,15 @@ def test_gemma4_experts_gate_and_up_are_interleaved_per_expert(tmp_path):
     assert sorted(tensors) == ["blk.0.ffn_down_exps.scale", "blk.0.ffn_gate_up_exps.weight"]
     shape, _type, data = tensors["blk.0.ffn_gate_up_exps.weight"]
     assert shape == (8, 8, 3) and data == np.concatenate([gate, up], axis=1).tobytes()  # numpy: [expert, ff, embd]
+
+
+def test_a_text_only_ollama_qwen35moe_is_told_by_its_feed_forward_length(tmp_path):
+    """Ollama's qwen35moe files state ``feed_forward_length``, llama.cpp's do not: a file without a vision tower
+    or MTP layers is still Ollama's, its ``ssm_dt`` renamed."""
+    src = ollama_file(tmp_path / "q.gguf", "qwen35moe", {
+        "qwen35moe.feed_forward_length": 512, "qwen35moe.attention.head_count_kv": [0, 0, 0, 2]}, {
+        "blk.0.ssm_dt": rand(8)})
+    assert variant_of(read_gguf(src)) == "qwen35moe"
+    files = translated(tmp_path, src)
+    assert list(tensors_of(files.model)) == ["blk.0.ssm_dt.bias"]
+    assert fields_of(files.model)["qwen35moe.attention.head_count_kv"] == 2

@@ -9,7 +9,7 @@ SmolLM2's BPE vocabulary (``vocab_from``) makes them chat through the real daemo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,15 +33,18 @@ def _tokenizer(source: Path) -> tuple[tuple[str, Any, int, int | None], ...]:
                  if k.startswith("tokenizer.") and k != "tokenizer.chat_template")
 
 
-def _copy_tokenizer(source: Path, w: GGUFWriter, pre: str | None) -> int:
-    """``source``'s tokenizer onto ``w`` (its pre-tokenizer name replaced by ``pre`` when given) and a ChatML
-    template; the vocabulary size."""
+def _copy_tokenizer(source: Path, w: GGUFWriter, pre: str | None, model: str | None = None) -> int:
+    """``source``'s tokenizer onto ``w`` (its pre-tokenizer and tokenizer model names replaced by ``pre`` and
+    ``model`` when given) and a ChatML template; the vocabulary size."""
+    replaced = {"tokenizer.ggml.pre": pre, "tokenizer.ggml.model": model}
     for key, value, kind, item in _tokenizer(source):
-        if key == "tokenizer.ggml.pre" and pre is not None:
+        if replaced.get(key) is not None:
             continue
         w.add_key_value(key, value, GGUFValueType(kind), sub_type=None if item is None else GGUFValueType(item))
     if pre is not None:
         w.add_tokenizer_pre(pre)
+    if model is not None:
+        w.add_tokenizer_model(model)
     w.add_chat_template(CHATML)
     return len(dict((k, v) for k, v, *_ in _tokenizer(source))["tokenizer.ggml.tokens"])
 
@@ -61,6 +64,28 @@ class _Weights:
             self.w.add_tensor(self.rename(name), data)
 
 
+def byte_vocabulary(path: Path, words: Sequence[str] = ()) -> Path:
+    """A vocabulary-only GGUF to lend its tokenizer (``vocab_from``): GPT-2's 256 byte tokens, ``words`` as
+    tokens of their own, ChatML's two control tokens and one merge. Models of a few hundred rows are written and
+    run far faster than with SmolLM2's 49,152; a grammar-forced reply is a few dozen tokens when its markers
+    are ``words`` (a random model picks among the tokens the grammar allows)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    shifted = iter(range(256, 512))
+    chars = [chr(b) if b in printable else chr(next(shifted)) for b in range(256)]  # GPT-2's bytes_to_unicode
+    encoded = ["".join(chars[b] for b in word.encode()) for word in words]
+    tokens = [*chars, *encoded, "\u0120t", "<|im_start|>", "<|im_end|>"]
+    w = GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (len(tokens) - 2) + [3, 3])
+    w.add_token_merges(["\u0120 t"])
+    w.add_bos_token_id(len(tokens) - 2)
+    w.add_eos_token_id(len(tokens) - 1)
+    return _finish(w, path)
+
+
 def _finish(w: GGUFWriter, path: Path) -> Path:
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -70,7 +95,7 @@ def _finish(w: GGUFWriter, path: Path) -> Path:
 
 
 def gpt_oss(path: Path, vocab_from: Path, layout: str = "upstream", n_layer: int = 2, seed: int = 11,
-            drop: tuple[str, ...] = ()) -> Path:
+            drop: tuple[str, ...] = (), context: int = 256) -> Path:
     """A two-layer gpt-oss (attention sinks, biased attention, 4 experts of which 2 are used, every other
     layer sliding-window). ``layout="ollama"`` writes it as Ollama's library does: architecture
     ``gptoss``, ``attn_out``/``attn_sinks``/``ffn_norm`` tensors, no ``expert_feed_forward_length``,
@@ -81,7 +106,7 @@ def gpt_oss(path: Path, vocab_from: Path, layout: str = "upstream", n_layer: int
     e, head, n_head, n_kv, n_exp, ff_exp = 64, 16, 4, 2, 4, 32
     w = GGUFWriter(str(path), arch)
     w.add_block_count(n_layer)
-    w.add_context_length(256)
+    w.add_context_length(context)
     w.add_embedding_length(e)
     w.add_feed_forward_length(ff_exp)
     w.add_head_count(n_head)
@@ -319,3 +344,361 @@ def _gemma3_encoder(seed: int) -> dict[str, np.ndarray]:
     weights["mm.soft_emb_norm.weight"] = r(hidden)
     weights["mm.input_projection.weight"] = r(hidden, n_embd, scale=1.0)
     return weights
+
+
+# --- the hybrid and other families Ollama lays out its own way, described by their shapes ------------------
+
+Shape = tuple[int, ...]
+_ARRAY_TYPES = {np.dtype(np.uint32): GGUFValueType.UINT32, np.dtype(np.int32): GGUFValueType.INT32,
+                np.dtype(bool): GGUFValueType.BOOL}
+
+
+def _add_keys(w: GGUFWriter, arch: str, keys: dict[str, Any]) -> None:
+    """``keys`` (``@`` for ``<arch>.``) onto ``w``: ints as UINT32, floats as FLOAT32, strings, and numpy
+    arrays typed by their dtype (Ollama writes per-layer counts as UINT32 arrays, llama.cpp sections as INT32,
+    per-layer flags as BOOL)."""
+    for key, value in keys.items():
+        key = key.replace("@", f"{arch}.", 1)
+        if isinstance(value, np.ndarray):
+            w.add_key_value(key, value.tolist(), GGUFValueType.ARRAY, sub_type=_ARRAY_TYPES[value.dtype])
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        else:
+            w.add_string(key, value)
+
+
+def _tiny(path: Path, arch: str, vocab_from: Path, keys: dict[str, Any], tensors: list[tuple[str, Shape]],
+          seed: int, pre: str | None = None, rename: Callable[[str], str] = lambda name: name,
+          skip: Callable[[str], bool] = lambda name: False, tokenizer_model: str | None = None,
+          given: dict[str, np.ndarray] | None = None) -> Path:
+    """A model of ``arch``: ``keys``, ``vocab_from``'s tokenizer, and random ``tensors`` (ggml shapes, the
+    vocabulary's size as ``-1``) drawn in their order, so that two layouts of one model hold the same weights
+    under ``rename``d names; a ``skip``ped tensor is drawn but not written (what Ollama leaves out). ``given``
+    tensors (numpy shapes) follow as they are: weights one layout holds rearranged."""
+    w = GGUFWriter(str(path), arch)
+    _add_keys(w, arch, keys)
+    w.add_file_type(0)
+    vocab = _copy_tokenizer(vocab_from, w, pre, tokenizer_model)
+    t = _Weights(w, seed, rename)
+    for name, shape in tensors:
+        shape = tuple(vocab if d == -1 else d for d in shape)
+        if skip(name):
+            t.rng.standard_normal(int(np.prod(shape)))
+        else:
+            t(name, *shape)
+    for name, data in (given or {}).items():
+        w.add_tensor(name, data.astype(np.float32))
+    return _finish(w, path)
+
+
+def _renamer(names: dict[str, str], ollama: bool) -> Callable[[str], str]:
+    """llama.cpp's tensor names to Ollama's (``names``: parts of a name, upstream to theirs), for the Ollama
+    layout; no change for the upstream one."""
+    def rename(name: str) -> str:
+        if ollama:
+            for upstream, theirs in names.items():
+                name = name.replace(upstream, theirs)
+        return name
+    return rename
+
+
+def _dense_ffn(b: str, e: int, ff: int) -> list[tuple[str, Shape]]:
+    return [(b + "ffn_gate.weight", (e, ff)), (b + "ffn_up.weight", (e, ff)), (b + "ffn_down.weight", (ff, e))]
+
+
+def _attention(b: str, e: int, n_head: int, n_kv: int, head: int, gated: bool = False,
+               qk_norm: bool = True) -> list[tuple[str, Shape]]:
+    """Attention projections (``gated``: Q carries an output gate per head, as in Qwen3-Next and Qwen 3.5)."""
+    tensors = [(b + "attn_q.weight", (e, n_head * head * (2 if gated else 1))), (b + "attn_k.weight", (e, n_kv * head)),
+               (b + "attn_v.weight", (e, n_kv * head)), (b + "attn_output.weight", (n_head * head, e))]
+    if qk_norm:
+        tensors += [(b + "attn_q_norm.weight", (head,)), (b + "attn_k_norm.weight", (head,))]
+    return tensors
+
+
+def lfm2(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 21) -> Path:
+    """A two-layer LFM2 (a short-convolution layer, then an attention layer; the norm before the tied output).
+    Ollama's layout names that norm ``output_norm`` (llama.cpp ``token_embd_norm``), states a wrong
+    ``feed_forward_length`` and no ``lfm2`` pre-tokenizer."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, ff, n_head, n_kv, head, conv = 64, 96, 4, 2, 16, 3
+    keys = {"@block_count": 2, "@context_length": 256, "@embedding_length": e,
+            "@feed_forward_length": ff * 2 if ollama else ff, "@attention.head_count": n_head,
+            "@attention.head_count_kv": np.array([0, n_kv], np.uint32), "@attention.layer_norm_rms_epsilon": 1e-5,
+            "@rope.freq_base": 10000.0, "@shortconv.l_cache": conv}
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("token_embd_norm.weight", (e,))]
+    for il in range(2):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff)]
+        tensors += ([(b + "shortconv.conv.weight", (conv, e)), (b + "shortconv.in_proj.weight", (e, 3 * e)),
+                     (b + "shortconv.out_proj.weight", (e, e))] if il == 0 else _attention(b, e, n_head, n_kv, head))
+    return _tiny(path, "lfm2", vocab_from, keys, tensors, seed, pre=None if ollama else "lfm2",
+                 rename=_renamer({"token_embd_norm": "output_norm"}, ollama))
+
+
+def _gated_delta_net(b: str, e: int, k_head: int, n_k: int, v_head: int, n_v: int, conv: int,
+                     fused: bool) -> list[tuple[str, Shape]]:
+    """A Gated DeltaNet layer: Qwen3-Next's fused ``ssm_in`` (q, k, v, z) and ``ssm_ba``, or Qwen 3.5's
+    ``attn_qkv``, ``attn_gate`` (z), ``ssm_beta`` and ``ssm_alpha``."""
+    qkv = 2 * k_head * n_k + v_head * n_v
+    projections = ([(b + "ssm_in.weight", (e, qkv + v_head * n_v)), (b + "ssm_ba.weight", (e, 2 * n_v))] if fused
+                   else [(b + "attn_qkv.weight", (e, qkv)), (b + "attn_gate.weight", (e, v_head * n_v)),
+                         (b + "ssm_beta.weight", (e, n_v)), (b + "ssm_alpha.weight", (e, n_v))])
+    return [*projections, (b + "ssm_conv1d.weight", (conv, qkv)), (b + "ssm_dt.bias", (n_v,)),
+            (b + "ssm_norm.weight", (v_head,)), (b + "ssm_out.weight", (v_head * n_v, e))]  # ssm_a: see qwen_hybrid
+
+
+def _shared_expert(b: str, e: int, ff: int) -> list[tuple[str, Shape]]:
+    return [(b + name.replace(".weight", "_shexp.weight"), shape) for name, shape in _dense_ffn("", e, ff)]
+
+
+def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[str, Shape]]:
+    """A router, experts and a gated shared expert (Qwen3-Next and Qwen 3.5 MoE)."""
+    return [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "ffn_gate_exps.weight", (e, ff_exp, n_exp)),
+            (b + "ffn_up_exps.weight", (e, ff_exp, n_exp)), (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)),
+            (b + "ffn_gate_inp_shexp.weight", (e,)), *_shared_expert(b, e, ff_shared)]
+
+
+def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23,
+                context: int = 256) -> Path:
+    """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
+    every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
+    expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
+    ``.bias``, and for Qwen 3.5 three M-RoPE sections, a multi-token-prediction layer (``mtp.*``) and a vision
+    tower (``v.*``) in the file."""
+    assert layout in LAYOUTS and arch in ("qwen35", "qwen35moe", "qwen3next")
+    ollama, qwen35 = layout == "ollama", arch.startswith("qwen35")
+    e, n_layer, n_head, n_kv, head, conv = 64, 4, 4, 2, 16, 4
+    k_head, n_k, v_head, n_v = 16, 2, 16, 4
+    n_exp, ff_exp, ff = 4, 32, 96
+    keys: dict[str, Any] = {
+        "@block_count": n_layer, "@context_length": context, "@embedding_length": e, "@attention.head_count": n_head,
+        "@attention.head_count_kv": np.array([0, 0, 0, n_kv], np.uint32) if ollama else n_kv,
+        "@attention.key_length": head, "@attention.value_length": head, "@attention.layer_norm_rms_epsilon": 1e-6,
+        "@rope.freq_base": 10000000.0, "@rope.dimension_count": head // 2, "@ssm.conv_kernel": conv,
+        "@ssm.state_size": k_head, "@ssm.group_count": n_k, "@ssm.time_step_rank": n_v, "@ssm.inner_size": v_head * n_v,
+        "@full_attention_interval": 4}
+    if qwen35:
+        keys["@rope.dimension_sections"] = np.array([2, 3, 3] if ollama else [2, 3, 3, 0], np.int32)
+    if ollama and qwen35:
+        keys["@vision.block_count"] = 1
+    if ollama and arch == "qwen35moe":
+        keys["@feed_forward_length"] = ff  # which llama.cpp's converter leaves out
+    if arch == "qwen35":
+        keys["@feed_forward_length"] = ff
+    else:
+        keys.update({"@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp,
+                     "@expert_shared_feed_forward_length": ff_exp})
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(n_layer):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), (b + "post_attention_norm.weight", (e,))]
+        tensors += (_attention(b, e, n_head, n_kv, head, gated=True) if il % 4 == 3
+                    else _gated_delta_net(b, e, k_head, n_k, v_head, n_v, conv, fused=arch == "qwen3next"))
+        tensors += _dense_ffn(b, e, ff) if arch == "qwen35" else _moe(b, e, n_exp, ff_exp, ff_exp)
+    extras = [("mtp.0.eh_proj.weight", (2 * e, e)), ("v.blk.0.attn_q.weight", (16, 16))] if qwen35 else []
+    rng = np.random.default_rng(seed + 1)  # negative, as -exp(A_log): a state that decays, finite over long prompts
+    decays = {f"blk.{il}.ssm_a": -np.exp(rng.standard_normal(n_v) * 0.3) for il in range(n_layer) if il % 4 != 3}
+    return _tiny(path, arch, vocab_from, keys, tensors + extras, seed, pre="qwen35" if qwen35 else "qwen2",
+                 rename=_renamer({".ssm_dt.bias": ".ssm_dt"}, ollama),
+                 skip=lambda name: not ollama and name.startswith(("mtp.", "v.")), given=decays)
+
+
+def _llama_block(b: str, e: int, ff: int, n_head: int, n_kv: int, head: int) -> list[tuple[str, Shape]]:
+    return [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head, qk_norm=False),
+            (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff)]
+
+
+def mistral3(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 25) -> Path:
+    """A two-layer Mistral 3 language model with YaRN RoPE scaling. Ollama's layout names the YaRN keys
+    ``rope.scaling.beta_fast``/``beta_slow``/``mscale_all_dim`` and the attention temperature
+    ``rope.scaling_beta`` (llama.cpp: ``rope.scaling.yarn_*`` and ``attention.temperature_scale``)."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, ff, n_head, n_kv, head = 64, 128, 4, 2, 16
+    yarn = {"beta_fast": ("@rope.scaling.beta_fast", "@rope.scaling.yarn_beta_fast", 32.0),
+            "beta_slow": ("@rope.scaling.beta_slow", "@rope.scaling.yarn_beta_slow", 1.0),
+            "mscale": ("@rope.scaling.mscale_all_dim", "@rope.scaling.yarn_log_multiplier", 1.0),
+            "beta": ("@rope.scaling_beta", "@attention.temperature_scale", 0.1)}
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 1024, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
+        "@attention.value_length": head, "@attention.layer_norm_rms_epsilon": 1e-5, "@rope.freq_base": 1e6,
+        "@rope.dimension_count": head, "@rope.scaling.type": "yarn", "@rope.scaling.factor": 4.0,
+        "@rope.scaling.original_context_length": 256,
+        **{(theirs if ollama else ours): value for theirs, ours, value in yarn.values()}}
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(2):
+        tensors += _llama_block(f"blk.{il}.", e, ff, n_head, n_kv, head)
+    return _tiny(path, "mistral3", vocab_from, keys, tensors, seed, pre="default" if ollama else "tekken")
+
+
+def glm_ocr(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 27) -> Path:
+    """GLM-OCR's two-layer language model: architecture ``glm4`` to llama.cpp (norms after attention and FFN,
+    gate and up in one matrix, M-RoPE sections), ``glmocr`` in Ollama's layout (``attn_out``,
+    ``post_attn_norm``, ``post_ffn_norm``, gate and up apart, three ``mrope_section``s, no rope dimension)."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, ff, n_head, n_kv, head = 64, 96, 4, 2, 16
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
+        "@attention.value_length": head, "@attention.layer_norm_rms_epsilon": 1e-5, "@rope.freq_base": 10000.0}
+    if ollama:
+        keys["@rope.mrope_section"] = np.array([2, 3, 3], np.int32)
+    else:
+        keys.update({"@rope.dimension_count": head, "@rope.dimension_sections": np.array([2, 3, 3, 0], np.int32)})
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(2):
+        b = f"blk.{il}."
+        ffn = ([(b + "ffn_gate.weight", (e, ff)), (b + "ffn_up.weight", (e, ff))] if ollama
+               else [(b + "ffn_up.weight", (e, 2 * ff))])  # the same numbers: gate's rows, then up's
+        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head, qk_norm=False),
+                    (b + "post_attention_norm.weight", (e,)), (b + "ffn_norm.weight", (e,)), *ffn,
+                    (b + "ffn_down.weight", (ff, e)), (b + "post_ffw_norm.weight", (e,))]
+    names = {".attn_output.": ".attn_out.", ".post_attention_norm.": ".post_attn_norm.",
+             ".post_ffw_norm.": ".post_ffn_norm."}
+    return _tiny(path, "glmocr" if ollama else "glm4", vocab_from, keys, tensors, seed,
+                 pre=None if ollama else "chatglm-bpe", rename=_renamer(names, ollama))
+
+
+def glm4_moe_lite(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 29) -> Path:
+    """A two-layer GLM-4.7-Flash (DeepSeek-V2 multi-head latent attention with a Q LoRA; a dense first layer,
+    then sigmoid-routed experts with a shared one): architecture ``deepseek2`` with the absorbed-MLA key and
+    value lengths to llama.cpp; ``glm4moelite`` in Ollama's older files, whose keys hold per-head lengths
+    (``key_length`` the head's, ``head_count_kv`` every head, the ``_mla`` keys the absorbed ones)."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, n_head, nope, rope, kv_lora, q_lora = 64, 4, 12, 4, 32, 24
+    head = nope + rope  # the value head too, as in GLM-4.7-Flash
+    n_exp, ff_exp, ff = 4, 32, 96
+    per_head = {"@attention.head_count_kv": n_head, "@attention.key_length": head, "@attention.value_length": head,
+                "@attention.key_length_mla": kv_lora + rope, "@attention.value_length_mla": kv_lora}
+    absorbed = {"@attention.head_count_kv": 1, "@attention.key_length": kv_lora + rope,
+                "@attention.value_length": kv_lora, "@attention.key_length_mla": head, "@attention.value_length_mla": head}
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, **(per_head if ollama else absorbed), "@attention.kv_lora_rank": kv_lora,
+        "@attention.q_lora_rank": q_lora, "@rope.dimension_count": rope, "@attention.layer_norm_rms_epsilon": 1e-5,
+        "@rope.freq_base": 1e6, "@leading_dense_block_count": 1, "@expert_count": n_exp, "@expert_used_count": 2,
+        "@expert_shared_count": 1, "@expert_feed_forward_length": ff_exp, "@expert_weights_scale": 1.8,
+        "@expert_weights_norm": True, "@expert_gating_func": 2}
+    if not ollama:
+        keys.update({"@expert_group_count": 1, "@expert_group_used_count": 1})
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(2):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), (b + "attn_q_a.weight", (e, q_lora)),
+                    (b + "attn_q_a_norm.weight", (q_lora,)), (b + "attn_q_b.weight", (q_lora, n_head * head)),
+                    (b + "attn_kv_a_mqa.weight", (e, kv_lora + rope)), (b + "attn_kv_a_norm.weight", (kv_lora,)),
+                    (b + "attn_k_b.weight", (nope, kv_lora, n_head)), (b + "attn_v_b.weight", (kv_lora, head, n_head)),
+                    (b + "attn_output.weight", (n_head * head, e)), (b + "ffn_norm.weight", (e,))]
+        if il == 0:
+            tensors += _dense_ffn(b, e, ff)
+        else:
+            tensors += [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "exp_probs_b.bias", (n_exp,)),
+                        (b + "ffn_gate_exps.weight", (e, ff_exp, n_exp)), (b + "ffn_up_exps.weight", (e, ff_exp, n_exp)),
+                        (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), *_shared_expert(b, e, ff_exp)]
+    return _tiny(path, "glm4moelite" if ollama else "deepseek2", vocab_from, keys, tensors, seed, pre="glm4")
+
+
+def nemotron_h(path: Path, vocab_from: Path, arch: str = "nemotron_h", layout: str = "upstream",
+               seed: int = 31) -> Path:
+    """A four-layer Nemotron-H: Mamba-2, attention, feed-forward, Mamba-2 (each layer's kind told by the
+    per-layer ``head_count_kv`` and ``feed_forward_length``). ``nemotron_h_moe`` makes the feed-forward layer
+    sigmoid-routed experts in a latent space with a shared expert; Ollama's layout of it names the latent
+    projections ``ffn_latent_in``/``ffn_latent_out`` (llama.cpp ``ffn_latent_down``/``ffn_latent_up``), leaves out
+    ``moe_latent_size`` and carries a multi-token-prediction layer (``mtp.*``). Plain ``nemotron_h`` is laid out
+    alike by both."""
+    assert layout in LAYOUTS and arch in ("nemotron_h", "nemotron_h_moe")
+    ollama, moe = layout == "ollama", arch == "nemotron_h_moe"
+    e, d_inner, d_state, n_group, n_ssm_head, conv = 64, 128, 16, 2, 8, 4
+    n_head, n_kv, head, ff, n_exp, ff_exp, latent = 4, 2, 16, 96, 4, 32, 32
+    kinds = "MA-M"  # Mamba-2, attention, feed-forward, Mamba-2
+    keys: dict[str, Any] = {
+        "@block_count": len(kinds), "@context_length": 256, "@embedding_length": e, "@attention.head_count": n_head,
+        "@attention.head_count_kv": np.array([n_kv if k == "A" else 0 for k in kinds], np.uint32),
+        "@feed_forward_length": np.array([ff if k == "-" else 0 for k in kinds], np.uint32),
+        "@attention.key_length": head, "@attention.value_length": head, "@attention.layer_norm_epsilon": 1e-5,
+        "@rope.freq_base": 10000.0, "@ssm.conv_kernel": conv, "@ssm.state_size": d_state,
+        "@ssm.group_count": n_group, "@ssm.inner_size": d_inner, "@ssm.time_step_rank": n_ssm_head}
+    if moe:
+        keys.update({"@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp,
+                     "@expert_shared_feed_forward_length": ff, "@expert_weights_scale": 2.5,
+                     "@expert_weights_norm": True, "@expert_gating_func": 2})
+        if not ollama:
+            keys["@moe_latent_size"] = latent
+    conv_dim = d_inner + 2 * n_group * d_state
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il, kind in enumerate(kinds):
+        b = f"blk.{il}."
+        tensors.append((b + "attn_norm.weight", (e,)))
+        if kind == "M":
+            tensors += [(b + "ssm_in.weight", (e, 2 * d_inner + 2 * n_group * d_state + n_ssm_head)),
+                        (b + "ssm_conv1d.weight", (conv, conv_dim)), (b + "ssm_conv1d.bias", (conv_dim,)),
+                        (b + "ssm_dt.bias", (n_ssm_head,)), (b + "ssm_a", (1, n_ssm_head)), (b + "ssm_d", (1, n_ssm_head)),
+                        (b + "ssm_norm.weight", (d_inner // n_group, n_group)), (b + "ssm_out.weight", (d_inner, e))]
+        elif kind == "A":
+            tensors += _attention(b, e, n_head, n_kv, head, qk_norm=False)
+        elif moe:
+            tensors += [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "exp_probs_b.bias", (n_exp,)),
+                        (b + "ffn_latent_down.weight", (e, latent)), (b + "ffn_up_exps.weight", (latent, ff_exp, n_exp)),
+                        (b + "ffn_down_exps.weight", (ff_exp, latent, n_exp)), (b + "ffn_latent_up.weight", (latent, e)),
+                        (b + "ffn_up_shexp.weight", (e, ff)), (b + "ffn_down_shexp.weight", (ff, e))]
+        else:
+            tensors += [(b + "ffn_up.weight", (e, ff)), (b + "ffn_down.weight", (ff, e))]
+    if moe:
+        tensors.append(("mtp.0.eh_proj.weight", (2 * e, e)))
+    names = {".ffn_latent_down": ".ffn_latent_in", ".ffn_latent_up": ".ffn_latent_out"}
+    return _tiny(path, arch, vocab_from, keys, tensors, seed, rename=_renamer(names, ollama),
+                 skip=lambda name: not ollama and name.startswith("mtp."))
+
+
+def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 33) -> Path:
+    """A two-layer Gemma 4 26B-A4B in small: sliding-window then global attention (proportional RoPE by
+    ``rope_freqs``), each layer a dense FFN beside routed experts. llama.cpp's layout holds each expert's gate
+    and up rows in one ``ffn_gate_up_exps`` and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds
+    gate and up apart, the scale as ``ffn_gate_inp.per_expert_scale``, tokenizer model ``llama``, and its vision
+    and audio encoders (``v.*``, ``a.*``) in the file."""
+    assert layout in LAYOUTS
+    ollama = layout == "ollama"
+    e, n_head, n_kv, head, ff, n_exp, ff_exp = 64, 4, 2, 16, 96, 4, 32
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
+        "@attention.value_length": head, "@attention.key_length_swa": head, "@attention.value_length_swa": head,
+        "@attention.layer_norm_rms_epsilon": 1e-6, "@rope.freq_base": 1e6, "@rope.freq_base_swa": 1e4,
+        "@rope.dimension_count": head, "@rope.dimension_count_swa": head, "@attention.sliding_window": 8,
+        "@attention.sliding_window_pattern": np.array([True, False]), "@final_logit_softcapping": 30.0, "@embedding_length_per_layer_input": 0, "@attention.shared_kv_layers": 0,
+        "@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp}
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("rope_freqs.weight", (head // 2,))]
+    for il in range(2):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head),
+                    (b + "post_attention_norm.weight", (e,)), (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff),
+                    (b + "post_ffw_norm.weight", (e,)), (b + "layer_output_scale.weight", (1,)),
+                    (b + "ffn_gate_inp.weight", (e, n_exp)), (b + "ffn_gate_inp.scale", (e,)),
+                    (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), (b + "ffn_down_exps.scale", (n_exp,)),
+                    (b + "pre_ffw_norm_2.weight", (e,)), (b + "post_ffw_norm_1.weight", (e,)),
+                    (b + "post_ffw_norm_2.weight", (e,))]
+    tensors += [("v.blk.0.attn_q.weight", (16, 16)), ("a.blk.0.attn_q.weight", (16, 16))]
+    rng = np.random.default_rng(seed + 1)
+    experts: dict[str, np.ndarray] = {}
+    for il in range(2):
+        gate, up = (rng.standard_normal((n_exp, ff_exp, e)) * 0.3 for _ in range(2))
+        experts |= ({f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up} if ollama
+                    else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], axis=1)})
+    return _tiny(path, "gemma4", vocab_from, keys, tensors, seed, tokenizer_model="llama" if ollama else "gemma4",
+                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama),
+                 skip=lambda name: not ollama and name.startswith(("v.", "a.")), given=experts)

@@ -195,7 +195,7 @@ value
 BY_NAME = {family.name: family for family in FAMILIES}
 
 
-def modelfile(family: Family, parser: str | None = None) -> str:
-    """A Modelfile for SmolLM2 with the family's template (and a PARSER line, when given)."""
-    lines = ["FROM smollm2:135m", f'TEMPLATE """{family.template}"""', "PARAMETER temperature 0"]
+def modelfile(family: Family, parser: str | None = None, base: str = "smollm2:135m") -> str:
+    """A Modelfile for ``base`` (SmolLM2 unless told) with the family's template (and a PARSER line, when given)."""
+    lines = [f"FROM {base}", f'TEMPLATE """{family.template}"""', "PARAMETER temperature 0"]
     return "\n".join(lines + ([f"PARSER {parser}"] if parser else [])) + "\n"
