@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 from support.audio import RATE, b64, chirp, flac, silence, tone, wav
 
-from localllm.audio import (
-    AudioClip, AudioError, MAX_SECONDS, check_audio, decode_base64_media, input_audio_data, pieces, wav_bytes,
-    wav_samples,
-)
-from localllm.images import DecodedImage, ImageError
 from support.images import picture
+
+from localllm.audio import AudioClip, AudioError, MAX_SECONDS, check_audio, pieces, wav_bytes, wav_samples
+from localllm.images import DecodedImage, ImageError
+from localllm.media import decode_base64_media, input_audio_data
 
 
 def test_generated_files_pass_with_what_their_headers_say():

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "localllm"
 
 # Each top-level module or package of localllm and its floor; imports go only to lower floors.
 FLOORS = {
-    "config": 0, "gguf": 0, "images": 0,
+    "config": 0, "gguf": 0, "images": 0, "audio": 0, "media": 1,
     "options": 1, "backends": 1, "templates": 1,
     "registry": 2,
     "runner": 3, "workers": 3,

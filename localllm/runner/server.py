@@ -76,7 +76,7 @@ from starlette.routing import Route
 
 from localllm.backends.llama_cpp import Model
 from localllm.backends.projector import ImagePrompt, Projector, is_placeholder
-from localllm.audio import MediaError, decode_base64_media
+from localllm.media import MediaError, decode_base64_media
 from localllm.options import CompletionOptions, OptionError
 from localllm.runner.draft_model import DraftModel, DraftModels, DraftRefused
 from localllm.runner.embed import Embedder, InputTooLong

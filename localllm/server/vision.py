@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..audio import AudioClip, MediaError, decode_base64_media
+from ..audio import AudioClip
+from ..media import MediaError, decode_base64_media
 from ..registry.models import LocalModel
 from .errors import bad_request
 

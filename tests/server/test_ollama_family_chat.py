@@ -33,26 +33,13 @@ def url(daemon, tmp_path_factory) -> str:
     return daemon.url
 
 
-#: Recurrent-state models whose runner cannot yet reuse a prompt prefix (see the xfail below): each request
-#: of these tests gets a fresh runner, so that what they check is the format alone
-HYBRID = {"qwen35-xml"}
-
-
-def fresh(url: str, model: str) -> None:
-    """Unload ``model`` when it is a hybrid one (Ollama's way: an empty request with ``keep_alive`` 0)."""
-    if model in HYBRID:
-        ollama.Client(host=url).generate(model=model, keep_alive=0)
-
-
 @pytest.mark.parametrize("model", MODELS)
 def test_thinking_and_answer_reach_both_clients_apart(url, model):
     family = BY_NAME[MODELS[model]]
     options = {"num_predict": 200, "grammar": grammar(family.think_answer)}
-    fresh(url, model)
     said = ollama.Client(host=url).chat(model=model, messages=[{"role": "user", "content": "Say hi."}], think=True,
                                         options=options)
     assert (said.message.thinking, said.message.content) == ("Plan it.", "Hello there.")
-    fresh(url, model)
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     answer = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi."}],
                                             max_tokens=200, reasoning_effort="medium",
@@ -65,12 +52,10 @@ def test_thinking_and_answer_reach_both_clients_apart(url, model):
 def test_a_tool_call_reaches_both_clients_as_a_call(url, model):
     family = BY_NAME[MODELS[model]]
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
-    fresh(url, model)
     said = ollama.Client(host=url).chat(model=model, messages=ask, tools=TOOLS, think=True,
                                         options={"num_predict": 200, "grammar": grammar(family.one_call)})
     assert [(c.function.name, dict(c.function.arguments)) for c in said.message.tool_calls or []] == [PARIS]
     assert (said.message.thinking, said.message.content) == ("Plan it.", "")
-    fresh(url, model)
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     chunks = list(client.chat.completions.create(model=model, messages=ask, tools=TOOLS, stream=True, max_tokens=200,
                                                  reasoning_effort="medium",
@@ -81,9 +66,8 @@ def test_a_tool_call_reaches_both_clients_as_a_call(url, model):
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
 
 
-@pytest.mark.xfail(strict=True, reason="a hybrid (recurrent-state) model's runner cuts its state back to a shared "
-                   "prompt prefix as it would a KV cache, and llama.cpp's decode then fails (issue 35, hybrid models)")
 def test_a_second_chat_with_a_hybrid_model_answers(url):
+    """The runner reuses a recurrent model's state only from a saved one (a 500 before: its state was cut back)."""
     client = ollama.Client(host=url)
     for question in ("Say hi.", "Say bye."):
         answer = client.chat(model="qwen35-xml", messages=[{"role": "user", "content": question}],

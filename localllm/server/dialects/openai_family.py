@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...audio import MediaError, input_audio_data
+from ...media import MediaError, input_audio_data
 from ...images import ImageError, data_url_image
 from ..conversation import ThinkSetting
 from ..errors import bad_request
