@@ -87,10 +87,13 @@ def tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 # ----------------------------------------------------------------------------- decoders
 
 
+_SPACES = re.compile(r"\s*")
+
+
 def _json_values(text: str) -> list[Any] | None:
     """The JSON values ``text`` holds one after another (spaces between), or None if it holds anything else."""
     decoder, values, index = json.JSONDecoder(), [], 0
-    while (index := len(text) - len(text[index:].lstrip())) < len(text):
+    while (index := _SPACES.match(text, index).end()) < len(text):
         try:
             value, index = decoder.raw_decode(text, index)
         except json.JSONDecodeError:
@@ -290,9 +293,22 @@ _DECODERS = {
 }
 
 
+#: The longest call text (its markers left out) read as a call, in characters: 1 MiB holds any real
+#: call's arguments (a whole source file included); a longer text is no call, passed on as text.
+MAX_CALL_TEXT = 1 << 20
+
+
 def decode_calls(syntax: CallSyntax, text: str, tools: Schemas) -> list[ToolCall] | None:
-    """The calls in one call's text (its markers left out), or None when it is no valid call to offered tools."""
-    return _DECODERS[syntax.body](text, tools)
+    """The calls in one call's text (its markers left out), or None when it is no valid call to offered tools.
+
+    The model writes this text, so it may be anything: one too long, or nested too deep for
+    Python's parsers (``ast`` and ``json`` then raise RecursionError or MemoryError), is no call."""
+    if len(text) > MAX_CALL_TEXT:
+        return None
+    try:
+        return _DECODERS[syntax.body](text, tools)
+    except (RecursionError, MemoryError):
+        return None
 
 
 # ----------------------------------------------------------------------------- grammars
