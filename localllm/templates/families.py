@@ -94,6 +94,8 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("hermes", HERMES_CALLS),  # Qwen 2.5/3, SmolLM, Hermes: JSON in <tool_call>
     ChatFormat("qwen3", HERMES_CALLS, THINK, thinks=False),
     ChatFormat("qwen3-thinking", HERMES_CALLS, THINK, thinks=True),
+    ChatFormat("qwen3-vl-instruct", HERMES_CALLS, THINK, thinks=False),
+    ChatFormat("qwen3-vl-thinking", HERMES_CALLS, THINK, thinks=True),
     ChatFormat("qwen3-coder", QWEN_XML_CALLS, thinks=False),
     ChatFormat("qwen3.5", QWEN_XML_CALLS, THINK, thinks=True),
     HARMONY,
@@ -103,7 +105,15 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("ministral", MINISTRAL_CALLS, ThinkingTags("[THINK]", "[/THINK]")),
     ChatFormat("mistral", MISTRAL_CALLS),
     ChatFormat("deepseek3", DEEPSEEK_CALLS, THINK, thinks=True),
+    ChatFormat("cogito", DEEPSEEK_CALLS, THINK, thinks=True),  # Cogito v2: DeepSeek R1's calls
+    ChatFormat("nemotron-3-nano", QWEN_XML_CALLS, THINK, thinks=True),
     ChatFormat("glm-4.7", GLM_CALLS, THINK, thinks=True),
+    ChatFormat("glm-ocr", GLM_CALLS, thinks=False),
+    # Olmo 3 (``<function_calls>f(a=1)</function_calls>``) and FunctionGemma
+    # (``<start_function_call>call:f{…}<end_function_call>``): calls not read yet, so tools are a 400
+    ChatFormat("olmo3", None, thinks=False),
+    ChatFormat("olmo3-think", None, THINK, thinks=True),
+    ChatFormat("functiongemma", None, thinks=False),
     ChatFormat("lfm2", LFM2_CALLS, thinks=False),
     ChatFormat("lfm2-thinking", LFM2_CALLS, THINK, thinks=True),
     ChatFormat("granite", GRANITE_CALLS),
@@ -115,6 +125,7 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
 RENDERERS: dict[str, str] = {
     **{name: name for name in FORMATS},
     "deepseek3.1": "deepseek3", "gemma4-small": "gemma4", "gemma4-large": "gemma4",
+    "olmo3.1": "olmo3", "olmo3-32b-think": "olmo3-think",
 }
 
 
