@@ -10,7 +10,8 @@ import pytest
 
 from localllm.server.conversation import Content, Thinking, ToolCallDelta
 from localllm.server.output_parser import OutputParser, ParserSetup
-from localllm.server.tools import decode_calls, forced_grammar, lazy_grammar
+from localllm.server.tool_grammar import forced_grammar, lazy_grammar
+from localllm.server.tools import decode_calls
 from localllm.templates.families import FORMATS, UnknownFormat, detect_format, format_named
 
 TOOLS = {
