@@ -279,3 +279,15 @@ def test_every_ollama_parser_and_renderer_name_is_created_and_shown(daemon):
         assert line in shown["modelfile"]
         assert ("tools" in shown["capabilities"], "thinking" in shown["capabilities"]) == (tools, thinking), name
     httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "fmt-named"})
+
+
+@pytest.mark.slow  # some 2,300 tokens held to a grammar
+def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url):
+    """JSON nested past Python's recursion limit is no call: the answer streams it as text, never a 500."""
+    deep = '<|tool_call|>[{"name": "get_weather", "arguments": {"city": ' + "[" * 1100 + "]" * 1100 + "}}]"
+    chunks = list(oai(url).chat.completions.create(
+        model=model_of(BY_NAME["granite"]), messages=user(), tools=TOOLS, stream=True, max_tokens=2500,
+        extra_body={"grammar": grammar(deep)}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == deep
+    assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
