@@ -51,7 +51,7 @@ _NAMED_CALLS = {
     "deepseek": ("<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>", "<｜tool▁call▁end｜>"),
     "harmony": ("<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>", ""),
 }
-#: Parameter lists: a call's head and tail, one parameter ({key} and {value}), the separator, and
+#: Parameter lists, by call syntax name: a call's head and tail, one parameter ({key} and {value}), the separator, and
 #: how a string value is written (None: as a JSON string).
 _PARAMETER_CALLS = {
     "qwen-xml": ("<tool_call>\n<function={name}>\n", "</function>\n</tool_call>",
@@ -59,7 +59,8 @@ _PARAMETER_CALLS = {
     "glm": ("<tool_call>{name}", "</tool_call>", "<arg_key>{key}</arg_key><arg_value>{value}</arg_value>", "",
             ("", "")),
     "gemma4": ("<|tool_call>call:{name}{{", "}}<tool_call|>", "{key}:{value}", ",", ('<|"|>', '<|"|>')),
-    "pythonic": ("<|tool_call_start|>[{name}(", ")]<|tool_call_end|>", "{key}={value}", ", ", None),
+    "lfm2": ("<|tool_call_start|>[{name}(", ")]<|tool_call_end|>", "{key}={value}", ", ", None),
+    "olmo3": ("<function_calls>{name}(", ")</function_calls>", "{key}={value}", ", ", None),
 }
 
 
@@ -122,7 +123,7 @@ def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]]) -> str:
             parts += [_gbnf_literal(after)] if after else []
             rules.append(f"{rule} ::= {' '.join(parts)}\n" + _prefixed(schema_grammar(schema), f"{rule}-args"))
         else:
-            rules += _parameter_rules(syntax.body, name, schema, rule)
+            rules += _parameter_rules(syntax.name, name, schema, rule)
     return f"toolcall ::= {' | '.join(alternatives)}\n{spaces}" + "\n".join(rules)
 
 

@@ -8,7 +8,7 @@ syntax's decoder: JSON objects ``{"name", "arguments"}`` (Hermes, Llama 3,
 Granite, Mistral's old lists), ``NAME[ARGS]{…}`` (Ministral), Qwen's XML
 ``<function=NAME><parameter=P>…``, GLM's ``<arg_key>``/``<arg_value>`` pairs,
 Gemma 4's ``call:NAME{key:<|"|>text<|"|>}``, DeepSeek's ``NAME<｜tool▁sep｜>{…}``,
-LFM2's Python-style ``[f(a=1)]`` and Harmony's ``functions.NAME … <|message|>{…}``.
+LFM2's Python-style ``[f(a=1)]`` (Olmo 3's one call a line) and Harmony's ``functions.NAME … <|message|>{…}``.
 A text that does not decode whole into calls to offered tools, with object
 arguments, is no call: the caller passes it on as text.
 """
@@ -242,13 +242,18 @@ def _python_value(node: ast.expr) -> Any:
 
 
 def _pythonic_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
-    """``[f(a=1, b="x"), g()]`` (LFM2): a list of calls with keyword arguments of literal values."""
+    """``[f(a=1, b="x"), g()]`` (LFM2), or calls one a line (Olmo 3): calls with keyword arguments of
+    literal values."""
     try:
-        tree = ast.parse(text.strip(), mode="eval").body
+        lines = ast.parse(text.strip(), mode="exec").body
     except (SyntaxError, ValueError):
         return None
+    if not all(isinstance(line, ast.Expr) for line in lines):
+        return None
+    expressions = [line.value for line in lines]
+    nodes = expressions[0].elts if len(expressions) == 1 and isinstance(expressions[0], ast.List) else expressions
     calls = []
-    for node in tree.elts if isinstance(tree, ast.List) else [tree]:
+    for node in nodes:
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
             return None
         try:

@@ -75,6 +75,7 @@ MINISTRAL_CALLS = CallSyntax("ministral", ("[TOOL_CALLS]",), None, "mistral", in
 GRANITE_CALLS = CallSyntax("granite", ("<|tool_call|>",), None, "json")
 GEMMA4_CALLS = CallSyntax("gemma4", ("<|tool_call>",), "<tool_call|>", "gemma4", inner=('<|"|>',))
 LFM2_CALLS = CallSyntax("lfm2", ("<|tool_call_start|>",), "<|tool_call_end|>", "pythonic")
+OLMO3_CALLS = CallSyntax("olmo3", ("<function_calls>",), "</function_calls>", "pythonic")  # one call a line
 DEEPSEEK_CALLS = CallSyntax("deepseek", ("<｜tool▁call▁begin｜>",), "<｜tool▁call▁end｜>", "deepseek",
                             wrappers=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), inner=("<｜tool▁sep｜>",))
 # Harmony: a message to ``functions.NAME``, its recipient after the channel or in the role header.
@@ -109,10 +110,9 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("nemotron-3-nano", QWEN_XML_CALLS, THINK, thinks=True),
     ChatFormat("glm-4.7", GLM_CALLS, THINK, thinks=True),
     ChatFormat("glm-ocr", GLM_CALLS, thinks=False),
-    # Olmo 3 (``<function_calls>f(a=1)</function_calls>``) and FunctionGemma
-    # (``<start_function_call>call:f{…}<end_function_call>``): calls not read yet, so tools are a 400
-    ChatFormat("olmo3", None, thinks=False),
+    ChatFormat("olmo3", OLMO3_CALLS, thinks=False),
     ChatFormat("olmo3-think", None, THINK, thinks=True),
+    # FunctionGemma (``<start_function_call>call:f{…}<end_function_call>``): calls not read yet, so tools are a 400
     ChatFormat("functiongemma", None, thinks=False),
     ChatFormat("lfm2", LFM2_CALLS, thinks=False),
     ChatFormat("lfm2-thinking", LFM2_CALLS, THINK, thinks=True),

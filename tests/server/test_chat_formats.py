@@ -65,6 +65,8 @@ SAMPLES = [
      "Weather.", "", [PARIS]),
     ("lfm2", False, '<|tool_call_start|>[get_weather(city="Paris", days=3), get_time()]<|tool_call_end|>Checking.',
      "", "Checking.", [PARIS, ("get_time", {})]),
+    ("olmo3", False, 'Checking.<function_calls>get_weather(city="Paris", days=3)\nget_time()</function_calls>',
+     "", "Checking.", [PARIS, ("get_time", {})]),
     ("granite", False, '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
      "", "", [PARIS]),
     ("hermes", False, 'Ok.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>',
