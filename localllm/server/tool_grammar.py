@@ -59,6 +59,8 @@ _PARAMETER_CALLS = {
     "glm": ("<tool_call>{name}", "</tool_call>", "<arg_key>{key}</arg_key><arg_value>{value}</arg_value>", "",
             ("", "")),
     "gemma4": ("<|tool_call>call:{name}{{", "}}<tool_call|>", "{key}:{value}", ",", ('<|"|>', '<|"|>')),
+    "functiongemma": ("<start_function_call>call:{name}{{", "}}<end_function_call>", "{key}:{value}", ",",
+                      ("<escape>", "<escape>")),
     "lfm2": ("<|tool_call_start|>[{name}(", ")]<|tool_call_end|>", "{key}={value}", ", ", None),
     "olmo3": ("<function_calls>{name}(", ")</function_calls>", "{key}={value}", ", ", None),
 }

@@ -7,7 +7,7 @@ A call's text (between its opening and closing markers) is read by the
 syntax's decoder: JSON objects ``{"name", "arguments"}`` (Hermes, Llama 3,
 Granite, Mistral's old lists), ``NAME[ARGS]{…}`` (Ministral), Qwen's XML
 ``<function=NAME><parameter=P>…``, GLM's ``<arg_key>``/``<arg_value>`` pairs,
-Gemma 4's ``call:NAME{key:<|"|>text<|"|>}``, DeepSeek's ``NAME<｜tool▁sep｜>{…}``,
+Gemma 4's ``call:NAME{key:<|"|>text<|"|>}`` (FunctionGemma's with ``<escape>``), DeepSeek's ``NAME<｜tool▁sep｜>{…}``,
 LFM2's Python-style ``[f(a=1)]`` (Olmo 3's one call a line) and Harmony's ``functions.NAME … <|message|>{…}``.
 A text that does not decode whole into calls to offered tools, with object
 arguments, is no call: the caller passes it on as text.
@@ -19,7 +19,7 @@ import ast
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,24 +212,29 @@ def _glm_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
     return _typed_arguments(name.strip(), [(p.group(1).strip(), p.group(2)) for p in pairs], tools)
 
 
-_GEMMA_STRING = re.compile(r'<\|"\|>(.*?)<\|"\|>', re.DOTALL)
 _GEMMA_KEY = re.compile(r'([{,]\s*)([A-Za-z_][\w.-]*)\s*:')
 
 
-def _gemma4_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
-    """``call:NAME{key:<|"|>text<|"|>,n:3}`` (Gemma 4): bare keys, strings between ``<|"|>``."""
-    match = re.fullmatch(r'\s*call:([\w.-]+)(\{.*\})\s*', text, re.DOTALL)
-    if not match:
-        return None
-    strings: list[str] = []
+def _gemma_calls(quote: str) -> Callable[[str, Schemas], list[ToolCall] | None]:
+    """The decoder of ``call:NAME{key:QUOTEtextQUOTE,n:3}``: bare keys, strings between ``quote``
+    (Gemma 4's ``<|"|>``, FunctionGemma's ``<escape>``)."""
+    strings_pattern = re.compile(re.escape(quote) + "(.*?)" + re.escape(quote), re.DOTALL)
 
-    def hold(m: re.Match[str]) -> str:
-        strings.append(m.group(1))
-        return f'"\x00{len(strings) - 1}"'
+    def decode(text: str, tools: Schemas) -> list[ToolCall] | None:
+        match = re.fullmatch(r'\s*call:([\w.-]+)(\{.*\})\s*', text, re.DOTALL)
+        if not match:
+            return None
+        strings: list[str] = []
 
-    body = _GEMMA_KEY.sub(r'\1"\2":', _GEMMA_STRING.sub(hold, match.group(2)))
-    body = re.sub(r'"\x00(\d+)"', lambda m: json.dumps(strings[int(m.group(1))]), body)
-    return _named_json_call(match.group(1), body, tools)
+        def hold(m: re.Match[str]) -> str:
+            strings.append(m.group(1))
+            return f'"\x00{len(strings) - 1}"'
+
+        body = _GEMMA_KEY.sub(r'\1"\2":', strings_pattern.sub(hold, match.group(2)))
+        body = re.sub(r'"\x00(\d+)"', lambda m: json.dumps(strings[int(m.group(1))]), body)
+        return _named_json_call(match.group(1), body, tools)
+
+    return decode
 
 
 _PYTHON_NAMES = {"true": True, "false": False, "null": None, "none": None}
@@ -290,7 +295,7 @@ def _harmony_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
 
 _DECODERS = {
     "json": _json_calls, "mistral": _mistral_calls, "qwen-xml": _qwen_xml_calls, "glm": _glm_calls,
-    "gemma4": _gemma4_calls, "pythonic": _pythonic_calls, "deepseek": _deepseek_calls, "harmony": _harmony_calls,
+    "gemma4": _gemma_calls('<|"|>'), "functiongemma": _gemma_calls("<escape>"), "pythonic": _pythonic_calls, "deepseek": _deepseek_calls, "harmony": _harmony_calls,
 }
 
 

@@ -74,6 +74,8 @@ MISTRAL_CALLS = CallSyntax("mistral", ("[TOOL_CALLS]",), None, "json")  # [TOOL_
 MINISTRAL_CALLS = CallSyntax("ministral", ("[TOOL_CALLS]",), None, "mistral", inner=("[ARGS]", "[CALL_ID]"))  # [TOOL_CALLS]NAME[ARGS]{…}
 GRANITE_CALLS = CallSyntax("granite", ("<|tool_call|>",), None, "json")
 GEMMA4_CALLS = CallSyntax("gemma4", ("<|tool_call>",), "<tool_call|>", "gemma4", inner=('<|"|>',))
+FUNCTIONGEMMA_CALLS = CallSyntax("functiongemma", ("<start_function_call>",), "<end_function_call>", "functiongemma",
+                                 inner=("<escape>",))
 LFM2_CALLS = CallSyntax("lfm2", ("<|tool_call_start|>",), "<|tool_call_end|>", "pythonic")
 OLMO3_CALLS = CallSyntax("olmo3", ("<function_calls>",), "</function_calls>", "pythonic")  # one call a line
 DEEPSEEK_CALLS = CallSyntax("deepseek", ("<｜tool▁call▁begin｜>",), "<｜tool▁call▁end｜>", "deepseek",
@@ -112,8 +114,7 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("glm-ocr", GLM_CALLS, thinks=False),
     ChatFormat("olmo3", OLMO3_CALLS, thinks=False),
     ChatFormat("olmo3-think", None, THINK, thinks=True),
-    # FunctionGemma (``<start_function_call>call:f{…}<end_function_call>``): calls not read yet, so tools are a 400
-    ChatFormat("functiongemma", None, thinks=False),
+    ChatFormat("functiongemma", FUNCTIONGEMMA_CALLS, thinks=False),
     ChatFormat("lfm2", LFM2_CALLS, thinks=False),
     ChatFormat("lfm2-thinking", LFM2_CALLS, THINK, thinks=True),
     ChatFormat("granite", GRANITE_CALLS),

@@ -265,7 +265,7 @@ def test_unknown_parser_names_are_refused_at_create(daemon, modelfile_text, need
 MORE_OLLAMA_PARSERS = {
     "qwen3-vl-instruct": (True, False), "qwen3-vl-thinking": (True, True), "cogito": (True, True),
     "nemotron-3-nano": (True, True), "glm-ocr": (True, False), "olmo3": (True, False),
-    "olmo3-think": (False, True), "functiongemma": (False, False),
+    "olmo3-think": (False, True), "functiongemma": (True, False),
 }
 
 
