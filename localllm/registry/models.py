@@ -301,7 +301,7 @@ def load_local_model(store: Store, name: ModelName, *, verify_links: bool = True
             model.projectors.append(store.blob_path(descriptor["digest"]))
     model.ollama_format = variant_of(gguf)
     if model.ollama_format is not None:
-        model.translated = cached(store, model.model_digest, model.ollama_format)
+        model.translated = cached(store, model.model_digest)
     return model
 
 

@@ -714,7 +714,6 @@ class TranslatedFiles:
 
     model: Path
     projector: Path | None
-    variant: str
 
 
 _locks: dict[str, threading.Lock] = {}
@@ -734,14 +733,14 @@ def _version_dir(store: Store, digest: str) -> Path:
     return store.translated_dir(digest) / f"v{TRANSLATION_VERSION}"
 
 
-def cached(store: Store, digest: str, variant: str) -> TranslatedFiles | None:
+def cached(store: Store, digest: str) -> TranslatedFiles | None:
     """The translated files of blob ``digest`` if they were made already (a look at the directory)."""
     directory = _version_dir(store, digest)
     model = directory / MODEL_FILE
     if not model.is_file():
         return None
     projector = directory / PROJECTOR_FILE
-    return TranslatedFiles(model, projector if projector.is_file() else None, variant)
+    return TranslatedFiles(model, projector if projector.is_file() else None)
 
 
 def translate(store: Store, digest: str) -> TranslatedFiles:
@@ -756,7 +755,7 @@ def translate(store: Store, digest: str) -> TranslatedFiles:
         variant = variant_of(gguf)
         if variant is None:
             raise ValueError(f"blob {digest} is not in one of Ollama's own layouts")
-        found = cached(store, digest, variant)
+        found = cached(store, digest)
         if found is not None:
             return found
         translation = plan(gguf)
@@ -778,6 +777,6 @@ def translate(store: Store, digest: str) -> TranslatedFiles:
         finally:
             if work.exists():
                 shutil.rmtree(work, ignore_errors=True)
-        found = cached(store, digest, variant)
+        found = cached(store, digest)
         assert found is not None
         return found

@@ -26,7 +26,7 @@ from .inference import CompletionJob, Inference, PromptRenderer, constrain_tool_
 from .limits import check_request
 from .output_parser import OutputParser, ParserSetup
 from .runner_client import Health
-from .tools import ToolUse
+from .tool_grammar import ToolUse
 from .vision import check_images
 
 @dataclass

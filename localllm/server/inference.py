@@ -40,7 +40,7 @@ from .engine_choice import EngineRefused
 from .history import ChatHistory, FittedPrompt, check_generate_system, fit_history
 from .runner_client import Health, RunnerBadRequest, RunnerError, RunnerProcess
 from .scheduler import BeyondTrainedContext, LoadedModel, LoadRequest, NoRoom, Scheduler
-from .tools import ToolUse
+from .tool_grammar import ToolUse
 
 log = logging.getLogger("localllm.inference")
 

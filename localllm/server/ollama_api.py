@@ -119,7 +119,7 @@ async def show_model(body: ShowRequest, request: Request) -> dict[str, Any]:
     state = state_of(request)
     model = state.inference.resolve(body.model)
     runner = next((m for m in state.scheduler.loaded.values()
-                   if m.key[0] == str(model.model_path) and not m.runner.config.embedding), None)
+                   if m.key[0] == str(model.run_path) and not m.runner.config.embedding), None)
     loaded = ContextChoice(runner.runner.config.n_ctx, runner.context_reason) if runner is not None else None
     return show.show_response(model, verbose=body.verbose, loaded=loaded)
 

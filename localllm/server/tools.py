@@ -1,19 +1,16 @@
-"""Tool calling: reading the calls out of a model's output, and the grammars that keep
-calls well-formed, in each family's own syntax (the syntaxes themselves are data, in
-:mod:`localllm.templates.families`).
+"""Tool calling: the tools of a request, and reading the calls out of a model's output, in
+each family's own syntax (the syntaxes themselves are data, in
+:mod:`localllm.templates.families`; the grammars that keep calls well-formed are
+:mod:`localllm.server.tool_grammar`).
 
 A call's text (between its opening and closing markers) is read by the
 syntax's decoder: JSON objects ``{"name", "arguments"}`` (Hermes, Llama 3,
 Granite, Mistral's old lists), ``NAME[ARGS]{…}`` (Ministral), Qwen's XML
 ``<function=NAME><parameter=P>…``, GLM's ``<arg_key>``/``<arg_value>`` pairs,
-Gemma 4's ``call:NAME{key:<|"|>text<|"|>}``, DeepSeek's ``NAME<｜tool▁sep｜>{…}``,
-LFM2's Python-style ``[f(a=1)]`` and Harmony's ``functions.NAME … <|message|>{…}``.
+Gemma 4's ``call:NAME{key:<|"|>text<|"|>}`` (FunctionGemma's with ``<escape>``), DeepSeek's ``NAME<｜tool▁sep｜>{…}``,
+LFM2's Python-style ``[f(a=1)]`` (Olmo 3's one call a line) and Harmony's ``functions.NAME … <|message|>{…}``.
 A text that does not decode whole into calls to offered tools, with object
 arguments, is no call: the caller passes it on as text.
-
-Grammars: one that forces a call (``tool_choice`` required or a name) and a
-lazy one that lets the model answer in prose but, from the moment it writes
-its call-start marker, holds the call to the tools' parameter schemas.
 """
 
 from __future__ import annotations
@@ -22,13 +19,12 @@ import ast
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..templates.families import CallSyntax, ChatFormat
+from ..templates.families import CallSyntax
 from .errors import bad_request
-from .formats import schema_grammar
 
 
 def new_call_id() -> str:
@@ -87,10 +83,13 @@ def tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 # ----------------------------------------------------------------------------- decoders
 
 
+_SPACES = re.compile(r"\s*")
+
+
 def _json_values(text: str) -> list[Any] | None:
     """The JSON values ``text`` holds one after another (spaces between), or None if it holds anything else."""
     decoder, values, index = json.JSONDecoder(), [], 0
-    while (index := len(text) - len(text[index:].lstrip())) < len(text):
+    while (index := _SPACES.match(text, index).end()) < len(text):
         try:
             value, index = decoder.raw_decode(text, index)
         except json.JSONDecodeError:
@@ -213,24 +212,29 @@ def _glm_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
     return _typed_arguments(name.strip(), [(p.group(1).strip(), p.group(2)) for p in pairs], tools)
 
 
-_GEMMA_STRING = re.compile(r'<\|"\|>(.*?)<\|"\|>', re.DOTALL)
 _GEMMA_KEY = re.compile(r'([{,]\s*)([A-Za-z_][\w.-]*)\s*:')
 
 
-def _gemma4_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
-    """``call:NAME{key:<|"|>text<|"|>,n:3}`` (Gemma 4): bare keys, strings between ``<|"|>``."""
-    match = re.fullmatch(r'\s*call:([\w.-]+)(\{.*\})\s*', text, re.DOTALL)
-    if not match:
-        return None
-    strings: list[str] = []
+def _gemma_calls(quote: str) -> Callable[[str, Schemas], list[ToolCall] | None]:
+    """The decoder of ``call:NAME{key:QUOTEtextQUOTE,n:3}``: bare keys, strings between ``quote``
+    (Gemma 4's ``<|"|>``, FunctionGemma's ``<escape>``)."""
+    strings_pattern = re.compile(re.escape(quote) + "(.*?)" + re.escape(quote), re.DOTALL)
 
-    def hold(m: re.Match[str]) -> str:
-        strings.append(m.group(1))
-        return f'"\x00{len(strings) - 1}"'
+    def decode(text: str, tools: Schemas) -> list[ToolCall] | None:
+        match = re.fullmatch(r'\s*call:([\w.-]+)(\{.*\})\s*', text, re.DOTALL)
+        if not match:
+            return None
+        strings: list[str] = []
 
-    body = _GEMMA_KEY.sub(r'\1"\2":', _GEMMA_STRING.sub(hold, match.group(2)))
-    body = re.sub(r'"\x00(\d+)"', lambda m: json.dumps(strings[int(m.group(1))]), body)
-    return _named_json_call(match.group(1), body, tools)
+        def hold(m: re.Match[str]) -> str:
+            strings.append(m.group(1))
+            return f'"\x00{len(strings) - 1}"'
+
+        body = _GEMMA_KEY.sub(r'\1"\2":', strings_pattern.sub(hold, match.group(2)))
+        body = re.sub(r'"\x00(\d+)"', lambda m: json.dumps(strings[int(m.group(1))]), body)
+        return _named_json_call(match.group(1), body, tools)
+
+    return decode
 
 
 _PYTHON_NAMES = {"true": True, "false": False, "null": None, "none": None}
@@ -243,13 +247,18 @@ def _python_value(node: ast.expr) -> Any:
 
 
 def _pythonic_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
-    """``[f(a=1, b="x"), g()]`` (LFM2): a list of calls with keyword arguments of literal values."""
+    """``[f(a=1, b="x"), g()]`` (LFM2), or calls one a line (Olmo 3): calls with keyword arguments of
+    literal values."""
     try:
-        tree = ast.parse(text.strip(), mode="eval").body
+        lines = ast.parse(text.strip(), mode="exec").body
     except (SyntaxError, ValueError):
         return None
+    if not all(isinstance(line, ast.Expr) for line in lines):
+        return None
+    expressions = [line.value for line in lines]
+    nodes = expressions[0].elts if len(expressions) == 1 and isinstance(expressions[0], ast.List) else expressions
     calls = []
-    for node in tree.elts if isinstance(tree, ast.List) else [tree]:
+    for node in nodes:
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
             return None
         try:
@@ -286,170 +295,23 @@ def _harmony_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
 
 _DECODERS = {
     "json": _json_calls, "mistral": _mistral_calls, "qwen-xml": _qwen_xml_calls, "glm": _glm_calls,
-    "gemma4": _gemma4_calls, "pythonic": _pythonic_calls, "deepseek": _deepseek_calls, "harmony": _harmony_calls,
+    "gemma4": _gemma_calls('<|"|>'), "functiongemma": _gemma_calls("<escape>"), "pythonic": _pythonic_calls, "deepseek": _deepseek_calls, "harmony": _harmony_calls,
 }
+
+
+#: The longest call text (its markers left out) read as a call, in characters: 1 MiB holds any real
+#: call's arguments (a whole source file included); a longer text is no call, passed on as text.
+MAX_CALL_TEXT = 1 << 20
 
 
 def decode_calls(syntax: CallSyntax, text: str, tools: Schemas) -> list[ToolCall] | None:
-    """The calls in one call's text (its markers left out), or None when it is no valid call to offered tools."""
-    return _DECODERS[syntax.body](text, tools)
+    """The calls in one call's text (its markers left out), or None when it is no valid call to offered tools.
 
-
-# ----------------------------------------------------------------------------- grammars
-
-
-def _gbnf_literal(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
-_RULE_NAME = re.compile(r"^([A-Za-z0-9-]+)\s*::=", re.MULTILINE)
-_GBNF_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z0-9-]+|.', re.DOTALL)
-
-
-def _prefixed(grammar: str, prefix: str) -> str:
-    """A GBNF grammar with every rule renamed ``prefix-NAME`` (literals and classes untouched), to embed it."""
-    names = set(_RULE_NAME.findall(grammar))
-    return "".join(f"{prefix}-{t}" if t in names else t for t in _GBNF_TOKEN.findall(grammar))
-
-
-def _forced_call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """JSON schema of one ``{"name", "arguments"}`` call to one of ``tools``."""
-    options = [{
-        "type": "object",
-        "properties": {"name": {"const": t["function"]["name"]},
-                       "arguments": t["function"].get("parameters") or {"type": "object"}},
-        "required": ["name", "arguments"], "additionalProperties": False,
-    } for t in tools]
-    return options[0] if len(options) == 1 else {"oneOf": options}
-
-
-#: How each call syntax writes one call to ``name``: text before its arguments, and after.
-_NAMED_CALLS = {
-    "mistral": ("[TOOL_CALLS]{name}[ARGS]", ""),
-    "deepseek": ("<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>", "<｜tool▁call▁end｜>"),
-    "harmony": ("<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>", ""),
-}
-#: Parameter lists: a call's head and tail, one parameter ({key} and {value}), the separator, and
-#: how a string value is written (None: as a JSON string).
-_PARAMETER_CALLS = {
-    "qwen-xml": ("<tool_call>\n<function={name}>\n", "</function>\n</tool_call>",
-                 "<parameter={key}>\n{value}\n</parameter>\n", "", ("", "")),
-    "glm": ("<tool_call>{name}", "</tool_call>", "<arg_key>{key}</arg_key><arg_value>{value}</arg_value>", "",
-            ("", "")),
-    "gemma4": ("<|tool_call>call:{name}{{", "}}<tool_call|>", "{key}:{value}", ",", ('<|"|>', '<|"|>')),
-    "pythonic": ("<|tool_call_start|>[{name}(", ")]<|tool_call_end|>", "{key}={value}", ", ", None),
-}
-
-
-def _parameter_rules(syntax: str, name: str, schema: dict[str, Any], rule: str) -> list[str]:
-    """Rules for one call to ``name`` in a parameter-list syntax, its start rule ``rule``: the
-    required parameters in order, then the optional ones, each optional (when the schema requires
-    none, the first written is the first listed)."""
-    head, tail, parameter, separator, quotes = _PARAMETER_CALLS[syntax]
-    properties = schema.get("properties") or {}
-    required = [k for k in properties if k in (schema.get("required") or [])]
-    keys = required + [k for k in properties if k not in required]
-    rules, pieces = [], []
-    for index, key in enumerate(keys):
-        value_rule = f"{rule}-v{index}"
-        if properties[key].get("type") == "string" and quotes is not None and "enum" not in properties[key]:
-            # a raw string: one line without markup, so that a forced call always comes to its end
-            rules.append(f"{value_rule} ::= " + " ".join(p for p in (
-                _gbnf_literal(quotes[0]) if quotes[0] else "", "[^<\\n]*",
-                _gbnf_literal(quotes[1]) if quotes[1] else "") if p))
-        else:
-            rules.append(f"{value_rule} ::= {value_rule}-root\n"
-                         + _prefixed(schema_grammar(properties[key] or {}), value_rule))
-        written = parameter.format(key=key, value="\x00")
-        piece = " ".join(_gbnf_literal(p) if p != "\x00" else value_rule for p in re.split("(\x00)", written) if p)
-        if index and separator:
-            piece = f"{_gbnf_literal(separator)} {piece}"
-        pieces.append(f"({piece})" + ("" if key in required or not index else "?"))
-    body = " ".join(pieces)
-    if keys and not required:
-        body = f"({body})?"
-    rules.insert(0, f"{rule} ::= " + " ".join(p for p in (_gbnf_literal(head.format(name=name)), body,
-                                                           _gbnf_literal(tail.format())) if p))
-    return rules
-
-
-#: The JSON-object syntaxes: GBNF before and after one ``{"name", "arguments"}`` call.
-_JSON_CALLS = {
-    "hermes": ('"<tool_call>" toolcall-ws', 'toolcall-ws "</tool_call>"'),
-    "granite": ('"<|tool_call|>" toolcall-ws "[" toolcall-ws', 'toolcall-ws "]"'),
-    "mistral": ('"[TOOL_CALLS]" toolcall-ws "[" toolcall-ws', 'toolcall-ws "]"'),
-    "llama3": ("", ""),  # a bare call; the lazy grammar starts at <|python_tag|>
-}
-
-
-def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]]) -> str:
-    """GBNF whose rule ``toolcall`` is one call to one of ``tools``, written in ``syntax``."""
-    spaces = "toolcall-ws ::= [ \\t\\n]{0,4}\n"
-    if syntax.body == "json":
-        opening, closing = _JSON_CALLS[syntax.name]
-        inner = _prefixed(schema_grammar(_forced_call_schema(tools)), "call")
-        return f"toolcall ::= {opening} call-root {closing}\n{spaces}{inner}"
-    alternatives, rules = [], []
-    for index, tool in enumerate(tools):
-        name, schema = tool["function"]["name"], tool["function"].get("parameters") or {"type": "object"}
-        rule = f"call{index}"
-        alternatives.append(rule)
-        if syntax.body in _NAMED_CALLS:
-            before, after = _NAMED_CALLS[syntax.body]
-            parts = [_gbnf_literal(before.format(name=name)), f"{rule}-args-root"]
-            parts += [_gbnf_literal(after)] if after else []
-            rules.append(f"{rule} ::= {' '.join(parts)}\n" + _prefixed(schema_grammar(schema), f"{rule}-args"))
-        else:
-            rules += _parameter_rules(syntax.body, name, schema, rule)
-    return f"toolcall ::= {' | '.join(alternatives)}\n{spaces}" + "\n".join(rules)
-
-
-def forced_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], only: str | None = None) -> str:
-    """GBNF that makes the model write one call (to ``only``, when given) in ``syntax``."""
-    chosen = [t for t in tools if not only or t["function"]["name"] == only]
-    if not chosen:
-        raise bad_request(f"tool_choice names {only!r}, which is not among the tools")
-    around = [_gbnf_literal(w) for w in syntax.wrappers] or ["", ""]  # a group's markers (DeepSeek's)
-    root = " ".join(p for p in (around[0], "toolcall", around[-1]) if p)
-    return f"root ::= {root}\n{call_grammar(syntax, chosen)}"
-
-
-def lazy_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], parallel: bool = True) -> tuple[str, tuple[str, ...]]:
-    """GBNF for the calls that follow the syntax's first opening marker (one call unless
-    ``parallel``), and that marker, which wakes the grammar: nothing is constrained before it."""
-    more = ' (toolcall-ws toolcall)*' if parallel else ""
-    start = f'{_gbnf_literal(syntax.opening[0])} toolcall-ws ' if syntax.name == "llama3" else ""  # a bare call
-    return f"root ::= {start}toolcall{more}\n{call_grammar(syntax, tools)}", (syntax.opening[0],)
-
-
-@dataclass(frozen=True)
-class ToolUse:
-    """The tools of one request, and how this model writes calls to them."""
-
-    tools: list[dict[str, Any]]
-    syntax: CallSyntax
-
-    @classmethod
-    def for_model(cls, model: Any, tools: list[dict[str, Any]] | None) -> "ToolUse | None":
-        """None without tools; 400 when the model cannot take tools (its template has no place for
-        them, or its format has no call syntax)."""
-        checked = validate_tools(tools)
-        if not checked:
-            return None
-        chat_format: ChatFormat = model.chat_format
-        if "tools" not in model.capabilities or chat_format.calls is None:
-            raise bad_request(f"{model.name.display} does not support tools")
-        return cls(checked, chat_format.calls)
-
-    @property
-    def schemas(self) -> dict[str, dict[str, Any]]:
-        return tool_schemas(self.tools)
-
-    def forced_grammar(self, only: str | None = None) -> str:
-        """GBNF that makes the model write one call (to ``only``, when given)."""
-        return forced_grammar(self.syntax, self.tools, only)
-
-    def lazy_grammar(self, parallel: bool = True) -> tuple[str, tuple[str, ...]]:
-        """GBNF for calls after the call-start marker (only one unless ``parallel``), and the
-        marker words that trigger it."""
-        return lazy_grammar(self.syntax, self.tools, parallel)
+    The model writes this text, so it may be anything: one too long, or nested too deep for
+    Python's parsers (``ast`` and ``json`` then raise RecursionError or MemoryError), is no call."""
+    if len(text) > MAX_CALL_TEXT:
+        return None
+    try:
+        return _DECODERS[syntax.body](text, tools)
+    except (RecursionError, MemoryError):
+        return None

@@ -74,7 +74,10 @@ MISTRAL_CALLS = CallSyntax("mistral", ("[TOOL_CALLS]",), None, "json")  # [TOOL_
 MINISTRAL_CALLS = CallSyntax("ministral", ("[TOOL_CALLS]",), None, "mistral", inner=("[ARGS]", "[CALL_ID]"))  # [TOOL_CALLS]NAME[ARGS]{…}
 GRANITE_CALLS = CallSyntax("granite", ("<|tool_call|>",), None, "json")
 GEMMA4_CALLS = CallSyntax("gemma4", ("<|tool_call>",), "<tool_call|>", "gemma4", inner=('<|"|>',))
+FUNCTIONGEMMA_CALLS = CallSyntax("functiongemma", ("<start_function_call>",), "<end_function_call>", "functiongemma",
+                                 inner=("<escape>",))
 LFM2_CALLS = CallSyntax("lfm2", ("<|tool_call_start|>",), "<|tool_call_end|>", "pythonic")
+OLMO3_CALLS = CallSyntax("olmo3", ("<function_calls>",), "</function_calls>", "pythonic")  # one call a line
 DEEPSEEK_CALLS = CallSyntax("deepseek", ("<｜tool▁call▁begin｜>",), "<｜tool▁call▁end｜>", "deepseek",
                             wrappers=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), inner=("<｜tool▁sep｜>",))
 # Harmony: a message to ``functions.NAME``, its recipient after the channel or in the role header.
@@ -94,6 +97,8 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("hermes", HERMES_CALLS),  # Qwen 2.5/3, SmolLM, Hermes: JSON in <tool_call>
     ChatFormat("qwen3", HERMES_CALLS, THINK, thinks=False),
     ChatFormat("qwen3-thinking", HERMES_CALLS, THINK, thinks=True),
+    ChatFormat("qwen3-vl-instruct", HERMES_CALLS, THINK, thinks=False),
+    ChatFormat("qwen3-vl-thinking", HERMES_CALLS, THINK, thinks=True),
     ChatFormat("qwen3-coder", QWEN_XML_CALLS, thinks=False),
     ChatFormat("qwen3.5", QWEN_XML_CALLS, THINK, thinks=True),
     HARMONY,
@@ -103,7 +108,13 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("ministral", MINISTRAL_CALLS, ThinkingTags("[THINK]", "[/THINK]")),
     ChatFormat("mistral", MISTRAL_CALLS),
     ChatFormat("deepseek3", DEEPSEEK_CALLS, THINK, thinks=True),
+    ChatFormat("cogito", DEEPSEEK_CALLS, THINK, thinks=True),  # Cogito v2: DeepSeek R1's calls
+    ChatFormat("nemotron-3-nano", QWEN_XML_CALLS, THINK, thinks=True),
     ChatFormat("glm-4.7", GLM_CALLS, THINK, thinks=True),
+    ChatFormat("glm-ocr", GLM_CALLS, thinks=False),
+    ChatFormat("olmo3", OLMO3_CALLS, thinks=False),
+    ChatFormat("olmo3-think", None, THINK, thinks=True),
+    ChatFormat("functiongemma", FUNCTIONGEMMA_CALLS, thinks=False),
     ChatFormat("lfm2", LFM2_CALLS, thinks=False),
     ChatFormat("lfm2-thinking", LFM2_CALLS, THINK, thinks=True),
     ChatFormat("granite", GRANITE_CALLS),
@@ -115,6 +126,7 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
 RENDERERS: dict[str, str] = {
     **{name: name for name in FORMATS},
     "deepseek3.1": "deepseek3", "gemma4-small": "gemma4", "gemma4-large": "gemma4",
+    "olmo3.1": "olmo3", "olmo3-32b-think": "olmo3-think",
 }
 
 

@@ -16,8 +16,11 @@ runs there.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, ParamSpec
 
 from localllm.templates.chat import ChatTemplate
 from localllm.templates.gotemplate import GoTemplate, TemplateError, parse_template
@@ -151,32 +154,20 @@ def _plain(messages: list[dict]) -> str:
     return "\n\n".join(m.get("content") or "" for m in messages if m.get("content"))
 
 
-def build_prompt(
-    *,
-    messages: list[dict],
-    system: str | None,
-    model_template: str | None,
-    gguf_chat_template: str | None,
-    bos_token: str,
-    eos_token: str,
-    tools: list[dict] | None = None,
-    think: Think = None,
-) -> str:
-    """The prompt for a chat request.
+P = ParamSpec("P")
 
-    ``messages`` are the conversation (Modelfile MESSAGE lines first, then the
-    request's), ``system`` the Modelfile's SYSTEM, put first when the
-    conversation does not start with a system message (as Ollama does).
-    ``think`` is the request's thinking setting. Raises PromptError for bad
-    messages or ``think``, TemplateError when the template fails or passes a
-    limit of the render worker.
-    """
-    request = {"messages": messages, "system": system, "model_template": model_template,
-               "gguf_chat_template": gguf_chat_template, "bos_token": bos_token, "eos_token": eos_token,
-               "tools": tools, "think": think}
-    if model_template or gguf_chat_template:
-        return call_bounded(render_chat_prompt, request)
-    return render_chat_prompt(**request)  # no template: nothing foreign runs
+
+def _bounded(render: Callable[P, str], runs_template: Callable[[dict[str, Any]], bool]) -> Callable[P, str]:
+    """``render`` with the same parameters, run in a render worker (its time and memory bounded) when
+    ``runs_template`` says the request runs a template; without one nothing foreign runs, so it runs here."""
+    signature = inspect.signature(render)
+
+    @functools.wraps(render)
+    def bounded(*args: P.args, **kwargs: P.kwargs) -> str:
+        request = signature.bind(*args, **kwargs).arguments  # a wrong argument is the caller's TypeError
+        return call_bounded(render, request) if runs_template(request) else render(**request)
+
+    return bounded
 
 
 def render_chat_prompt(
@@ -190,7 +181,15 @@ def render_chat_prompt(
     tools: list[dict] | None = None,
     think: Think = None,
 ) -> str:
-    """:func:`build_prompt` in this process, unbounded in time and memory."""
+    """The prompt for a chat request, in this process (:func:`build_prompt` bounds it).
+
+    ``messages`` are the conversation (Modelfile MESSAGE lines first, then the
+    request's), ``system`` the Modelfile's SYSTEM, put first when the
+    conversation does not start with a system message (as Ollama does).
+    ``think`` is the request's thinking setting. Raises PromptError for bad
+    messages or ``think``, TemplateError when the template fails or passes a
+    limit of the render worker.
+    """
     _check_messages(messages)
     think = _checked_think(think)
     msgs = list(messages)
@@ -204,7 +203,11 @@ def render_chat_prompt(
     return _plain(msgs)
 
 
-def build_generate_prompt(
+#: :func:`render_chat_prompt` in a render worker whenever a template runs.
+build_prompt = _bounded(render_chat_prompt, lambda r: bool(r.get("model_template") or r.get("gguf_chat_template")))
+
+
+def render_generate_prompt(
     *,
     prompt: str,
     system: str | None,
@@ -218,11 +221,11 @@ def build_generate_prompt(
     history: list[dict] | None = None,
     think: Think = None,
 ) -> str:
-    """The prompt for ``/api/generate``.
+    """The prompt for ``/api/generate``, in this process (:func:`build_generate_prompt` bounds it).
 
-    ``raw`` sends ``prompt`` untouched; a request ``template`` overrides the
-    model's; with ``suffix`` the Go template gets ``.Prompt``/``.Suffix`` (fill in
-    the middle); otherwise the prompt becomes one user message after
+    ``raw`` sends ``prompt`` untouched; a request ``template`` (``template_override``)
+    overrides the model's; with ``suffix`` the Go template gets ``.Prompt``/``.Suffix``
+    (fill in the middle); otherwise the prompt becomes one user message after
     ``system`` (the request's, else the Modelfile's) and ``history`` (the
     Modelfile's MESSAGE lines), as Ollama's generate handler builds it.
     ``think`` reaches the template as in :func:`build_prompt`.
@@ -230,27 +233,7 @@ def build_generate_prompt(
     think = _checked_think(think)
     if raw:
         return prompt
-    request = {"prompt": prompt, "system": system, "suffix": suffix, "template": template_override or model_template,
-               "gguf_chat_template": gguf_chat_template, "bos": bos, "eos": eos, "history": history, "think": think}
-    if request["template"] or gguf_chat_template:
-        return call_bounded(render_generate_prompt, request)
-    return render_generate_prompt(**request)  # no template: nothing foreign runs
-
-
-def render_generate_prompt(
-    *,
-    prompt: str,
-    system: str | None,
-    suffix: str | None,
-    template: str | None,
-    gguf_chat_template: str | None,
-    bos: str,
-    eos: str,
-    history: list[dict] | None = None,
-    think: Think = None,
-) -> str:
-    """:func:`build_generate_prompt` of a prompt that is not raw, in this process, unbounded in
-    time and memory; ``template`` is the request's, else the model's."""
+    template = template_override or model_template
     if suffix:
         if not template or "suffix" not in ollama_template(template).identifiers():
             raise PromptError("this model's template does not support insert (suffix)")
@@ -267,6 +250,11 @@ def render_generate_prompt(
         eos_token=eos,
         think=think,
     )
+
+
+#: :func:`render_generate_prompt` in a render worker whenever a template runs (never for ``raw``).
+build_generate_prompt = _bounded(render_generate_prompt, lambda r: not r.get("raw") and bool(
+    r.get("template_override") or r.get("model_template") or r.get("gguf_chat_template")))
 
 
 __all__ = [

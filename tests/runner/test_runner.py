@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from localllm.server.tools import ToolUse
+from localllm.server.tool_grammar import ToolUse
 from localllm.templates.families import FORMATS
 
 from support.runner import RunnerProcess, chat_prompt, complete, parse_stream, running_runner, runner_threads

@@ -259,3 +259,35 @@ def test_unknown_parser_names_are_refused_at_create(daemon, modelfile_text, need
     assert structured.status_code == 400 and "unknown PARSER 'qwen9'" in structured.json()["error"]
     assert httpx.post(f"{daemon.url}/api/show", json={"model": "fmt-bad"}).status_code == 404
     daemon.create("fmt-good", "FROM smollm2:135m\nPARSER harmony\n")  # the next create works
+
+
+#: Ollama's PARSER names beyond the first set, each with whether its format reads tool calls and thinking.
+MORE_OLLAMA_PARSERS = {
+    "qwen3-vl-instruct": (True, False), "qwen3-vl-thinking": (True, True), "cogito": (True, True),
+    "nemotron-3-nano": (True, True), "glm-ocr": (True, False), "olmo3": (True, False),
+    "olmo3-think": (False, True), "functiongemma": (True, False),
+}
+
+
+def test_every_ollama_parser_and_renderer_name_is_created_and_shown(daemon):
+    renderers = {"olmo3.1": "olmo3", "olmo3-32b-think": "olmo3-think"}
+    for name, (tools, thinking) in {**MORE_OLLAMA_PARSERS, **{r: MORE_OLLAMA_PARSERS[p] for r, p in renderers.items()}}.items():
+        line = f"RENDERER {name}" if name in renderers else f"PARSER {name}\nRENDERER {name}"
+        daemon.create("fmt-named", f"FROM smollm2:135m\n{line}\n")
+        shown = httpx.post(f"{daemon.url}/api/show", json={"model": "fmt-named"}).json()
+        assert shown["renderer"] == name and shown.get("parser", "") == ("" if name in renderers else name), shown
+        assert line in shown["modelfile"]
+        assert ("tools" in shown["capabilities"], "thinking" in shown["capabilities"]) == (tools, thinking), name
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "fmt-named"})
+
+
+@pytest.mark.slow  # some 2,300 tokens held to a grammar
+def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url):
+    """JSON nested past Python's recursion limit is no call: the answer streams it as text, never a 500."""
+    deep = '<|tool_call|>[{"name": "get_weather", "arguments": {"city": ' + "[" * 1100 + "]" * 1100 + "}}]"
+    chunks = list(oai(url).chat.completions.create(
+        model=model_of(BY_NAME["granite"]), messages=user(), tools=TOOLS, stream=True, max_tokens=2500,
+        extra_body={"grammar": grammar(deep)}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == deep
+    assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]

@@ -10,7 +10,8 @@ import pytest
 
 from localllm.server.conversation import Content, Thinking, ToolCallDelta
 from localllm.server.output_parser import OutputParser, ParserSetup
-from localllm.server.tools import decode_calls, forced_grammar, lazy_grammar
+from localllm.server.tool_grammar import forced_grammar, lazy_grammar
+from localllm.server.tools import decode_calls
 from localllm.templates.families import FORMATS, UnknownFormat, detect_format, format_named
 
 TOOLS = {
@@ -63,6 +64,11 @@ SAMPLES = [
      "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
      "Weather.", "", [PARIS]),
     ("lfm2", False, '<|tool_call_start|>[get_weather(city="Paris", days=3), get_time()]<|tool_call_end|>Checking.',
+     "", "Checking.", [PARIS, ("get_time", {})]),
+    ("functiongemma", False,
+     'Sure.<start_function_call>call:get_weather{city:<escape>Paris, France<escape>,days:3}<end_function_call>',
+     "", "Sure.", [("get_weather", {"city": "Paris, France", "days": 3})]),
+    ("olmo3", False, 'Checking.<function_calls>get_weather(city="Paris", days=3)\nget_time()</function_calls>',
      "", "Checking.", [PARIS, ("get_time", {})]),
     ("granite", False, '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
      "", "", [PARIS]),

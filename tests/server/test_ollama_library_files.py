@@ -95,6 +95,9 @@ def test_ollama_olmo3_gives_the_olmo2_logits(daemon, tmp_path, smollm2_path):
                                  "PARAMETER engine llama.cpp\n")
     client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="x", max_retries=0)
     assert _logprobs(client, "olmo-ollama") == _logprobs(client, "olmo-upstream")
+    for name in ("olmo-upstream", "olmo-ollama"):  # show finds each one's runner, the translation's too
+        context = httpx.post(f"{daemon.url}/api/show", json={"model": name}).json()["context"]
+        assert context["loaded"] is True, (name, context)
     for name in ("olmo-upstream", "olmo-ollama"):
         httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})
 

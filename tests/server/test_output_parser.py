@@ -136,3 +136,10 @@ def test_a_list_of_calls_in_one_hermes_block():
     setup = tools_of("hermes", "a", "b")
     steps = run(setup, ['<tool_call>[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}]</tool_call>'])
     assert [(c.index, c.call.name) for c in calls(steps)] == [(0, "a"), (1, "b")]
+
+
+def test_a_call_nested_too_deep_to_parse_is_passed_on_as_text():
+    text = "<|tool_call_start|>[add(a=" + "1+" * 3000 + "1)]<|tool_call_end|>"
+    steps = run(tools_of("lfm2", "add"), ["Sum: ", text[:100], text[100:], " done"])
+    assert calls(steps) == []
+    assert joined(steps, Content).startswith("Sum: " + text) and joined(steps, Content).endswith("done")

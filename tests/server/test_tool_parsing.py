@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from localllm.server.errors import ApiError
-from localllm.server.tools import decode_calls, validate_tools
+from localllm.server.tools import MAX_CALL_TEXT, decode_calls, validate_tools
 from localllm.templates.families import FORMATS
 
 TOOLS = {"get_weather": {"type": "object"}, "add": {"type": "object"}}
@@ -50,3 +50,21 @@ def test_bad_tool_definitions_are_400(tools):
     with pytest.raises(ApiError) as info:
         validate_tools(tools)
     assert info.value.status == 400
+
+
+@pytest.mark.parametrize("fmt,text", [
+    ("lfm2", "[add(a=" + "1+" * 3000 + "1)]"),  # ast: recursion too deep
+    ("lfm2", "-" * 10000),  # ast: parser stack overflow (MemoryError)
+    ("lfm2", "[add(a=" + "-" * 10000 + "1)]"),
+    ("hermes", '{"name": "add", "arguments": {"a": ' + "[" * 1000 + "]" * 1000 + "}}"),  # json: recursion
+    ("mistral", "[" * 100000),
+    ("deepseek3", "add<｜tool▁sep｜>" + '{"a":' * 5000 + "1" + "}" * 5000),
+])
+def test_call_text_nested_too_deep_is_no_call(fmt, text):
+    assert decode(fmt, text) is None
+
+
+def test_call_text_over_the_size_bound_is_no_call():
+    padding = " " * MAX_CALL_TEXT
+    assert decode("hermes", '{"name": "add", "arguments": {}}' + padding[:100]) is not None
+    assert decode("hermes", '{"name": "add", "arguments": {}}' + padding) is None
