@@ -19,7 +19,7 @@ from localllm.templates.worker import MAX_RENDER_SECONDS, call_bounded
 
 LIMIT = 0.5
 USER = [{"role": "user", "content": "hi"}]
-LOOPS_2 = "{% set x = range(3000)|list %}{% for a in x %}{% for b in x %}{% endfor %}{% endfor %}"
+LOOPS_2 = "{% set x = range(20000)|list %}{% for a in x %}{% for b in x %}{% endfor %}{% endfor %}"
 LOOPS_3 = ("{% set x = range(99999)|list %}"
            "{% for a in x %}{% for b in x %}{% for c in x %}{% endfor %}{% endfor %}{% endfor %}")
 
