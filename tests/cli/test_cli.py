@@ -59,12 +59,12 @@ def test_auto_start_then_commands_reuse_the_daemon(tmp_path: Path) -> None:
         first = cli.run("list")
         assert first.returncode == 0, first.stderr
         assert first.stdout.split() == ["NAME", "ID", "SIZE", "MODIFIED"]
-        pids = cli.daemon_pids()
+        pids = cli.daemon_pids(daemons_only=True)
         assert len(pids) == 1, "one background daemon"
         assert (cli.state_dir / "server.log").exists()
         again = cli.run("ps")
         assert again.returncode == 0, again.stderr
-        assert cli.daemon_pids() == pids, "the second command used the running daemon"
+        assert cli.daemon_pids(daemons_only=True) == pids, "the second command used the running daemon"
         version = cli.run("--version")
         assert version.returncode == 0
         assert f"localllm version is {__version__}" in version.stdout
@@ -85,9 +85,9 @@ def test_concurrent_commands_start_one_daemon(tmp_path: Path) -> None:
             p.stderr.close()
         assert [code for code, _ in results] == [0, 0, 0], results
         deadline = time.monotonic() + 60  # daemons that lost the port exit on their own, however slowly
-        while len(cli.daemon_pids()) > 1 and time.monotonic() < deadline:
+        while len(cli.daemon_pids(daemons_only=True)) > 1 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(cli.daemon_pids()) == 1
+        assert len(cli.daemon_pids(daemons_only=True)) == 1
     finally:
         cli.kill_daemons()
 

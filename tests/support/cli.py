@@ -128,15 +128,17 @@ class CliEnv:
         process.kill()
         raise RuntimeError("daemon did not answer in time")
 
-    def daemon_pids(self) -> list[int]:
-        """Processes (daemon and runners) whose environment names this state directory."""
+    def daemon_pids(self, daemons_only: bool = False) -> list[int]:
+        """Processes whose environment names this state directory: daemons, their runners and render workers
+        (``daemons_only``: the ``localllm serve`` processes alone)."""
         marker = f"LOCALLLM_STATE_DIR={self.state_dir}".encode()
         pids = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                if marker in (entry / "environ").read_bytes().split(b"\0") and (
+                        not daemons_only or b"serve" in (entry / "cmdline").read_bytes().split(b"\0")):
                     pids.append(int(entry.name))
             except OSError:
                 continue
