@@ -88,33 +88,30 @@ def metadata_string(path: Path, key: str) -> str:
     return bytes(field.parts[field.data[0]]).decode("utf-8")
 
 
-def smollm2_projector() -> Path:
-    """A colour projector for SmolLM2 (``gguf_builders.color_projector``): SmolLM2 + it is a
-    vision model.  Cached under a name that changes with the builder's code."""
+def _built_once(prefix: str, builder) -> Path:
+    """``builder(path, smollm2_gguf())``'s file, cached under a name that changes with the builder's code."""
     import inspect
 
-    from support import gguf_builders
-
-    source = inspect.getsource(gguf_builders.color_projector).encode()
-    target = cache_dir() / f"smollm2-color-mmproj-{hashlib.sha256(source).hexdigest()[:12]}.gguf"
+    source = inspect.getsource(builder).encode()
+    target = cache_dir() / f"{prefix}-{hashlib.sha256(source).hexdigest()[:12]}.gguf"
     if not target.exists():
         partial = target.with_suffix(".partial")
-        gguf_builders.color_projector(partial, smollm2_gguf())
+        builder(partial, smollm2_gguf())
         partial.rename(target)
     return target
+
+
+def smollm2_projector() -> Path:
+    """A colour projector for SmolLM2 (``gguf_builders.color_projector``): SmolLM2 + it is a
+    vision model."""
+    from support import gguf_builders
+
+    return _built_once("smollm2-color-mmproj", gguf_builders.color_projector)
 
 
 def smollm2_audio_projector() -> Path:
     """A tone projector for SmolLM2 (``audio.tone_projector``): SmolLM2 + it hears low and high tones
-    and silence.  Cached under a name that changes with the builder's code."""
-    import inspect
-
+    and silence."""
     from support import audio
 
-    source = inspect.getsource(audio.tone_projector).encode()
-    target = cache_dir() / f"smollm2-tone-mmproj-{hashlib.sha256(source).hexdigest()[:12]}.gguf"
-    if not target.exists():
-        partial = target.with_suffix(".partial")
-        audio.tone_projector(partial, smollm2_gguf())
-        partial.rename(target)
-    return target
+    return _built_once("smollm2-tone-mmproj", audio.tone_projector)
