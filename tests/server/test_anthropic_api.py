@@ -290,7 +290,7 @@ def test_streamed_thinking_on_a_model_whose_template_opens_the_block(client, dae
 def test_tool_use_round_trip(client):
     question = {"role": "user", "content": "What is the weather in Paris?"}
     called = client.messages.create(model=TOOLS_MODEL, max_tokens=80, messages=[question], tools=[WEATHER_TOOL],
-                                    tool_choice={"type": "tool", "name": "get_weather"})
+                                    tool_choice={"type": "tool", "name": "get_weather"}, extra_body=GREEDY)
     assert called.stop_reason == "tool_use"
     use = next(block for block in called.content if block.type == "tool_use")
     assert use.name == "get_weather" and use.id
@@ -306,7 +306,7 @@ def test_tool_use_round_trip(client):
 
 def test_streamed_tool_use(client):
     with client.messages.stream(model=TOOLS_MODEL, max_tokens=80, tools=[WEATHER_TOOL], tool_choice={"type": "any"},
-                                messages=[{"role": "user", "content": "Weather in Oslo?"}]) as stream:
+                                extra_body=GREEDY, messages=[{"role": "user", "content": "Weather in Oslo?"}]) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     use = final.content[-1]

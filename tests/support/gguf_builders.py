@@ -325,8 +325,9 @@ def color_projector(path: Path, language_model: Path, image_size: int = 64, patc
     scores[:, :3] = [[2, -1, -1], [-1, 2, -1], [-1, -1, 2], [1, 1, 1], [-1, -1, -1]]
     w.add_tensor("mm.0.weight", scores)
     w.add_tensor("mm.0.bias", np.full(len(PROJECTOR_COLORS), -2.0, np.float32))
-    # mm.2 turns a score of about 2 (gelu(2) ~ 1.95) into that colour word's embedding
-    w.add_tensor("mm.2.weight", np.ascontiguousarray(words.T / 1.95).astype(np.float32))
+    # mm.2 turns a score of about 2 (gelu(2) ~ 1.95) into twice that colour word's embedding: at
+    # one times it, a Zen 3's rounding made SmolLM2 read blue as "whiskey"
+    w.add_tensor("mm.2.weight", np.ascontiguousarray(words.T * 2 / 1.95).astype(np.float32))
     w.add_tensor("mm.2.bias", np.zeros(n_embd_out, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
