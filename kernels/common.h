@@ -15,6 +15,9 @@ typedef struct { f16_t d, m; uint8_t qs[16]; } block_q4_1;
 typedef struct { f16_t d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;
 typedef struct { f16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } block_q5_1;
 typedef struct { f16_t d; int8_t qs[32]; } block_q8_0;
+/* MXFP4 (OCP microscaling): a power-of-two scale byte e (E8M0) and 32 E2M1 codes, element j < 16 the low
+ * nibble of qs[j], element 16 + j its high nibble; value = kvalues_mxfp4[code] * e8m0_half(e). */
+typedef struct { uint8_t e; uint8_t qs[16]; } block_mxfp4;
 typedef struct { uint8_t scales[16]; uint8_t qs[64]; f16_t d, dmin; } block_q2_k;
 typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; f16_t d; } block_q3_k;
 typedef struct { f16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_k;
@@ -33,6 +36,7 @@ typedef struct { f16_t d[16], m[16]; uint8_t qs[256]; } block_q4_1_r16;
 typedef struct { f16_t d[16]; uint8_t qs[320]; } block_q5_0_r16;  /* codes + 16, as Q5_K's sub-block */
 typedef struct { f16_t d[16], m[16]; uint8_t qs[320]; } block_q5_1_r16;
 typedef struct { f16_t d[16]; uint8_t qs[512]; } block_q8_0_r16;                 /* codes + 128, 8 vectors */
+typedef struct { uint8_t e[16]; uint8_t qs[256]; } block_mxfp4_r16; /* the E2M1 codes (indices of kvalues_mxfp4) */
 typedef struct {
     f16_t d[16], dmin[16];
     uint8_t scales[8][16], mins[8][16]; /* [sub-block of 32][row] */
@@ -84,6 +88,7 @@ _Static_assert(sizeof(block_q4_1) == 20, "q4_1");
 _Static_assert(sizeof(block_q5_0) == 22, "q5_0");
 _Static_assert(sizeof(block_q5_1) == 24, "q5_1");
 _Static_assert(sizeof(block_q8_0) == 34, "q8_0");
+_Static_assert(sizeof(block_mxfp4) == 17, "mxfp4");
 _Static_assert(sizeof(block_q2_k) == 84, "q2_k");
 _Static_assert(sizeof(block_q3_k) == 110, "q3_k");
 _Static_assert(sizeof(block_q4_k) == 144, "q4_k");
@@ -93,12 +98,29 @@ _Static_assert(sizeof(block_q4_k_r16) == 16 * 148, "q4_k_r16");
 _Static_assert(sizeof(block_q4_0_r16) == 16 * 18 && sizeof(block_q4_1_r16) == 16 * 20, "q4_r16");
 _Static_assert(sizeof(block_q5_0_r16) == 16 * 22 && sizeof(block_q5_1_r16) == 16 * 24, "q5_r16");
 _Static_assert(sizeof(block_q8_0_r16) == 16 * 34, "q8_0_r16");
+_Static_assert(sizeof(block_mxfp4_r16) == 16 * 17, "mxfp4_r16");
 _Static_assert(sizeof(block_q6_k_r16) == 16 * 210, "q6_k_r16");
 _Static_assert(sizeof(block_q5_k_r16) == 16 * 180, "q5_k_r16");
 _Static_assert(sizeof(block_q2_k_r16) == 16 * 84, "q2_k_r16");
 _Static_assert(sizeof(block_q3_k_r16) == 16 * 114, "q3_k_r16");
 #define GROUP_ROWS 16 /* rows of a repacked group */
 
+
+/* The E2M1 values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, times two), as ggml's
+ * kvalues_mxfp4: integers for the int8 dot products, the factor two taken back by e8m0_half. */
+static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/* What the SIMD kernels add to each doubled value to make it an unsigned operand (taken out again through
+ * the activations' exact sum, as the offsets of Q4_0's codes). */
+#define MXFP4_OFFSET 12
+
+/* Half the scale an E8M0 byte encodes, 2^(e - 128), exactly (ggml's GGML_E8M0_TO_FP32_HALF): e = 0 and 1
+ * are below the normal range and come out as the subnormals 2^-128 and 2^-127. */
+static inline float e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
 static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {

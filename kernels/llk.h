@@ -17,12 +17,13 @@ extern "C" {
 enum llk_type {
     LLK_F32 = 0, LLK_F16 = 1, LLK_Q4_0 = 2, LLK_Q4_1 = 3, LLK_Q5_0 = 6, LLK_Q5_1 = 7,
     LLK_Q8_0 = 8, LLK_Q2_K = 10, LLK_Q3_K = 11, LLK_Q4_K = 12, LLK_Q5_K = 13,
-    LLK_Q6_K = 14, LLK_BF16 = 30,
+    LLK_Q6_K = 14, LLK_BF16 = 30, LLK_MXFP4 = 39,
     /* Repacked layouts (never in a file): 16 rows interleaved (see repack.c); 100 + the GGUF type's id. */
     LLK_Q4_0_R16 = 102, LLK_Q4_1_R16 = 103, LLK_Q5_0_R16 = 106, LLK_Q5_1_R16 = 107, LLK_Q8_0_R16 = 108,
     LLK_Q2_K_R16 = 110, LLK_Q3_K_R16 = 111, LLK_Q4_K_R16 = 112, LLK_Q5_K_R16 = 113, LLK_Q6_K_R16 = 114,
+    LLK_MXFP4_R16 = 139,
 };
-#define LLK_TYPE_SLOTS 128 /* type ids below this */
+#define LLK_TYPE_SLOTS 140 /* type ids below this */
 
 /* Instruction-set levels the dispatcher can pick (the best the CPU has by default). */
 enum llk_isa {

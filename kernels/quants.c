@@ -16,9 +16,10 @@
 int llk_block_size(int type) {
     switch (type) {
     case LLK_F32: case LLK_F16: case LLK_BF16: return 1;
-    case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: return QK;
+    case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0: case LLK_MXFP4: return QK;
     case LLK_Q2_K: case LLK_Q3_K: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K: return QKK;
     case LLK_Q4_0_R16: case LLK_Q4_1_R16: case LLK_Q5_0_R16: case LLK_Q5_1_R16: case LLK_Q8_0_R16: return QK;
+    case LLK_MXFP4_R16: return QK;
     case LLK_Q2_K_R16: case LLK_Q3_K_R16: case LLK_Q4_K_R16: case LLK_Q5_K_R16: case LLK_Q6_K_R16: return QKK;
     default: return 0;
     }
@@ -33,6 +34,7 @@ static size_t block_bytes(int type) {
     case LLK_Q5_0: return sizeof(block_q5_0);
     case LLK_Q5_1: return sizeof(block_q5_1);
     case LLK_Q8_0: return sizeof(block_q8_0);
+    case LLK_MXFP4: return sizeof(block_mxfp4);
     case LLK_Q2_K: return sizeof(block_q2_k);
     case LLK_Q3_K: return sizeof(block_q3_k);
     case LLK_Q4_K: return sizeof(block_q4_k);
@@ -43,6 +45,7 @@ static size_t block_bytes(int type) {
     case LLK_Q5_0_R16: return sizeof(block_q5_0_r16) / GROUP_ROWS;
     case LLK_Q5_1_R16: return sizeof(block_q5_1_r16) / GROUP_ROWS;
     case LLK_Q8_0_R16: return sizeof(block_q8_0_r16) / GROUP_ROWS;
+    case LLK_MXFP4_R16: return sizeof(block_mxfp4_r16) / GROUP_ROWS;
     case LLK_Q2_K_R16: return sizeof(block_q2_k_r16) / GROUP_ROWS;
     case LLK_Q3_K_R16: return sizeof(block_q3_k_r16) / GROUP_ROWS;
     case LLK_Q4_K_R16: return sizeof(block_q4_k_r16) / GROUP_ROWS;
@@ -53,6 +56,7 @@ static size_t block_bytes(int type) {
 }
 
 int llk_type_supported(int type) { return type < LLK_Q4_0_R16 && llk_block_size(type) != 0; }
+_Static_assert(LLK_MXFP4 < LLK_Q4_0_R16, "the GGUF types' ids lie below the repacked ones");
 
 size_t llk_row_size(int type, int64_t n) {
     int bs = llk_block_size(type);
@@ -123,6 +127,16 @@ static void unpack_q8_0(const void *p, int8_t *q, float *sc, float *bias) {
     const block_q8_0 *b = p;
     memcpy(q, b->qs, 32);
     sc[0] = sc[1] = f16_to_f32(b->d);
+    bias[0] = bias[1] = 0.0f;
+}
+
+static void unpack_mxfp4(const void *p, int8_t *q, float *sc, float *bias) {
+    const block_mxfp4 *b = p;
+    for (int j = 0; j < 16; j++) {
+        q[j] = kvalues_mxfp4[b->qs[j] & 0xF];
+        q[j + 16] = kvalues_mxfp4[b->qs[j] >> 4];
+    }
+    sc[0] = sc[1] = e8m0_half(b->e);
     bias[0] = bias[1] = 0.0f;
 }
 
@@ -219,6 +233,7 @@ static unpack_fn unpacker(int type) {
     case LLK_Q5_0: return unpack_q5_0;
     case LLK_Q5_1: return unpack_q5_1;
     case LLK_Q8_0: return unpack_q8_0;
+    case LLK_MXFP4: return unpack_mxfp4;
     case LLK_Q2_K: return unpack_q2_k;
     case LLK_Q3_K: return unpack_q3_k;
     case LLK_Q4_K: return unpack_q4_k;
@@ -360,6 +375,7 @@ REF_DOT(dot_ref_q4_1, LLK_Q4_1)
 REF_DOT(dot_ref_q5_0, LLK_Q5_0)
 REF_DOT(dot_ref_q5_1, LLK_Q5_1)
 REF_DOT(dot_ref_q8_0, LLK_Q8_0)
+REF_DOT(dot_ref_mxfp4, LLK_MXFP4)
 REF_DOT(dot_ref_q2_k, LLK_Q2_K)
 REF_DOT(dot_ref_q3_k, LLK_Q3_K)
 REF_DOT(dot_ref_q4_k, LLK_Q4_K)
@@ -397,7 +413,7 @@ kernel_table llk_ref_kernels = {
         [LLK_Q4_0] = dot_ref_q4_0, [LLK_Q4_1] = dot_ref_q4_1, [LLK_Q5_0] = dot_ref_q5_0,
         [LLK_Q5_1] = dot_ref_q5_1, [LLK_Q8_0] = dot_ref_q8_0, [LLK_Q2_K] = dot_ref_q2_k,
         [LLK_Q3_K] = dot_ref_q3_k, [LLK_Q4_K] = dot_ref_q4_k, [LLK_Q5_K] = dot_ref_q5_k,
-        [LLK_Q6_K] = dot_ref_q6_k,
+        [LLK_Q6_K] = dot_ref_q6_k, [LLK_MXFP4] = dot_ref_mxfp4,
     },
     .quantize_q8a = quantize_q8a_ref,
     .quantize_q8k = quantize_q8k_ref,

@@ -26,6 +26,7 @@ const char *llk_type_name(int type) {
     case LLK_Q4_K: return "Q4_K";
     case LLK_Q5_K: return "Q5_K";
     case LLK_Q6_K: return "Q6_K";
+    case LLK_MXFP4: return "MXFP4";
     case LLK_Q4_0_R16: return "Q4_0_R16";
     case LLK_Q4_1_R16: return "Q4_1_R16";
     case LLK_Q5_0_R16: return "Q5_0_R16";
@@ -36,6 +37,7 @@ const char *llk_type_name(int type) {
     case LLK_Q4_K_R16: return "Q4_K_R16";
     case LLK_Q5_K_R16: return "Q5_K_R16";
     case LLK_Q6_K_R16: return "Q6_K_R16";
+    case LLK_MXFP4_R16: return "MXFP4_R16";
     default: return "?";
     }
 }
@@ -43,7 +45,7 @@ const char *llk_type_name(int type) {
 static int repacked_of(int type) {
     switch (type) {
     case LLK_Q4_0: case LLK_Q4_1: case LLK_Q5_0: case LLK_Q5_1: case LLK_Q8_0:
-    case LLK_Q2_K: case LLK_Q3_K: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K:
+    case LLK_Q2_K: case LLK_Q3_K: case LLK_Q4_K: case LLK_Q5_K: case LLK_Q6_K: case LLK_MXFP4:
         return type + 100;
     default: return type;
     }
@@ -259,6 +261,21 @@ static void put32(int type, uint8_t *g, int r, const uint8_t *q, f16_t d, f16_t 
     else put_nibbles(codes, r, q, 32);
 }
 
+/* MXFP4: the scale bytes as they are, the codes (indices of kvalues_mxfp4) as the 32-formats' nibble vectors. */
+static void repack_mxfp4(const block_mxfp4 *src, int64_t nb, block_mxfp4_r16 *dst) {
+    uint8_t q[QK];
+    for (int r = 0; r < GROUP_ROWS; r++)
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const block_mxfp4 *b = src + r * nb + ib;
+            dst[ib].e[r] = b->e;
+            for (int i = 0; i < 16; i++) {
+                q[i] = b->qs[i] & 0xF;
+                q[i + 16] = b->qs[i] >> 4;
+            }
+            put_nibbles(dst[ib].qs, r, q, QK);
+        }
+}
+
 int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst) {
     if (!fits(type, ne0, ne1)) return -1;
     const int64_t nb = ne0 / llk_block_size(type);
@@ -275,6 +292,8 @@ int llk_repack(int type, const void *src, int64_t ne0, int64_t ne1, void *dst) {
             repack_q3_k((const block_q3_k *)s, nb, (block_q3_k_r16 *)out);
         } else if (type == LLK_Q6_K) {
             repack_q6_k((const block_q6_k *)s, nb, (block_q6_k_r16 *)out);
+        } else if (type == LLK_MXFP4) {
+            repack_mxfp4((const block_mxfp4 *)s, nb, (block_mxfp4_r16 *)out);
         } else {
             memset(out, 0, group_block * nb);
             uint8_t q[QK];
@@ -443,6 +462,25 @@ DOT_GROUP_32_REF(dot_group_q5_0_ref, LLK_Q5_0_R16)
 DOT_GROUP_32_REF(dot_group_q5_1_ref, LLK_Q5_1_R16)
 DOT_GROUP_32_REF(dot_group_q8_0_ref, LLK_Q8_0_R16)
 
+/* MXFP4: one integer dot of the doubled values per block and row, then the block's scale (2^(e-128), the
+ * halving that undoes the doubling) times the activations' as one float: ggml's d. */
+static void dot_group_mxfp4_ref(const void *w, const void *act, size_t act_row, int n_tok, int64_t n, float *out,
+                                size_t out_stride) {
+    for (int t = 0; t < n_tok; t++) {
+        const block_q8a *y = (const block_q8a *)((const uint8_t *)act + t * act_row);
+        float acc[GROUP_ROWS] = {0};
+        for (int64_t ib = 0; ib < n / QK; ib++) {
+            const block_mxfp4_r16 *g = (const block_mxfp4_r16 *)w + ib;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int32_t p = 0;
+                for (int i = 0; i < QK; i++) p += kvalues_mxfp4[nibble(g->qs, r, i)] * y[ib].qs[i];
+                acc[r] = fmaf((float)p, e8m0_half(g->e[r]) * y[ib].d, acc[r]);
+            }
+        }
+        memcpy(out + t * out_stride, acc, sizeof acc);
+    }
+}
+
 void llk_fill_repacked_ref(kernel_table *t) {
     t->dot_group[LLK_Q4_0_R16] = dot_group_q4_0_ref;
     t->dot_group[LLK_Q4_1_R16] = dot_group_q4_1_ref;
@@ -454,4 +492,5 @@ void llk_fill_repacked_ref(kernel_table *t) {
     t->dot_group[LLK_Q4_K_R16] = dot_group_q4_k_ref;
     t->dot_group[LLK_Q5_K_R16] = dot_group_q5_k_ref;
     t->dot_group[LLK_Q6_K_R16] = dot_group_q6_k_ref;
+    t->dot_group[LLK_MXFP4_R16] = dot_group_mxfp4_ref;
 }
