@@ -37,6 +37,10 @@ static void fill(int type, uint8_t *row, int64_t n) {
     };
     size_t bytes = llk_row_size(type, n);
     for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)next();
+    if (type == LLK_MXFP4) { /* power-of-two scale bytes: 2^-9 .. 2^-4 */
+        for (size_t off = 0; off < bytes; off += sizeof(block_mxfp4)) row[off + offsetof(block_mxfp4, e)] = (uint8_t)(119 + next() % 6);
+        return;
+    }
     if (type == LLK_F32 || type == LLK_F16 || type == LLK_BF16) {
         for (int64_t i = 0; i < n; i++) {
             float v = uniform();
@@ -59,9 +63,9 @@ static void fill(int type, uint8_t *row, int64_t n) {
 /* not vectorised: GCC 12 for AArch64 crashes vectorising its error reductions */
 __attribute__((optimize("no-tree-vectorize"))) int main(void) {
     static const int types[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q2_K, LLK_Q3_K,
-                                LLK_Q4_K, LLK_Q5_K, LLK_Q6_K, LLK_F16, LLK_BF16, LLK_F32};
+                                LLK_Q4_K, LLK_Q5_K, LLK_Q6_K, LLK_MXFP4, LLK_F16, LLK_BF16, LLK_F32};
     static const char *names[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                                  "F16", "BF16", "F32"};
+                                  "MXFP4", "F16", "BF16", "F32"};
     const int64_t n = 9 * 256; /* odd block counts for every format; a multiple of 8 and 4 for the floats */
     uint8_t *row = malloc(llk_row_size(LLK_F32, n)), *act = malloc(llk_act_size(LLK_F32, n) + llk_act_size(LLK_Q4_K, n));
     float *x = malloc(sizeof(float) * (size_t)n);
@@ -88,7 +92,8 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
     }
     /* repacked layouts: where a level has a group kernel of its own, its results are the reference's bit for bit,
      * for one token and for several at once */
-    static const int packable[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q2_K, LLK_Q3_K, LLK_Q4_K, LLK_Q5_K, LLK_Q6_K};
+    static const int packable[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q2_K, LLK_Q3_K, LLK_Q4_K, LLK_Q5_K, LLK_Q6_K,
+                                   LLK_MXFP4};
     const int64_t rows = 32, cols = 3 * 256;
     uint8_t *matrix = malloc(llk_row_size(LLK_F32, cols) * rows), *packed = malloc(llk_row_size(LLK_F32, cols) * rows);
     uint8_t *acts = malloc((llk_act_size(LLK_Q4_K, cols) + llk_act_size(LLK_Q4_0, cols)) * 3);

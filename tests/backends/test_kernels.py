@@ -23,8 +23,9 @@ SCALE_FIELDS = {
     Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q8_0: (0,),
     Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,),
 }  # fmt: skip
+E8M0_FIELDS = {Q.MXFP4: 0}  # type -> byte offset of the power-of-two scale byte inside one block
 FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
-ALL_TYPES = tuple(SCALE_FIELDS) + FLOAT_TYPES
+ALL_TYPES = tuple(SCALE_FIELDS) + tuple(E8M0_FIELDS) + FLOAT_TYPES
 ISAS = kernels.available_isas()  # every level this CPU can run
 
 
@@ -44,9 +45,11 @@ def random_row(t: Q, n_blocks: int, rng: np.random.Generator) -> tuple[np.ndarra
             return values.astype(np.float16).view(np.uint8), values.size
         return (values.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8), values.size
     raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
-    for offset in SCALE_FIELDS[t]:
+    for offset in SCALE_FIELDS.get(t, ()):
         scales = (rng.uniform(0.001, 0.05, n_blocks) * rng.choice([-1, 1], n_blocks)).astype(np.float16)
         raw[:, offset : offset + 2] = scales.view(np.uint8).reshape(n_blocks, 2)
+    if t in E8M0_FIELDS:  # 2^-9 .. 2^-4 times values up to 6: weights of the others' size
+        raw[:, E8M0_FIELDS[t]] = rng.integers(119, 125, n_blocks)
     return raw.reshape(-1), n_blocks * block
 
 
@@ -163,6 +166,23 @@ def test_odd_shapes_and_magnitudes(t: Q, n_blocks: int, seed: int, magnitude: fl
 def test_multi_row_dots_on_odd_shapes(t: Q, n_blocks: int, count: int, seed: int, magnitude: float) -> None:
     """Decode's multi-row kernels (at every level) on any block count and scale: each row exactly its own dot."""
     assert_rows_match_alone(t, count, n_blocks, np.random.default_rng(seed), ISAS, magnitude)
+
+
+def test_mxfp4_every_scale_byte_dequantizes_as_gguf_py() -> None:
+    """The E8M0 byte's whole range: the subnormal scales of 0 and 1, and the overflow of the largest to
+    infinity, as ggml has them; each value the code's E2M1 value times 2^(e - 127)."""
+    rng = np.random.default_rng(39)
+    raw = rng.integers(0, 256, size=(256, 17), dtype=np.uint8)
+    raw[:, 0] = np.arange(256)
+    with np.errstate(over="ignore"):
+        ours = kernels.dequantize(int(Q.MXFP4), raw.reshape(-1), 256 * 32)
+        theirs = quants.dequantize(raw.reshape(-1), Q.MXFP4).reshape(-1)
+    np.testing.assert_array_equal(ours, theirs)
+    e2m1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+    codes = np.concatenate([raw[:, 1:] & 0xF, raw[:, 1:] >> 4], axis=1)
+    with np.errstate(over="ignore"):
+        exact = (e2m1[codes] * np.exp2(np.arange(256) - 127.0)[:, None]).astype(np.float32)
+    np.testing.assert_array_equal(ours.reshape(256, 32), exact)
 
 
 def test_rows_that_are_not_whole_blocks_are_refused() -> None:

@@ -1,5 +1,5 @@
 """Weights repacked at load (kernels/repack.c): matrices of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
-Q5_K and Q6_K in 16-row interleaved groups.
+Q5_K, Q6_K and MXFP4 in 16-row interleaved groups.
 
 A repacked matrix gives the same bits at every ISA level (the scalar one included, forced), agrees
 with its GGUF layout to rounding, and gives each row a result that does not depend on which tokens
@@ -26,8 +26,9 @@ from support.native import Side, cosine
 
 SCALE_FIELDS = {  # byte offsets of the half-float scales in a block
     Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q8_0: (0,), Q.Q2_K: (80, 82), Q.Q3_K: (108,),
-    Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,),
+    Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,), Q.MXFP4: (),
 }  # fmt: skip
+E8M0_FIELDS = {Q.MXFP4: 0}  # byte offsets of the power-of-two scale bytes in a block
 ISAS = kernels.available_isas()
 REPACKING = kernels.repacked_type(int(Q.Q4_K), 256, 16) != int(Q.Q4_K)  # this CPU's best level has the kernels
 Q8_0_LAYOUT = "Q8_0_R16" if kernels.repacked_type(int(Q.Q8_0), 256, 16) != int(Q.Q8_0) else "GGUF in place"
@@ -48,6 +49,8 @@ def random_matrix(t: Q, rows: int, n_blocks: int, rng: np.random.Generator) -> n
     for offset in SCALE_FIELDS[t]:
         scales = (rng.uniform(0.001, 0.05, len(raw)) * rng.choice([-1, 1], len(raw))).astype(np.float16)
         raw[:, offset : offset + 2] = scales.view(np.uint8).reshape(-1, 2)
+    if t in E8M0_FIELDS:
+        raw[:, E8M0_FIELDS[t]] = rng.integers(119, 125, len(raw))
     return raw.reshape(-1)
 
 
@@ -68,6 +71,31 @@ def test_repacked_matrix_gives_the_same_bits_at_every_level(t: Q) -> None:
     scale = np.abs(x.astype(np.float64)) @ np.abs(w).T
     assert np.all(np.abs(results[0] - in_place) <= 1e-5 * scale)  # the GGUF layout's kernels, to rounding
     assert np.all(np.abs(results[0] - x @ w.T) <= 0.01 * scale)  # 8-bit activations
+
+
+def test_repacked_mxfp4_takes_every_scale_byte_exactly() -> None:
+    """Row r of 256 has the scale byte r, so its result is its integer sum times 2^(r-128) and the activations'
+    scale alone: the group kernels' vector conversion of the byte (to a subnormal for 0 and 1, overflowing the
+    result for the largest) gives the reference's bits (the scalar level's) at every level, and the per-row
+    kernels' result to rounding."""
+    rng = np.random.default_rng(139)
+    ne0, ne1 = 32, 256
+    raw = rng.integers(0, 256, size=(ne1, 17), dtype=np.uint8)
+    raw[:, 0] = np.arange(ne1)
+    raw = raw.reshape(-1)
+    x = rng.standard_normal((3, ne0)).astype(np.float32)
+    packed_type, packed = kernels.repack(int(Q.MXFP4), raw, ne0, ne1)
+    with np.errstate(over="ignore"):
+        in_place = kernels.gemm(int(Q.MXFP4), raw, ne0, ne1, x)
+        results = {}
+        for isa in ISAS:
+            assert kernels.set_isa(isa) == isa
+            results[isa] = kernels.gemm(packed_type, packed, ne0, ne1, x)
+    for isa, result in results.items():
+        np.testing.assert_array_equal(result, results["scalar"], err_msg=isa)
+    finite = slice(8, 240)  # scales whose products with the activations' stay in floats' normal range
+    np.testing.assert_allclose(results["scalar"][:, finite], in_place[:, finite], rtol=1e-6)
+    assert np.isinf(results["scalar"][:, -1]).all() and np.all(np.abs(results["scalar"][:, :2]) < 1e-36)
 
 
 @pytest.mark.parametrize("t", SCALE_FIELDS, ids=lambda t: t.name)
