@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType
 
+from localllm.backends.native import kernels
 from localllm.backends.native.backend import BackendError, Context, Model
 from localllm.backends.native.lib import NativeError
 from localllm.backends.native.model import NativeWeights
@@ -112,6 +114,20 @@ def test_llama3_rope_freqs_match_llama_cpp(tmp_path: Path) -> None:
     with_factors = assert_tiny_model_matches_llama_cpp(scaled)
     without = assert_tiny_model_matches_llama_cpp(tiny_model(tmp_path / "plain.gguf"))
     assert cosine(with_factors, without) < 0.9999  # the factors are applied, not skipped
+
+
+def test_mxfp4_ffn_weights_match_llama_cpp(tmp_path: Path) -> None:
+    """gpt-oss's expert format in a dense model: FFN matrices in MXFP4 (power-of-two scale per 32 weights, E2M1
+    codes), dotted against 8-bit activations as ggml does; repacked at load where this CPU's level has the kernels."""
+    mxfp4 = {name: GGMLQuantizationType.MXFP4 for name in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")}
+    path = tiny_model(tmp_path / "mxfp4.gguf", n_layer=2, quantize=mxfp4)
+    weights = NativeWeights(path)
+    try:
+        repacked = kernels.repacked_type(int(GGMLQuantizationType.MXFP4), 64, 128) != int(GGMLQuantizationType.MXFP4)
+        assert weights.layouts["MXFP4"] == ("MXFP4_R16" if repacked else "GGUF in place") + " (6 matrices)"
+    finally:
+        weights.close()
+    assert_tiny_model_matches_llama_cpp(path)
 
 
 def test_batched_sequences_match_each_alone_bit_for_bit(smollm2_path: Path) -> None:

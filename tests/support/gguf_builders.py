@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFWriter
+from gguf import GGMLQuantizationType, GGUFWriter, quants
 
 F32, F16 = 0, 1  # general.file_type values
 
@@ -19,7 +19,7 @@ def tiny_model(
     path: Path, arch: str = "llama", q_rows: int | None = None, file_type: int = F32,
     extra: Callable[[GGUFWriter], None] | None = None, head_dim: int = 16,
     n_embd: int = 64, n_ff: int = 128, n_vocab: int = 32, n_layer: int = 1, vocab_from: Path | None = None,
-    seed: int = 0, context_length: int = 128,
+    seed: int = 0, context_length: int = 128, quantize: dict[str, GGMLQuantizationType] | None = None,
 ) -> Path:  # fmt: skip
     """A GGUF of ``arch`` (llama, qwen2: + q/k/v biases, qwen3: + q/k norms, phi3: fused
     attn_qkv and gate+up in ffn_up) with random weights and a SentencePiece vocabulary,
@@ -29,7 +29,8 @@ def tiny_model(
     Big ones (the benchmark's ~1B model) are written through a temporary file, tensor by tensor.
     ``vocab_from``: a GGUF whose tokenizer (tokens, merges, special ids) replaces the made-up one,
     and whose vocabulary size replaces ``n_vocab``. ``context_length``: the trained context. gemma3 and gemma-embedding get their
-    extra norms (q/k, post-attention, post-FFN)."""
+    extra norms (q/k, post-attention, post-FFN). ``quantize``: matrices whose names end with a key written in
+    that type (gguf-py's quantizer), e.g. ``{"ffn_up.weight": MXFP4}``; the others as ``file_type`` says."""
     w = GGUFWriter(str(path), arch, use_temp_file=n_layer > 1)
     e, ff, vocab = n_embd, n_ff, n_vocab
     q_dim, kv_dim = 4 * head_dim, 2 * head_dim
@@ -59,7 +60,11 @@ def tiny_model(
 
     def t(name: str, *shape: int) -> None:
         data = rng.standard_normal(shape[::-1]).astype(np.float32)
-        w.add_tensor(name, data.astype(np.float16) if file_type == F16 and len(shape) > 1 else data)
+        qtype = next((q for suffix, q in (quantize or {}).items() if name.endswith(suffix)), None)
+        if qtype is not None and len(shape) > 1:
+            w.add_tensor(name, quants.quantize(data, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, data.astype(np.float16) if file_type == F16 and len(shape) > 1 else data)
 
     t("token_embd.weight", e, vocab)
     t("output_norm.weight", e)
