@@ -65,9 +65,10 @@ from localllm.gguf import GGML_TYPES  # noqa: E402
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 FORMATS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12,
-           "Q5_K": 13, "Q6_K": 14, "F16": 1, "BF16": 30, "F32": 0}  # fmt: skip
+           "Q5_K": 13, "Q6_K": 14, "MXFP4": 39, "F16": 1, "BF16": 30, "F32": 0}  # fmt: skip
 SCALE_FIELDS = {2: (0,), 3: (0, 2), 6: (0,), 7: (0, 2), 8: (0,), 10: (80, 82), 11: (108,), 12: (0, 2), 13: (0, 2),
-                14: (208,)}  # byte offsets of each block's half-float scales  # fmt: skip
+                14: (208,), 39: ()}  # byte offsets of each block's half-float scales  # fmt: skip
+E8M0_FIELDS = {39: (0,)}  # byte offsets of each block's power-of-two scale byte (MXFP4)
 KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "asimd", "asimddp")
 BATCH = 512
 SYNTHETIC_1B = {"n_embd": 2048, "n_ff": 5632, "n_vocab": 32000, "n_layer": 18, "head_dim": 512}
@@ -172,6 +173,8 @@ def random_matrix(t: int, rows: int, cols: int, rng: np.random.Generator) -> np.
     raw = rng.integers(0, 256, size, dtype=np.uint8).reshape(-1, block)
     for offset in SCALE_FIELDS[t]:
         raw[:, offset : offset + 2] = rng.uniform(0.001, 0.05, len(raw)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    for offset in E8M0_FIELDS.get(t, ()):
+        raw[:, offset] = rng.integers(119, 125, len(raw))
     return raw.reshape(-1)
 
 
