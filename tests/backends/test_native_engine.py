@@ -116,18 +116,25 @@ def test_llama3_rope_freqs_match_llama_cpp(tmp_path: Path) -> None:
     assert cosine(with_factors, without) < 0.9999  # the factors are applied, not skipped
 
 
-def test_mxfp4_ffn_weights_match_llama_cpp(tmp_path: Path) -> None:
+@pytest.mark.parametrize("isa", kernels.available_isas())
+def test_mxfp4_ffn_weights_match_llama_cpp(tmp_path: Path, isa: str) -> None:
     """gpt-oss's expert format in a dense model: FFN matrices in MXFP4 (power-of-two scale per 32 weights, E2M1
-    codes), dotted against 8-bit activations as ggml does; repacked at load where this CPU's level has the kernels."""
+    codes), dotted against 8-bit activations as ggml does; repacked at load where the level has the kernels,
+    read in place through the per-row ones where it has not (scalar)."""
     mxfp4 = {name: GGMLQuantizationType.MXFP4 for name in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")}
     path = tiny_model(tmp_path / "mxfp4.gguf", n_layer=2, quantize=mxfp4)
-    weights = NativeWeights(path)
+    best = kernels.isa()
+    assert kernels.set_isa(isa) == isa
     try:
-        repacked = kernels.repacked_type(int(GGMLQuantizationType.MXFP4), 64, 128) != int(GGMLQuantizationType.MXFP4)
-        assert weights.layouts["MXFP4"] == ("MXFP4_R16" if repacked else "GGUF in place") + " (6 matrices)"
+        weights = NativeWeights(path)
+        try:
+            repacked = kernels.repacked_type(int(GGMLQuantizationType.MXFP4), 64, 128) != int(GGMLQuantizationType.MXFP4)
+            assert weights.layouts["MXFP4"] == ("MXFP4_R16" if repacked else "GGUF in place") + " (6 matrices)"
+        finally:
+            weights.close()
+        assert_tiny_model_matches_llama_cpp(path)
     finally:
-        weights.close()
-    assert_tiny_model_matches_llama_cpp(path)
+        kernels.set_isa(best)
 
 
 def test_batched_sequences_match_each_alone_bit_for_bit(smollm2_path: Path) -> None:
