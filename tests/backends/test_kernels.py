@@ -226,8 +226,9 @@ def test_real_tensors_of_the_fixture_models(which: str, request: pytest.FixtureR
 GGML_DOTS = {  # weight type -> (ggml's vec_dot, ggml's activation quantizer, its activation block bytes)
     Q.Q4_0: ("ggml_vec_dot_q4_0_q8_0", "quantize_row_q8_0", 34), Q.Q4_1: ("ggml_vec_dot_q4_1_q8_1", "quantize_row_q8_1", 36),
     Q.Q5_0: ("ggml_vec_dot_q5_0_q8_0", "quantize_row_q8_0", 34), Q.Q5_1: ("ggml_vec_dot_q5_1_q8_1", "quantize_row_q8_1", 36),
-    Q.Q8_0: ("ggml_vec_dot_q8_0_q8_0", "quantize_row_q8_0", 34),
+    Q.Q8_0: ("ggml_vec_dot_q8_0_q8_0", "quantize_row_q8_0", 34), Q.MXFP4: ("ggml_vec_dot_mxfp4_q8_0", "quantize_row_q8_0", 34),
 }  # fmt: skip
+BIT_EXACT_DOTS = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # MXFP4's sums run in another order (see quants_x86.inc)
 
 
 @pytest.fixture(scope="module")
@@ -249,19 +250,39 @@ def ggml_cpu():
     return lib
 
 
-@pytest.mark.parametrize("t", tuple(GGML_DOTS), ids=lambda t: t.name)
-def test_dot_equals_ggmls_vec_dot_bit_for_bit(ggml_cpu, t: Q) -> None:
-    """At this CPU's best level, the 32-formats' dot of a row is ggml's vec_dot of it, bit for bit: where the
-    two engines' logits differ, it is in which kernel llama.cpp's matrix multiplication chose, not in these."""
+def ggml_dot(ggml_cpu, t: Q, row: np.ndarray, x: np.ndarray) -> float:
+    """ggml's vec_dot of a row of weights type ``t`` against ``x``, quantized by ggml as its kernel takes it."""
     import ctypes
 
     dot_name, quantize_name, act_block = GGML_DOTS[t]
+    act = np.empty(x.size // 32 * act_block, dtype=np.uint8)
+    getattr(ggml_cpu, quantize_name)(x.ctypes.data, act.ctypes.data, x.size)
+    result = ctypes.c_float()
+    getattr(ggml_cpu, dot_name)(x.size, ctypes.byref(result), 0, row.ctypes.data, 0, act.ctypes.data, 0, 1)
+    return result.value
+
+
+@pytest.mark.parametrize("t", BIT_EXACT_DOTS, ids=lambda t: t.name)
+def test_dot_equals_ggmls_vec_dot_bit_for_bit(ggml_cpu, t: Q) -> None:
+    """At this CPU's best level, the 32-formats' dot of a row is ggml's vec_dot of it, bit for bit: where the
+    two engines' logits differ, it is in which kernel llama.cpp's matrix multiplication chose, not in these."""
     rng = np.random.default_rng(11)
     for n_blocks in (1, 18, 48):
         row, n = random_row(t, n_blocks, rng)
         x = (rng.standard_normal(n) * 3).astype(np.float32)
-        theirs_act = np.empty(n // 32 * act_block, dtype=np.uint8)
-        getattr(ggml_cpu, quantize_name)(x.ctypes.data, theirs_act.ctypes.data, n)
-        theirs = ctypes.c_float()
-        getattr(ggml_cpu, dot_name)(n, ctypes.byref(theirs), 0, row.ctypes.data, 0, theirs_act.ctypes.data, 0, 1)
-        assert kernels.vec_dot(int(t), row, kernels.quantize_activations(int(t), x), n) == theirs.value, n_blocks
+        ours = kernels.vec_dot(int(t), row, kernels.quantize_activations(int(t), x), n)
+        assert ours == ggml_dot(ggml_cpu, t, row, x), n_blocks
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_mxfp4_dot_equals_ggmls_vec_dot_to_rounding(ggml_cpu, isa: str) -> None:
+    """MXFP4 read as llama.cpp reads it: its kernel's result on the same row and activations, to the rounding of
+    summing the blocks in another order (even and odd block counts: ggml takes blocks in pairs)."""
+    rng = np.random.default_rng(12)
+    assert kernels.set_isa(isa) == isa
+    for n_blocks in (1, 17, 48):
+        row, n = random_row(Q.MXFP4, n_blocks, rng)
+        x = (rng.standard_normal(n) * 3).astype(np.float32)
+        ours = kernels.vec_dot(int(Q.MXFP4), row, kernels.quantize_activations(int(Q.MXFP4), x), n)
+        scale = float(np.abs(quants.dequantize(row, Q.MXFP4).reshape(-1).astype(np.float64)) @ np.abs(x))
+        assert abs(ours - ggml_dot(ggml_cpu, Q.MXFP4, row, x)) <= 1e-6 * scale, n_blocks
