@@ -38,11 +38,14 @@ QWEN3_30B_A3B = MoeShape(n_layer=48, n_expert=128, n_expert_used=8, n_embd=2048,
 
 
 def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, quantized: bool = False,
-                   seed: int = 0, **dims: int) -> Path:
+                   seed: int = 0, replace: dict[str, np.ndarray] | None = None, **dims: int) -> Path:
     """A ``qwen3moe`` GGUF of ``shape`` (or :class:`MoeShape`'s defaults with ``dims`` replaced): random weights
     scaled so that activations keep their size through the layers, ``vocab_from``'s tokenizer (SmolLM2's in the
     tests) and an output head tied to the embeddings. F32, or with ``quantized`` every matrix Q4_0 (random 4-bit
-    codes under one scale: a full-size model is written in the time its bytes take, never held in memory)."""
+    codes under one scale: a full-size model is written in the time its bytes take, never held in memory).
+    ``replace``: tensors written as these arrays instead, whatever their shape and type (a file that disagrees
+    with its metadata)."""
+    replace = replace or {}
     shape = shape or MoeShape(**dims)
     s = shape
     w = GGUFWriter(str(path), "qwen3moe")
@@ -76,7 +79,8 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
             (f"{blk}attn_k_norm.weight", (s.head_dim,), None),
             (f"{blk}attn_output.weight", (q_dim, s.n_embd), q_dim ** -0.5),
             (f"{blk}ffn_norm.weight", (s.n_embd,), None),
-            (f"{blk}ffn_gate_inp.weight", (s.n_embd, s.n_expert), 1.0),  # the router: F32 as in real files
+            # the router, F32 as in real files: logits of a few units, so that the chosen experts share the weight
+            (f"{blk}ffn_gate_inp.weight", (s.n_embd, s.n_expert), 2 * s.n_embd ** -0.5),
             (f"{blk}ffn_gate_exps.weight", (s.n_embd, s.n_ff_exp, s.n_expert), s.n_embd ** -0.5),
             (f"{blk}ffn_up_exps.weight", (s.n_embd, s.n_ff_exp, s.n_expert), s.n_embd ** -0.5),
             (f"{blk}ffn_down_exps.weight", (s.n_ff_exp, s.n_embd, s.n_expert), s.n_ff_exp ** -0.5),
@@ -87,7 +91,9 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
 
     for name, dims, _ in tensors:
         numpy_shape = dims[::-1]
-        if q4_0(name, dims):
+        if name in replace:
+            w.add_tensor_info(name, replace[name].shape, replace[name].dtype, replace[name].nbytes)
+        elif q4_0(name, dims):
             byte_shape = (*numpy_shape[:-1], numpy_shape[-1] // _Q4_0_BLOCK * _Q4_0_BYTES)
             w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), GGMLQuantizationType.Q4_0)
         else:
@@ -97,7 +103,9 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     w.write_ti_data_to_file()
     rng = np.random.default_rng(seed)
     for name, dims, scale in tensors:
-        if scale is None:
+        if name in replace:
+            w.write_tensor_data(replace[name])
+        elif scale is None:
             w.write_tensor_data(np.ones(dims[::-1], np.float32))
         elif q4_0(name, dims):
             w.write_tensor_data(_random_q4_0(rng, dims[::-1], scale))
@@ -105,6 +113,27 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
             w.write_tensor_data((rng.standard_normal(dims[::-1]) * scale).astype(np.float32))
     w.close()
     return path
+
+
+TINY = MoeShape(n_layer=3, n_expert=16, n_expert_used=4, n_embd=256, n_ff_exp=256, n_head=4, n_head_kv=2, head_dim=64)
+MOSTLY_Q8_0, MOSTLY_Q4_K_M = 7, 15  # llama_ftype
+
+
+def tiny_qwen3moe(directory: Path, vocab_from: Path, ftype: int = F32, shape: MoeShape = TINY, seed: int = 0) -> Path:
+    """A small ``qwen3moe`` (:data:`TINY`: widths that every K-format's blocks divide) in ``directory``: F32, or
+    quantized to ``ftype`` by llama.cpp's own quantizer (Q8_0 everywhere, or the Q4_K/Q6_K mix of Q4_K_M; the
+    router stays F32 as in real files). Written once per directory and arguments."""
+    from support.gguf_builders import quantized
+
+    stem = (f"qwen3moe-{shape.n_layer}x{shape.n_expert}e{shape.n_expert_used}-{shape.n_embd}-{shape.n_ff_exp}"
+            f"-s{seed}")
+    source = directory / f"{stem}-f32.gguf"
+    if not source.exists():
+        qwen3moe_model(source, vocab_from, shape, seed=seed)
+    if ftype == F32:
+        return source
+    path = directory / f"{stem}-ftype{ftype}.gguf"
+    return path if path.exists() else quantized(source, path, ftype)
 
 
 def _random_q4_0(rng: np.random.Generator, numpy_shape: tuple[int, ...], scale: float) -> np.ndarray:
