@@ -181,9 +181,9 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->pos_of = malloc(B * sizeof(int32_t));
     c->table_of = malloc(B * sizeof(int32_t *));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = (!m->n_expert || c->moe) && c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q && c->k && c->v && c->att &&
+    int ok = c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q && c->k && c->v && c->att &&
              c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->act[0] &&
-             c->act[1] && c->act[2];
+             c->act[1] && c->act[2] && (!m->n_expert || c->moe);
     if (!ok) {
         llk_ctx_free(c);
         return NULL;

@@ -39,11 +39,13 @@ moe_scratch *moe_scratch_new(const llk_model *m, int n_batch) {
     int64_t n_ff = 0;
     for (int il = 0; il < m->n_layer; il++) {
         const llk_layer *L = &m->layers[il];
-        s->act_in_row = max_act(max_act(max_act(s->act_in_row, &L->ffn_gate_inp, m->n_embd), &L->ffn_gate_exps, m->n_embd),
-                                &L->ffn_up_exps, m->n_embd);
+        s->act_in_row = max_act(s->act_in_row, &L->ffn_gate_inp, m->n_embd);
+        s->act_in_row = max_act(s->act_in_row, &L->ffn_gate_exps, m->n_embd);
+        s->act_in_row = max_act(s->act_in_row, &L->ffn_up_exps, m->n_embd);
         if (L->ffn_gate_exps.ne1 > n_ff) n_ff = L->ffn_gate_exps.ne1;
     }
-    for (int il = 0; il < m->n_layer; il++) s->act_hidden_row = max_act(s->act_hidden_row, &m->layers[il].ffn_down_exps, n_ff);
+    for (int il = 0; il < m->n_layer; il++)
+        s->act_hidden_row = max_act(s->act_hidden_row, &m->layers[il].ffn_down_exps, n_ff);
     s->n_batch = n_batch;
     s->n_used = m->n_expert_used;
     s->n_expert = m->n_expert;

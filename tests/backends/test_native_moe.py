@@ -34,7 +34,7 @@ def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def first_steps(moe_dir: Path, smollm2_path: Path) -> dict[str, tuple[np.ndarray, np.ndarray, list[int], list[int], list[np.ndarray]]]:
+def first_steps(moe_dir: Path, smollm2_path: Path) -> dict[str, tuple]:
     """Each model's first-step logits in both engines and their greedy continuations (ours, theirs, and
     llama.cpp's logits at each step)."""
     results = {}
@@ -92,7 +92,8 @@ _E, _F, _N = SMALL.n_embd, SMALL.n_ff_exp, SMALL.n_expert
 # each tensor disagrees with the metadata (expert_count 8, expert_feed_forward_length 64, embedding_length 64)
 LYING_TENSORS = {
     "fewer_experts": ("blk.1.ffn_up_exps.weight", np.zeros((_N - 1, _F, _E), np.float32), "has shape (64, 64, 7)"),
-    "narrower_experts": ("blk.0.ffn_down_exps.weight", np.zeros((_N, _E, _F // 2), np.float32), "has shape (32, 64, 8)"),
+    "narrower_experts": ("blk.0.ffn_down_exps.weight", np.zeros((_N, _E, _F // 2), np.float32),
+                         "has shape (32, 64, 8)"),
     "no_expert_axis": ("blk.0.ffn_gate_exps.weight", np.zeros((_F, _E), np.float32), "has shape (64, 64)"),
     "router_of_more_experts": ("blk.1.ffn_gate_inp.weight", np.zeros((_N + 1, _E), np.float32), "has shape (64, 9)"),
     "integer_experts": ("blk.0.ffn_gate_exps.weight", np.zeros((_N, _F, _E), np.int8), "of type I8"),

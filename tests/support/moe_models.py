@@ -48,8 +48,8 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     tests) and an output head tied to the embeddings. F32, or with ``quantized`` every matrix Q4_0 (random 4-bit
     codes under one scale: a full-size model is written in the time its bytes take, never held in memory), or with
     ``k_quants`` too in llama.cpp's Q4_K_M mix (Q4_K; Q6_K for the tied embeddings and, in the layers its
-    use_more_bits picks, attn_v and the experts' down matrices). ``replace``: tensors written as these arrays instead, whatever their shape and type (a file that disagrees
-    with its metadata)."""
+    use_more_bits picks, attn_v and the experts' down matrices). ``replace``: tensors written as these arrays
+    instead, whatever their shape and type (a file that disagrees with its metadata)."""
     replace = replace or {}
     shape = shape or MoeShape(**dims)
     s = shape

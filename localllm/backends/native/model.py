@@ -39,7 +39,8 @@ _GGUF_NAMES = {
     "post_attn_norm": "post_attention_norm.weight", "ffn_norm": "ffn_norm.weight",
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
     "post_ffn_norm": "post_ffw_norm.weight", "ffn_gate_inp": "ffn_gate_inp.weight",
-    "ffn_gate_exps": "ffn_gate_exps.weight", "ffn_up_exps": "ffn_up_exps.weight", "ffn_down_exps": "ffn_down_exps.weight",
+    "ffn_gate_exps": "ffn_gate_exps.weight", "ffn_up_exps": "ffn_up_exps.weight",
+    "ffn_down_exps": "ffn_down_exps.weight",
 }  # fmt: skip
 _ATTENTION = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm")
 _DENSE_FFN = ("w_gate", "w_up", "w_down")
