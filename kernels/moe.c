@@ -12,13 +12,14 @@
 
 struct moe_scratch {
     int n_batch, n_used, n_expert;
-    size_t act_in_row, act_hidden_row; /* the largest activation rows of a layer's x (router, gate, up) and hidden */
+    size_t act_router_row, act_in_row, act_hidden_row; /* the largest activation rows of x for the routers, for
+                                                        * the experts' gate and up, and of the hidden states */
     float *logits;         /* [token][expert] */
     int32_t *chosen;       /* [token][rank]: the expert */
     float *weight;         /* [token][rank] */
     int32_t *pair;         /* [token][rank]: the row of (token, expert) in the grouped buffers below */
     int32_t *count, *first, *filled; /* [expert]: tokens that chose it, its first grouped row */
-    uint8_t *act_router, *act_gate, *act_up; /* [token] */
+    uint8_t *act_router, *act_gate, *act_up; /* [token] (act_up: only where up takes other activations) */
     uint8_t *grouped_gate, *grouped_up;      /* [pair]: the token's activations, grouped by expert */
     float *g, *u;          /* [pair][n_ff]: gate and up products, then the hidden state in g */
     uint8_t *act_hidden;   /* [pair] */
@@ -37,9 +38,11 @@ moe_scratch *moe_scratch_new(const llk_model *m, int n_batch) {
     if (!s) return NULL;
     const size_t B = (size_t)n_batch, K = (size_t)m->n_expert_used, P = B * K, E = (size_t)m->n_embd;
     int64_t n_ff = 0;
+    int separate_up = 0; /* some layer's up matrices take other activations than its gate matrices */
     for (int il = 0; il < m->n_layer; il++) {
         const llk_layer *L = &m->layers[il];
-        s->act_in_row = max_act(s->act_in_row, &L->ffn_gate_inp, m->n_embd);
+        separate_up |= llk_act_kind(L->ffn_gate_exps.type) != llk_act_kind(L->ffn_up_exps.type);
+        s->act_router_row = max_act(s->act_router_row, &L->ffn_gate_inp, m->n_embd);
         s->act_in_row = max_act(s->act_in_row, &L->ffn_gate_exps, m->n_embd);
         s->act_in_row = max_act(s->act_in_row, &L->ffn_up_exps, m->n_embd);
         if (L->ffn_gate_exps.ne1 > n_ff) n_ff = L->ffn_gate_exps.ne1;
@@ -56,11 +59,11 @@ moe_scratch *moe_scratch_new(const llk_model *m, int n_batch) {
     s->count = malloc((size_t)m->n_expert * sizeof(int32_t));
     s->first = malloc((size_t)m->n_expert * sizeof(int32_t));
     s->filled = malloc((size_t)m->n_expert * sizeof(int32_t));
-    s->act_router = malloc(B * s->act_in_row + 64);
+    s->act_router = malloc(B * s->act_router_row + 64);
     s->act_gate = malloc(B * s->act_in_row + 64);
-    s->act_up = malloc(B * s->act_in_row + 64);
+    s->act_up = separate_up ? malloc(B * s->act_in_row + 64) : NULL;
     s->grouped_gate = malloc(P * s->act_in_row + 64);
-    s->grouped_up = malloc(P * s->act_in_row + 64);
+    s->grouped_up = separate_up ? malloc(P * s->act_in_row + 64) : NULL;
     s->g = malloc(P * (size_t)n_ff * sizeof(float));
     s->u = malloc(P * (size_t)n_ff * sizeof(float));
     s->act_hidden = malloc(P * s->act_hidden_row + 64);
@@ -68,7 +71,7 @@ moe_scratch *moe_scratch_new(const llk_model *m, int n_batch) {
     s->views = malloc(2 * (size_t)m->n_expert * sizeof(llk_tensor));
     s->parts = malloc(2 * (size_t)m->n_expert * sizeof(matmul_part));
     if (!(s->logits && s->chosen && s->weight && s->pair && s->count && s->first && s->filled && s->act_router &&
-          s->act_gate && s->act_up && s->grouped_gate && s->grouped_up && s->g && s->u && s->act_hidden && s->down &&
+          s->act_gate && (s->act_up || !separate_up) && s->grouped_gate && (s->grouped_up || !separate_up) && s->g && s->u && s->act_hidden && s->down &&
           s->views && s->parts)) {
         moe_scratch_free(s);
         return NULL;
@@ -101,7 +104,7 @@ static void quantize_in_step(const void *arg, int t) {
     const moe_ffn *f = r->f;
     moe_scratch *s = r->s;
     const float *x = r->x + (size_t)t * r->n_embd;
-    llk_quantize_act(f->router->type, x, s->act_router + (size_t)t * s->act_in_row, r->n_embd);
+    llk_quantize_act(f->router->type, x, s->act_router + (size_t)t * s->act_router_row, r->n_embd);
     llk_quantize_act(f->gate->type, x, s->act_gate + (size_t)t * s->act_in_row, r->n_embd);
     if (!r->gate_up_share) llk_quantize_act(f->up->type, x, s->act_up + (size_t)t * s->act_in_row, r->n_embd);
 }
@@ -126,15 +129,12 @@ static void route_step(const void *arg, int t) {
     for (int e = 0; e < n; e++) p[e] *= inv;
     int32_t *chosen = s->chosen + (size_t)t * k;
     float *weight = s->weight + (size_t)t * k;
-    for (int i = 0; i < k; i++) { /* k passes: k is a handful, and ties resolve one way only */
-        int best = -1;
-        for (int e = 0; e < n; e++) {
-            int taken = 0;
-            for (int j = 0; j < i; j++) taken |= chosen[j] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
+    for (int i = 0; i < k; i++) { /* k passes (k is a handful), each taking the most probable expert left */
+        int best = 0;
+        for (int e = 1; e < n; e++) best = p[e] > p[best] ? e : best;
         chosen[i] = best;
         weight[i] = p[best];
+        p[best] = -INFINITY; /* taken (the probabilities are not read again) */
     }
     if (r->f->norm_topk) {
         double wsum = 0.0;
@@ -219,7 +219,7 @@ void moe_ffn_run(const moe_ffn *f, moe_scratch *s, llk_pool *pool, const float *
                  llk_act_kind(f->gate->type) == llk_act_kind(f->up->type)};
     each_token(pool, T, quantize_in_step, &r);
     matmul_part router = matmul_part_of(f->router, s->act_router, T, s->logits, f->n_expert, nth);
-    router.act_row = s->act_in_row;
+    router.act_row = s->act_router_row;
     matmul_parts_run(pool, &router, 1, NULL);
     each_token(pool, T, route_step, &r);
 
