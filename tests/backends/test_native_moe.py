@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import quantize
 
 from localllm.backends.native.lib import NativeError
 from localllm.backends.native.model import NativeWeights, native_support
@@ -114,6 +116,23 @@ def test_expert_tensors_that_disagree_with_the_metadata_are_refused_naming_them(
     assert reason is not None and f"tensor {name!r} {says}" in reason and "\n" not in reason
     with pytest.raises(NativeError, match=f"tensor '{name}'"):  # forcing the native engine fails at load
         NativeWeights(path)
+
+
+def test_experts_whose_gate_and_up_differ_in_type_match_llama_cpp(tmp_path: Path, small_vocabulary: Path) -> None:
+    """F32 gate and Q8_0 up matrices take their activations in two forms, each gathered by expert."""
+    rng, q8_0 = np.random.default_rng(5), GGMLQuantizationType.Q8_0
+    up = {f"blk.{il}.ffn_up_exps.weight": (quantize((rng.standard_normal((_N, _F, _E)) * _E ** -0.5)
+                                                    .astype(np.float32), q8_0), q8_0) for il in range(SMALL.n_layer)}
+    path = qwen3moe_model(tmp_path / "mixed.gguf", small_vocabulary, SMALL, replace=up)
+    native, reference = Side("native", path, n_ctx=64), Side("llama.cpp", path, n_ctx=64)
+    try:
+        tokens = [40, 71, 19, 104, 28, 111, 3, 122, 9, 230, 55, 17, 200, 25, 14, 80]
+        ours, theirs = native.eval(tokens, 0), reference.eval(tokens, 0)
+        assert cosine(ours, theirs) > 0.99999
+        assert native.greedy(tokens, 16)[0] == reference.greedy(tokens, 16)[0]
+    finally:
+        native.close()
+        reference.close()
 
 
 def test_more_experts_used_than_there_are_is_refused(tmp_path: Path, small_vocabulary: Path) -> None:

@@ -40,8 +40,11 @@ QWEN3_30B_A3B = MoeShape(n_layer=48, n_expert=128, n_expert_used=8, n_embd=2048,
                          n_head_kv=4, head_dim=128)
 
 
+Blocks = tuple[np.ndarray, GGMLQuantizationType]  # a quantized tensor's blocks (numpy's shape in bytes) and type
+
+
 def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, quantized: bool = False,
-                   seed: int = 0, replace: dict[str, np.ndarray] | None = None, k_quants: bool = False,
+                   seed: int = 0, replace: dict[str, np.ndarray | Blocks] | None = None, k_quants: bool = False,
                    **dims: int) -> Path:
     """A ``qwen3moe`` GGUF of ``shape`` (or :class:`MoeShape`'s defaults with ``dims`` replaced): random weights
     scaled so that activations keep their size through the layers, ``vocab_from``'s tokenizer (SmolLM2's in the
@@ -49,8 +52,9 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     codes under one scale: a full-size model is written in the time its bytes take, never held in memory), or with
     ``k_quants`` too in llama.cpp's Q4_K_M mix (Q4_K; Q6_K for the tied embeddings and, in the layers its
     use_more_bits picks, attn_v and the experts' down matrices). ``replace``: tensors written as these arrays
-    instead, whatever their shape and type (a file that disagrees with its metadata)."""
-    replace = replace or {}
+    instead, whatever their shape and type (a file that disagrees with its metadata), or as these blocks of a
+    quantized type (numpy's shape in bytes)."""
+    replace = {name: value if isinstance(value, tuple) else (value, None) for name, value in (replace or {}).items()}
     shape = shape or MoeShape(**dims)
     s = shape
     w = GGUFWriter(str(path), "qwen3moe")
@@ -105,7 +109,8 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     for name, dims, _ in tensors:
         numpy_shape = dims[::-1]
         if name in replace:
-            w.add_tensor_info(name, replace[name].shape, replace[name].dtype, replace[name].nbytes)
+            data, qtype = replace[name]
+            w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, qtype)
         elif (qtype := block_type(name, dims)) is not None:
             per, size = _BLOCKS[qtype]
             byte_shape = (*numpy_shape[:-1], numpy_shape[-1] // per * size)
@@ -118,7 +123,7 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     rng = np.random.default_rng(seed)
     for name, dims, scale in tensors:
         if name in replace:
-            w.write_tensor_data(replace[name])
+            w.write_tensor_data(replace[name][0])
         elif scale is None:
             w.write_tensor_data(np.ones(dims[::-1], np.float32))
         elif (qtype := block_type(name, dims)) is not None:
