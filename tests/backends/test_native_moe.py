@@ -135,6 +135,18 @@ def test_experts_whose_gate_and_up_differ_in_type_match_llama_cpp(tmp_path: Path
         reference.close()
 
 
+def test_ollama_s_expert_keys_are_read_as_llama_cpp_reads_them(tmp_path: Path, small_vocabulary: Path) -> None:
+    """Ollama's qwen3moe files (qwen3:30b, qwen3-coder:30b) have norm_top_k_prob and no
+    expert_feed_forward_length: the experts' width is feed_forward_length over the experts used."""
+    path = qwen3moe_model(tmp_path / "ollama.gguf", small_vocabulary, SMALL, ollama_keys=True)
+    assert native_support(path) is None
+    weights = NativeWeights(path)
+    try:
+        assert (weights.hyper.n_ff, weights.hyper.n_ff_exp) == (_F * SMALL.n_expert_used, _F)
+    finally:
+        weights.close()
+
+
 def test_more_experts_used_than_there_are_is_refused(tmp_path: Path, small_vocabulary: Path) -> None:
     path = qwen3moe_model(tmp_path / "k9.gguf", small_vocabulary, replace(SMALL, n_expert_used=9))
     assert "qwen3moe.expert_used_count 9 exceeds expert_count 8" in native_support(path)

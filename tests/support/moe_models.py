@@ -45,7 +45,7 @@ Blocks = tuple[np.ndarray, GGMLQuantizationType]  # a quantized tensor's blocks 
 
 def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, quantized: bool = False,
                    seed: int = 0, replace: dict[str, np.ndarray | Blocks] | None = None, k_quants: bool = False,
-                   **dims: int) -> Path:
+                   ollama_keys: bool = False, **dims: int) -> Path:
     """A ``qwen3moe`` GGUF of ``shape`` (or :class:`MoeShape`'s defaults with ``dims`` replaced): random weights
     scaled so that activations keep their size through the layers, ``vocab_from``'s tokenizer (SmolLM2's in the
     tests) and an output head tied to the embeddings. F32, or with ``quantized`` every matrix Q4_0 (random 4-bit
@@ -53,7 +53,9 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     ``k_quants`` too in llama.cpp's Q4_K_M mix (Q4_K; Q6_K for the tied embeddings and, in the layers its
     use_more_bits picks, attn_v and the experts' down matrices). ``replace``: tensors written as these arrays
     instead, whatever their shape and type (a file that disagrees with its metadata), or as these blocks of a
-    quantized type (numpy's shape in bytes)."""
+    quantized type (numpy's shape in bytes). ``ollama_keys``: the expert keys as Ollama's converter writes them
+    (``norm_top_k_prob``, and no ``expert_feed_forward_length``: llama.cpp takes feed_forward_length, the dense
+    width, over the experts used)."""
     replace = {name: value if isinstance(value, tuple) else (value, None) for name, value in (replace or {}).items()}
     shape = shape or MoeShape(**dims)
     s = shape
@@ -61,8 +63,12 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     w.add_block_count(s.n_layer)
     w.add_context_length(40960)
     w.add_embedding_length(s.n_embd)
-    w.add_feed_forward_length(s.n_ff_exp)
-    w.add_expert_feed_forward_length(s.n_ff_exp)
+    if ollama_keys:
+        w.add_feed_forward_length(s.n_ff_exp * s.n_expert_used)
+        w.add_bool("qwen3moe.norm_top_k_prob", True)
+    else:
+        w.add_feed_forward_length(s.n_ff_exp)
+        w.add_expert_feed_forward_length(s.n_ff_exp)
     w.add_expert_count(s.n_expert)
     w.add_expert_used_count(s.n_expert_used)
     w.add_head_count(s.n_head)

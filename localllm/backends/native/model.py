@@ -110,6 +110,7 @@ _NEUTRAL_VALUES = {
     "rope.scaling.factor": (0.0, 1.0),  # llama.cpp reads 0 as 1
     "expert_count": (0,),
     "expert_used_count": (0,),
+    "norm_top_k_prob": (True,),  # Ollama's converter writes it; llama.cpp renormalises qwen3moe's k weights always
     "attention.causal": (True,),
 }
 
