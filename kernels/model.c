@@ -1,4 +1,5 @@
-/* The native forward pass: llama-family and gemma3 decoder layers over a paged KV cache.
+/* The native forward pass: llama-family, gemma3 and qwen3moe decoder layers over a paged KV cache (a
+ * mixture-of-experts layer's feed-forward in moe.c, over the blocks this file shares through blocks.h).
  *
  * One llk_decode call evaluates a whole batch (tokens of several sequences at
  * their positions) through every layer; Python is not involved per layer.
