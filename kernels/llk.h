@@ -73,15 +73,22 @@ typedef struct llk_tensor {
 typedef struct llk_layer {
     llk_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, post_attn_norm;
     llk_tensor ffn_norm, w_gate, w_up, w_down, post_ffn_norm;
+    /* A mixture-of-experts layer's feed-forward (w_gate/w_up/w_down then absent; moe.h): the router
+     * (ne1 = n_expert rows) and the experts' matrices, one expert's shape each (ne0, ne1), expert e's
+     * rows following expert e-1's (ne1 a multiple of 16 where they are repacked). */
+    llk_tensor ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
     int32_t sliding;      /* 1: sliding-window attention layer */
     float rope_base;
 } llk_layer;
 
-enum llk_arch { LLK_ARCH_LLAMA = 0, LLK_ARCH_QWEN2 = 1, LLK_ARCH_QWEN3 = 2, LLK_ARCH_GEMMA3 = 3, LLK_ARCH_PHI3 = 4 };
+enum llk_arch {
+    LLK_ARCH_LLAMA = 0, LLK_ARCH_QWEN2 = 1, LLK_ARCH_QWEN3 = 2, LLK_ARCH_GEMMA3 = 3, LLK_ARCH_PHI3 = 4, LLK_ARCH_QWEN3MOE = 5
+};
 
 typedef struct llk_model {
     int32_t arch, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
     int32_t rope_neox, rope_dim, act_gelu, sliding_window;
+    int32_t n_expert, n_expert_used; /* 0 0: a dense model; else each layer routes a token to n_expert_used */
     float eps, attn_scale, embd_scale;
     llk_tensor tok_embd, output_norm, output;
     llk_layer *layers; /* n_layer entries; copied by llk_ctx_new */

@@ -1,4 +1,5 @@
-/* The native forward pass: llama-family and gemma3 decoder layers over a paged KV cache.
+/* The native forward pass: llama-family, gemma3 and qwen3moe decoder layers over a paged KV cache (a
+ * mixture-of-experts layer's feed-forward in moe.c, over the blocks this file shares through blocks.h).
  *
  * One llk_decode call evaluates a whole batch (tokens of several sequences at
  * their positions) through every layer; Python is not involved per layer.
@@ -37,7 +38,9 @@
 #include <unistd.h>
 
 #include "attention.h"
+#include "blocks.h"
 #include "common.h"
+#include "moe.h"
 #include "ops.h"
 #include "pool.h"
 
@@ -48,6 +51,7 @@ struct llk_ctx {
     llk_pool *pool;
     kv_cache kv;                /* the blocks, laid out as attention.h says */
     attention *attn;
+    moe_scratch *moe;           /* a mixture-of-experts model's expert FFN scratch, else NULL */
     float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
     /* scratch for n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
@@ -120,6 +124,7 @@ void llk_ctx_free(llk_ctx *c) {
     llk_pool_free(c->pool);
     zfree(c->kv.base, kv_bytes(c));
     attention_free(c->attn);
+    moe_scratch_free(c->moe);
     free(c->layers);
     free(c->rope_scale);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs};
@@ -161,6 +166,7 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->attn = attention_new(c->pool ? llk_pool_size(c->pool) : 1, m->n_head, m->n_head_kv, m->head_dim, n_batch,
                             max_seq_len);
     c->rope_scale = calloc((size_t)m->n_layer, sizeof(float));
+    if (m->n_expert && c->layers) c->moe = moe_scratch_new(m, n_batch);
     size_t B = (size_t)n_batch;
     int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
     c->x = malloc(B * m->n_embd * sizeof(float));
@@ -178,7 +184,7 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
     int ok = c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q && c->k && c->v && c->att &&
              c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->act[0] &&
-             c->act[1] && c->act[2];
+             c->act[1] && c->act[2] && (!m->n_expert || c->moe);
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
@@ -195,8 +201,6 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
  * either way, on whichever thread. */
 #define POOL_TOKENS 16
 
-typedef void (*token_step)(const void *arg, int t);
-
 typedef struct {
     token_step step;
     const void *arg;
@@ -210,8 +214,7 @@ static void token_task(void *arg, int item, int ith) {
     for (int t = item * j->per_item; t < t1; t++) j->step(j->arg, t);
 }
 
-/* step(arg, t) for each token t < n_tok; the steps of different tokens touch different rows. */
-static void each_token(llk_pool *pool, int n_tok, token_step step, const void *arg) {
+void each_token(llk_pool *pool, int n_tok, token_step step, const void *arg) {
     if (n_tok < POOL_TOKENS) {
         for (int t = 0; t < n_tok; t++) step(arg, t);
         return;
@@ -223,31 +226,43 @@ static void each_token(llk_pool *pool, int n_tok, token_step step, const void *a
 
 /* ---- matrix products over the pool --------------------------------------- */
 
-/* One weight matrix of a pool job: its rows are cut into chunks that the threads take in turn. */
-typedef struct {
-    const llk_tensor *w;
-    const uint8_t *act;
-    size_t act_row, w_row;
-    int chunk, n_chunks;
-    float *out;
-    int64_t out_stride;
-    dot_fn dot;
-    dot_cols_fn dot_cols;
-    dot_rows_fn dot_rows2, dot_rows8;
-    dot_group_fn dot_group; /* a repacked matrix: groups of GROUP_ROWS rows, chunks whole groups */
-} matmul_part;
+/* Decode's weights are read once a step, and the caller takes the steps between products alone (see
+ * each_token): meanwhile the workers read the start of the matrix the next product streams. */
+#define READ_AHEAD_BYTES ((size_t)1 << 20)
 
 #ifndef MIN_CHUNK_BYTES
 #define MIN_CHUNK_BYTES (32 << 10)
 #endif
 #define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
 
-typedef struct {
-    matmul_part parts[MAX_PARTS];
-    int n_parts, n_tok;
-} matmul_job;
+matmul_part matmul_part_of(const llk_tensor *w, const void *act, int n_tok, float *out, int64_t out_stride, int nth) {
+    const kernel_table *k = llk_kernels();
+    /* a few chunks a thread, so that threads the scheduler delays leave theirs to the others; in decode
+     * none under MIN_CHUNK_BYTES of weights (each chunk a hand-over between threads) */
+    const size_t w_row = llk_row_size(w->type, w->ne0);
+    int64_t chunk = w->ne1 / (nth * (n_tok > 1 ? 4 : 8));
+    if (n_tok == 1 && (size_t)chunk * w_row < MIN_CHUNK_BYTES) chunk = (int64_t)(MIN_CHUNK_BYTES / w_row);
+    chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16; /* whole groups: eight rows for dot_rows8, sixteen repacked */
+    return (matmul_part){
+        .w = w,
+        .act = act,
+        .act_row = llk_act_size(w->type, w->ne0),
+        .w_row = w_row,
+        .chunk = (int)chunk,
+        .n_chunks = (int)((w->ne1 + chunk - 1) / chunk),
+        .n_tok = n_tok,
+        .out = out,
+        .out_stride = out_stride,
+        .dot = k->dot[w->type],
+        .dot_cols = k->dot_cols[w->type],
+        .dot_rows2 = k->dot_rows2[w->type],
+        .dot_rows8 = k->dot_rows8[w->type],
+        .dot_group = k->dot_group[w->type],
+    };
+}
 
-static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
+void matmul_chunk(const matmul_part *p, int64_t r0) {
+    const int n_tok = p->n_tok;
     const int64_t rows = p->w->ne1;
     const uint8_t *w = p->w->data;
     int64_t r1 = r0 + p->chunk < rows ? r0 + p->chunk : rows;
@@ -282,12 +297,29 @@ static void matmul_chunk(const matmul_part *p, int n_tok, int64_t r0) {
     }
 }
 
+typedef struct {
+    const matmul_part *parts;
+    int n_parts;
+} matmul_job;
+
 static void matmul_task(void *arg, int item, int ith) {
     (void)ith;
-    matmul_job *j = arg;
+    const matmul_job *j = arg;
     int part = 0;
     while (item >= j->parts[part].n_chunks) item -= j->parts[part++].n_chunks;
-    matmul_chunk(&j->parts[part], j->n_tok, (int64_t)item * j->parts[part].chunk);
+    matmul_chunk(&j->parts[part], (int64_t)item * j->parts[part].chunk);
+}
+
+void matmul_parts_run(llk_pool *pool, const matmul_part *parts, int n_parts, const llk_tensor *then) {
+    int n_chunks = 0;
+    for (int i = 0; i < n_parts; i++) n_chunks += parts[i].n_chunks;
+    size_t ahead = 0;
+    if (then && then->data && n_parts && parts[0].n_tok < POOL_TOKENS) {
+        ahead = llk_row_size(then->type, then->ne0) * (size_t)then->ne1;
+        if (ahead > READ_AHEAD_BYTES) ahead = READ_AHEAD_BYTES;
+    }
+    matmul_job j = {parts, n_parts};
+    llk_pool_run_ahead(pool, matmul_task, &j, n_chunks, ahead ? then->data : NULL, ahead);
 }
 
 /* The activations x[n_tok][ne0] quantized for weights of `type`, a token's row at a time. */
@@ -317,49 +349,17 @@ static const void *activations(llk_ctx *c, const float *x, int n_tok, int64_t ne
 
 static void new_input(llk_ctx *c) { c->act_valid[0] = c->act_valid[1] = c->act_valid[2] = 0; }
 
-/* Decode's weights are read once a step, and the caller takes the steps between products alone (see
- * each_token): meanwhile the workers read the start of the matrix the next product streams. */
-#define READ_AHEAD_BYTES ((size_t)1 << 20)
-
 /* out_i[t][r] = W_i[r] . x[t] for the n_tok rows of x and each of the n weight matrices, in one pool
  * run (x quantized once per kind; call new_input when it changes); `then`: the matrix of the product
  * after this one, read ahead in decode (or NULL). */
 static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float *x, int n_tok, float *const *out,
                      const int64_t *out_stride, const llk_tensor *then) {
-    matmul_job j = {.n_parts = n, .n_tok = n_tok};
-    const kernel_table *k = llk_kernels();
-    int nth = llk_pool_size(c->pool);
-    for (int i = 0; i < n; i++) {
-        /* a few chunks a thread, so that threads the scheduler delays leave theirs to the others; in decode
-         * none under MIN_CHUNK_BYTES of weights (each chunk a hand-over between threads) */
-        const size_t w_row = llk_row_size(w[i]->type, w[i]->ne0);
-        int64_t chunk = w[i]->ne1 / (nth * (n_tok > 1 ? 4 : 8));
-        if (n_tok == 1 && (size_t)chunk * w_row < MIN_CHUNK_BYTES) chunk = (int64_t)(MIN_CHUNK_BYTES / w_row);
-        chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16; /* whole groups: eight rows for dot_rows8, sixteen repacked */
-        j.parts[i] = (matmul_part){
-            .w = w[i],
-            .act = activations(c, x, n_tok, w[i]->ne0, w[i]->type),
-            .act_row = llk_act_size(w[i]->type, w[i]->ne0),
-            .w_row = llk_row_size(w[i]->type, w[i]->ne0),
-            .chunk = (int)chunk,
-            .n_chunks = (int)((w[i]->ne1 + chunk - 1) / chunk),
-            .out = out[i],
-            .out_stride = out_stride[i],
-            .dot = k->dot[w[i]->type],
-            .dot_cols = k->dot_cols[w[i]->type],
-            .dot_rows2 = k->dot_rows2[w[i]->type],
-            .dot_rows8 = k->dot_rows8[w[i]->type],
-            .dot_group = k->dot_group[w[i]->type],
-        };
-    }
-    int n_chunks = 0;
-    for (int i = 0; i < n; i++) n_chunks += j.parts[i].n_chunks;
-    size_t ahead = 0;
-    if (then && then->data && n_tok < POOL_TOKENS) {
-        ahead = llk_row_size(then->type, then->ne0) * (size_t)then->ne1;
-        if (ahead > READ_AHEAD_BYTES) ahead = READ_AHEAD_BYTES;
-    }
-    llk_pool_run_ahead(c->pool, matmul_task, &j, n_chunks, ahead ? then->data : NULL, ahead);
+    matmul_part parts[MAX_PARTS];
+    const int nth = llk_pool_size(c->pool);
+    for (int i = 0; i < n; i++)
+        parts[i] = matmul_part_of(w[i], activations(c, x, n_tok, w[i]->ne0, w[i]->type), n_tok, out[i],
+                                  out_stride[i], nth);
+    matmul_parts_run(c->pool, parts, n, then);
 }
 
 static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride,
@@ -468,16 +468,23 @@ static int layer_forward(llk_ctx *c, int il, int T) {
         return -1;
 
     new_input(c);
-    matmul(c, &L->wo, c->att, T, c->o, E, &L->w_gate);
+    matmul(c, &L->wo, c->att, T, c->o, E, L->ffn_gate_inp.data ? &L->ffn_gate_inp : &L->w_gate);
     each_token(c->pool, T, attn_out_step, &step);
-    new_input(c);
-    const llk_tensor *gate_up[] = {&L->w_gate, &L->w_up};
-    float *gate_up_out[] = {c->g, c->u};
-    const int64_t ff_stride[] = {m->n_ff, m->n_ff};
-    matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride, &L->w_down);
-    each_token(c->pool, T, gate_step, &step);
-    new_input(c);
-    matmul(c, &L->w_down, c->g, T, c->o, E, il + 1 < m->n_layer ? &c->layers[il + 1].wq : output_head(c));
+    const llk_tensor *next = il + 1 < m->n_layer ? &c->layers[il + 1].wq : output_head(c);
+    if (L->ffn_gate_inp.data) {
+        const moe_ffn experts = {&L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
+                                 m->n_expert, m->n_expert_used, MOE_SOFTMAX, 1};
+        moe_ffn_run(&experts, c->moe, c->pool, c->xn, T, c->o, E, next);
+    } else {
+        new_input(c);
+        const llk_tensor *gate_up[] = {&L->w_gate, &L->w_up};
+        float *gate_up_out[] = {c->g, c->u};
+        const int64_t ff_stride[] = {m->n_ff, m->n_ff};
+        matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride, &L->w_down);
+        each_token(c->pool, T, gate_step, &step);
+        new_input(c);
+        matmul(c, &L->w_down, c->g, T, c->o, E, next);
+    }
     each_token(c->pool, T, ffn_out_step, &step);
     return 0;
 }
@@ -585,13 +592,9 @@ int llk_gemm(const llk_tensor *w, const float *x, int n_tok, float *y) {
     uint8_t *act = malloc(act_row * (size_t)n_tok + 64);
     if (!act) return -1;
     for (int t = 0; t < n_tok; t++) llk_quantize_act(type, x + (size_t)t * w->ne0, act + t * act_row, w->ne0);
-    const kernel_table *k = llk_kernels();
-    matmul_part part = {
-        .w = w, .act = act, .act_row = act_row, .w_row = llk_row_size(type, w->ne0), .chunk = (int)w->ne1,
-        .out = y, .out_stride = w->ne1, .dot = k->dot[type], .dot_cols = k->dot_cols[type],
-        .dot_rows2 = k->dot_rows2[type], .dot_rows8 = k->dot_rows8[type], .dot_group = k->dot_group[type],
-    };
-    matmul_chunk(&part, n_tok, 0);
+    matmul_part part = matmul_part_of(w, act, n_tok, y, w->ne1, 1);
+    part.chunk = (int)w->ne1;
+    matmul_chunk(&part, 0);
     free(act);
     return 0;
 }

@@ -34,12 +34,7 @@ from localllm.backends.native.backend import BackendError, Context, Model
 from localllm.backends.native.lib import NativeError
 from localllm.backends.native.model import NativeWeights
 from support.gguf_builders import tiny_model
-from support.native import Side, cosine, top2_gap
-
-MIN_COSINE = 0.995
-# Where greedy continuations part, llama.cpp's top two logits must be close: our sums run in other
-# orders than ggml's (attention in tiles and segments, fused chains), so near ties may go either way.
-MAX_GAP = 0.25
+from support.native import MAX_GAP, MIN_COSINE, Side, cosine, top2_gap
 
 PROMPTS = [
     "The capital of France is",

@@ -2,7 +2,7 @@
 
 Every check compares speculation against plain decoding (``speculative:
 off``) token for token and log-probability for log-probability, greedy and
-seeded, on SmolLM2 (Q4_1) and Gemma 3 (Q4_K_M), one request at a time and
+seeded, on SmolLM2 (Q4_1), Gemma 3 (Q4_K_M) and a tiny qwen3moe (experts), one request at a time and
 several at once, with prompt-lookup drafts, the model as its own draft and
 a smaller model written here that shares SmolLM2's vocabulary.
 """
@@ -33,6 +33,7 @@ PARAGRAPH = (
 PROMPTS = {
     "smollm2": chat_prompt(f"Rewrite this paragraph, keeping every sentence but changing the name Tomas to Peter:\n\n{PARAGRAPH}"),
     "gemma3": f"Text: {PARAGRAPH}\nThe same text again: {PARAGRAPH}\nThe same text once more:",
+    "qwen3moe": chat_prompt(f"Repeat this paragraph:\n\n{PARAGRAPH}"),  # a tiny random model: what it says is noise
 }
 GREEDY = {"temperature": 0}
 SEEDED = {"temperature": 0.8, "seed": 7}
@@ -154,7 +155,7 @@ def test_step_costs_price_a_second_row() -> None:
     assert 0 <= costs.extra_row() < 0.1
 
 
-@pytest.fixture(scope="module", params=["smollm2", "gemma3"])
+@pytest.fixture(scope="module", params=["smollm2", "gemma3", "qwen3moe"])
 def runner(request: pytest.FixtureRequest):
     path = request.getfixturevalue(f"{request.param}_path")
     with running_runner(path, "--engine", "native", "--ctx", "512", "--parallel", "4",

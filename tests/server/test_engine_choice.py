@@ -48,6 +48,14 @@ def test_the_default_model_runs_on_the_native_engine(daemon) -> None:
     assert 'localllm_prefix_cache_hit_ratio{model="smollm2:135m",engine="native"}' in metrics
 
 
+def test_a_mixture_of_experts_model_runs_on_the_native_engine(daemon, qwen3moe_path: Path) -> None:
+    """qwen3moe (Qwen3-30B-A3B, Qwen3-Coder) is no longer sent to llama.cpp for its experts: /api/ps says why."""
+    daemon.create("tiny-qwen3moe", f"FROM {qwen3moe_path}\n")
+    assert generate(daemon, "tiny-qwen3moe").status_code == 200
+    entry = loaded(daemon, "tiny-qwen3moe")
+    assert entry["engine"] == "native" and "runs this model exactly" in entry["engine_reason"]
+
+
 def test_parameter_engine_forces_llama_cpp(daemon, smollm2_path: Path) -> None:
     daemon.create("smollm2-on-llama", f"FROM {smollm2_path}\nPARAMETER engine llama.cpp\n")
     assert generate(daemon, "smollm2-on-llama").status_code == 200

@@ -13,9 +13,12 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from localllm.server.memory import SAFETY_MARGIN_BYTES, ModelFootprint
 from support.gguf_builders import F32, _copy_tokenizer
 
-MOSTLY_Q4_0 = 2  # general.file_type (llama_ftype)
-_Q4_0_BLOCK = 32  # weights a block: an f16 scale and 16 bytes of 4-bit codes
-_Q4_0_BYTES = 18
+MOSTLY_Q4_0, MOSTLY_Q8_0, MOSTLY_Q4_K_M = 2, 7, 15  # general.file_type (llama_ftype)
+# weights a block and its bytes: Q4_0 an f16 scale and 16 bytes of 4-bit codes; Q4_K (f16 d and dmin, 12 bytes of
+# 6-bit scales and mins, 128 of 4-bit codes) and Q6_K (128 bytes of low nibbles, 64 of high bits, 16 int8 scales,
+# f16 d) super-blocks of 256
+_BLOCKS = {GGMLQuantizationType.Q4_0: (32, 18), GGMLQuantizationType.Q4_K: (256, 144),
+           GGMLQuantizationType.Q6_K: (256, 210)}
 
 
 @dataclass(frozen=True)
@@ -37,20 +40,35 @@ QWEN3_30B_A3B = MoeShape(n_layer=48, n_expert=128, n_expert_used=8, n_embd=2048,
                          n_head_kv=4, head_dim=128)
 
 
+Blocks = tuple[np.ndarray, GGMLQuantizationType]  # a quantized tensor's blocks (numpy's shape in bytes) and type
+
+
 def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, quantized: bool = False,
-                   seed: int = 0, **dims: int) -> Path:
+                   seed: int = 0, replace: dict[str, np.ndarray | Blocks] | None = None, k_quants: bool = False,
+                   ollama_keys: bool = False, **dims: int) -> Path:
     """A ``qwen3moe`` GGUF of ``shape`` (or :class:`MoeShape`'s defaults with ``dims`` replaced): random weights
     scaled so that activations keep their size through the layers, ``vocab_from``'s tokenizer (SmolLM2's in the
     tests) and an output head tied to the embeddings. F32, or with ``quantized`` every matrix Q4_0 (random 4-bit
-    codes under one scale: a full-size model is written in the time its bytes take, never held in memory)."""
+    codes under one scale: a full-size model is written in the time its bytes take, never held in memory), or with
+    ``k_quants`` too in llama.cpp's Q4_K_M mix (Q4_K; Q6_K for the tied embeddings and, in the layers its
+    use_more_bits picks, attn_v and the experts' down matrices). ``replace``: tensors written as these arrays
+    instead, whatever their shape and type (a file that disagrees with its metadata), or as these blocks of a
+    quantized type (numpy's shape in bytes). ``ollama_keys``: the expert keys as Ollama's converter writes them
+    (``norm_top_k_prob``, and no ``expert_feed_forward_length``: llama.cpp takes feed_forward_length, the dense
+    width, over the experts used)."""
+    replace = {name: value if isinstance(value, tuple) else (value, None) for name, value in (replace or {}).items()}
     shape = shape or MoeShape(**dims)
     s = shape
     w = GGUFWriter(str(path), "qwen3moe")
     w.add_block_count(s.n_layer)
     w.add_context_length(40960)
     w.add_embedding_length(s.n_embd)
-    w.add_feed_forward_length(s.n_ff_exp)
-    w.add_expert_feed_forward_length(s.n_ff_exp)
+    if ollama_keys:
+        w.add_feed_forward_length(s.n_ff_exp * s.n_expert_used)
+        w.add_bool("qwen3moe.norm_top_k_prob", True)
+    else:
+        w.add_feed_forward_length(s.n_ff_exp)
+        w.add_expert_feed_forward_length(s.n_ff_exp)
     w.add_expert_count(s.n_expert)
     w.add_expert_used_count(s.n_expert_used)
     w.add_head_count(s.n_head)
@@ -59,7 +77,7 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     w.add_value_length(s.head_dim)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1000000.0)
-    w.add_file_type(MOSTLY_Q4_0 if quantized else F32)
+    w.add_file_type((MOSTLY_Q4_K_M if k_quants else MOSTLY_Q4_0) if quantized else F32)
     n_vocab = _copy_tokenizer(vocab_from, w)
 
     q_dim, kv_dim = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
@@ -76,20 +94,33 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
             (f"{blk}attn_k_norm.weight", (s.head_dim,), None),
             (f"{blk}attn_output.weight", (q_dim, s.n_embd), q_dim ** -0.5),
             (f"{blk}ffn_norm.weight", (s.n_embd,), None),
-            (f"{blk}ffn_gate_inp.weight", (s.n_embd, s.n_expert), 1.0),  # the router: F32 as in real files
+            # the router, F32 as in real files: logits of a few units, so that the chosen experts share the weight
+            (f"{blk}ffn_gate_inp.weight", (s.n_embd, s.n_expert), 2 * s.n_embd ** -0.5),
             (f"{blk}ffn_gate_exps.weight", (s.n_embd, s.n_ff_exp, s.n_expert), s.n_embd ** -0.5),
             (f"{blk}ffn_up_exps.weight", (s.n_embd, s.n_ff_exp, s.n_expert), s.n_embd ** -0.5),
             (f"{blk}ffn_down_exps.weight", (s.n_ff_exp, s.n_embd, s.n_expert), s.n_ff_exp ** -0.5),
         ]
 
-    def q4_0(name: str, dims: tuple[int, ...]) -> bool:
-        return quantized and len(dims) > 1 and "ffn_gate_inp" not in name
+    def block_type(name: str, dims: tuple[int, ...]) -> GGMLQuantizationType | None:
+        """The quantized type ``name`` is written in, or None for F32."""
+        if not quantized or len(dims) == 1 or "ffn_gate_inp" in name:
+            return None
+        if not k_quants:
+            return GGMLQuantizationType.Q4_0
+        if name == "token_embd.weight" or (name.endswith(("attn_v.weight", "ffn_down_exps.weight"))
+                                           and _more_bits(int(name.split(".")[1]), s.n_layer)):
+            return GGMLQuantizationType.Q6_K
+        return GGMLQuantizationType.Q4_K
 
     for name, dims, _ in tensors:
         numpy_shape = dims[::-1]
-        if q4_0(name, dims):
-            byte_shape = (*numpy_shape[:-1], numpy_shape[-1] // _Q4_0_BLOCK * _Q4_0_BYTES)
-            w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), GGMLQuantizationType.Q4_0)
+        if name in replace:
+            data, qtype = replace[name]
+            w.add_tensor_info(name, data.shape, data.dtype, data.nbytes, qtype)
+        elif (qtype := block_type(name, dims)) is not None:
+            per, size = _BLOCKS[qtype]
+            byte_shape = (*numpy_shape[:-1], numpy_shape[-1] // per * size)
+            w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), qtype)
         else:
             w.add_tensor_info(name, numpy_shape, np.dtype(np.float32), 4 * int(np.prod(numpy_shape)))
     w.write_header_to_file()
@@ -97,22 +128,61 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     w.write_ti_data_to_file()
     rng = np.random.default_rng(seed)
     for name, dims, scale in tensors:
-        if scale is None:
+        if name in replace:
+            w.write_tensor_data(replace[name][0])
+        elif scale is None:
             w.write_tensor_data(np.ones(dims[::-1], np.float32))
-        elif q4_0(name, dims):
-            w.write_tensor_data(_random_q4_0(rng, dims[::-1], scale))
+        elif (qtype := block_type(name, dims)) is not None:
+            w.write_tensor_data(_random_blocks(rng, dims[::-1], scale, qtype))
         else:
             w.write_tensor_data((rng.standard_normal(dims[::-1]) * scale).astype(np.float32))
     w.close()
     return path
 
 
-def _random_q4_0(rng: np.random.Generator, numpy_shape: tuple[int, ...], scale: float) -> np.ndarray:
-    """Q4_0 blocks (numpy's shape in bytes) of uniform random codes (-8..7 times d) with a standard deviation of
-    about ``scale``."""
-    blocks = rng.integers(0, 256, (int(np.prod(numpy_shape)) // _Q4_0_BLOCK, _Q4_0_BYTES), dtype=np.uint8)
-    blocks[:, :2] = np.frombuffer(np.float16(scale / 4.6).tobytes(), np.uint8)  # the codes' std is about 4.6
-    return blocks.reshape(*numpy_shape[:-1], numpy_shape[-1] // _Q4_0_BLOCK * _Q4_0_BYTES)
+TINY = MoeShape(n_layer=3, n_expert=16, n_expert_used=4, n_embd=256, n_ff_exp=256, n_head=4, n_head_kv=2, head_dim=64)
+
+
+def tiny_qwen3moe(directory: Path, vocab_from: Path, ftype: int = F32, shape: MoeShape = TINY, seed: int = 0) -> Path:
+    """A small ``qwen3moe`` (:data:`TINY`: widths that every K-format's blocks divide) in ``directory``: F32, or
+    quantized to ``ftype`` by llama.cpp's own quantizer (Q8_0 everywhere, or the Q4_K/Q6_K mix of Q4_K_M; the
+    router stays F32 as in real files). Written once per directory and arguments."""
+    from support.gguf_builders import quantized
+
+    stem = (f"qwen3moe-{shape.n_layer}x{shape.n_expert}e{shape.n_expert_used}-{shape.n_embd}-{shape.n_ff_exp}"
+            f"-s{seed}")
+    source = directory / f"{stem}-f32.gguf"
+    if not source.exists():
+        qwen3moe_model(source, vocab_from, shape, seed=seed)
+    if ftype == F32:
+        return source
+    path = directory / f"{stem}-ftype{ftype}.gguf"
+    return path if path.exists() else quantized(source, path, ftype)
+
+
+def _more_bits(layer: int, n_layer: int) -> bool:
+    """llama.cpp's use_more_bits: the layers whose attn_v and ffn_down Q4_K_M gives Q6_K."""
+    return layer < n_layer // 8 or layer >= 7 * n_layer // 8 or (layer - n_layer // 8) % 3 == 2
+
+
+def _random_blocks(rng: np.random.Generator, numpy_shape: tuple[int, ...], scale: float,
+                   qtype: GGMLQuantizationType) -> np.ndarray:
+    """Blocks of ``qtype`` (numpy's shape in bytes) of uniform random codes, scales and mins, their f16 scales set
+    so that the weights' standard deviation is about ``scale`` (Q4_K's offsets about cancel its codes' mean)."""
+    per, size = _BLOCKS[qtype]
+    blocks = rng.integers(0, 256, (int(np.prod(numpy_shape)) // per, size), dtype=np.uint8)
+
+    def f16(value: float) -> np.ndarray:
+        return np.frombuffer(np.float16(value).tobytes(), np.uint8)
+
+    if qtype == GGMLQuantizationType.Q4_0:
+        blocks[:, :2] = f16(scale / 4.6)  # the codes' std is about 4.6
+    elif qtype == GGMLQuantizationType.Q4_K:
+        d = scale / (31.5 * 4.6)  # 6-bit scales of mean 31.5 times codes of std 4.6
+        blocks[:, 0:2], blocks[:, 2:4] = f16(d), f16(7.5 * d)  # mins times 7.5 d: the mean code (7.5) times d
+    else:  # Q6_K: int8 scales (std about 74) times codes of std about 18.5
+        blocks[:, 208:210] = f16(scale / (74 * 18.5))
+    return blocks.reshape(*numpy_shape[:-1], numpy_shape[-1] // per * size)
 
 
 def room_for(need: ModelFootprint, expert_layers: float) -> int:

@@ -41,6 +41,7 @@ class Tensor(ctypes.Structure):
 LAYER_TENSORS = (
     "attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm", "post_attn_norm",
     "ffn_norm", "w_gate", "w_up", "w_down", "post_ffn_norm",
+    "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
 )  # fmt: skip
 
 
@@ -53,7 +54,7 @@ class ModelParams(ctypes.Structure):
         (name, ctypes.c_int32)
         for name in (
             "arch", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab",
-            "rope_neox", "rope_dim", "act_gelu", "sliding_window",
+            "rope_neox", "rope_dim", "act_gelu", "sliding_window", "n_expert", "n_expert_used",
         )  # fmt: skip
     ] + [
         ("eps", ctypes.c_float),

@@ -28,7 +28,7 @@ from localllm.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gg
 log = logging.getLogger(__name__)
 
 HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
-ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4}
+ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4, "qwen3moe": 5}
 _F32 = 0
 
 # our layer field -> GGUF tensor name suffix
@@ -38,16 +38,23 @@ _GGUF_NAMES = {
     "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
     "post_attn_norm": "post_attention_norm.weight", "ffn_norm": "ffn_norm.weight",
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
-    "post_ffn_norm": "post_ffw_norm.weight",
+    "post_ffn_norm": "post_ffw_norm.weight", "ffn_gate_inp": "ffn_gate_inp.weight",
+    "ffn_gate_exps": "ffn_gate_exps.weight", "ffn_up_exps": "ffn_up_exps.weight",
+    "ffn_down_exps": "ffn_down_exps.weight",
 }  # fmt: skip
-_REQUIRED = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
-# what each architecture adds to llama's layer: all of it required, anything else refused
+_ATTENTION = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm")
+_DENSE_FFN = ("w_gate", "w_up", "w_down")
+_EXPERT_FFN = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")  # a router and every expert's matrices
+_EXPERT_TENSORS = frozenset(_EXPERT_FFN[1:])  # 3-D: one (ne0, ne1) slice per expert
+_MOE_ARCHITECTURES = frozenset({"qwen3moe"})
+# what each architecture adds to its attention and feed-forward: all of it required, anything else refused
 _ARCH_TENSORS = {
     "llama": (),
     "qwen2": ("bq", "bk", "bv"),
     "qwen3": ("q_norm", "k_norm"),
     "gemma3": ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"),
     "phi3": (),  # but its ffn_up holds the gate's rows and then the up rows, and q/k/v may be one attn_qkv
+    "qwen3moe": ("q_norm", "k_norm"),
 }
 
 
@@ -65,6 +72,9 @@ class Hyper:
     eps: float
     rope_base: float
     rope_dim: int
+    n_expert: int = 0  # a mixture-of-experts model: experts a layer, of which n_expert_used a token, n_ff_exp wide
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
 
 
 class UnsupportedModel(NativeError):
@@ -93,12 +103,14 @@ _READ_KEYS = frozenset({
 _ARCH_READ_KEYS = {
     "gemma3": frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
     "phi3": frozenset({"attention.sliding_window"}),  # llama.cpp disables Phi's sliding window (its PR 13676)
+    "qwen3moe": frozenset({"expert_count", "expert_used_count", "expert_feed_forward_length"}),
 }
 _NEUTRAL_VALUES = {
     "rope.scaling.type": ("none",),
     "rope.scaling.factor": (0.0, 1.0),  # llama.cpp reads 0 as 1
     "expert_count": (0,),
     "expert_used_count": (0,),
+    "norm_top_k_prob": (True,),  # Ollama's converter writes it; llama.cpp renormalises qwen3moe's k weights always
     "attention.causal": (True,),
 }
 
@@ -146,11 +158,25 @@ def hyperparameters(g: GGUFFile) -> Hyper:
         _int(g, "attention.sliding_window_pattern", 6)  # a per-layer array would place windows we do not
     eps = g.arch_value("attention.layer_norm_rms_epsilon", 1e-6)
     base = g.arch_value("rope.freq_base", 1e6 if arch == "gemma3" else 10000.0)
+    experts = _experts(g) if arch in _MOE_ARCHITECTURES else {}
     return Hyper(
         arch=arch, n_embd=n_embd, n_layer=_int(g, "block_count"), n_head=n_head, n_head_kv=n_head_kv,
-        head_dim=head_dim, n_ff=_int(g, "feed_forward_length"), n_vocab=embd.shape[1],
+        head_dim=head_dim, n_ff=_int(g, "feed_forward_length", experts.get("n_ff_exp")), n_vocab=embd.shape[1],
         n_ctx_train=_int(g, "context_length", 4096), eps=float(eps), rope_base=float(base), rope_dim=rope_dim,
+        **experts,
     )  # fmt: skip
+
+
+def _experts(g: GGUFFile) -> dict[str, int]:
+    """A mixture-of-experts model's expert count, experts used a token and expert width (llama.cpp's default:
+    feed_forward_length over the experts used)."""
+    n_expert, n_used = _int(g, "expert_count"), _int(g, "expert_used_count")
+    if n_used > n_expert:
+        raise NativeError(f"model metadata {g.architecture}.expert_used_count {n_used} exceeds expert_count {n_expert}")
+    n_ff = g.arch_value("feed_forward_length")
+    default = n_ff // n_used if isinstance(n_ff, int) and not isinstance(n_ff, bool) and n_ff >= n_used else None
+    return {"n_expert": n_expert, "n_expert_used": n_used,
+            "n_ff_exp": _int(g, "expert_feed_forward_length", default)}
 
 
 def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple[int, ...], bool]]:
@@ -163,9 +189,11 @@ def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple
         "wo": (q_dim, h.n_embd), "bq": (q_dim,), "bk": (kv_dim,), "bv": (kv_dim,), "q_norm": (h.head_dim,),
         "k_norm": (h.head_dim,), "post_attn_norm": (h.n_embd,), "ffn_norm": (h.n_embd,),
         "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
-        "post_ffn_norm": (h.n_embd,),
+        "post_ffn_norm": (h.n_embd,), "ffn_gate_inp": (h.n_embd, h.n_expert),
+        "ffn_gate_exps": (h.n_embd, h.n_ff_exp, h.n_expert), "ffn_up_exps": (h.n_embd, h.n_ff_exp, h.n_expert),
+        "ffn_down_exps": (h.n_ff_exp, h.n_embd, h.n_expert),
     }  # fmt: skip
-    fields = _REQUIRED + _ARCH_TENSORS[h.arch]
+    fields = _ATTENTION + (_EXPERT_FFN if h.n_expert else _DENSE_FFN) + _ARCH_TENSORS[h.arch]
     if h.arch == "phi3":
         shapes["w_up"] = (h.n_embd, 2 * h.n_ff)
         fields = tuple(f for f in fields if f != "w_gate" and not (fused_qkv and f in ("wq", "wk", "wv")))
@@ -196,7 +224,7 @@ def check_tensor(info: TensorInfo, shape: tuple[int, ...], file_size: int) -> in
             f"tensor {info.name!r} has shape {tuple(info.shape)}, but the model's metadata implies {shape}; "
             "the file is corrupt or not a model the native engine understands"
         )
-    rows = shape[1] if len(shape) > 1 else 1
+    rows = math.prod(shape[1:])
     expected = lib.llk_row_size(info.ggml_type, shape[0]) * rows
     if info.nbytes != expected or info.offset < 0 or info.offset + expected > file_size:
         raise NativeError(f"tensor {info.name!r} does not lie inside the file ({file_size} bytes)")
@@ -240,7 +268,7 @@ def _rows(t: Tensor, first: int, count: int) -> Tensor:
     return Tensor(t.data + first * library().llk_row_size(t.type, t.ne0), t.type, t.ne0, count)
 
 
-_MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+_MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", *_EXPERT_FFN)
 
 
 def available_memory() -> int:
@@ -284,8 +312,15 @@ class NativeWeights:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of weights a decode step streams (all tensors the forward pass reads)."""
+        """Bytes of weights the forward pass reads (every expert of a mixture-of-experts model)."""
         return self._weight_bytes
+
+    @property
+    def decode_bytes(self) -> int:
+        """Bytes of weights one token's decode step streams: all of a dense model; of a mixture-of-experts
+        model all but the experts, and expert_used_count of each layer's experts."""
+        return self._weight_bytes - self._expert_bytes + self._expert_bytes * self.hyper.n_expert_used // max(
+            self.hyper.n_expert, 1)
 
     def _tensor(self, name: str) -> Tensor:
         """A checked tensor of the model (a null Tensor for an absent optional one)."""
@@ -293,7 +328,9 @@ class NativeWeights:
         if info is None:
             return Tensor()
         shape = self._expected[name][0]
-        self._weight_bytes += check_tensor(info, shape, self._size)  # the mapping, not the header's size
+        nbytes = check_tensor(info, shape, self._size)  # the mapping, not the header's size
+        self._weight_bytes += nbytes
+        self._expert_bytes += nbytes if len(shape) == 3 else 0
         return Tensor(self._base + info.offset, info.ggml_type, shape[0], shape[1] if len(shape) > 1 else 1)
 
     def _split_fused(self, layer: Layer, il: int) -> None:
@@ -311,7 +348,7 @@ class NativeWeights:
 
     def _describe(self) -> ModelParams:
         h, g = self.hyper, self.gguf
-        self._weight_bytes = 0
+        self._weight_bytes = self._expert_bytes = 0
         gemma = h.arch == "gemma3"
         window = g.arch_value("attention.sliding_window") if gemma else 0
         pattern = g.arch_value("attention.sliding_window_pattern", 6) if gemma else 0
@@ -331,7 +368,9 @@ class NativeWeights:
         p = ModelParams()
         p.arch = ARCHITECTURES[h.arch]
         p.n_embd, p.n_layer, p.n_head, p.n_head_kv = h.n_embd, h.n_layer, h.n_head, h.n_head_kv
-        p.head_dim, p.n_ff, p.n_vocab = h.head_dim, h.n_ff, h.n_vocab
+        p.head_dim, p.n_vocab = h.head_dim, h.n_vocab
+        p.n_ff = h.n_ff_exp or h.n_ff  # the width of the FFN the forward runs (a dense one's scratch)
+        p.n_expert, p.n_expert_used = h.n_expert, h.n_expert_used
         p.rope_neox = int(h.arch != "llama")  # qwen2/qwen3/gemma3/phi3 rotate the two halves of a head (NeoX)
         p.rope_dim = h.rope_dim
         p.act_gelu = int(gemma)
@@ -350,13 +389,16 @@ class NativeWeights:
 
     def _lay_out(self, repack: bool, budget: int | None) -> None:
         """Repack the matrices that have a layout at this level; name each weight type's layout."""
-        p, lib = self.params, library()
-        matrices = [getattr(p.layers[il], f) for il in range(self.hyper.n_layer) for f in _MATRICES]
+        p, lib, h = self.params, library(), self.hyper
+        # (tensor, how many matrices of its shape it holds: one, or an expert tensor's one per expert)
+        matrices = [(getattr(p.layers[il], f), h.n_expert if f in _EXPERT_TENSORS else 1)
+                    for il in range(h.n_layer) for f in _MATRICES]
         if not p.output.data:  # tied: the lookup reads token_embd in place, the output head its own copy
             p.output = Tensor(p.tok_embd.data, p.tok_embd.type, p.tok_embd.ne0, p.tok_embd.ne1)
-        matrices.append(p.output)
-        plan = [(t, lib.llk_repack_type(t.type, t.ne0, t.ne1) if repack else t.type) for t in matrices]
-        need = sum(lib.llk_repack_size(t.type, t.ne0, t.ne1) for t, target in plan if target != t.type)
+        matrices.append((p.output, 1))
+        # an expert tensor is repacked as one matrix of all its rows when each expert's rows are whole groups
+        plan = [(t, n, lib.llk_repack_type(t.type, t.ne0, t.ne1) if repack else t.type) for t, n in matrices if t.data]
+        need = sum(lib.llk_repack_size(t.type, t.ne0, t.ne1 * n) for t, n, target in plan if target != t.type)
         budget = available_memory() if need and budget is None else budget
         if need and need > budget:
             raise NativeError(
@@ -366,23 +408,26 @@ class NativeWeights:
         counts: Counter[tuple[str, str]] = Counter()
         copies = []  # (tensor, its layout, offset and size of its copy in the one buffer)
         offset = 0
-        for t, target in plan:
+        for t, n, target in plan:
             name = lib.llk_type_name(t.type).decode()
-            counts[name, lib.llk_type_name(target).decode() if target != t.type else "GGUF in place"] += 1
+            counts[name, lib.llk_type_name(target).decode() if target != t.type else "GGUF in place"] += n
             if target != t.type:
-                size = lib.llk_repack_size(t.type, t.ne0, t.ne1)
-                copies.append((t, target, offset, size))
+                size = lib.llk_repack_size(t.type, t.ne0, t.ne1 * n)
+                copies.append((t, n, target, offset, size))
                 offset += -(-size // 64) * 64  # cache-line aligned
         # One allocation for all copies: NumPy asks for huge pages for large ones, and decode streams every
         # matrix each token (with 4 KiB pages, a model of small matrices costs a page walk every 4 KiB).
         self._repacked = buffer = np.empty(offset, dtype=np.uint8)
         start = time.perf_counter()
         with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # ctypes lets go of the GIL: one matrix a core
-            list(pool.map(lambda job: lib.llk_repack(job[0].type, ctypes.c_void_p(job[0].data), job[0].ne0, job[0].ne1,
-                                                     ctypes.c_void_p(buffer.ctypes.data + job[2])), copies))
+            list(pool.map(lambda job: lib.llk_repack(job[0].type, ctypes.c_void_p(job[0].data), job[0].ne0,
+                                                     job[0].ne1 * job[1], ctypes.c_void_p(buffer.ctypes.data + job[3])),
+                          copies))
         self.repack_seconds = time.perf_counter() - start
-        for t, target, at, size in copies:
-            self._weight_bytes += size - lib.llk_row_size(t.type, t.ne0) * t.ne1
+        for t, n, target, at, size in copies:
+            grown = size - lib.llk_row_size(t.type, t.ne0) * t.ne1 * n
+            self._weight_bytes += grown
+            self._expert_bytes += grown if n > 1 else 0
             t.data, t.type = buffer.ctypes.data + at, target
         for (name, layout), n in sorted(counts.items()):
             entry = f"{layout} ({n} {'matrix' if n == 1 else 'matrices'})"
