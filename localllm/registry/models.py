@@ -24,7 +24,7 @@ from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_
 from ..gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
 from .links import LinkedFileError
 from .names import ModelName
-from .ollama_compat import TranslatedFiles, carries_vision, cached, translate, variant_of
+from .ollama_compat import TranslatedFiles, carries_audio, carries_vision, cached, translate, variant_of
 from .projector import InvalidProjector, read_projector
 from .requires import check_requires
 from .store import (
@@ -189,9 +189,10 @@ class LocalModel:
 
     @property
     def audio(self) -> bool:
-        """Whether the model hears: it has a projector layer with an audio encoder."""
+        """Whether the model hears: it has a projector layer with an audio encoder, or its Ollama-format file
+        carries one that is split out into the projector."""
         if not self.projectors:
-            return False
+            return self.ollama_format is not None and carries_audio(self.gguf)
         try:
             return read_projector(self.projectors[0]).audio
         except (InvalidProjector, OSError):

@@ -350,7 +350,7 @@ def _gemma3_encoder(seed: int) -> dict[str, np.ndarray]:
 
 Shape = tuple[int, ...]
 _ARRAY_TYPES = {np.dtype(np.uint32): GGUFValueType.UINT32, np.dtype(np.int32): GGUFValueType.INT32,
-                np.dtype(bool): GGUFValueType.BOOL}
+                np.dtype(bool): GGUFValueType.BOOL, np.dtype(np.float32): GGUFValueType.FLOAT32}
 
 
 def _add_keys(w: GGUFWriter, arch: str, keys: dict[str, Any]) -> None:
@@ -702,3 +702,137 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
     return _tiny(path, "gemma4", vocab_from, keys, tensors, seed, tokenizer_model="llama" if ollama else "gemma4",
                  rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama),
                  skip=lambda name: not ollama and name.startswith(("v.", "a.")), given=experts)
+
+
+# --- vision (and audio) encoders that Ollama's files carry inside the model file -----------------------------
+
+def qwen_vl(path: Path, vocab_from: Path, arch: str, seed: int = 35) -> Path:
+    """The language model of Qwen2.5-VL (``qwen2vl``: Qwen 2 with M-RoPE sections) or Qwen3-VL (``qwen3vl``: Qwen 3
+    with the sections Ollama's translation states and one deepstack layer), as llama.cpp lays them out."""
+    assert arch in ("qwen2vl", "qwen3vl")
+    qwen3 = arch == "qwen3vl"
+    e, ff, n_head, n_kv, head = (64, 96, 2, 1, 128) if qwen3 else (64, 96, 4, 2, 16)
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 1024, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.layer_norm_rms_epsilon": 1e-6,
+        "@rope.freq_base": 10000.0,
+        "@rope.dimension_sections": np.array([24, 20, 20, 0] if qwen3 else [2, 3, 3, 0], np.int32)}
+    if qwen3:
+        keys.update({"@attention.key_length": head, "@attention.value_length": head, "@n_deepstack_layers": 1})
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(2):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head, qk_norm=qwen3),
+                    (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff)]
+        if not qwen3:
+            tensors += [(b + "attn_q.bias", (n_head * head,)), (b + "attn_k.bias", (n_kv * head,)),
+                        (b + "attn_v.bias", (n_kv * head,))]
+    return _tiny(path, arch, vocab_from, keys, tensors, seed, pre="qwen2")
+
+
+class Encoder:
+    """A vision (and audio) encoder by llama.cpp's names and ``clip.*`` keys (its mmproj), and how Ollama's
+    converter lays the same weights out inside the model file: ``<arch>.*`` keys and its own tensor names."""
+
+    def __init__(self, projector_keys: dict[str, Any], ollama_keys: dict[str, Any], seed: int) -> None:
+        self.projector_keys, self.ollama_keys = projector_keys, ollama_keys
+        self.upstream: dict[str, np.ndarray] = {}  # llama.cpp's name -> data (numpy shape)
+        self.ollama: dict[str, np.ndarray] = {}  # Ollama's name -> data as its file holds it
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, name: str, *shape: int, ollama: str | None = None, scale: float = 0.2, norm: bool = False,
+            f16: bool = False) -> np.ndarray:
+        """A random tensor (numpy shape) under llama.cpp's ``name`` and Ollama's (``ollama``, default the same);
+        ``f16``: Ollama's file holds it in F16 (the projector in F32, so rounded through F16)."""
+        data = (self.rng.standard_normal(shape) * scale + (1.0 if norm else 0.0)).astype(np.float32)
+        if f16:
+            data = data.astype(np.float16).astype(np.float32)
+        self.upstream[name] = data
+        if ollama != "":
+            self.ollama[ollama or name] = data.astype(np.float16) if f16 else data
+        return data
+
+    def mmproj(self, path: Path) -> Path:
+        w = GGUFWriter(str(path), "clip")
+        _add_keys(w, "clip", self.projector_keys)
+        for name, data in self.upstream.items():
+            w.add_tensor(name, data)
+        return _finish(w, path)
+
+    def inside(self, language_model: Path, path: Path, arch: str, left_out: tuple[str, ...] = ()) -> Path:
+        """``language_model`` (llama.cpp's layout) with this encoder inside, as Ollama ships it: architecture
+        ``arch``, the language model's ``left_out`` keys (``@`` for its architecture) not written."""
+        header = read_gguf(language_model)
+        own = f"{header.architecture}."
+        skipped = {key.replace("@", own, 1) for key in left_out}
+        w = GGUFWriter(str(path), arch)
+        for key, value in header.metadata.items():
+            if key != "general.architecture" and not key.startswith("GGUF.") and key not in skipped:
+                kind, item = header.value_types[key]
+                w.add_key_value(f"{arch}.{key[len(own):]}" if key.startswith(own) else key, value, GGUFValueType(kind),
+                                sub_type=None if item is None else GGUFValueType(item))
+        _add_keys(w, arch, self.ollama_keys)
+        from gguf import GGUFReader
+        for tensor in GGUFReader(str(language_model)).tensors:
+            w.add_tensor(tensor.name, np.array(tensor.data), raw_dtype=tensor.tensor_type)
+        for name, data in self.ollama.items():
+            w.add_tensor(name, data)
+        return _finish(w, path)
+
+
+def _vit_block(enc: Encoder, b: str, hidden: int, ff: int, names: dict[str, str], qkv: str = "split",
+               gated: bool = False, bias_norm: bool = True) -> None:
+    """One ViT block under llama.cpp's names (``names``: Ollama's leaves for them). ``qkv="fused"``: llama.cpp
+    reads one QKV matrix that Ollama's file holds as three."""
+    def o(name: str) -> str:
+        for ours, theirs in names.items():
+            name = name.replace(ours, theirs)
+        return name
+
+    for norm in ("ln1", "ln2"):
+        enc.add(f"{b}{norm}.weight", hidden, ollama=o(f"{b}{norm}.weight"), norm=True)
+        if bias_norm:
+            enc.add(f"{b}{norm}.bias", hidden, ollama=o(f"{b}{norm}.bias"))
+    if qkv == "fused":
+        for kind, shape in (("weight", (hidden, hidden)), ("bias", (hidden,))):
+            parts = [enc.add(f"{b}attn_{x}.{kind}", *shape, ollama=f"{b}attn_{x}.{kind}") for x in "qkv"]
+            for x in "qkv":
+                del enc.upstream[f"{b}attn_{x}.{kind}"]
+            enc.upstream[f"{b}attn_qkv.{kind}"] = np.concatenate(parts, axis=0)
+    else:
+        for x in "qkv":
+            enc.add(f"{b}attn_{x}.weight", hidden, hidden)
+            enc.add(f"{b}attn_{x}.bias", hidden)
+    enc.add(f"{b}attn_out.weight", hidden, hidden, ollama=o(f"{b}attn_out.weight"))
+    enc.add(f"{b}attn_out.bias", hidden, ollama=o(f"{b}attn_out.bias"))
+    ups = ("ffn_gate", "ffn_up") if gated else ("ffn_up",)
+    for proj in ups:
+        enc.add(f"{b}{proj}.weight", ff, hidden, ollama=o(f"{b}{proj}.weight"))
+        enc.add(f"{b}{proj}.bias", ff, ollama=o(f"{b}{proj}.bias"))
+    enc.add(f"{b}ffn_down.weight", hidden, ff, ollama=o(f"{b}ffn_down.weight"))
+    enc.add(f"{b}ffn_down.bias", hidden, ollama=o(f"{b}ffn_down.bias"))
+
+
+def qwen25vl_encoder(n_embd: int = 64, seed: int = 37) -> Encoder:
+    """A two-block Qwen2.5-VL encoder (4-pixel patches in two frames, 2x2 merge, window attention then full)."""
+    hidden, ff, n_head, patch = 16, 32, 2, 4
+    vision = {"block_count": 2, "embedding_length": hidden, "attention.head_count": n_head, "patch_size": patch,
+              "spatial_merge_size": 2, "window_size": 16, "attention.layer_norm_epsilon": 1e-6, "num_channels": 3}
+    enc = Encoder({"@projector_type": "qwen2.5vl_merger", "@has_vision_encoder": True, "@use_silu": True,
+                   **{f"@vision.{k}": v for k, v in vision.items()}, "@vision.feed_forward_length": ff,
+                   "@vision.n_wa_pattern": 2, "@vision.image_size": 560, "@vision.projection_dim": n_embd,
+                   "@vision.image_mean": np.array([0.48145466, 0.4578275, 0.40821073], np.float32),
+                   "@vision.image_std": np.array([0.26862954, 0.26130258, 0.27577711], np.float32)},
+                  {**{f"@vision.{k}": v for k, v in vision.items()},
+                   "@vision.fullatt_block_indexes": np.array([1], np.int32)}, seed)
+    enc.add("v.patch_embd.weight", hidden, 3, patch, patch, ollama="v.patch_embd_0.weight", f16=True)
+    enc.add("v.patch_embd.weight.1", hidden, 3, patch, patch, ollama="v.patch_embd_1.weight", f16=True)
+    for block in range(2):
+        _vit_block(enc, f"v.blk.{block}.", hidden, ff, {}, gated=True, bias_norm=False)
+    enc.add("v.post_ln.weight", hidden, ollama="v.merger.ln_q.weight", norm=True)
+    enc.add("mm.0.weight", 4 * hidden, 4 * hidden, ollama="v.merger.mlp.0.weight")
+    enc.add("mm.0.bias", 4 * hidden, ollama="v.merger.mlp.0.bias")
+    enc.add("mm.2.weight", n_embd, 4 * hidden, ollama="v.merger.mlp.2.weight")
+    enc.add("mm.2.bias", n_embd, ollama="v.merger.mlp.2.bias")
+    return enc
