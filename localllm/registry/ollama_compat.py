@@ -269,9 +269,10 @@ def _collapse_to_max(draft: Draft, key: str, fallback: int) -> None:
 
 
 def _pad_sections(draft: Draft, source: str, target: str) -> None:
-    """Three M-RoPE sections as the four llama.cpp reads (the last 0)."""
+    """Three M-RoPE sections as the four llama.cpp reads (the last 0), under llama.cpp's key."""
     value = draft.get(source)
     if isinstance(value, list) and len(value) == 3:
+        draft.drop(source)
         draft.set(target, [*value, 0], ARRAY, I32)
 
 

@@ -765,7 +765,8 @@ class Encoder:
         ``arch``, the language model's ``left_out`` keys (``@`` for its architecture) not written."""
         header = read_gguf(language_model)
         own = f"{header.architecture}."
-        skipped = {key.replace("@", own, 1) for key in left_out}
+        skipped = {key.replace("@", own, 1) for key in left_out} | {  # a stand-in encoder's
+            key for key in header.metadata if key.startswith((f"{own}vision.", f"{own}audio."))}
         w = GGUFWriter(str(path), arch)
         for key, value in header.metadata.items():
             if key != "general.architecture" and not key.startswith("GGUF.") and key not in skipped:
@@ -775,7 +776,8 @@ class Encoder:
         _add_keys(w, arch, self.ollama_keys)
         from gguf import GGUFReader
         for tensor in GGUFReader(str(language_model)).tensors:
-            w.add_tensor(tensor.name, np.array(tensor.data), raw_dtype=tensor.tensor_type)
+            if not tensor.name.startswith(("v.", "mm.", "a.")):
+                w.add_tensor(tensor.name, np.array(tensor.data), raw_dtype=tensor.tensor_type)
         for name, data in self.ollama.items():
             w.add_tensor(name, data)
         return _finish(w, path)
@@ -835,4 +837,44 @@ def qwen25vl_encoder(n_embd: int = 64, seed: int = 37) -> Encoder:
     enc.add("mm.0.bias", 4 * hidden, ollama="v.merger.mlp.0.bias")
     enc.add("mm.2.weight", n_embd, 4 * hidden, ollama="v.merger.mlp.2.weight")
     enc.add("mm.2.bias", n_embd, ollama="v.merger.mlp.2.bias")
+    return enc
+
+
+def qwen3vl_encoder(n_embd: int = 64, deepstack: bool = True, seed: int = 39) -> Encoder:
+    """A two-block Qwen3-VL encoder (Qwen 3.5's without the ``deepstack`` adapter after block 0): a learned
+    position grid of 8x8 patches, 4-pixel patches in two frames, 2x2 merge. Ollama's file holds the patch
+    embedding as one F16 Conv3D weight, Q, K and V apart, and Hugging Face's leaf names."""
+    hidden, ff, n_head, patch = 16, 32, 2, 4
+    vision = {"block_count": 2, "embedding_length": hidden, "attention.head_count": n_head, "patch_size": patch,
+              "spatial_merge_size": 2, "attention.layer_norm_epsilon": 1e-6, "num_channels": 3}
+    extra = {"temporal_patch_size": 2, "rope.freq_base": 10000.0} if deepstack else {}
+    pixels = {"image_min_pixels": 65536, "image_max_pixels": 16777216} if deepstack else {}
+    enc = Encoder({"@projector_type": "qwen3vl_merger", "@has_vision_encoder": True, "@use_gelu": True,
+                   **{f"@vision.{k}": v for k, v in {**vision, **extra, **pixels}.items()},
+                   "@vision.feed_forward_length": ff, "@vision.image_size": 8 * patch, "@vision.projection_dim": n_embd,
+                   "@vision.image_mean": np.array([0.5] * 3, np.float32),
+                   "@vision.image_std": np.array([0.5] * 3, np.float32),
+                   "@vision.is_deepstack_layers": np.array([deepstack, False])},
+                  {**{f"@vision.{k}": v for k, v in {**vision, **extra}.items()},
+                   **({"@vision.deepstack_visual_indexes": np.array([0], np.int32)} if deepstack else {})}, seed)
+    frames = [enc.add(f"v.patch_embd.weight{suffix}", hidden, 3, patch, patch, ollama="", f16=True)
+              for suffix in ("", ".1")]
+    enc.ollama["v.patch_embed.weight"] = np.stack(frames, axis=2).reshape(hidden * 3, 2, patch, patch).astype(np.float16)
+    enc.add("v.patch_embd.bias", hidden, ollama="v.patch_embed.bias")
+    enc.add("v.position_embd.weight", 64, hidden, ollama="v.pos_embed.weight")
+    names = {".ln1": ".norm1", ".ln2": ".norm2", ".ffn_up": ".mlp.linear_fc1", ".ffn_down": ".mlp.linear_fc2"}
+    for block in range(2):
+        _vit_block(enc, f"v.blk.{block}.", hidden, ff, names, qkv="fused")
+    enc.add("v.post_ln.weight", hidden, ollama="v.merger.norm.weight", norm=True)
+    enc.add("v.post_ln.bias", hidden, ollama="v.merger.norm.bias")
+    merged = 4 * hidden
+    for ours, theirs, rows in (("mm.0", "v.merger.linear_fc1", merged), ("mm.2", "v.merger.linear_fc2", n_embd)):
+        enc.add(f"{ours}.weight", rows, merged, ollama=f"{theirs}.weight")
+        enc.add(f"{ours}.bias", rows, ollama=f"{theirs}.bias")
+    if deepstack:
+        enc.add("v.deepstack.0.norm.weight", merged, ollama="v.deepstack_merger.0.norm.weight", norm=True)
+        enc.add("v.deepstack.0.norm.bias", merged, ollama="v.deepstack_merger.0.norm.bias")
+        for ours, theirs, rows in (("fc1", "linear_fc1", merged), ("fc2", "linear_fc2", n_embd)):
+            enc.add(f"v.deepstack.0.{ours}.weight", rows, merged, ollama=f"v.deepstack_merger.0.{theirs}.weight")
+            enc.add(f"v.deepstack.0.{ours}.bias", rows, ollama=f"v.deepstack_merger.0.{theirs}.bias")
     return enc
