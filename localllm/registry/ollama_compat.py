@@ -820,9 +820,9 @@ def plan(gguf: GGUFFile) -> Translation:
     draft = Draft.of(gguf)
     out = Translation(name, draft)
     try:
-        variant.text(draft, out)
-        encoder = draft.take(VISION_PREFIXES)
+        encoder = draft.take(VISION_PREFIXES)  # first: the text's renames are not the encoder's
         audio = draft.take(AUDIO_PREFIXES)
+        variant.text(draft, out)
         if audio and name in AUDIO_VARIANTS:
             encoder |= audio
         elif audio:

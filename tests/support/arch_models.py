@@ -878,3 +878,44 @@ def qwen3vl_encoder(n_embd: int = 64, deepstack: bool = True, seed: int = 39) ->
             enc.add(f"v.deepstack.0.{ours}.weight", rows, merged, ollama=f"v.deepstack_merger.0.{theirs}.weight")
             enc.add(f"v.deepstack.0.{ours}.bias", rows, ollama=f"v.deepstack_merger.0.{theirs}.bias")
     return enc
+
+
+def glm4v_encoder(n_embd: int = 64, seed: int = 41) -> Encoder:
+    """A one-block GLM-OCR encoder (``glm4v``): RMS-normed ViT with 2D M-RoPE, a 2x2 downsampling convolution
+    and a SwiGLU merger. Ollama's file names the two patch-embedding frames ``_0``/``_1`` and keeps them in F16,
+    and states the merger's widths as ``intermediate_size`` and ``out_hidden_size``."""
+    hidden, ff, n_head, patch, merged_ff = 16, 32, 2, 4, 48
+    vision = {"block_count": 1, "embedding_length": hidden, "attention.head_count": n_head, "patch_size": patch,
+              "spatial_merge_size": 2, "image_size": 32}
+    enc = Encoder({"@projector_type": "glm4v", "@has_vision_encoder": True, "@use_silu": True,
+                   **{f"@vision.{k}": v for k, v in vision.items()}, "@vision.feed_forward_length": ff,
+                   "@vision.attention.layer_norm_epsilon": 1e-5, "@vision.projection_dim": n_embd,
+                   "@vision.image_mean": np.array([0.5] * 3, np.float32), "@vision.image_std": np.array([0.5] * 3, np.float32)},
+                  {**{f"@vision.{k}": v for k, v in vision.items()}, "@vision.intermediate_size": ff,
+                   "@vision.attention.layer_norm_rms_epsilon": 1e-5, "@vision.out_hidden_size": n_embd,
+                   "@vision.image_mean": np.array([0.5] * 3, np.float32), "@vision.image_std": np.array([0.5] * 3, np.float32)},
+                  seed)
+    enc.add("v.patch_embd.weight", hidden, 3, patch, patch, ollama="v.patch_embd_0.weight", f16=True)
+    enc.add("v.patch_embd.weight.1", hidden, 3, patch, patch, ollama="v.patch_embd_1.weight", f16=True)
+    enc.add("v.patch_embd.bias", hidden)
+    enc.add("v.post_conv_ln.weight", hidden, norm=True)
+    enc.add("v.position_embd.weight", 64, hidden)
+    b = "v.blk.0."
+    enc.add(b + "ln1.weight", hidden, norm=True)
+    enc.add(b + "attn_qkv.weight", 3 * hidden, hidden)
+    enc.add(b + "attn_qkv.bias", 3 * hidden)
+    enc.add(b + "attn_out.weight", hidden, hidden)
+    enc.add(b + "ln2.weight", hidden, norm=True)
+    for proj in ("ffn_gate", "ffn_up"):
+        enc.add(f"{b}{proj}.weight", ff, hidden)
+    enc.add(b + "ffn_down.weight", hidden, ff)
+    enc.add("v.post_ln.weight", hidden, norm=True)
+    enc.add("mm.patch_merger.weight", n_embd, hidden, 2, 2)
+    enc.add("mm.patch_merger.bias", n_embd)
+    enc.add("mm.model.fc.weight", n_embd, n_embd)
+    enc.add("mm.post_norm.weight", n_embd, norm=True)
+    enc.add("mm.post_norm.bias", n_embd)
+    for proj in ("mm.gate", "mm.up"):
+        enc.add(f"{proj}.weight", merged_ff, n_embd)
+    enc.add("mm.down.weight", n_embd, merged_ff)
+    return enc
