@@ -919,3 +919,28 @@ def glm4v_encoder(n_embd: int = 64, seed: int = 41) -> Encoder:
         enc.add(f"{proj}.weight", merged_ff, n_embd)
     enc.add("mm.down.weight", n_embd, merged_ff)
     return enc
+
+
+def gemma4_encoder(n_embd: int = 64, seed: int = 43) -> Encoder:
+    """A one-block Gemma 4 vision encoder (``gemma4v``: RMS-normed ViT with per-head Q/K norms, x and y
+    position tables, average pooling, a projection after an RMS norm), by llama.cpp's names in both layouts;
+    Ollama's file holds the patch embedding in F16 and leaves the image size and normalisation to defaults."""
+    hidden, ff, n_head, patch = 16, 32, 2, 4
+    vision = {"block_count": 1, "embedding_length": hidden, "feed_forward_length": ff, "attention.head_count": n_head,
+              "patch_size": patch, "attention.layer_norm_epsilon": 1e-6}
+    enc = Encoder({"@vision.projector_type": "gemma4v", "@has_vision_encoder": True,
+                   **{f"@vision.{k}": v for k, v in vision.items()}, "@vision.image_size": 224,
+                   "@vision.projection_dim": n_embd, "@vision.image_mean": np.array([0.0] * 3, np.float32),
+                   "@vision.image_std": np.array([1.0] * 3, np.float32)},
+                  {f"@vision.{k}": v for k, v in vision.items()}, seed)
+    enc.add("v.patch_embd.weight", hidden, 3, patch, patch, f16=True)
+    enc.add("v.position_embd.weight", 2, 256, hidden)
+    b = "v.blk.0."
+    for name, shape in (("ln1.weight", (hidden,)), ("attn_q.weight", (hidden, hidden)), ("attn_k.weight", (hidden, hidden)),
+                        ("attn_v.weight", (hidden, hidden)), ("attn_q_norm.weight", (hidden // n_head,)),
+                        ("attn_k_norm.weight", (hidden // n_head,)), ("attn_out.weight", (hidden, hidden)),
+                        ("ln2.weight", (hidden,)), ("ffn_gate.weight", (ff, hidden)), ("ffn_up.weight", (ff, hidden)),
+                        ("ffn_down.weight", (hidden, ff))):
+        enc.add(b + name, *shape, norm=name.endswith("norm.weight") or name.startswith("ln"))
+    enc.add("mm.input_projection.weight", n_embd, hidden)
+    return enc
