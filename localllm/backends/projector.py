@@ -108,11 +108,13 @@ class Projector:
         self.vision: bool = bool(mtmd.mtmd_support_vision(ptr))
         self.audio: bool = bool(mtmd.mtmd_support_audio(ptr))
         self.sample_rate: int = mtmd.mtmd_get_audio_sample_rate(ptr) if self.audio else 0
-        if not (self.vision or self.audio) or mtmd.mtmd_decode_use_mrope(ptr):
+        if not (self.vision or self.audio):
             mtmd.mtmd_free(ptr)
-            what = ("takes neither images nor audio" if not (self.vision or self.audio)
-                    else "needs M-RoPE positions, which this runner does not lay out")
-            raise BackendError(f"cannot use projector {path}: it {what}")
+            raise BackendError(f"cannot use projector {path}: it takes neither images nor audio")
+        # Qwen-VL, Qwen 3.5 and GLM-OCR place an image's embeddings at 2D (M-RoPE) positions that advance the
+        # sequence by fewer positions than the image has tokens; the engine keeps one position a token, so the
+        # model loads for text and a request with an image is refused (tokenize) rather than answered wrongly.
+        self.mrope: bool = bool(mtmd.mtmd_decode_use_mrope(ptr))
 
     def tokenize(self, text: str, images: list[DecodedImage | AudioClip], add_special: bool = True) -> ImagePrompt:
         """``text`` with ``images`` (images and audio clips) at its markers, in order, as tokens and chunks.
@@ -122,6 +124,9 @@ class Projector:
         chunk from the projector's settings; the encoder's buffers are the engine thread's alone.
         Raises ValueError when the markers and the media do not pair up, or a medium cannot be used.
         """
+        if self.mrope and images:
+            raise ValueError("this model places images at M-RoPE (2D) positions, which this runner's image path "
+                             "does not lay out yet: send the request without images")
         count = text.count(MARKER)
         if count != len(images):
             raise ValueError(f"the prompt has {count} image markers ({MARKER}) but {len(images)} images")

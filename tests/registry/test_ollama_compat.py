@@ -185,7 +185,8 @@ def test_lfm2_qwen3next_and_qwen35_renames(tmp_path):
     q35 = translated(tmp_path / "c", ollama_file(tmp_path / "q.gguf", "qwen35", {
         "qwen35.rope.dimension_sections": [11, 11, 10], "qwen35.attention.head_count_kv": [0, 4]}, {
         "blk.0.ssm_dt": rand(8), "mtp.0.w.weight": rand(8), "v.blk.0.attn_q.weight": rand(8, 8)}))
-    assert sorted(tensors_of(q35.model)) == ["blk.0.ssm_dt.bias"] and q35.projector is None
+    assert sorted(tensors_of(q35.model)) == ["blk.0.ssm_dt.bias"]
+    assert list(tensors_of(q35.projector)) == ["v.blk.0.attn_q.weight"]
     assert fields_of(q35.model)["qwen35.rope.dimension_sections"] == [11, 11, 10, 0]
 
 
@@ -229,7 +230,8 @@ def test_arch_renames_olmo3_glm4moelite_qwen25vl(tmp_path):
     vl = translated(tmp_path / "c", ollama_file(tmp_path / "v.gguf", "qwen25vl", {
         "qwen25vl.rope.mrope_section": [16, 24, 24]}, {"token_embd.weight": rand(8, 4), "v.blk.0.x.weight": rand(8)}))
     assert fields_of(vl.model)["qwen2vl.rope.dimension_sections"] == [16, 24, 24, 0]
-    assert vl.projector is None and list(tensors_of(vl.model)) == ["token_embd.weight"]
+    assert "qwen2vl.rope.mrope_section" not in fields_of(vl.model)
+    assert list(tensors_of(vl.model)) == ["token_embd.weight"] and list(tensors_of(vl.projector)) == ["v.blk.0.x.weight"]
 
 
 def test_gemma3_in_one_file_becomes_the_upstream_model_and_mmproj(tmp_path):
@@ -296,7 +298,8 @@ def test_gemma4_experts_gate_and_up_are_interleaved_per_expert(tmp_path):
         "blk.0.ffn_gate_exps.weight": gate, "blk.0.ffn_up_exps.weight": up,
         "blk.0.ffn_gate_inp.per_expert_scale": rand(3), "a.blk.0.w.weight": rand(8), "v.blk.0.w.weight": rand(8)})
     files = translated(tmp_path, src)
-    assert fields_of(files.model)["tokenizer.ggml.model"] == "gemma4" and files.projector is None
+    assert fields_of(files.model)["tokenizer.ggml.model"] == "gemma4"
+    assert sorted(tensors_of(files.projector)) == ["a.blk.0.w.weight", "v.blk.0.w.weight"]  # vision and audio
     tensors = tensors_of(files.model)
     assert sorted(tensors) == ["blk.0.ffn_down_exps.scale", "blk.0.ffn_gate_up_exps.weight"]
     shape, _type, data = tensors["blk.0.ffn_gate_up_exps.weight"]
@@ -313,3 +316,50 @@ def test_a_text_only_ollama_qwen35moe_is_told_by_its_feed_forward_length(tmp_pat
     files = translated(tmp_path, src)
     assert list(tensors_of(files.model)) == ["blk.0.ssm_dt.bias"]
     assert fields_of(files.model)["qwen35moe.attention.head_count_kv"] == 2
+
+
+def _image_logits(model: Path, projector: Path, rgb: bytes, side: int) -> np.ndarray:
+    """The next-token logits after a prompt with one image, as llama-cpp-python's libmtmd path computes them
+    (libmtmd lays out M-RoPE positions itself)."""
+    import ctypes
+
+    import llama_cpp
+    import llama_cpp.mtmd_cpp as mtmd
+
+    llm = llama_cpp.Llama(str(model), n_ctx=512, n_batch=512, n_threads=1, verbose=False)
+    params = mtmd.mtmd_context_params_default()
+    params.use_gpu, params.n_threads, params.warmup, params.media_marker = False, 1, False, b"<__media__>"
+    ctx = mtmd.mtmd_init_from_file(str(projector).encode(), llm.model, params)
+    assert ctx, f"libmtmd refused {projector}"
+    bitmap = mtmd.mtmd_bitmap_init(side, side, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
+    chunks = mtmd.mtmd_input_chunks_init()
+    try:
+        text = b"look <__media__> here"
+        inp = mtmd.mtmd_input_text()
+        inp.text, inp.text_len, inp.add_special, inp.parse_special = text, len(text), True, True
+        assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap), 1) == 0
+        n_past = llama_cpp.llama_pos(0)
+        assert mtmd.mtmd_helper_eval_chunks(ctx, llm.ctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) == 0
+        n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(llm.model))
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).copy()
+    finally:
+        mtmd.mtmd_input_chunks_free(chunks)
+        mtmd.mtmd_bitmap_free(bitmap)
+        mtmd.mtmd_free(ctx)
+        llm.close()
+
+
+@pytest.mark.parametrize("family", ["qwen25vl", "qwen3vl", "qwen35", "glmocr", "gemma4"])
+def test_an_embedded_encoder_becomes_the_upstream_mmproj_and_sees_images_alike(tmp_path, family):
+    """Ollama's one file of each family: the translated model and projector are the upstream pair's files, and
+    libmtmd gives the same logits after an image through either pair (and other logits for another image)."""
+    model, mmproj, one = arch_models.vision_family(tmp_path, family)
+    files = translated(tmp_path, one)
+    assert tensors_of(files.model) == tensors_of(model) and fields_of(files.model) == fields_of(model)
+    assert tensors_of(files.projector) == tensors_of(mmproj) and fields_of(files.projector) == fields_of(mmproj)
+    side = 32
+    image = (np.arange(side * side * 3) % 251).astype(np.uint8).tobytes()
+    ours = _image_logits(files.model, files.projector, image, side)
+    assert np.array_equal(ours, _image_logits(model, mmproj, image, side))
+    other = bytes(255 - b for b in image)
+    assert not np.allclose(ours, _image_logits(files.model, files.projector, other, side))

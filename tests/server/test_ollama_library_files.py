@@ -238,3 +238,36 @@ def test_pulled_from_a_registry_as_ollama_ships_it_runs_and_rm_takes_its_transla
             assert not translated.exists()
         finally:
             daemon.stop()
+
+
+def test_ollama_gemma4_with_its_encoder_inside_sees_images_as_the_upstream_pair(daemon, tmp_path):
+    model, mmproj, one = arch_models.vision_family(tmp_path / "g4", "gemma4")
+    daemon.create("g4-pair", f"FROM {model}\nFROM {mmproj}\n{CHATML}")
+    daemon.create("g4-one", f"FROM {one}\n{CHATML}")
+    client = ollama.Client(host=daemon.url)
+    assert "vision" in client.show("g4-one").capabilities
+
+    def ask(name: str, colour: str):
+        answer = client.chat(model=name, messages=[{"role": "user", "content": "look", "images": [picture(colour)]}],
+                             options={"temperature": 0, "num_predict": 3}, logprobs=True, top_logprobs=3)
+        return [(t.token, round(t.logprob, 4)) for t in answer.logprobs]
+
+    red = ask("g4-one", "red")
+    assert red == ask("g4-pair", "red") and red != ask("g4-one", "blue")
+    for name in ("g4-pair", "g4-one"):
+        httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})
+
+
+def test_an_m_rope_vision_model_chats_and_refuses_images_by_name(daemon, tmp_path):
+    """Ollama's Qwen2.5-VL file: its encoder is split out (libmtmd loads it), text chats, and an image, whose
+    M-RoPE positions this runner does not lay out, is a 400 that says so; the next request works."""
+    _model, _mmproj, one = arch_models.vision_family(tmp_path / "vl", "qwen25vl")
+    daemon.create("qwen-vl-one", f"FROM {one}\n{CHATML}")
+    client = ollama.Client(host=daemon.url)
+    assert "vision" in client.show("qwen-vl-one").capabilities
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.chat(model="qwen-vl-one", messages=[{"role": "user", "content": "look", "images": [picture("red")]}])
+    assert refused.value.status_code == 400 and "M-RoPE" in refused.value.error
+    answer = client.chat(model="qwen-vl-one", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 3})
+    assert answer.message.content is not None and answer.done_reason in ("length", "stop")
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "qwen-vl-one"})

@@ -469,8 +469,8 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
     """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
     every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
     expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
-    ``.bias``, and for Qwen 3.5 three M-RoPE sections, a multi-token-prediction layer (``mtp.*``) and a vision
-    tower (``v.*``) in the file."""
+    ``.bias``, and for Qwen 3.5 three M-RoPE sections and a multi-token-prediction layer (``mtp.*``) in the file
+    (its vision tower: :func:`qwen3vl_encoder`)."""
     assert layout in LAYOUTS and arch in ("qwen35", "qwen35moe", "qwen3next")
     ollama, qwen35 = layout == "ollama", arch.startswith("qwen35")
     e, n_layer, n_head, n_kv, head, conv = 64, 4, 4, 2, 16, 4
@@ -485,8 +485,6 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
         "@full_attention_interval": 4}
     if qwen35:
         keys["@rope.dimension_sections"] = np.array([2, 3, 3] if ollama else [2, 3, 3, 0], np.int32)
-    if ollama and qwen35:
-        keys["@vision.block_count"] = 1
     if ollama and arch == "qwen35moe":
         keys["@feed_forward_length"] = ff  # which llama.cpp's converter leaves out
     if arch == "qwen35":
@@ -502,12 +500,12 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
         tensors += (_attention(b, e, n_head, n_kv, head, gated=True) if il % 4 == 3
                     else _gated_delta_net(b, e, k_head, n_k, v_head, n_v, conv, fused=arch == "qwen3next"))
         tensors += _dense_ffn(b, e, ff) if arch == "qwen35" else _moe(b, e, n_exp, ff_exp, ff_exp)
-    extras = [("mtp.0.eh_proj.weight", (2 * e, e)), ("v.blk.0.attn_q.weight", (16, 16))] if qwen35 else []
+    extras = [("mtp.0.eh_proj.weight", (2 * e, e))] if qwen35 else []
     rng = np.random.default_rng(seed + 1)  # negative, as -exp(A_log): a state that decays, finite over long prompts
     decays = {f"blk.{il}.ssm_a": -np.exp(rng.standard_normal(n_v) * 0.3) for il in range(n_layer) if il % 4 != 3}
     return _tiny(path, arch, vocab_from, keys, tensors + extras, seed, pre="qwen35" if qwen35 else "qwen2",
                  rename=_renamer({".ssm_dt.bias": ".ssm_dt"}, ollama),
-                 skip=lambda name: not ollama and name.startswith(("mtp.", "v.")), given=decays)
+                 skip=lambda name: not ollama and name.startswith("mtp."), given=decays)
 
 
 def _llama_block(b: str, e: int, ff: int, n_head: int, n_kv: int, head: int) -> list[tuple[str, Shape]]:
@@ -668,8 +666,8 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
     """A two-layer Gemma 4 26B-A4B in small: sliding-window then global attention (proportional RoPE by
     ``rope_freqs``), each layer a dense FFN beside routed experts. llama.cpp's layout holds each expert's gate
     and up rows in one ``ffn_gate_up_exps`` and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds
-    gate and up apart, the scale as ``ffn_gate_inp.per_expert_scale``, tokenizer model ``llama``, and its vision
-    and audio encoders (``v.*``, ``a.*``) in the file."""
+    gate and up apart, the scale as ``ffn_gate_inp.per_expert_scale`` and tokenizer model ``llama`` (its vision
+    encoder: :func:`gemma4_encoder`)."""
     assert layout in LAYOUTS
     ollama = layout == "ollama"
     e, n_head, n_kv, head, ff, n_exp, ff_exp = 64, 4, 2, 16, 96, 4, 32
@@ -692,7 +690,6 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
                     (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), (b + "ffn_down_exps.scale", (n_exp,)),
                     (b + "pre_ffw_norm_2.weight", (e,)), (b + "post_ffw_norm_1.weight", (e,)),
                     (b + "post_ffw_norm_2.weight", (e,))]
-    tensors += [("v.blk.0.attn_q.weight", (16, 16)), ("a.blk.0.attn_q.weight", (16, 16))]
     rng = np.random.default_rng(seed + 1)
     experts: dict[str, np.ndarray] = {}
     for il in range(2):
@@ -700,8 +697,7 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
         experts |= ({f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up} if ollama
                     else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], axis=1)})
     return _tiny(path, "gemma4", vocab_from, keys, tensors, seed, tokenizer_model="llama" if ollama else "gemma4",
-                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama),
-                 skip=lambda name: not ollama and name.startswith(("v.", "a.")), given=experts)
+                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama), given=experts)
 
 
 # --- vision (and audio) encoders that Ollama's files carry inside the model file -----------------------------
@@ -944,3 +940,29 @@ def gemma4_encoder(n_embd: int = 64, seed: int = 43) -> Encoder:
         enc.add(b + name, *shape, norm=name.endswith("norm.weight") or name.startswith("ln"))
     enc.add("mm.input_projection.weight", n_embd, hidden)
     return enc
+
+
+def vision_family(directory: Path, family: str) -> tuple[Path, Path, Path]:
+    """The upstream pair (language model, mmproj) and Ollama's one file of ``family``, the same weights."""
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = byte_vocabulary(directory / "vocab.gguf")
+    if family in ("qwen25vl", "qwen3vl"):
+        model = qwen_vl(directory / "lm.gguf", vocab, "qwen2vl" if family == "qwen25vl" else "qwen3vl")
+        language_in_ollama_layout = model
+    else:
+        builder = {"qwen35": lambda path, **kw: qwen_hybrid(path, vocab, "qwen35", **kw),
+                   "glmocr": lambda path, **kw: glm_ocr(path, vocab, **kw),
+                   "gemma4": lambda path, **kw: gemma4(path, vocab, **kw)}[family]
+        model = builder(directory / "lm.gguf")
+        language_in_ollama_layout = builder(directory / "lm-ollama.gguf", layout="ollama")
+    encoder = {"qwen25vl": qwen25vl_encoder, "qwen3vl": qwen3vl_encoder,
+               "qwen35": lambda: qwen3vl_encoder(deepstack=False),
+               "glmocr": glm4v_encoder, "gemma4": gemma4_encoder}[family]()
+    left_out: tuple[str, ...] = ()
+    if family == "qwen25vl":  # Ollama's file states three M-RoPE sections under its own key
+        encoder.ollama_keys["@rope.mrope_section"] = np.array([2, 3, 3], np.int32)
+        left_out = ("@rope.dimension_sections",)
+    elif family == "qwen3vl":  # the sections and the deepstack count are the translation's
+        left_out = ("@rope.dimension_sections", "@n_deepstack_layers")
+    one = encoder.inside(language_in_ollama_layout, directory / "one.gguf", family, left_out)
+    return model, encoder.mmproj(directory / "mmproj.gguf"), one
