@@ -59,8 +59,9 @@ class ImageChunk:
     (owns its native chunk)."""
 
     ptr: int  # mtmd_input_chunk *
-    n_tokens: int  # positions it takes in the sequence
+    n_tokens: int  # KV cells it takes in the sequence (its placeholder tokens)
     digest: str
+    n_pos: int = 0  # positions it advances the sequence by: n_tokens, fewer for an M-RoPE image (its 2D grid's side)
 
     def close(self) -> None:
         if self.ptr:
@@ -112,8 +113,8 @@ class Projector:
             mtmd.mtmd_free(ptr)
             raise BackendError(f"cannot use projector {path}: it takes neither images nor audio")
         # Qwen-VL, Qwen 3.5 and GLM-OCR place an image's embeddings at 2D (M-RoPE) positions that advance the
-        # sequence by fewer positions than the image has tokens; the engine keeps one position a token, so the
-        # model loads for text and a request with an image is refused (tokenize) rather than answered wrongly.
+        # sequence by fewer positions than the image has tokens (ImageChunk.n_pos): the engine maps tokens to
+        # positions for them (StreamEngine._position)
         self.mrope: bool = bool(mtmd.mtmd_decode_use_mrope(ptr))
 
     def tokenize(self, text: str, images: list[DecodedImage | AudioClip], add_special: bool = True) -> ImagePrompt:
@@ -124,9 +125,6 @@ class Projector:
         chunk from the projector's settings; the encoder's buffers are the engine thread's alone.
         Raises ValueError when the markers and the media do not pair up, or a medium cannot be used.
         """
-        if self.mrope and images:
-            raise ValueError("this model places images at M-RoPE (2D) positions, which this runner's image path "
-                             "does not lay out yet: send the request without images")
         count = text.count(MARKER)
         if count != len(images):
             raise ValueError(f"the prompt has {count} image markers ({MARKER}) but {len(images)} images")
@@ -210,7 +208,8 @@ class Projector:
                 n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
                 run = placeholders(digest, n_tokens)
                 if run[0] not in images:
-                    images[run[0]] = ImageChunk(mtmd.mtmd_input_chunk_copy(chunk), n_tokens, digest)
+                    images[run[0]] = ImageChunk(mtmd.mtmd_input_chunk_copy(chunk), n_tokens, digest,
+                                                mtmd.mtmd_input_chunk_get_n_pos(chunk))
                 tokens.extend(run)
         except BaseException:
             ImagePrompt(tokens, images).close()
@@ -220,7 +219,8 @@ class Projector:
         return ImagePrompt(tokens, images)
 
     def decode(self, ctx: Context, chunk: ImageChunk, pos: int, seq_id: int) -> None:
-        """Encode ``chunk`` and put its embeddings into ``seq_id``'s KV from position ``pos`` on."""
+        """Encode ``chunk`` and put its embeddings into ``seq_id``'s KV from position ``pos`` on (an M-RoPE
+        image: at ``pos`` and its grid's offsets from it, libmtmd lays them out)."""
         new_pos = ll.llama_pos(0)
         rc = mtmd.mtmd_helper_eval_chunk_single(self.ptr, ctx.ptr, chunk.ptr, pos, seq_id, ctx.n_batch, False,
                                                 ctypes.byref(new_pos))

@@ -318,37 +318,6 @@ def test_a_text_only_ollama_qwen35moe_is_told_by_its_feed_forward_length(tmp_pat
     assert fields_of(files.model)["qwen35moe.attention.head_count_kv"] == 2
 
 
-def _image_logits(model: Path, projector: Path, rgb: bytes, side: int) -> np.ndarray:
-    """The next-token logits after a prompt with one image, as llama-cpp-python's libmtmd path computes them
-    (libmtmd lays out M-RoPE positions itself)."""
-    import ctypes
-
-    import llama_cpp
-    import llama_cpp.mtmd_cpp as mtmd
-
-    llm = llama_cpp.Llama(str(model), n_ctx=512, n_batch=512, n_threads=1, verbose=False)
-    params = mtmd.mtmd_context_params_default()
-    params.use_gpu, params.n_threads, params.warmup, params.media_marker = False, 1, False, b"<__media__>"
-    ctx = mtmd.mtmd_init_from_file(str(projector).encode(), llm.model, params)
-    assert ctx, f"libmtmd refused {projector}"
-    bitmap = mtmd.mtmd_bitmap_init(side, side, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
-    chunks = mtmd.mtmd_input_chunks_init()
-    try:
-        text = b"look <__media__> here"
-        inp = mtmd.mtmd_input_text()
-        inp.text, inp.text_len, inp.add_special, inp.parse_special = text, len(text), True, True
-        assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap), 1) == 0
-        n_past = llama_cpp.llama_pos(0)
-        assert mtmd.mtmd_helper_eval_chunks(ctx, llm.ctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) == 0
-        n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(llm.model))
-        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).copy()
-    finally:
-        mtmd.mtmd_input_chunks_free(chunks)
-        mtmd.mtmd_bitmap_free(bitmap)
-        mtmd.mtmd_free(ctx)
-        llm.close()
-
-
 @pytest.mark.parametrize("family", ["qwen25vl", "qwen3vl", "qwen35", "glmocr", "gemma4"])
 def test_an_embedded_encoder_becomes_the_upstream_mmproj_and_sees_images_alike(tmp_path, family):
     """Ollama's one file of each family: the translated model and projector are the upstream pair's files, and
@@ -359,7 +328,7 @@ def test_an_embedded_encoder_becomes_the_upstream_mmproj_and_sees_images_alike(t
     assert tensors_of(files.projector) == tensors_of(mmproj) and fields_of(files.projector) == fields_of(mmproj)
     side = 32
     image = (np.arange(side * side * 3) % 251).astype(np.uint8).tobytes()
-    ours = _image_logits(files.model, files.projector, image, side)
-    assert np.array_equal(ours, _image_logits(model, mmproj, image, side))
+    ours = arch_models.libmtmd_logits(files.model, files.projector, "look <__media__> here", image, side, side)
+    assert np.array_equal(ours, arch_models.libmtmd_logits(model, mmproj, "look <__media__> here", image, side, side))
     other = bytes(255 - b for b in image)
-    assert not np.allclose(ours, _image_logits(files.model, files.projector, other, side))
+    assert not np.allclose(ours, arch_models.libmtmd_logits(files.model, files.projector, "look <__media__> here", other, side, side))

@@ -258,16 +258,40 @@ def test_ollama_gemma4_with_its_encoder_inside_sees_images_as_the_upstream_pair(
         httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})
 
 
-def test_an_m_rope_vision_model_chats_and_refuses_images_by_name(daemon, tmp_path):
-    """Ollama's Qwen2.5-VL file: its encoder is split out (libmtmd loads it), text chats, and an image, whose
-    M-RoPE positions this runner does not lay out, is a 400 that says so; the next request works."""
-    _model, _mmproj, one = arch_models.vision_family(tmp_path / "vl", "qwen25vl")
-    daemon.create("qwen-vl-one", f"FROM {one}\n{CHATML}")
+@pytest.mark.parametrize("family", ["qwen25vl", "qwen3vl", "qwen35", "glmocr"])
+def test_an_m_rope_vision_model_sees_images_as_libmtmd_does(daemon, tmp_path, family):
+    """Ollama's one file of a family whose images take M-RoPE (2D) positions: the image's answer is libmtmd's own
+    (its logits after the prompt, through the upstream pair), and the next turn, which reuses the image's cells
+    and continues at the positions after it, equals a fresh runner's."""
+    import numpy as np
+
+    from support.images import COLOURS
+
+    model, mmproj, one = arch_models.vision_family(tmp_path / family, family)
+    name = f"mrope-{family}"
+    daemon.create(name, f"FROM {one}\n{CHATML}")
     client = ollama.Client(host=daemon.url)
-    assert "vision" in client.show("qwen-vl-one").capabilities
-    with pytest.raises(ollama.ResponseError) as refused:
-        client.chat(model="qwen-vl-one", messages=[{"role": "user", "content": "look", "images": [picture("red")]}])
-    assert refused.value.status_code == 400 and "M-RoPE" in refused.value.error
-    answer = client.chat(model="qwen-vl-one", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 3})
-    assert answer.message.content is not None and answer.done_reason in ("length", "stop")
-    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "qwen-vl-one"})
+    assert "vision" in client.show(name).capabilities
+    size = (48, 40)
+
+    evaluated: list[int] = []  # each answer's prompt tokens computed (not taken from the cache)
+
+    def top(prompt: str, colour: str) -> list[float]:
+        answer = client.generate(model=name, prompt=prompt, images=[picture(colour, size=size)], raw=True,
+                                 options={"temperature": 0, "num_predict": 1, "repeat_penalty": 1.0},
+                                 logprobs=True, top_logprobs=5)
+        evaluated.append(answer.prompt_eval_count)
+        return sorted((t.logprob for t in answer.logprobs[0].top_logprobs), reverse=True)
+
+    rgb = bytes(COLOURS["red"]) * (size[0] * size[1])
+    logits = arch_models.libmtmd_logits(model, mmproj, "<__media__>look here", rgb, *size).astype(np.float64)
+    logprobs = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+    ours = top("look here", "red")
+    theirs = sorted(logprobs, reverse=True)[:5]
+    assert len(ours) == 5 and np.allclose(ours, theirs, atol=2e-3), (ours, theirs)
+    longer = top("look here and there", "red")  # the image's cells reused, the text after it at its positions
+    httpx.post(f"{daemon.url}/api/generate", json={"model": name, "keep_alive": 0}).raise_for_status()
+    assert np.allclose(longer, top("look here and there", "red"), atol=1e-4)  # a fresh runner (other batches)
+    assert evaluated[1] < evaluated[2] // 2  # the image came from the cache
+    assert not np.allclose(ours, top("look here", "blue"), atol=1e-3)
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})

@@ -966,3 +966,34 @@ def vision_family(directory: Path, family: str) -> tuple[Path, Path, Path]:
         left_out = ("@rope.dimension_sections", "@n_deepstack_layers")
     one = encoder.inside(language_in_ollama_layout, directory / "one.gguf", family, left_out)
     return model, encoder.mmproj(directory / "mmproj.gguf"), one
+
+
+def libmtmd_logits(model: Path, projector: Path, prompt: str, rgb: bytes, width: int, height: int) -> np.ndarray:
+    """The next-token logits after ``prompt`` with one image (RGB bytes) at its ``<__media__>`` marker, as
+    llama-cpp-python's libmtmd path computes them (libmtmd lays out M-RoPE positions itself)."""
+    import ctypes
+
+    import llama_cpp
+    import llama_cpp.mtmd_cpp as mtmd
+
+    llm = llama_cpp.Llama(str(model), n_ctx=512, n_batch=512, n_threads=1, verbose=False)
+    params = mtmd.mtmd_context_params_default()
+    params.use_gpu, params.n_threads, params.warmup, params.media_marker = False, 1, False, b"<__media__>"
+    ctx = mtmd.mtmd_init_from_file(str(projector).encode(), llm.model, params)
+    assert ctx, f"libmtmd refused {projector}"
+    bitmap = mtmd.mtmd_bitmap_init(width, height, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
+    chunks = mtmd.mtmd_input_chunks_init()
+    try:
+        text = prompt.encode()
+        inp = mtmd.mtmd_input_text()
+        inp.text, inp.text_len, inp.add_special, inp.parse_special = text, len(text), True, True
+        assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap), 1) == 0
+        n_past = llama_cpp.llama_pos(0)
+        assert mtmd.mtmd_helper_eval_chunks(ctx, llm.ctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) == 0
+        n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(llm.model))
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).copy()
+    finally:
+        mtmd.mtmd_input_chunks_free(chunks)
+        mtmd.mtmd_bitmap_free(bitmap)
+        mtmd.mtmd_free(ctx)
+        llm.close()
