@@ -71,7 +71,7 @@ class ImageChunk:
 
 class ImagePrompt:
     """A prompt tokenized with its media: tokens (placeholders for images and audio) and each media
-    chunk, keyed by its first placeholder (the same image twice shares one chunk)."""
+    chunk, keyed by its first placeholder (each slice of a sliced image, and each repeat of an image, its own)."""
 
     def __init__(self, tokens: list[int], images: dict[int, ImageChunk]) -> None:
         self.tokens = tokens
@@ -189,6 +189,7 @@ class Projector:
         tokens: list[int] = []
         images: dict[int, ImageChunk] = {}
         clip_id, window = b"", 0  # the audio clip the last chunk belonged to, and its window's index
+        slices: dict[bytes, int] = {}  # chunks so far of each image: a sliced image (Llama 4's tiles) has several
         try:
             for i in range(mtmd.mtmd_input_chunks_size(chunks)):
                 chunk = mtmd.mtmd_input_chunks_get(chunks, i)
@@ -203,8 +204,10 @@ class Projector:
                     window = window + 1 if chunk_id == clip_id else 0
                     clip_id = chunk_id
                     digest = hashlib.sha256(chunk_id + b":%d" % window).hexdigest()
-                else:
-                    clip_id, digest = b"", chunk_id.decode()
+                else:  # an image's first chunk keeps its digest, its further slices each their own
+                    clip_id, index = b"", slices.get(chunk_id, 0)
+                    slices[chunk_id] = index + 1
+                    digest = chunk_id.decode() if index == 0 else hashlib.sha256(chunk_id + b"/%d" % index).hexdigest()
                 n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
                 run = placeholders(digest, n_tokens)
                 if run[0] not in images:

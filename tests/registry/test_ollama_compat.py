@@ -318,7 +318,7 @@ def test_a_text_only_ollama_qwen35moe_is_told_by_its_feed_forward_length(tmp_pat
     assert fields_of(files.model)["qwen35moe.attention.head_count_kv"] == 2
 
 
-@pytest.mark.parametrize("family", ["qwen25vl", "qwen3vl", "qwen35", "glmocr", "gemma4"])
+@pytest.mark.parametrize("family", ["qwen25vl", "qwen3vl", "qwen35", "glmocr", "gemma4", "llama4"])
 def test_an_embedded_encoder_becomes_the_upstream_mmproj_and_sees_images_alike(tmp_path, family):
     """Ollama's one file of each family: the translated model and projector are the upstream pair's files, and
     libmtmd gives the same logits after an image through either pair (and other logits for another image)."""

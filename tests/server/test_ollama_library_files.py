@@ -240,35 +240,18 @@ def test_pulled_from_a_registry_as_ollama_ships_it_runs_and_rm_takes_its_transla
             daemon.stop()
 
 
-def test_ollama_gemma4_with_its_encoder_inside_sees_images_as_the_upstream_pair(daemon, tmp_path):
-    model, mmproj, one = arch_models.vision_family(tmp_path / "g4", "gemma4")
-    daemon.create("g4-pair", f"FROM {model}\nFROM {mmproj}\n{CHATML}")
-    daemon.create("g4-one", f"FROM {one}\n{CHATML}")
-    client = ollama.Client(host=daemon.url)
-    assert "vision" in client.show("g4-one").capabilities
-
-    def ask(name: str, colour: str):
-        answer = client.chat(model=name, messages=[{"role": "user", "content": "look", "images": [picture(colour)]}],
-                             options={"temperature": 0, "num_predict": 3}, logprobs=True, top_logprobs=3)
-        return [(t.token, round(t.logprob, 4)) for t in answer.logprobs]
-
-    red = ask("g4-one", "red")
-    assert red == ask("g4-pair", "red") and red != ask("g4-one", "blue")
-    for name in ("g4-pair", "g4-one"):
-        httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})
-
-
-@pytest.mark.parametrize("family", ["qwen25vl", "qwen3vl", "qwen35", "glmocr"])
-def test_an_m_rope_vision_model_sees_images_as_libmtmd_does(daemon, tmp_path, family):
-    """Ollama's one file of a family whose images take M-RoPE (2D) positions: the image's answer is libmtmd's own
-    (its logits after the prompt, through the upstream pair), and the next turn, which reuses the image's cells
-    and continues at the positions after it, equals a fresh runner's."""
+@pytest.mark.parametrize("family", ["qwen25vl", "qwen3vl", "qwen35", "glmocr", "gemma4", "llama4"])
+def test_an_encoder_inside_the_file_sees_images_as_libmtmd_does(daemon, tmp_path, family):
+    """Ollama's one file of each family whose encoder is split out: the image's answer is libmtmd's own (its
+    logits after the prompt, through the upstream pair), and the next turn, which reuses the image's cells and
+    continues after it (at the positions after an M-RoPE image's 2D grid: Qwen-VL, Qwen 3.5, GLM-OCR), equals a
+    fresh runner's."""
     import numpy as np
 
     from support.images import COLOURS
 
     model, mmproj, one = arch_models.vision_family(tmp_path / family, family)
-    name = f"mrope-{family}"
+    name = f"vision-{family}"
     daemon.create(name, f"FROM {one}\n{CHATML}")
     client = ollama.Client(host=daemon.url)
     assert "vision" in client.show(name).capabilities

@@ -946,8 +946,9 @@ def vision_family(directory: Path, family: str) -> tuple[Path, Path, Path]:
     """The upstream pair (language model, mmproj) and Ollama's one file of ``family``, the same weights."""
     directory.mkdir(parents=True, exist_ok=True)
     vocab = byte_vocabulary(directory / "vocab.gguf")
-    if family in ("qwen25vl", "qwen3vl"):
-        model = qwen_vl(directory / "lm.gguf", vocab, "qwen2vl" if family == "qwen25vl" else "qwen3vl")
+    if family in ("qwen25vl", "qwen3vl", "llama4"):  # Ollama lays out these language models as llama.cpp does
+        model = (llama4(directory / "lm.gguf", vocab) if family == "llama4"
+                 else qwen_vl(directory / "lm.gguf", vocab, "qwen2vl" if family == "qwen25vl" else "qwen3vl"))
         language_in_ollama_layout = model
     else:
         builder = {"qwen35": lambda path, **kw: qwen_hybrid(path, vocab, "qwen35", **kw),
@@ -957,7 +958,7 @@ def vision_family(directory: Path, family: str) -> tuple[Path, Path, Path]:
         language_in_ollama_layout = builder(directory / "lm-ollama.gguf", layout="ollama")
     encoder = {"qwen25vl": qwen25vl_encoder, "qwen3vl": qwen3vl_encoder,
                "qwen35": lambda: qwen3vl_encoder(deepstack=False),
-               "glmocr": glm4v_encoder, "gemma4": gemma4_encoder}[family]()
+               "glmocr": glm4v_encoder, "gemma4": gemma4_encoder, "llama4": llama4_encoder}[family]()
     left_out: tuple[str, ...] = ()
     if family == "qwen25vl":  # Ollama's file states three M-RoPE sections under its own key
         encoder.ollama_keys["@rope.mrope_section"] = np.array([2, 3, 3], np.int32)
@@ -997,3 +998,54 @@ def libmtmd_logits(model: Path, projector: Path, prompt: str, rgb: bytes, width:
         mtmd.mtmd_bitmap_free(bitmap)
         mtmd.mtmd_free(ctx)
         llm.close()
+
+
+def llama4(path: Path, vocab_from: Path, seed: int = 45) -> Path:
+    """A four-layer Llama 4 (every layer routed experts beside a shared one; chunked attention, the fourth layer
+    global and without RoPE: llama.cpp's step, whose attention-temperature input needs such a layer)
+    as llama.cpp lays it out; Ollama's file is the same with the encoder inside (:func:`llama4_encoder`)."""
+    e, n_head, n_kv, head, n_exp, ff_exp = 64, 4, 2, 16, 4, 32
+    keys: dict[str, Any] = {
+        "@block_count": 4, "@context_length": 1024, "@embedding_length": e, "@feed_forward_length": ff_exp,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
+        "@attention.value_length": head, "@rope.dimension_count": head, "@attention.layer_norm_rms_epsilon": 1e-5,
+        "@rope.freq_base": 500000.0, "@expert_count": n_exp, "@expert_used_count": 1,
+        "@expert_feed_forward_length": ff_exp, "@interleave_moe_layer_step": 1}
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(4):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head, qk_norm=False),
+                    (b + "ffn_norm.weight", (e,)), (b + "ffn_gate_inp.weight", (e, n_exp)),
+                    (b + "ffn_gate_exps.weight", (e, ff_exp, n_exp)), (b + "ffn_up_exps.weight", (e, ff_exp, n_exp)),
+                    (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), *_shared_expert(b, e, ff_exp)]
+    return _tiny(path, "llama4", vocab_from, keys, tensors, seed, pre="llama4")
+
+
+def llama4_encoder(n_embd: int = 64, seed: int = 47) -> Encoder:
+    """A one-block Llama 4 encoder (an unfolding patch projection, a [CLS] token, learned positions and 2D RoPE,
+    a pixel shuffle by 2, a two-layer adapter and the projection). Ollama's file names its parts as Hugging
+    Face does (``v.patch_embedding``, ``v.positional_embedding_vlm``, ``mm.linear_1``, ...)."""
+    hidden, ff, n_head, patch, side, adapter = 16, 32, 2, 4, 8, 24
+    vision = {"block_count": 1, "embedding_length": hidden, "feed_forward_length": ff, "attention.head_count": n_head,
+              "image_size": side * patch, "patch_size": patch}
+    enc = Encoder({"@projector_type": "llama4", "@vision.projector_type": "llama4", "@has_vision_encoder": True,
+                   "@use_gelu": True, **{f"@vision.{k}": v for k, v in vision.items()},
+                   "@vision.attention.layer_norm_epsilon": 1e-5, "@vision.projection_dim": n_embd,
+                   "@vision.projector.scale_factor": 2, "@vision.image_mean": np.array([0.5] * 3, np.float32),
+                   "@vision.image_std": np.array([0.5] * 3, np.float32)},
+                  {**{f"@vision.{k}": v for k, v in vision.items()}, "@vision.layer_norm_epsilon": 1e-5,
+                   "@vision.pixel_shuffle_ratio": 0.5}, seed)
+    enc.add("v.patch_embd.weight", hidden, 3 * patch * patch, ollama="v.patch_embedding.weight")
+    enc.add("v.class_embd", hidden, ollama="v.class_embedding")
+    enc.add("v.position_embd.weight", side * side + 1, hidden, ollama="v.positional_embedding_vlm")
+    enc.add("v.pre_ln.weight", hidden, ollama="v.layernorm_pre.weight", norm=True)
+    enc.add("v.pre_ln.bias", hidden, ollama="v.layernorm_pre.bias")
+    enc.add("v.post_ln.weight", hidden, ollama="v.layernorm_post.weight", norm=True)
+    enc.add("v.post_ln.bias", hidden, ollama="v.layernorm_post.bias")
+    _vit_block(enc, "v.blk.0.", hidden, ff, {".attn_out": ".attn_output", ".ln1": ".attn_norm", ".ln2": ".ffn_norm",
+                                             ".ffn_up": ".mlp.fc1", ".ffn_down": ".mlp.fc2"})
+    enc.add("mm.model.mlp.1.weight", adapter, 4 * hidden, ollama="v.vision_adapter.mlp.fc1.weight")
+    enc.add("mm.model.mlp.2.weight", adapter, adapter, ollama="v.vision_adapter.mlp.fc2.weight")
+    enc.add("mm.model.fc.weight", n_embd, adapter, ollama="mm.linear_1.weight")
+    return enc
