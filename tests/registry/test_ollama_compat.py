@@ -294,12 +294,23 @@ def test_two_first_loads_at_once_share_one_translation(tmp_path, smollm2_path):
 
 def test_gemma4_experts_gate_and_up_are_interleaved_per_expert(tmp_path):
     gate, up = rand(8, 4, 3, seed=1), rand(8, 4, 3, seed=2)  # [n_embd, n_ff, n_expert]
-    src = ollama_file(tmp_path / "g4.gguf", "gemma4", {"gemma4.block_count": 1, "tokenizer.ggml.model": "llama"}, {
+    audio = {f"a.blk.0.{leaf}.weight": rand(8, seed=i) for i, leaf in enumerate(
+        ("ln1", "ln2", "layer_pre_norm", "linear_pos"))} | {"a.pre_encode.out.weight": rand(8), "mm.a.fc.weight": rand(8)}
+    src = ollama_file(tmp_path / "g4.gguf", "gemma4", {
+        "gemma4.block_count": 1, "gemma4.embedding_length": 8, "tokenizer.ggml.model": "llama",
+        "gemma4.audio.block_count": 1, "gemma4.audio.embedding_length": 8}, {
         "blk.0.ffn_gate_exps.weight": gate, "blk.0.ffn_up_exps.weight": up,
-        "blk.0.ffn_gate_inp.per_expert_scale": rand(3), "a.blk.0.w.weight": rand(8), "v.blk.0.w.weight": rand(8)})
+        "blk.0.ffn_gate_inp.per_expert_scale": rand(3), "v.blk.0.w.weight": rand(8), **audio})
     files = translated(tmp_path, src)
     assert fields_of(files.model)["tokenizer.ggml.model"] == "gemma4"
-    assert sorted(tensors_of(files.projector)) == ["a.blk.0.w.weight", "v.blk.0.w.weight"]  # vision and audio
+    clip, encoders = fields_of(files.projector), tensors_of(files.projector)  # vision and audio: Ollama's renames
+    assert sorted(encoders) == ["a.blk.0.attn_k_rel.weight", "a.blk.0.attn_post_norm.weight",
+                                "a.blk.0.attn_pre_norm.weight", "a.blk.0.ln2.weight", "a.input_projection.weight",
+                                "a.pre_encode.out.weight", "v.blk.0.w.weight"]
+    assert encoders["a.blk.0.ln2.weight"][2] == audio["a.blk.0.layer_pre_norm.weight"].tobytes()
+    assert (clip["clip.audio.projector_type"], clip["clip.vision.projector_type"], clip["clip.audio.num_mel_bins"],
+            clip["clip.audio.projection_dim"], clip["clip.has_audio_encoder"]) == ("gemma4a", "gemma4v", 128, 8, True)
+    assert "clip.projector_type" not in clip and not [k for k in fields_of(files.model) if ".audio." in k]
     tensors = tensors_of(files.model)
     assert sorted(tensors) == ["blk.0.ffn_down_exps.scale", "blk.0.ffn_gate_up_exps.weight"]
     shape, _type, data = tensors["blk.0.ffn_gate_up_exps.weight"]
