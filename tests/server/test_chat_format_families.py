@@ -291,3 +291,44 @@ def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == deep
     assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+
+
+def test_harmony_names_tools_as_identifiers_and_maps_calls_back():
+    """Ollama's renaming for Harmony: identifier characters only, a dedupe suffix, built-ins untouched; a turn's
+    tools, forced function, earlier calls and tool results all get the prompt names."""
+    from localllm.server.conversation import ChatTurn
+    from localllm.server.harmony_names import HarmonyNames
+
+    offered = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+               for n in ("get-weather", "get.weather", "9lives", "python", "héllo wörld!", "???", "ok_name")]
+    names = HarmonyNames.of(offered)
+    assert names.to_harmony == {"get-weather": "get_weather", "get.weather": "get_weather_2", "9lives": "_9lives",
+                                "python": "python", "héllo wörld!": "héllo_wörld", "???": "unnamed",
+                                "ok_name": "ok_name"}
+    assert all(names.to_user[h] == u for u, h in names.to_harmony.items())
+    turn = names.apply(ChatTurn("m", [Message("assistant", tool_calls=[ToolCall("get-weather", {}, id="c1")]),
+                                      Message("tool", "Sunny", tool_call_id="c1", tool_name="get-weather")],
+                                tools=offered, tool_choice="9lives"))
+    assert [t["function"]["name"] for t in turn.tools][:3] == ["get_weather", "get_weather_2", "_9lives"]
+    assert turn.tool_choice == "_9lives" and offered[0]["function"]["name"] == "get-weather"  # the request's kept
+    assert turn.messages[0].tool_calls[0].name == turn.messages[1].tool_name == "get_weather"
+
+
+def test_harmony_calls_a_dashed_tool_under_its_prompt_name_and_returns_the_clients(url):
+    """A tool named ``get-weather``: the forced call is written to ``functions.get_weather`` (what gpt-oss can
+    write), the client gets ``get-weather``; a call the model writes to the prompt name maps back too."""
+    family = BY_NAME["harmony"]
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "get-weather"}}]
+    forced = oai(url).chat.completions.create(
+        model=model_of(family), messages=user(), tools=tools, max_tokens=120,
+        tool_choice={"type": "function", "function": {"name": "get-weather"}})
+    assert [c.function.name for c in forced.choices[0].message.tool_calls] == ["get-weather"]
+    written = ollama.Client(host=url).chat(
+        model=model_of(family), messages=user(), tools=tools, options={"num_predict": 200, "grammar": grammar(
+            '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>')})
+    assert [(c.function.name, dict(c.function.arguments)) for c in written.message.tool_calls] == [
+        ("get-weather", {"city": "Paris"})]
+    history = user() + [written.message, {"role": "tool", "tool_name": "get-weather", "content": "Sunny"}]
+    final = ollama.Client(host=url).chat(model=model_of(family), messages=history, tools=tools, options={
+        "num_predict": 60, "grammar": grammar("<|channel|>final<|message|>Sunny.")})
+    assert final.message.content == "Sunny."
