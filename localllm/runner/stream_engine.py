@@ -292,7 +292,8 @@ class StreamEngine(Engine):
             assert slot.exact <= self.n_ctx_seq and len(slot.tokens) <= self.n_ctx_seq, f"seq {slot.seq_id} too long"
             if slot.idle and slot in self._tree:
                 assert self._tree.tokens(slot) == tuple(slot.tokens), f"idle seq {slot.seq_id} is indexed wrongly"
-            if slot.tokens and not slot.copy_pending and not is_placeholder(slot.tokens[-1]):
+            mid_image = bool(self._image_runs) and is_placeholder(slot.tokens[-1]) if slot.tokens else False
+            if slot.tokens and not slot.copy_pending and not mid_image:  # an M-RoPE image's cells share a position
                 last = self._position(slot.tokens, len(slot.tokens)) - 1
                 assert self.ctx.seq_pos_max(slot.seq_id) == last, f"seq {slot.seq_id}'s KV cells"
         assert all(entry in self._tree for entry in self._spill), "a spilled prefix outside the tree"
