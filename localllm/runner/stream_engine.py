@@ -215,9 +215,9 @@ class StreamEngine(Engine):
         return len(slot.tokens) - saved
 
     def _position(self, tokens: list[int], n: int) -> int:
-        """The position of the ``n``-th of ``tokens`` (the first after them when ``n`` is their length), which
+        """The position of the ``n``-th of ``tokens`` (``n`` past their end: as many positions after it), which
         is never inside an image."""
-        return n - self._scan(tokens, 0, 0, n)[1] if self._image_runs else n
+        return n - self._scan(tokens, 0, 0, min(n, len(tokens)))[1] if self._image_runs else n
 
     def _scan(self, tokens: list[int], index: int, saved: int, end: int) -> tuple[int, int]:
         """From ``index`` (after ``saved`` positions saved) to ``end``: where the scan stops and the positions
