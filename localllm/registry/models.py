@@ -19,6 +19,7 @@ from typing import Any
 from ..backends.pooling import Pooling
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import ollama_template
+from ..templates.renderers import built_in_renderer
 from ..templates.families import ChatFormat, UnknownFormat, detect_format, format_named
 from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_tags
 from ..gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
@@ -148,7 +149,9 @@ class LocalModel:
         caps = (["completion"] if pooling in (None, Pooling.NONE) else ["rerank"] if pooling == Pooling.RANK
                 else ["embedding"])
         template = self.template or self.chat_template or ""
-        if self.chat_format.calls and ("tools" in template or ".Tools" in template or self.format_names[0]):
+        parser, renderer = self.format_names
+        if self.chat_format.calls and ("tools" in template or ".Tools" in template or parser
+                                       or built_in_renderer(renderer)):
             caps.append("tools")
         if self.thinking_tags:
             caps.append("thinking")

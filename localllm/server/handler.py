@@ -135,7 +135,7 @@ class ChatHandler:
                 return prompts.build_prompt(
                     messages=kept, system=model.system, model_template=model.template,
                     gguf_chat_template=model.chat_template, bos_token=health.bos,
-                    eos_token=health.eos, tools=tools, think=turn.think,
+                    eos_token=health.eos, tools=tools, think=turn.think, renderer=model.format_names[1],
                 )
 
         history = ChatHistory(model.messages + messages, render)

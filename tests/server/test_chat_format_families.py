@@ -332,3 +332,34 @@ def test_harmony_calls_a_dashed_tool_under_its_prompt_name_and_returns_the_clien
     final = ollama.Client(host=url).chat(model=model_of(family), messages=history, tools=tools, options={
         "num_predict": 60, "grammar": grammar("<|channel|>final<|message|>Sunny.")})
     assert final.message.content == "Sunny."
+
+
+def test_a_built_in_renderer_writes_the_prompt_a_template_cannot(daemon, smollm2_path):
+    """``RENDERER qwen3.5`` on a model whose template only echoes the prompt: the prompt is Ollama's Qwen 3.5
+    one (tools in the system turn, an open ``<think>`` block, an empty one with think off, the calls and the tool
+    result written back), so the model thinks, answers and calls tools."""
+    import llama_cpp
+
+    daemon.create("rnd-qwen35", 'FROM smollm2:135m\nTEMPLATE """{{ .Prompt }}"""\nRENDERER qwen3.5\n')
+    client = ollama.Client(host=daemon.url)
+    thought = client.chat(model="rnd-qwen35", messages=user("Say hi."), options={
+        "num_predict": 60, "grammar": grammar("Plan it.</think>\n\nHello there.")})
+    assert (thought.message.thinking, thought.message.content) == ("Plan it.", "Hello there.")
+    system = httpx.post(f"{daemon.url}/api/show", json={"model": "rnd-qwen35"}).json().get("system")
+    prompt = build_prompt(messages=user("Say hi."), system=system, model_template=None, gguf_chat_template=None,
+                          bos_token="", eos_token="", think=None, renderer="qwen3.5")
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n")
+    vocab = llama_cpp.Llama(str(smollm2_path), vocab_only=True, verbose=False)
+    assert thought.prompt_eval_count == len(vocab.tokenize(prompt.encode(), add_bos=False, special=True))
+    plain = client.chat(model="rnd-qwen35", messages=user("Say hi."), think=False, options={
+        "num_predict": 60, "grammar": grammar("Hello there.")})
+    assert (plain.message.thinking or "", plain.message.content) == ("", "Hello there.")
+    call = client.chat(model="rnd-qwen35", messages=user(), tools=TOOLS, options={"num_predict": 200, "grammar": grammar(
+        "Plan it.</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>")})
+    assert [(c.function.name, dict(c.function.arguments)) for c in call.message.tool_calls] == [PARIS]
+    history = user() + [call.message, {"role": "tool", "tool_name": "get_weather", "content": "Sunny, 21 C"}]
+    final = client.chat(model="rnd-qwen35", messages=history, tools=TOOLS, options={
+        "num_predict": 60, "grammar": grammar("Got it.</think>\n\nSunny in Paris.")})
+    assert (final.message.thinking, final.message.content) == ("Got it.", "Sunny in Paris.")
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "rnd-qwen35"})
