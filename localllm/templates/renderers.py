@@ -52,9 +52,14 @@ Reminder:
 QWEN_CODER_SYSTEM = "You are Qwen, a helpful AI assistant that can interact with a computer to solve tasks."
 
 
+def _compact(value: Any) -> str:
+    """JSON as Go's encoder writes it (Ollama's renderers): no spaces."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def _argument(value: Any) -> str:
     """A call's argument as Qwen's XML holds it: strings raw, everything else JSON."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return value if isinstance(value, str) else _compact(value) if isinstance(value, (dict, list)) else json.dumps(value)
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +105,7 @@ def _qwen3_coder(messages: list[dict[str, Any]], tools: list[dict[str, Any]], th
                     out.append("\n<parameter>\n<name>" + name + "</name>")
                     kind = spec.get("type")
                     if kind:
-                        out.append("\n<type>" + (kind if isinstance(kind, str) else json.dumps(kind)) + "</type>")
+                        out.append("\n<type>" + (kind if isinstance(kind, str) else _compact(kind)) + "</type>")
                     if spec.get("description"):
                         out.append("\n<description>" + str(spec["description"]) + "</description>")
                     out.append(_extra_keys(spec, ("type", "description")) + "\n</parameter>")
@@ -138,7 +143,7 @@ def _extra_keys(spec: dict[str, Any], handled: tuple[str, ...]) -> str:
     for key, value in spec.items():
         if key in handled or value is None:
             continue
-        text = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else str(value)
+        text = _compact(value) if isinstance(value, (dict, list)) else str(value)
         parts.append(f"\n<{key}>{text}</{key}>")
     return "".join(parts)
 
