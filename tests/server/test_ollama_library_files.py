@@ -15,6 +15,8 @@ import pytest
 from support import arch_models
 from support.images import data_url, picture
 
+from localllm.registry.ollama_compat import TRANSLATION_VERSION
+
 QUESTION = "What colour is this picture? Answer in one word."
 CHATML = ('TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n'
           '{{ end }}<|im_start|>assistant\n"""\n')
@@ -230,9 +232,10 @@ def test_pulled_from_a_registry_as_ollama_ships_it_runs_and_rm_takes_its_transla
             assert pulled.response == client.generate(model="oss-upstream", prompt="Once upon a time",
                                                       options=options, raw=True).response
             translated = _translated(daemon, _sha256(theirs))
-            assert (translated / "v1" / "model.gguf").is_file()
+            made = translated / f"v{TRANSLATION_VERSION}" / "model.gguf"
+            assert made.is_file()
             listed = next(m for m in client.list().models if m.model == "gpt-oss:20b")
-            assert listed.size == theirs.stat().st_size + (translated / "v1" / "model.gguf").stat().st_size + len(
+            assert listed.size == theirs.stat().st_size + made.stat().st_size + len(
                 b'{"model_format":"gguf","rootfs":{"type":"layers","diff_ids":[]}}')
             cli("rm", "gpt-oss:20b")
             assert not translated.exists()
