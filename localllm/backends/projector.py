@@ -59,8 +59,9 @@ class ImageChunk:
     (owns its native chunk)."""
 
     ptr: int  # mtmd_input_chunk *
-    n_tokens: int  # positions it takes in the sequence
+    n_tokens: int  # KV cells it takes in the sequence (its placeholder tokens)
     digest: str
+    n_pos: int = 0  # positions it advances the sequence by: n_tokens, fewer for an M-RoPE image (its 2D grid's side)
 
     def close(self) -> None:
         if self.ptr:
@@ -70,7 +71,7 @@ class ImageChunk:
 
 class ImagePrompt:
     """A prompt tokenized with its media: tokens (placeholders for images and audio) and each media
-    chunk, keyed by its first placeholder (the same image twice shares one chunk)."""
+    chunk, keyed by its first placeholder (each slice of a sliced image, and each repeat of an image, its own)."""
 
     def __init__(self, tokens: list[int], images: dict[int, ImageChunk]) -> None:
         self.tokens = tokens
@@ -108,11 +109,13 @@ class Projector:
         self.vision: bool = bool(mtmd.mtmd_support_vision(ptr))
         self.audio: bool = bool(mtmd.mtmd_support_audio(ptr))
         self.sample_rate: int = mtmd.mtmd_get_audio_sample_rate(ptr) if self.audio else 0
-        if not (self.vision or self.audio) or mtmd.mtmd_decode_use_mrope(ptr):
+        if not (self.vision or self.audio):
             mtmd.mtmd_free(ptr)
-            what = ("takes neither images nor audio" if not (self.vision or self.audio)
-                    else "needs M-RoPE positions, which this runner does not lay out")
-            raise BackendError(f"cannot use projector {path}: it {what}")
+            raise BackendError(f"cannot use projector {path}: it takes neither images nor audio")
+        # Qwen-VL, Qwen 3.5 and GLM-OCR place an image's embeddings at 2D (M-RoPE) positions that advance the
+        # sequence by fewer positions than the image has tokens (ImageChunk.n_pos): the engine maps tokens to
+        # positions for them (StreamEngine._position)
+        self.mrope: bool = bool(mtmd.mtmd_decode_use_mrope(ptr))
 
     def tokenize(self, text: str, images: list[DecodedImage | AudioClip], add_special: bool = True) -> ImagePrompt:
         """``text`` with ``images`` (images and audio clips) at its markers, in order, as tokens and chunks.
@@ -186,6 +189,7 @@ class Projector:
         tokens: list[int] = []
         images: dict[int, ImageChunk] = {}
         clip_id, window = b"", 0  # the audio clip the last chunk belonged to, and its window's index
+        slices: dict[bytes, int] = {}  # chunks so far of each image: a sliced image (Llama 4's tiles) has several
         try:
             for i in range(mtmd.mtmd_input_chunks_size(chunks)):
                 chunk = mtmd.mtmd_input_chunks_get(chunks, i)
@@ -200,12 +204,15 @@ class Projector:
                     window = window + 1 if chunk_id == clip_id else 0
                     clip_id = chunk_id
                     digest = hashlib.sha256(chunk_id + b":%d" % window).hexdigest()
-                else:
-                    clip_id, digest = b"", chunk_id.decode()
+                else:  # an image's first chunk keeps its digest, its further slices each their own
+                    clip_id, index = b"", slices.get(chunk_id, 0)
+                    slices[chunk_id] = index + 1
+                    digest = chunk_id.decode() if index == 0 else hashlib.sha256(chunk_id + b"/%d" % index).hexdigest()
                 n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
                 run = placeholders(digest, n_tokens)
                 if run[0] not in images:
-                    images[run[0]] = ImageChunk(mtmd.mtmd_input_chunk_copy(chunk), n_tokens, digest)
+                    images[run[0]] = ImageChunk(mtmd.mtmd_input_chunk_copy(chunk), n_tokens, digest,
+                                                mtmd.mtmd_input_chunk_get_n_pos(chunk))
                 tokens.extend(run)
         except BaseException:
             ImagePrompt(tokens, images).close()
@@ -215,7 +222,8 @@ class Projector:
         return ImagePrompt(tokens, images)
 
     def decode(self, ctx: Context, chunk: ImageChunk, pos: int, seq_id: int) -> None:
-        """Encode ``chunk`` and put its embeddings into ``seq_id``'s KV from position ``pos`` on."""
+        """Encode ``chunk`` and put its embeddings into ``seq_id``'s KV from position ``pos`` on (an M-RoPE
+        image: at ``pos`` and its grid's offsets from it, libmtmd lays them out)."""
         new_pos = ll.llama_pos(0)
         rc = mtmd.mtmd_helper_eval_chunk_single(self.ptr, ctx.ptr, chunk.ptr, pos, seq_id, ctx.n_batch, False,
                                                 ctypes.byref(new_pos))

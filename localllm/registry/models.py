@@ -19,12 +19,13 @@ from typing import Any
 from ..backends.pooling import Pooling
 from ..templates.gotemplate import TemplateError
 from ..templates.prompt import ollama_template
+from ..templates.renderers import built_in_renderer
 from ..templates.families import ChatFormat, UnknownFormat, detect_format, format_named
 from ..templates.thinking import ThinkingTags, go_thinking_tags, jinja_thinking_tags
 from ..gguf import GGUFFile, InvalidGGUF, SkippedArray, read_gguf
 from .links import LinkedFileError
 from .names import ModelName
-from .ollama_compat import TranslatedFiles, carries_vision, cached, translate, variant_of
+from .ollama_compat import TranslatedFiles, carries_audio, carries_vision, cached, translate, variant_of
 from .projector import InvalidProjector, read_projector
 from .requires import check_requires
 from .store import (
@@ -148,7 +149,9 @@ class LocalModel:
         caps = (["completion"] if pooling in (None, Pooling.NONE) else ["rerank"] if pooling == Pooling.RANK
                 else ["embedding"])
         template = self.template or self.chat_template or ""
-        if self.chat_format.calls and ("tools" in template or ".Tools" in template or self.format_names[0]):
+        parser, renderer = self.format_names
+        if self.chat_format.calls and ("tools" in template or ".Tools" in template or parser
+                                       or built_in_renderer(renderer)):
             caps.append("tools")
         if self.thinking_tags:
             caps.append("thinking")
@@ -189,9 +192,10 @@ class LocalModel:
 
     @property
     def audio(self) -> bool:
-        """Whether the model hears: it has a projector layer with an audio encoder."""
+        """Whether the model hears: it has a projector layer with an audio encoder, or its Ollama-format file
+        carries one that is split out into the projector."""
         if not self.projectors:
-            return False
+            return self.ollama_format is not None and carries_audio(self.gguf)
         try:
             return read_projector(self.projectors[0]).audio
         except (InvalidProjector, OSError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import struct
@@ -41,7 +42,7 @@ _SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?
 GGML_F32, GGML_F16 = 0, 1
 
 #: Bumped when a translation changes, so files derived by an older one are made again.
-TRANSLATION_VERSION = 1
+TRANSLATION_VERSION = 2
 MODEL_FILE, PROJECTOR_FILE = "model.gguf", "projector.gguf"
 
 
@@ -268,9 +269,10 @@ def _collapse_to_max(draft: Draft, key: str, fallback: int) -> None:
 
 
 def _pad_sections(draft: Draft, source: str, target: str) -> None:
-    """Three M-RoPE sections as the four llama.cpp reads (the last 0)."""
+    """Three M-RoPE sections as the four llama.cpp reads (the last 0), under llama.cpp's key."""
     value = draft.get(source)
     if isinstance(value, list) and len(value) == 3:
+        draft.drop(source)
         draft.set(target, [*value, 0], ARRAY, I32)
 
 
@@ -436,13 +438,14 @@ def _projector_draft(model: Draft, tensors: dict[str, OutTensor], projector_type
     projector.set("clip.projector_type", projector_type, STRING)
     projector.set("clip.has_vision_encoder", True, BOOL)
     _vision_keys(model, projector, _VISION_KEYS)
-    projector.inject("clip.vision.projection_dim", model.get(model.key("embedding_length")), U32)
+    if not projector.has("clip.vision.projection_dim"):  # the projector's output is the language model's input
+        projector.copy(model.key("embedding_length"), "clip.vision.projection_dim", model)
     return projector
 
 
 def _gemma3_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
     projector = _projector_draft(model, tensors, "gemma3")
-    projector.set("clip.vision.projection_dim", model.get(model.key("embedding_length")), U32)
+    projector.copy(model.key("embedding_length"), "clip.vision.projection_dim", model)
     projector.inject("clip.vision.image_mean", [0.5, 0.5, 0.5], ARRAY, F32)
     projector.inject("clip.vision.image_std", [0.5, 0.5, 0.5], ARRAY, F32)
     projector.inject("clip.use_gelu", True, BOOL)
@@ -473,7 +476,7 @@ def _rope_permuted(n_head: int, n_rows: int, row_bytes: int) -> Callable[[bytes]
     return convert
 
 
-PIXTRAL_MEAN, PIXTRAL_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 
 
 def _mistral3_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
@@ -483,8 +486,8 @@ def _mistral3_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
     projector.copy(model.key("spatial_merge_size"), "clip.vision.spatial_merge_size", model)
     projector.copy(model.key("vision.rope.freq_base"), "clip.rope.freq_base", model)
     projector.inject("clip.vision.attention.layer_norm_epsilon", 1e-5, F32)
-    projector.inject("clip.vision.image_mean", PIXTRAL_MEAN, ARRAY, F32)
-    projector.inject("clip.vision.image_std", PIXTRAL_STD, ARRAY, F32)
+    projector.inject("clip.vision.image_mean", CLIP_MEAN, ARRAY, F32)
+    projector.inject("clip.vision.image_std", CLIP_STD, ARRAY, F32)
     projector.inject("clip.use_silu", True, BOOL)
     n_head = projector.get("clip.vision.attention.head_count")
     if not n_head:
@@ -516,13 +519,216 @@ def _llava_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
     return projector
 
 
+def _patch_embedding_slice(source: OutTensor, frame: int, n_channels: int) -> OutTensor:
+    """One temporal frame of Ollama's Qwen3-VL/3.5 patch embedding (one Conv3D weight, ggml shape
+    ``[w, h, 2, out*in]``) as the Conv2D weight llama.cpp's converter writes per frame (``[w, h, in, out]``, F32)."""
+    import numpy as np
+
+    width, height, frames, packed = source.shape
+    if frames != 2 or packed % n_channels or source.ggml_type not in (GGML_F16, GGML_F32):
+        raise IncompatibleModel(f"its patch embedding {source.name!r} has shape {list(source.shape)} (type "
+                                f"{source.ggml_type}), not two F16 frames of {n_channels} channels each")
+    dtype = np.float16 if source.ggml_type == GGML_F16 else np.float32
+
+    def convert(data: bytes) -> bytes:
+        frames_first = np.frombuffer(data, dtype).reshape(packed // n_channels, n_channels, frames, height, width)
+        return frames_first[:, :, frame].astype(np.float32).tobytes()
+
+    name = "v.patch_embd.weight" + (".1" if frame else "")
+    return OutTensor(name, (width, height, n_channels, packed // n_channels), GGML_F32, source.parts, convert)
+
+
+def _as_f32(tensor: OutTensor) -> Callable[[bytes], bytes]:
+    """A tensor's bytes dequantized to F32 (gguf's reference dequantization)."""
+    import numpy as np
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    kind = GGMLQuantizationType(tensor.ggml_type)
+
+    def convert(data: bytes) -> bytes:
+        return dequantize(np.frombuffer(data, np.uint8), kind).astype(np.float32).tobytes()
+
+    return convert
+
+
+def fuse_rows_any_type(draft: Draft, target: str, sources: list[str], why: str) -> None:
+    """:func:`fuse_rows`, and where the sources' types differ (Ollama's Qwen3-VL files hold F16 Q and K beside a
+    Q8_0 V), the fused tensor in F32."""
+    parts = [draft.need(name, why) for name in sources]
+    if len({p.ggml_type for p in parts}) == 1:
+        fuse_rows(draft, target, sources, why)
+        return
+    converters = [(_as_f32(p), p.parts) for p in parts]
+    lengths = [sum(length for _start, length in p.parts) for p in parts]
+
+    def convert(data: bytes) -> bytes:
+        out, at = [], 0
+        for (to_f32, _parts), length in zip(converters, lengths):
+            out.append(to_f32(data[at:at + length]))
+            at += length
+        return b"".join(out)
+
+    first = parts[0]
+    draft.replace(sources, OutTensor(target, (*first.shape[:-1], sum(p.shape[-1] for p in parts)), GGML_F32,
+                                     tuple(span for p in parts for span in p.parts), convert))
+
+
+QWEN3VL_RENAMES = (("v.merger.norm", "v.post_ln"), ("v.merger.linear_fc1", "mm.0"), ("v.merger.linear_fc2", "mm.2"),
+                   ("v.patch_embed.bias", "v.patch_embd.bias"), ("v.pos_embed", "v.position_embd"),
+                   (".norm1", ".ln1"), (".norm2", ".ln2"), (".mlp.linear_fc1", ".ffn_up"),
+                   (".mlp.linear_fc2", ".ffn_down"))
+
+
+def _qwen3vl_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
+    """The Qwen3-VL (and Qwen 3.5) encoder as a ``qwen3vl_merger`` projector: one QKV matrix a block, the Conv3D
+    patch embedding as two per-frame Conv2D weights, the merger and deepstack adapters under llama.cpp's names."""
+    projector = _projector_draft(model, tensors, "qwen3vl_merger")
+    projector.copy(model.key("embedding_length"), "clip.vision.projection_dim", model)
+    projector.copy(model.key("vision.temporal_patch_size"), "clip.vision.temporal_patch_size", model)
+    projector.copy(model.key("vision.rope.freq_base"), "clip.vision.rope.freq_base", model)
+    qwen3vl = model.arch.startswith("qwen3vl")
+    if qwen3vl:  # Qwen 3.5's mmproj leaves these to libmtmd's defaults, as Ollama does
+        projector.inject("clip.vision.num_channels", 3, U32)
+        projector.inject("clip.vision.temporal_patch_size", 2, U32)
+        projector.inject("clip.vision.rope.freq_base", 10000.0, F32)
+        projector.copy(model.key("vision.shortest_edge"), "clip.vision.image_min_pixels", model)
+        projector.copy(model.key("vision.longest_edge"), "clip.vision.image_max_pixels", model)
+        projector.inject("clip.vision.image_min_pixels", 65536, U32)
+        projector.inject("clip.vision.image_max_pixels", 16777216, U32)
+    projector.inject("clip.vision.attention.layer_norm_epsilon", 1e-6, F32)
+    projector.inject("clip.vision.image_mean", [0.5, 0.5, 0.5], ARRAY, F32)
+    projector.inject("clip.vision.image_std", [0.5, 0.5, 0.5], ARRAY, F32)
+    projector.inject("clip.use_gelu", True, BOOL)
+    fc1 = projector.tensor("v.blk.0.mlp.linear_fc1.weight")
+    if fc1 is not None:
+        projector.inject("clip.vision.feed_forward_length", fc1.shape[1], U32)
+    positions, patch = projector.tensor("v.pos_embed.weight"), projector.get("clip.vision.patch_size")
+    if positions is not None and patch:
+        projector.inject("clip.vision.image_size", math.isqrt(positions.shape[1]) * patch, U32)
+    n_block = int(projector.get("clip.vision.block_count") or 0)
+    deepstack = model.get(model.key("vision.deepstack_visual_indexes")) or []
+    projector.inject("clip.vision.is_deepstack_layers", [i in deepstack for i in range(n_block)], ARRAY, BOOL)
+    for block in range(n_block):
+        b = f"v.blk.{block}."
+        for kind in ("weight", "bias"):
+            if projector.tensor(f"{b}attn_q.{kind}") is not None:
+                fuse_rows_any_type(projector, f"{b}attn_qkv.{kind}", [f"{b}attn_{x}.{kind}" for x in "qkv"],
+                                   "llama.cpp reads a vision block's Q, K and V as one matrix")
+    patches = projector.tensor("v.patch_embed.weight")
+    if patches is not None:
+        n_channels = int(projector.get("clip.vision.num_channels") or 3)
+        projector.replace([patches.name], _patch_embedding_slice(patches, 0, n_channels))
+        projector.tensors["v.patch_embd.weight.1"] = _patch_embedding_slice(patches, 1, n_channels)
+    for index, layer in enumerate(deepstack):
+        for old, new in (("norm", "norm"), ("linear_fc1", "fc1"), ("linear_fc2", "fc2")):
+            projector.rename_containing(f"v.deepstack_merger.{index}.{old}.", f"v.deepstack.{layer}.{new}.")
+    for old, new in QWEN3VL_RENAMES:
+        projector.rename_containing(old, new)
+    promote_to_f32(projector, "v.position_embd.weight")
+    return projector
+
+
+def _qwen25vl_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
+    """The Qwen2.5-VL encoder (llama.cpp's block names already) as a ``qwen2.5vl_merger`` projector."""
+    projector = _projector_draft(model, tensors, "qwen2.5vl_merger")
+    projector.copy(model.key("embedding_length"), "clip.vision.projection_dim", model)
+    projector.copy(model.key("vision.window_size"), "clip.vision.window_size", model)
+    up = projector.tensor("v.blk.0.ffn_up.weight")
+    if up is not None:
+        projector.inject("clip.vision.feed_forward_length", up.shape[1], U32)
+    full_attention = model.get(model.key("vision.fullatt_block_indexes"))
+    if isinstance(full_attention, list) and full_attention:  # window attention in between, as llama.cpp's converter
+        projector.set("clip.vision.n_wa_pattern", int(full_attention[0]) + 1, U32)
+    projector.inject("clip.vision.n_wa_pattern", 8, U32)
+    projector.inject("clip.vision.image_size", 560, U32)
+    projector.inject("clip.vision.image_mean", CLIP_MEAN, ARRAY, F32)
+    projector.inject("clip.vision.image_std", CLIP_STD, ARRAY, F32)
+    projector.inject("clip.use_silu", True, BOOL)
+    for old, new in (("v.merger.ln_q.", "v.post_ln."), ("v.merger.mlp.0.", "mm.0."), ("v.merger.mlp.2.", "mm.2."),
+                     ("v.patch_embd_0.weight", "v.patch_embd.weight"), ("v.patch_embd_1.weight", "v.patch_embd.weight.1")):
+        projector.rename_containing(old, new)
+    promote_to_f32(projector, "v.patch_embd.weight")
+    promote_to_f32(projector, "v.patch_embd.weight.1")
+    return projector
+
+
+def _glmocr_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
+    """GLM-OCR's encoder (llama.cpp's names but for the patch embedding pair) as a ``glm4v`` projector."""
+    projector = _projector_draft(model, tensors, "glm4v")
+    for old, new in (("intermediate_size", "feed_forward_length"),
+                     ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"),
+                     ("out_hidden_size", "projection_dim")):
+        projector.copy(model.key(f"vision.{old}"), f"clip.vision.{new}", model)
+    projector.inject("clip.use_silu", True, BOOL)
+    projector.rename_tensor("v.patch_embd_0.weight", "v.patch_embd.weight")
+    projector.rename_tensor("v.patch_embd_1.weight", "v.patch_embd.weight.1")
+    promote_to_f32(projector, "v.patch_embd.weight")
+    promote_to_f32(projector, "v.patch_embd.weight.1")
+    return projector
+
+
+def _llama4_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
+    """Llama 4's encoder and its three-layer projector as a ``llama4`` projector (llama.cpp's names)."""
+    projector = _projector_draft(model, tensors, "llama4")
+    projector.set("clip.vision.projector_type", "llama4", STRING)
+    projector.copy(model.key("embedding_length"), "clip.vision.projection_dim", model)
+    projector.copy(model.key("vision.layer_norm_epsilon"), "clip.vision.attention.layer_norm_epsilon", model)
+    ratio = model.get(model.key("vision.pixel_shuffle_ratio"))
+    projector.inject("clip.vision.projector.scale_factor", round(1 / ratio) if ratio and ratio > 0 else 2, U32)
+    projector.inject("clip.vision.image_mean", [0.5, 0.5, 0.5], ARRAY, F32)
+    projector.inject("clip.vision.image_std", [0.5, 0.5, 0.5], ARRAY, F32)
+    projector.inject("clip.use_gelu", True, BOOL)
+    projector.rename_tensor("v.positional_embedding_vlm", "v.position_embd.weight")
+    for old, new in (("v.vision_adapter.mlp.fc1", "mm.model.mlp.1"), ("v.vision_adapter.mlp.fc2", "mm.model.mlp.2"),
+                     ("mm.linear_1", "mm.model.fc"), ("v.class_embedding", "v.class_embd"),
+                     ("v.layernorm_post", "v.post_ln"), ("v.layernorm_pre", "v.pre_ln"),
+                     ("v.patch_embedding", "v.patch_embd"), (".attn_output", ".attn_out"), (".attn_norm", ".ln1"),
+                     (".ffn_norm", ".ln2"), (".mlp.fc1", ".ffn_up"), (".mlp.fc2", ".ffn_down")):
+        projector.rename_containing(old, new)
+    return projector
+
+
+def _gemma4_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
+    """Gemma 4's SigLIP encoder (``gemma4v``, llama.cpp's names already) and its conformer audio encoder
+    (``gemma4a``, a few leaves renamed) as one projector with both."""
+    vision = any(name.startswith("v.") for name in tensors)
+    projector = _projector_draft(model, tensors, "gemma4v") if vision else Draft("clip", {}, tensors)
+    projector.drop("clip.projector_type")  # one per modality instead
+    projector.set("general.architecture", "clip", STRING)
+    projector.copy("general.alignment", "general.alignment", model)
+    if vision:
+        projector.set("clip.vision.projector_type", "gemma4v", STRING)
+        projector.copy(model.key("embedding_length"), "clip.vision.projection_dim", model)
+        projector.inject("clip.vision.image_size", 224, U32)
+        projector.inject("clip.vision.image_mean", [0.0, 0.0, 0.0], ARRAY, F32)  # the encoder normalises itself
+        projector.inject("clip.vision.image_std", [1.0, 1.0, 1.0], ARRAY, F32)
+        promote_to_f32(projector, "v.patch_embd.weight")
+    if any(name.startswith("a.") for name in tensors):
+        projector.set("clip.has_audio_encoder", True, BOOL)
+        projector.set("clip.audio.projector_type", "gemma4a", STRING)
+        for name in ("block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+                     "attention.layer_norm_epsilon"):
+            projector.copy(model.key(f"audio.{name}"), f"clip.audio.{name}", model)
+        projector.inject("clip.audio.num_mel_bins", 128, U32)
+        projector.copy(model.key("embedding_length"), "clip.audio.projection_dim", model)
+        projector.rename_tensor("a.pre_encode.out.weight", "a.input_projection.weight")
+        projector.rename_tensor("mm.a.fc.weight", "a.pre_encode.out.weight")
+        projector.rename_tensor("mm.a.fc.bias", "a.pre_encode.out.bias")
+        for block in range(int(model.get(model.key("audio.block_count"), 0))):
+            for old, new in (("ln1", "attn_pre_norm"), ("ln2", "attn_post_norm"), ("layer_pre_norm", "ln2"),
+                             ("linear_pos", "attn_k_rel")):  # in this order: ln2's name is taken after it moves
+                projector.rename_tensor(f"a.blk.{block}.{old}.weight", f"a.blk.{block}.{new}.weight")
+    return projector
+
+
 @dataclass(frozen=True)
 class Variant:
     """One Ollama layout: how to tell it from llama.cpp's, and how to translate it."""
 
     detect: Callable[[GGUFFile], bool]
     text: Callable[[Draft, Translation], None]
-    vision: Callable[[Draft, dict[str, OutTensor]], Draft] | None = None  # the embedded encoder as a projector
+    encoder: Callable[[Draft, dict[str, OutTensor]], Draft] | None = None  # the embedded encoders as a projector
 
 
 def _mistral3_marked(gguf: GGUFFile) -> bool:
@@ -543,27 +749,29 @@ VARIANTS: dict[str, Variant] = {
     "olmo3": Variant(lambda g: _arch_is(g, "olmo3"), _olmo3),
     "qwen3next": Variant(lambda g: _arch_is(g, "qwen3next") and any(t.name.endswith(".ssm_dt") for t in g.tensors),
                          _qwen3next),
-    "qwen35": Variant(lambda g: _arch_is(g, "qwen35") and _qwen35_marked(g), _qwen35),
-    "qwen35moe": Variant(lambda g: _arch_is(g, "qwen35moe") and _qwen35_marked(g), _qwen35),
-    "mistral3": Variant(lambda g: _arch_is(g, "mistral3") and _mistral3_marked(g), _mistral3, _mistral3_clip),
-    "gemma3": Variant(lambda g: _arch_is(g, "gemma3") and _gemma3_marked(g), _gemma3, _gemma3_clip),
+    "qwen35": Variant(lambda g: _arch_is(g, "qwen35") and _qwen35_marked(g), _qwen35, encoder=_qwen3vl_clip),
+    "qwen35moe": Variant(lambda g: _arch_is(g, "qwen35moe") and _qwen35_marked(g), _qwen35, encoder=_qwen3vl_clip),
+    "mistral3": Variant(lambda g: _arch_is(g, "mistral3") and _mistral3_marked(g), _mistral3, encoder=_mistral3_clip),
+    "gemma3": Variant(lambda g: _arch_is(g, "gemma3") and _gemma3_marked(g), _gemma3, encoder=_gemma3_clip),
     "gemma4": Variant(lambda g: _arch_is(g, "gemma4") and (
         _has_prefix(g, *VISION_PREFIXES, *AUDIO_PREFIXES, "model.vision_tower.")
-        or g.metadata.get("tokenizer.ggml.model") == "llama"), _gemma4),
-    "glmocr": Variant(lambda g: _arch_is(g, "glmocr"), _glmocr),
+        or g.metadata.get("tokenizer.ggml.model") == "llama"), _gemma4, encoder=_gemma4_clip),
+    "glmocr": Variant(lambda g: _arch_is(g, "glmocr"), _glmocr, encoder=_glmocr_clip),
     "glm4moelite": Variant(lambda g: _arch_is(g, "glm4moelite"), _glm4moelite),
-    "qwen25vl": Variant(lambda g: _arch_is(g, "qwen25vl"), _qwen25vl),
+    "qwen25vl": Variant(lambda g: _arch_is(g, "qwen25vl"), _qwen25vl, encoder=_qwen25vl_clip),
     "qwen3vl": Variant(lambda g: _arch_is(g, "qwen3vl") and "qwen3vl.rope.dimension_sections" not in g.metadata,
-                       _qwen3vl),
+                       _qwen3vl, encoder=_qwen3vl_clip),
     "qwen3vlmoe": Variant(lambda g: _arch_is(g, "qwen3vlmoe")
-                          and "qwen3vlmoe.rope.dimension_sections" not in g.metadata, _qwen3vl),
+                          and "qwen3vlmoe.rope.dimension_sections" not in g.metadata, _qwen3vl,
+                          encoder=_qwen3vl_clip),
     "nemotron_h_moe": Variant(lambda g: _arch_is(g, "nemotron_h_moe") and (
         _has_prefix(g, "mtp.") or any(t.name.endswith(".ffn_latent_in.weight") for t in g.tensors)), _nemotron_h_moe),
-    "llama4": Variant(lambda g: _arch_is(g, "llama4") and _has_prefix(g, *VISION_PREFIXES), lambda d, o: None),
+    "llama4": Variant(lambda g: _arch_is(g, "llama4") and _has_prefix(g, *VISION_PREFIXES), lambda d, o: None,
+                      encoder=_llama4_clip),
 }
 #: Any other language model that carries a LLaVA-style encoder in llama.cpp's tensor names.
 EMBEDDED_LLAVA = Variant(lambda g: g.architecture not in ("clip", "mmproj", None) and _has_prefix(g, "v.blk.")
-                         and _has_prefix(g, "mm."), lambda d, o: None, _llava_clip)
+                         and _has_prefix(g, "mm."), lambda d, o: None, encoder=_llava_clip)
 
 
 def _qwen35_marked(gguf: GGUFFile) -> bool:
@@ -583,11 +791,23 @@ def variant_of(gguf: GGUFFile) -> str | None:
     return "embedded-llava" if EMBEDDED_LLAVA.detect(gguf) else None
 
 
+def _splits(gguf: GGUFFile) -> bool:
+    name = variant_of(gguf)
+    return name is not None and VARIANTS.get(name, EMBEDDED_LLAVA).encoder is not None
+
+
 def carries_vision(gguf: GGUFFile) -> bool:
     """Whether the Ollama-format file ``gguf`` carries a vision encoder that is split out as a projector."""
-    name = variant_of(gguf)
-    return name is not None and VARIANTS.get(name, EMBEDDED_LLAVA).vision is not None and _has_prefix(
-        gguf, *VISION_PREFIXES)
+    return _splits(gguf) and _has_prefix(gguf, "v.")
+
+
+def carries_audio(gguf: GGUFFile) -> bool:
+    """Whether the Ollama-format file ``gguf`` carries an audio encoder that is split out into the projector."""
+    return _splits(gguf) and variant_of(gguf) in AUDIO_VARIANTS and _has_prefix(gguf, *AUDIO_PREFIXES)
+
+
+#: The layouts whose audio encoder (``a.*``) is translated with the vision encoder; others' is left out.
+AUDIO_VARIANTS = ("gemma4",)
 
 
 def plan(gguf: GGUFFile) -> Translation:
@@ -600,18 +820,20 @@ def plan(gguf: GGUFFile) -> Translation:
     draft = Draft.of(gguf)
     out = Translation(name, draft)
     try:
-        variant.text(draft, out)
-        encoder = draft.take(VISION_PREFIXES)
+        encoder = draft.take(VISION_PREFIXES)  # first: the text's renames are not the encoder's
         audio = draft.take(AUDIO_PREFIXES)
-        if encoder and variant.vision is not None:
-            out.projector = variant.vision(draft, encoder)
+        variant.text(draft, out)
+        if audio and name in AUDIO_VARIANTS:
+            encoder |= audio
+        elif audio:
+            out.dropped.append("the audio encoder (a.*)")
+        if encoder and variant.encoder is not None:
+            out.projector = variant.encoder(draft, encoder)
         elif encoder:
             out.dropped.append("the vision encoder (v.*, mm.*): its projector layout is not translated yet")
         if encoder:
-            for key in draft.keys_under(draft.key("vision.")):
+            for key in draft.keys_under(draft.key("vision.")) + draft.keys_under(draft.key("audio.")):
                 draft.drop(key)  # the projector's now
-        if audio:
-            out.dropped.append("the audio encoder (a.*)")
     except IncompatibleModel as exc:
         raise IncompatibleModel(f"the Ollama-format {gguf.architecture!r} file cannot be translated for llama.cpp: "
                                 f"{exc}") from None

@@ -445,6 +445,10 @@ class Engine:
                 request.close_images()
             self._waiting = deque(r for r in self._waiting if not r.cancelled)
 
+    def _next_position(self, slot: Slot) -> int:
+        """The position of the next token ``slot`` decodes: one a token (engines with M-RoPE images differ)."""
+        return len(slot.tokens)
+
     def _decode_image(self, slot: Slot, image: ImageChunk) -> None:
         """Put ``image`` into ``slot``'s KV after its tokens (engines that take images)."""
         raise NotImplementedError
@@ -467,7 +471,7 @@ class Engine:
         batch.clear()
         rows: list[tuple[Step, int]] = []  # steps to sample, with the logits row of their first sample
         for step in sorted(plan, key=lambda p: p.slot.seq_id):
-            slot, seq, pos = step.slot, step.slot.seq_id, len(step.slot.tokens)
+            slot, seq, pos = step.slot, step.slot.seq_id, self._next_position(step.slot)
             first = len(step.tokens) - 1 - len(step.draft)  # the token whose logits are sampled first
             for j, token in enumerate(step.tokens):
                 row = batch.add(token, pos + j, seq, step.sample and j >= first)

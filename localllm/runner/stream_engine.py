@@ -21,6 +21,12 @@ in host RAM (the same budget as spilled KV). A checkpoint is kept one token
 before the end of every prompt (the next turn of a chat, and the same prompt
 again, resume there) and whenever an idle slot is given to another request.
 Anything else is computed again from the start.
+
+An M-RoPE model (Qwen-VL, Qwen 3.5, GLM-OCR) places an image's tokens on a
+2D grid that advances the sequence by fewer positions than it has tokens
+(llama-server tracks the same). Positions then run behind token indices:
+:meth:`StreamEngine._position` maps an index to its position from the images
+before it, known by their first placeholder token.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class StreamSlot(Slot):
     last_used: float = 0.0  # when its request ended: the least recently used idle slot is evicted first
     copy_pending: bool = False  # target of a stream copy that llama.cpp runs at the next decode
     checkpoint_at: int = 0  # recurrent state: tokens after which its prefill stops to keep a checkpoint (0: none)
+    scanned: tuple[int, int] = (0, 0)  # M-RoPE: leading tokens scanned for images, and positions they save
 
 
 class StreamEngine(Engine):
@@ -61,6 +68,8 @@ class StreamEngine(Engine):
         self._tree: RadixTree[StreamSlot | Spilled] = RadixTree()
         self._spill = HostSpill(cache_ram_bytes)
         self.projector = projector
+        self._mrope = projector is not None and projector.mrope
+        self._image_runs: dict[int, tuple[int, int]] = {}  # M-RoPE: first placeholder -> (tokens, positions saved)
         self._recurrent = model.recurrent_state
         if self._recurrent:
             self.cache_mode = RECURRENT_CHECKPOINTS
@@ -79,6 +88,9 @@ class StreamEngine(Engine):
         super()._admit()
 
     def _place(self, request: CompletionRequest, num_keep: int, prompt: list[int]) -> StreamSlot | None:
+        if self._mrope:
+            for first, image in request.images.items():
+                self._image_runs[first] = (image.n_tokens, image.n_tokens - image.n_pos)
         if self._recurrent:
             return self._place_at_checkpoint(prompt)
         shared, holders = self._tree.match(prompt)
@@ -183,21 +195,51 @@ class StreamEngine(Engine):
             tokens = list(source.tokens[:usable])
         else:
             return 0
-        self.ctx.seq_rm(target.seq_id, usable, -1)
+        self.ctx.seq_rm(target.seq_id, self._position(tokens, usable), -1)
         target.tokens = tokens
+        target.scanned = (0, 0)
         target.exact = usable
         return usable
 
     def _decode_image(self, slot: StreamSlot, image: ImageChunk) -> None:
-        self.projector.decode(self.ctx, image, len(slot.tokens), slot.seq_id)
+        self.projector.decode(self.ctx, image, self._next_position(slot), slot.seq_id)
+
+    def _next_position(self, slot: StreamSlot) -> int:
+        if not self._image_runs:
+            return len(slot.tokens)
+        scanned, saved = slot.scanned
+        if scanned > len(slot.tokens):  # tokens were taken off the end (a rejected draft): scan again
+            scanned, saved = 0, 0
+        scanned, saved = self._scan(slot.tokens, scanned, saved, len(slot.tokens))
+        slot.scanned = (scanned, saved)
+        return len(slot.tokens) - saved
+
+    def _position(self, tokens: list[int], n: int) -> int:
+        """The position of the ``n``-th of ``tokens`` (``n`` past their end: as many positions after it), which
+        is never inside an image."""
+        return n - self._scan(tokens, 0, 0, min(n, len(tokens)))[1] if self._image_runs else n
+
+    def _scan(self, tokens: list[int], index: int, saved: int, end: int) -> tuple[int, int]:
+        """From ``index`` (after ``saved`` positions saved) to ``end``: where the scan stops and the positions
+        the M-RoPE images on the way save (an image is passed whole)."""
+        runs = self._image_runs
+        while index < end:
+            run = runs.get(tokens[index]) if tokens[index] < 0 else None
+            if run is None:
+                index += 1
+            else:
+                index += run[0]
+                saved += run[1]
+        return index, saved
 
     def _truncate(self, slot: StreamSlot, n: int) -> None:
         """Keep only the first ``n`` tokens of ``slot``'s KV (none: the slot leaves the cache). A recurrent
         state cannot be cut back: such a slot keeps all its tokens or none."""
         if self._recurrent and n < len(slot.tokens):
             n = 0
-        self.ctx.seq_rm(slot.seq_id, n, -1)
+        self.ctx.seq_rm(slot.seq_id, self._position(slot.tokens, n), -1)
         del slot.tokens[n:]
+        slot.scanned = (0, 0)
         slot.exact = min(slot.exact, n)
         if n == 0:
             self._tree.remove(slot)
@@ -232,7 +274,7 @@ class StreamEngine(Engine):
 
     def _shift(self, slot: StreamSlot) -> bool:
         """Make room at the context end: drop half of the tokens after ``num_keep``."""
-        if not self.ctx.can_shift:
+        if not self.ctx.can_shift or self._next_position(slot) != len(slot.tokens):  # no shift past M-RoPE images
             self._finish(slot, "length")
             return False
         keep, n = slot.num_keep, len(slot.tokens)
@@ -250,8 +292,10 @@ class StreamEngine(Engine):
             assert slot.exact <= self.n_ctx_seq and len(slot.tokens) <= self.n_ctx_seq, f"seq {slot.seq_id} too long"
             if slot.idle and slot in self._tree:
                 assert self._tree.tokens(slot) == tuple(slot.tokens), f"idle seq {slot.seq_id} is indexed wrongly"
-            if slot.tokens and not slot.copy_pending:
-                assert self.ctx.seq_pos_max(slot.seq_id) == len(slot.tokens) - 1, f"seq {slot.seq_id}'s KV cells"
+            mid_image = bool(self._image_runs) and is_placeholder(slot.tokens[-1]) if slot.tokens else False
+            if slot.tokens and not slot.copy_pending and not mid_image:  # an M-RoPE image's cells share a position
+                last = self._position(slot.tokens, len(slot.tokens)) - 1
+                assert self.ctx.seq_pos_max(slot.seq_id) == last, f"seq {slot.seq_id}'s KV cells"
         assert all(entry in self._tree for entry in self._spill), "a spilled prefix outside the tree"
 
     def _free_kv(self, slot: StreamSlot, keep: bool) -> None:

@@ -15,12 +15,14 @@ from typing import Any
 
 from ..registry.models import LocalModel
 from ..templates import prompt as prompts
+from ..templates.families import HARMONY
 from ..templates.thinking import ThinkingTags
 from .conversation import (
     Answer, ChatTurn, Content, Delta, Failure, Final, Message, Thinking, ThinkSetting, ToolCallDelta,
     template_messages,
 )
 from .errors import ApiError, bad_request
+from .harmony_names import HarmonyNames
 from .history import ChatHistory, images_of
 from .inference import CompletionJob, Inference, PromptRenderer, constrain_tool_calls, template_errors_as_400
 from .limits import check_request
@@ -120,6 +122,9 @@ class ChatHandler:
         check_images(model, ((f"messages[{i}].images[{j}]", data) for i, m in enumerate(turn.messages)
                              for j, data in enumerate(m.images)))
         check_tool_results(turn.messages)
+        names = HarmonyNames.of(turn.tools) if model.chat_format is HARMONY and turn.tools else None
+        if names is not None and names.renames:  # names gpt-oss can write (harmony_names.py)
+            turn = names.apply(turn)
         tool_use = apply_tool_choice(job, ToolUse.for_model(model, turn.tools), turn.tool_choice,
                                      turn.parallel_tool_calls)
         messages = template_messages(turn.messages)
@@ -130,12 +135,13 @@ class ChatHandler:
                 return prompts.build_prompt(
                     messages=kept, system=model.system, model_template=model.template,
                     gguf_chat_template=model.chat_template, bos_token=health.bos,
-                    eos_token=health.eos, tools=tools, think=turn.think,
+                    eos_token=health.eos, tools=tools, think=turn.think, renderer=model.format_names[1],
                 )
 
         history = ChatHistory(model.messages + messages, render)
         setup = ParserSetup(format=model.chat_format, thinking_tags=thinking_tags(model, turn.think),
-                            tools=tool_use.schemas if tool_use else {})
+                            tools=tool_use.schemas if tool_use else {},
+                            client_names=names.to_user if names is not None else {})
         return PreparedTurn(job, lambda health: render(health, history.messages), turn.think, tool_use, setup,
                             history, forced_call=tool_use is not None and turn.tool_choice != "auto")
 

@@ -33,10 +33,14 @@ class ModelFootprint:
 
     layer_weights: tuple[int, ...]  # per repeating layer
     other_weights: int  # embeddings, output head, final norm
-    kv_per_layer: int  # for the whole context (ctx x parallel)
+    kv_per_layer: int  # an attention layer's KV for the whole context (ctx x parallel)
     compute_buffer: int
     logits_buffer: int = 0  # the part of compute_buffer that holds logits: only the output head's device needs it
     expert_weights: tuple[int, ...] = ()  # per repeating layer, the part of layer_weights in expert tensors
+    # hybrid and recurrent models: each layer's kind, "a" attention (KV), "r" recurrent (a state a sequence),
+    # "-" neither (a feed-forward-only layer); () when every layer is attention
+    layer_kinds: str = ""
+    state_per_layer: int = 0  # a recurrent layer's state for all sequences (independent of the context)
 
     @property
     def n_layers(self) -> int:
@@ -47,18 +51,30 @@ class ModelFootprint:
         """Layers with expert tensors: 0 for a dense model."""
         return sum(1 for n in self.expert_weights if n)
 
+    def cache(self, layer: int) -> int:
+        """The bytes ``layer`` keeps per context: its KV (attention), its sequences' states (recurrent), or none."""
+        kind = self.layer_kinds[layer] if self.layer_kinds else "a"
+        return self.kv_per_layer if kind == "a" else self.state_per_layer if kind == "r" else 0
+
+    @property
+    def kv_bytes(self) -> int:
+        """The KV of every attention layer: what grows with the context."""
+        return self.kv_per_layer * (self.layer_kinds.count("a") if self.layer_kinds else self.n_layers)
+
     def dense_weights(self, layer: int) -> int:
         """A layer's weights but its experts: attention, norms, router, shared experts."""
         return self.layer_weights[layer] - (self.expert_weights[layer] if self.expert_weights else 0)
 
     @property
     def total(self) -> int:
-        return sum(self.layer_weights) + self.other_weights + self.kv_per_layer * self.n_layers + self.compute_buffer
+        return (sum(self.layer_weights) + self.other_weights + sum(self.cache(i) for i in range(self.n_layers))
+                + self.compute_buffer)
 
 
 def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
               kv_cache_type: str = "f16", kv_tokens: int = 0) -> ModelFootprint:
-    """Estimate weights per layer, KV = positions (``kv_tokens``, else ctx x parallel) x (K+V dims) x type size,
+    """Estimate weights per layer, KV = positions (``kv_tokens``, else ctx x parallel) x (K+V dims) x type size
+    for each attention layer, a recurrent state a sequence for each recurrent layer (:func:`layer_kinds`),
     compute buffer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
@@ -75,18 +91,65 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     n_embd = int(gguf.arch_value("embedding_length", 0) or 0)
     n_head = int(gguf.arch_value("attention.head_count", 1) or 1)
     n_head_kv = gguf.arch_value("attention.head_count_kv", n_head)
-    if isinstance(n_head_kv, list):  # per-layer head counts: size for the largest
-        n_head_kv = max(n_head_kv)
+    if isinstance(n_head_kv, list):  # per-layer head counts (0: a recurrent layer): size for the largest
+        n_head_kv = max(n_head_kv, default=0)
     head_dim = n_embd // n_head if n_head else 0
     k_dim = int(gguf.arch_value("attention.key_length", head_dim) or head_dim) * int(n_head_kv)
     v_dim = int(gguf.arch_value("attention.value_length", head_dim) or head_dim) * int(n_head_kv)
     kv_per_layer = int((kv_tokens or n_ctx * n_parallel) * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT[kv_cache_type])
     n_vocab = _vocab_size(gguf)
     # Logits for a full batch plus activations of the widest layer, in F32.
-    n_ff = int(gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd)
+    n_ff = gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd
+    n_ff = max(n_ff, default=0) if isinstance(n_ff, list) else int(n_ff)  # per-layer widths: the widest
     logits = 4 * n_batch * n_vocab
     compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
-    return ModelFootprint(tuple(layers), other, kv_per_layer, compute, logits, tuple(experts) if any(experts) else ())
+    kinds = layer_kinds(gguf, n_layers)
+    state = recurrent_state_bytes(gguf) * n_parallel if "r" in kinds else 0
+    return ModelFootprint(tuple(layers), other, kv_per_layer, compute, logits, tuple(experts) if any(experts) else (),
+                          kinds if kinds != "a" * n_layers else "", state)
+
+
+#: Architectures whose every layer is recurrent (no KV at all).
+RECURRENT_ARCHITECTURES = ("mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7")
+
+
+def layer_kinds(gguf: GGUFFile, n_layers: int) -> str:
+    """Each layer's kind as llama.cpp's hybrid memory assigns it: "a" attention, "r" recurrent, "-" neither.
+
+    A per-layer ``head_count_kv`` makes a layer with none recurrent (Nemotron-H, Granite 4, LFM2, Jamba),
+    unless a per-layer ``feed_forward_length`` gives it a feed-forward (Nemotron-H's MLP layers); a
+    ``full_attention_interval`` makes every layer but each n-th recurrent (Qwen 3.5, Qwen3-Next)."""
+    if (gguf.architecture or "") in RECURRENT_ARCHITECTURES:
+        return "r" * n_layers
+    n_head_kv = gguf.arch_value("attention.head_count_kv")
+    if isinstance(n_head_kv, list):
+        ff = gguf.arch_value("feed_forward_length")
+        ff = ff if isinstance(ff, list) else []
+        kinds = ["a" if i < len(n_head_kv) and n_head_kv[i] else "-" if i < len(ff) and ff[i] else "r"
+                 for i in range(n_layers)]
+        return "".join(kinds)
+    interval = int(gguf.arch_value("full_attention_interval", 0) or 0)
+    if interval:
+        return "".join("a" if (i + 1) % interval == 0 else "r" for i in range(n_layers))
+    return "a" * n_layers
+
+
+def recurrent_state_bytes(gguf: GGUFFile) -> int:
+    """One sequence's state in one recurrent layer, in F32 as llama.cpp keeps it: the convolution's last
+    inputs (Mamba, Gated DeltaNet: ``ssm.*`` keys; LFM2: ``shortconv.l_cache``) and the SSM state; RWKV's
+    token shifts and WKV state."""
+    n_embd = int(gguf.arch_value("embedding_length", 0) or 0)
+    head_size = int(gguf.arch_value("wkv.head_size", 0) or 0)
+    if head_size:
+        return 4 * (2 * n_embd + n_embd * head_size)
+    l_cache = int(gguf.arch_value("shortconv.l_cache", 0) or 0)
+    if l_cache:
+        return 4 * n_embd * (l_cache - 1)
+    d_conv = int(gguf.arch_value("ssm.conv_kernel", 0) or 0)
+    d_inner = int(gguf.arch_value("ssm.inner_size", 0) or 0)
+    d_state = int(gguf.arch_value("ssm.state_size", 0) or 0)
+    n_group = int(gguf.arch_value("ssm.group_count", 0) or 0)
+    return 4 * (max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner)
 
 
 def _vocab_size(gguf: GGUFFile) -> int:
@@ -263,7 +326,7 @@ def _whole_layers(need: ModelFootprint, usable: list[bool], budgets: list[int], 
     device = usable.index(True)
     layer = 0
     while layer < min(target, need.n_layers) and device < len(usable):
-        cost = need.layer_weights[layer] + need.kv_per_layer
+        cost = need.layer_weights[layer] + need.cache(layer)
         if usable[device] and (used[device] + cost <= budgets[device] or requested is not None):
             used[device] += cost
             placed[device] += 1
@@ -304,7 +367,7 @@ def _expert_split(need: ModelFootprint, usable: list[bool], budgets: list[int], 
     budgets = [max(0, b - copy) for b in budgets]
 
     def cost(layer: int, experts: bool) -> int:
-        return need.dense_weights(layer) + need.kv_per_layer + (need.expert_weights[layer] if experts else 0)
+        return need.dense_weights(layer) + need.cache(layer) + (need.expert_weights[layer] if experts else 0)
 
     def with_experts(layer: int) -> bool:  # when n_cpu_moe fixes them
         return n_cpu_moe is not None and layer >= n_cpu_moe
@@ -428,7 +491,7 @@ def plan_worker_layers(need: ModelFootprint, gpu: GpuPlan, workers: list[WorkerD
     ``num_worker_layers`` option) moves that many instead, fit or not.
     """
     cpu_layers = need.n_layers - sum(gpu.layers_per_device)
-    costs = [need.layer_weights[i] + need.kv_per_layer for i in range(cpu_layers)]
+    costs = [need.layer_weights[i] + need.cache(i) for i in range(cpu_layers)]
     compute = need.compute_buffer - need.logits_buffer
     if requested is not None and requested >= 0:
         count = min(requested, cpu_layers)

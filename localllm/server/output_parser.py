@@ -45,6 +45,7 @@ class ParserSetup:
     starts_thinking: bool = False  # the prompt already opened the block (the template wrote the opening tag)
     continues_header: bool = False  # the prompt ends with the format's ``answer_start``, which the answer goes on
     tools: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # offered tools' schemas: calls are parsed
+    client_names: Mapping[str, str] = field(default_factory=dict)  # a tool's prompt name -> the client's (Harmony)
 
 
 def _held_suffix(text: str, markers: Sequence[str]) -> int:
@@ -235,7 +236,9 @@ class OutputParser:
             self._emit_text(out, self._opening + text + closing)
         else:
             for call in calls:
-                out.append(ToolCallDelta(dataclasses.replace(call, id=call.id or new_call_id()), self._calls))
+                out.append(ToolCallDelta(dataclasses.replace(call, id=call.id or new_call_id(),
+                                                             name=self.setup.client_names.get(call.name, call.name)),
+                                         self._calls))
                 self._calls += 1
         self._state, self._opening, self._strip_leading = _CONTENT, "", True
 

@@ -531,7 +531,7 @@ class Scheduler:
         """Whether a load that does not fit ``room`` bytes would fit at the default context (KV scales with it)."""
         if n_ctx <= DEFAULT_NUM_CTX:
             return False
-        kv = load.need.kv_per_layer * load.need.n_layers
+        kv = load.need.kv_bytes
         return load.local_bytes - kv + kv * DEFAULT_NUM_CTX // n_ctx <= room
 
     async def _wait_idle(self, model: LoadedModel) -> None:

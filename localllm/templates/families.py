@@ -117,7 +117,9 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("functiongemma", FUNCTIONGEMMA_CALLS, thinks=False),
     ChatFormat("lfm2", LFM2_CALLS, thinks=False),
     ChatFormat("lfm2-thinking", LFM2_CALLS, THINK, thinks=True),
-    ChatFormat("granite", GRANITE_CALLS),
+    # Granite 3.3 thinks in <think> and answers in <response> when its template asks (3.2: "Here is my thought
+    # process:" ... "Here is my response:", the template's own tags)
+    ChatFormat("granite", GRANITE_CALLS, THINK, dropped=("<response>", "</response>")),
     ChatFormat("llama3", LLAMA3_CALLS),
     ChatFormat("passthrough", None, thinks=False),  # no parsing: the answer is all content
 )}

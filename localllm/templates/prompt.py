@@ -24,6 +24,7 @@ from typing import Any, ParamSpec
 
 from localllm.templates.chat import ChatTemplate
 from localllm.templates.gotemplate import GoTemplate, TemplateError, parse_template
+from localllm.templates.renderers import built_in_renderer
 from localllm.templates.thinking import (
     Think,
     check_think,
@@ -180,6 +181,7 @@ def render_chat_prompt(
     eos_token: str,
     tools: list[dict] | None = None,
     think: Think = None,
+    renderer: str | None = None,
 ) -> str:
     """The prompt for a chat request, in this process (:func:`build_prompt` bounds it).
 
@@ -195,6 +197,9 @@ def render_chat_prompt(
     msgs = list(messages)
     if system and (not msgs or msgs[0]["role"] != "system"):
         msgs.insert(0, {"role": "system", "content": system})
+    built_in = built_in_renderer(renderer)
+    if built_in is not None:  # a Modelfile RENDERER we write prompts with (renderers.py)
+        return built_in(msgs, tools or [], think)
     if model_template:
         return render_ollama_template(model_template, messages=msgs, tools=tools, think=think)
     if gguf_chat_template:
@@ -204,7 +209,8 @@ def render_chat_prompt(
 
 
 #: :func:`render_chat_prompt` in a render worker whenever a template runs.
-build_prompt = _bounded(render_chat_prompt, lambda r: bool(r.get("model_template") or r.get("gguf_chat_template")))
+build_prompt = _bounded(render_chat_prompt, lambda r: built_in_renderer(r.get("renderer")) is None and bool(
+    r.get("model_template") or r.get("gguf_chat_template")))
 
 
 def render_generate_prompt(

@@ -44,6 +44,7 @@ _KNOWN_TAGS = (
     ThinkingTags("<seed:think>", "</seed:think>"),  # Seed-OSS
     ThinkingTags("[THINK]", "[/THINK]"),  # Magistral
     ThinkingTags("<|START_THINKING|>", "<|END_THINKING|>"),  # Command A Reasoning
+    ThinkingTags("Here is my thought process:", "Here is my response:"),  # Granite 3.2
 )
 _JINJA_MARKERS = ("enable_thinking", "reasoning_content", ".split('</think>')", '.split("</think>")')
 
@@ -62,10 +63,11 @@ def go_think_values(think: Think) -> dict[str, Any]:
 
 
 def jinja_think_values(think: Think) -> dict[str, Any]:
-    """``enable_thinking`` when think is set, ``reasoning_effort`` when a level is given."""
+    """``enable_thinking`` (and Granite's ``thinking``) when think is set, ``reasoning_effort`` when a level
+    is given."""
     values: dict[str, Any] = {}
     if think is not None:
-        values["enable_thinking"] = bool(think)
+        values["enable_thinking"] = values["thinking"] = bool(think)
     if isinstance(think, str):
         values["reasoning_effort"] = think
     return values

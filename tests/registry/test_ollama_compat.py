@@ -185,7 +185,8 @@ def test_lfm2_qwen3next_and_qwen35_renames(tmp_path):
     q35 = translated(tmp_path / "c", ollama_file(tmp_path / "q.gguf", "qwen35", {
         "qwen35.rope.dimension_sections": [11, 11, 10], "qwen35.attention.head_count_kv": [0, 4]}, {
         "blk.0.ssm_dt": rand(8), "mtp.0.w.weight": rand(8), "v.blk.0.attn_q.weight": rand(8, 8)}))
-    assert sorted(tensors_of(q35.model)) == ["blk.0.ssm_dt.bias"] and q35.projector is None
+    assert sorted(tensors_of(q35.model)) == ["blk.0.ssm_dt.bias"]
+    assert list(tensors_of(q35.projector)) == ["v.blk.0.attn_q.weight"]
     assert fields_of(q35.model)["qwen35.rope.dimension_sections"] == [11, 11, 10, 0]
 
 
@@ -229,7 +230,8 @@ def test_arch_renames_olmo3_glm4moelite_qwen25vl(tmp_path):
     vl = translated(tmp_path / "c", ollama_file(tmp_path / "v.gguf", "qwen25vl", {
         "qwen25vl.rope.mrope_section": [16, 24, 24]}, {"token_embd.weight": rand(8, 4), "v.blk.0.x.weight": rand(8)}))
     assert fields_of(vl.model)["qwen2vl.rope.dimension_sections"] == [16, 24, 24, 0]
-    assert vl.projector is None and list(tensors_of(vl.model)) == ["token_embd.weight"]
+    assert "qwen2vl.rope.mrope_section" not in fields_of(vl.model)
+    assert list(tensors_of(vl.model)) == ["token_embd.weight"] and list(tensors_of(vl.projector)) == ["v.blk.0.x.weight"]
 
 
 def test_gemma3_in_one_file_becomes_the_upstream_model_and_mmproj(tmp_path):
@@ -292,11 +294,23 @@ def test_two_first_loads_at_once_share_one_translation(tmp_path, smollm2_path):
 
 def test_gemma4_experts_gate_and_up_are_interleaved_per_expert(tmp_path):
     gate, up = rand(8, 4, 3, seed=1), rand(8, 4, 3, seed=2)  # [n_embd, n_ff, n_expert]
-    src = ollama_file(tmp_path / "g4.gguf", "gemma4", {"gemma4.block_count": 1, "tokenizer.ggml.model": "llama"}, {
+    audio = {f"a.blk.0.{leaf}.weight": rand(8, seed=i) for i, leaf in enumerate(
+        ("ln1", "ln2", "layer_pre_norm", "linear_pos"))} | {"a.pre_encode.out.weight": rand(8), "mm.a.fc.weight": rand(8)}
+    src = ollama_file(tmp_path / "g4.gguf", "gemma4", {
+        "gemma4.block_count": 1, "gemma4.embedding_length": 8, "tokenizer.ggml.model": "llama",
+        "gemma4.audio.block_count": 1, "gemma4.audio.embedding_length": 8}, {
         "blk.0.ffn_gate_exps.weight": gate, "blk.0.ffn_up_exps.weight": up,
-        "blk.0.ffn_gate_inp.per_expert_scale": rand(3), "a.blk.0.w.weight": rand(8), "v.blk.0.w.weight": rand(8)})
+        "blk.0.ffn_gate_inp.per_expert_scale": rand(3), "v.blk.0.w.weight": rand(8), **audio})
     files = translated(tmp_path, src)
-    assert fields_of(files.model)["tokenizer.ggml.model"] == "gemma4" and files.projector is None
+    assert fields_of(files.model)["tokenizer.ggml.model"] == "gemma4"
+    clip, encoders = fields_of(files.projector), tensors_of(files.projector)  # vision and audio: Ollama's renames
+    assert sorted(encoders) == ["a.blk.0.attn_k_rel.weight", "a.blk.0.attn_post_norm.weight",
+                                "a.blk.0.attn_pre_norm.weight", "a.blk.0.ln2.weight", "a.input_projection.weight",
+                                "a.pre_encode.out.weight", "v.blk.0.w.weight"]
+    assert encoders["a.blk.0.ln2.weight"][2] == audio["a.blk.0.layer_pre_norm.weight"].tobytes()
+    assert (clip["clip.audio.projector_type"], clip["clip.vision.projector_type"], clip["clip.audio.num_mel_bins"],
+            clip["clip.audio.projection_dim"], clip["clip.has_audio_encoder"]) == ("gemma4a", "gemma4v", 128, 8, True)
+    assert "clip.projector_type" not in clip and not [k for k in fields_of(files.model) if ".audio." in k]
     tensors = tensors_of(files.model)
     assert sorted(tensors) == ["blk.0.ffn_down_exps.scale", "blk.0.ffn_gate_up_exps.weight"]
     shape, _type, data = tensors["blk.0.ffn_gate_up_exps.weight"]
@@ -313,3 +327,19 @@ def test_a_text_only_ollama_qwen35moe_is_told_by_its_feed_forward_length(tmp_pat
     files = translated(tmp_path, src)
     assert list(tensors_of(files.model)) == ["blk.0.ssm_dt.bias"]
     assert fields_of(files.model)["qwen35moe.attention.head_count_kv"] == 2
+
+
+@pytest.mark.parametrize("family", ["qwen25vl", "qwen3vl", "qwen35", "glmocr", "gemma4", "llama4"])
+def test_an_embedded_encoder_becomes_the_upstream_mmproj_and_sees_images_alike(tmp_path, family):
+    """Ollama's one file of each family: the translated model and projector are the upstream pair's files, and
+    libmtmd gives the same logits after an image through either pair (and other logits for another image)."""
+    model, mmproj, one = arch_models.vision_family(tmp_path, family)
+    files = translated(tmp_path, one)
+    assert tensors_of(files.model) == tensors_of(model) and fields_of(files.model) == fields_of(model)
+    assert tensors_of(files.projector) == tensors_of(mmproj) and fields_of(files.projector) == fields_of(mmproj)
+    side = 32
+    image = (np.arange(side * side * 3) % 251).astype(np.uint8).tobytes()
+    ours = arch_models.libmtmd_logits(files.model, files.projector, "look <__media__> here", image, side, side)
+    assert np.array_equal(ours, arch_models.libmtmd_logits(model, mmproj, "look <__media__> here", image, side, side))
+    other = bytes(255 - b for b in image)
+    assert not np.allclose(ours, arch_models.libmtmd_logits(files.model, files.projector, "look <__media__> here", other, side, side))

@@ -107,3 +107,22 @@ def test_placeholders_are_negative_and_differ_between_images():
     run_a, run_b = placeholders(a, 576), placeholders(b, 576)
     assert all(t < 0 for t in run_a + run_b) and run_a == placeholders(a, 576)
     assert run_a[0] != run_b[0] and run_a != run_b  # the first nine carry every bit of the digest
+
+
+@pytest.mark.parametrize("family", ["qwen25vl", "qwen35"])
+def test_m_rope_images_keep_the_kv_books_across_turns(tmp_path, family):
+    """Qwen2.5-VL (attention) and Qwen 3.5 (hybrid) place an image at fewer positions than its tokens: with the
+    KV books checked after every step, a turn that extends the last one and the first turn again reuse the
+    image's cells, and the first turn's answer comes again."""
+    from support import arch_models
+
+    model, mmproj, _one = arch_models.vision_family(tmp_path, family)
+    with running_runner(model, "--projector", str(mmproj), "--ctx", "512", "--parallel", "2",
+                        "--threads", runner_threads(), "--check-kv") as runner, runner.client() as client:
+        first, done = ask(client, [picture("red")], "look here", num_predict=4)
+        longer, done_longer = ask(client, [picture("red")], "look here and there", num_predict=4)
+        again, done_again = ask(client, [picture("red")], "look here", num_predict=4)
+    assert again == first and done_again["cached_tokens"] > 0
+    if family == "qwen25vl":  # the hybrid resumes only at a kept state: the longer question leaves it before it
+        assert done_longer["cached_tokens"] > 0
+    assert done["done_reason"] == done_again["done_reason"] == "length"

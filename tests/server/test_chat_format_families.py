@@ -291,3 +291,75 @@ def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == deep
     assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+
+
+def test_harmony_names_tools_as_identifiers_and_maps_calls_back():
+    """Ollama's renaming for Harmony: identifier characters only, a dedupe suffix, built-ins untouched; a turn's
+    tools, forced function, earlier calls and tool results all get the prompt names."""
+    from localllm.server.conversation import ChatTurn
+    from localllm.server.harmony_names import HarmonyNames
+
+    offered = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+               for n in ("get-weather", "get.weather", "9lives", "python", "héllo wörld!", "???", "ok_name")]
+    names = HarmonyNames.of(offered)
+    assert names.to_harmony == {"get-weather": "get_weather", "get.weather": "get_weather_2", "9lives": "_9lives",
+                                "python": "python", "héllo wörld!": "héllo_wörld", "???": "unnamed",
+                                "ok_name": "ok_name"}
+    assert all(names.to_user[h] == u for u, h in names.to_harmony.items())
+    turn = names.apply(ChatTurn("m", [Message("assistant", tool_calls=[ToolCall("get-weather", {}, id="c1")]),
+                                      Message("tool", "Sunny", tool_call_id="c1", tool_name="get-weather")],
+                                tools=offered, tool_choice="9lives"))
+    assert [t["function"]["name"] for t in turn.tools][:3] == ["get_weather", "get_weather_2", "_9lives"]
+    assert turn.tool_choice == "_9lives" and offered[0]["function"]["name"] == "get-weather"  # the request's kept
+    assert turn.messages[0].tool_calls[0].name == turn.messages[1].tool_name == "get_weather"
+
+
+def test_harmony_calls_a_dashed_tool_under_its_prompt_name_and_returns_the_clients(url):
+    """A tool named ``get-weather``: the forced call is written to ``functions.get_weather`` (what gpt-oss can
+    write), the client gets ``get-weather``; a call the model writes to the prompt name maps back too."""
+    family = BY_NAME["harmony"]
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "get-weather"}}]
+    forced = oai(url).chat.completions.create(
+        model=model_of(family), messages=user(), tools=tools, max_tokens=120,
+        tool_choice={"type": "function", "function": {"name": "get-weather"}})
+    assert [c.function.name for c in forced.choices[0].message.tool_calls] == ["get-weather"]
+    written = ollama.Client(host=url).chat(
+        model=model_of(family), messages=user(), tools=tools, options={"num_predict": 200, "grammar": grammar(
+            '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>')})
+    assert [(c.function.name, dict(c.function.arguments)) for c in written.message.tool_calls] == [
+        ("get-weather", {"city": "Paris"})]
+    history = user() + [written.message, {"role": "tool", "tool_name": "get-weather", "content": "Sunny"}]
+    final = ollama.Client(host=url).chat(model=model_of(family), messages=history, tools=tools, options={
+        "num_predict": 60, "grammar": grammar("<|channel|>final<|message|>Sunny.")})
+    assert final.message.content == "Sunny."
+
+
+def test_a_built_in_renderer_writes_the_prompt_a_template_cannot(daemon, smollm2_path):
+    """``RENDERER qwen3.5`` on a model whose template only echoes the prompt: the prompt is Ollama's Qwen 3.5
+    one (tools in the system turn, an open ``<think>`` block, an empty one with think off, the calls and the tool
+    result written back), so the model thinks, answers and calls tools."""
+    import llama_cpp
+
+    daemon.create("rnd-qwen35", 'FROM smollm2:135m\nTEMPLATE """{{ .Prompt }}"""\nRENDERER qwen3.5\n')
+    client = ollama.Client(host=daemon.url)
+    thought = client.chat(model="rnd-qwen35", messages=user("Say hi."), options={
+        "num_predict": 60, "grammar": grammar("Plan it.</think>\n\nHello there.")})
+    assert (thought.message.thinking, thought.message.content) == ("Plan it.", "Hello there.")
+    system = httpx.post(f"{daemon.url}/api/show", json={"model": "rnd-qwen35"}).json().get("system")
+    prompt = build_prompt(messages=user("Say hi."), system=system, model_template=None, gguf_chat_template=None,
+                          bos_token="", eos_token="", think=None, renderer="qwen3.5")
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n")
+    vocab = llama_cpp.Llama(str(smollm2_path), vocab_only=True, verbose=False)
+    assert thought.prompt_eval_count == len(vocab.tokenize(prompt.encode(), add_bos=False, special=True))
+    plain = client.chat(model="rnd-qwen35", messages=user("Say hi."), think=False, options={
+        "num_predict": 60, "grammar": grammar("Hello there.")})
+    assert (plain.message.thinking or "", plain.message.content) == ("", "Hello there.")
+    call = client.chat(model="rnd-qwen35", messages=user(), tools=TOOLS, options={"num_predict": 200, "grammar": grammar(
+        "Plan it.</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>")})
+    assert [(c.function.name, dict(c.function.arguments)) for c in call.message.tool_calls] == [PARIS]
+    history = user() + [call.message, {"role": "tool", "tool_name": "get_weather", "content": "Sunny, 21 C"}]
+    final = client.chat(model="rnd-qwen35", messages=history, tools=TOOLS, options={
+        "num_predict": 60, "grammar": grammar("Got it.</think>\n\nSunny in Paris.")})
+    assert (final.message.thinking, final.message.content) == ("Got it.", "Sunny in Paris.")
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "rnd-qwen35"})

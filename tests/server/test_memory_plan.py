@@ -243,3 +243,34 @@ def test_several_gpus_share_the_layers_by_free_memory_and_each_holds_the_experts
     assert all(b <= room - SAFETY_MARGIN_BYTES for b in plan.device_bytes) and len(plan.device_bytes) == 2
     split = gpu_offload(plan, gpus)
     assert split.devices == ("gpu0", "gpu1") and split.split == (4, 5)  # the head on the last
+
+
+@pytest.mark.parametrize("family", ["qwen35", "lfm2", "nemotron_h"])
+def test_a_hybrid_models_estimate_counts_attention_kv_and_recurrent_states(tmp_path, family):
+    """Only attention layers keep KV; recurrent layers keep a state a sequence, whatever the context. The
+    estimate equals what llama.cpp holds for one sequence: its state's growth a token is the attention layers'
+    K and V (and 12 to 24 bytes of cell bookkeeping in the saved state), what is there before any token the
+    recurrent states (and a few headers)."""
+    import llama_cpp
+    from support import arch_models
+
+    vocab = arch_models.byte_vocabulary(tmp_path / "vocab.gguf")
+    path = {"qwen35": lambda: arch_models.qwen_hybrid(tmp_path / "m.gguf", vocab, "qwen35"),
+            "lfm2": lambda: arch_models.lfm2(tmp_path / "m.gguf", vocab),
+            "nemotron_h": lambda: arch_models.nemotron_h(tmp_path / "m.gguf", vocab)}[family]()
+    sizes = {}
+    for n in (64, 192):
+        llm = llama_cpp.Llama(str(path), n_ctx=256, n_batch=256, n_threads=1, verbose=False)
+        llm.eval([3 + i % 200 for i in range(n)])
+        sizes[n] = llama_cpp.llama_state_seq_get_size(llm.ctx, 0)
+        llm.close()
+    per_token = (sizes[192] - sizes[64]) / 128
+    before_any = sizes[64] - 64 * per_token
+    need = footprint(read_gguf(path), n_ctx=1, n_parallel=1)
+    kinds = {"qwen35": "rrra", "lfm2": "ra", "nemotron_h": "ra-r"}[family]
+    assert need.layer_kinds == kinds
+    assert need.kv_bytes == need.kv_per_layer * kinds.count("a") and need.kv_bytes + 12 <= per_token <= need.kv_bytes + 24
+    states = need.state_per_layer * kinds.count("r")
+    assert states <= before_any <= states + 256
+    assert sum(need.cache(i) for i in range(need.n_layers)) == need.kv_bytes + states
+    assert footprint(read_gguf(path), n_ctx=1, n_parallel=4).state_per_layer == 4 * need.state_per_layer  # a sequence each

@@ -15,6 +15,8 @@ import pytest
 from support import arch_models
 from support.images import data_url, picture
 
+from localllm.registry.ollama_compat import TRANSLATION_VERSION
+
 QUESTION = "What colour is this picture? Answer in one word."
 CHATML = ('TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n'
           '{{ end }}<|im_start|>assistant\n"""\n')
@@ -230,11 +232,52 @@ def test_pulled_from_a_registry_as_ollama_ships_it_runs_and_rm_takes_its_transla
             assert pulled.response == client.generate(model="oss-upstream", prompt="Once upon a time",
                                                       options=options, raw=True).response
             translated = _translated(daemon, _sha256(theirs))
-            assert (translated / "v1" / "model.gguf").is_file()
+            made = translated / f"v{TRANSLATION_VERSION}" / "model.gguf"
+            assert made.is_file()
             listed = next(m for m in client.list().models if m.model == "gpt-oss:20b")
-            assert listed.size == theirs.stat().st_size + (translated / "v1" / "model.gguf").stat().st_size + len(
+            assert listed.size == theirs.stat().st_size + made.stat().st_size + len(
                 b'{"model_format":"gguf","rootfs":{"type":"layers","diff_ids":[]}}')
             cli("rm", "gpt-oss:20b")
             assert not translated.exists()
         finally:
             daemon.stop()
+
+
+@pytest.mark.parametrize("family", ["qwen25vl", "qwen3vl", "qwen35", "glmocr", "gemma4", "llama4"])
+def test_an_encoder_inside_the_file_sees_images_as_libmtmd_does(daemon, tmp_path, family):
+    """Ollama's one file of each family whose encoder is split out: the image's answer is libmtmd's own (its
+    logits after the prompt, through the upstream pair), and the next turn, which reuses the image's cells and
+    continues after it (at the positions after an M-RoPE image's 2D grid: Qwen-VL, Qwen 3.5, GLM-OCR), equals a
+    fresh runner's."""
+    import numpy as np
+
+    from support.images import COLOURS
+
+    model, mmproj, one = arch_models.vision_family(tmp_path / family, family)
+    name = f"vision-{family}"
+    daemon.create(name, f"FROM {one}\n{CHATML}")
+    client = ollama.Client(host=daemon.url)
+    assert "vision" in client.show(name).capabilities
+    size = (48, 40)
+
+    evaluated: list[int] = []  # each answer's prompt tokens computed (not taken from the cache)
+
+    def top(prompt: str, colour: str) -> list[float]:
+        answer = client.generate(model=name, prompt=prompt, images=[picture(colour, size=size)], raw=True,
+                                 options={"temperature": 0, "num_predict": 1, "repeat_penalty": 1.0},
+                                 logprobs=True, top_logprobs=5)
+        evaluated.append(answer.prompt_eval_count)
+        return sorted((t.logprob for t in answer.logprobs[0].top_logprobs), reverse=True)
+
+    rgb = bytes(COLOURS["red"]) * (size[0] * size[1])
+    logits = arch_models.libmtmd_logits(model, mmproj, "<__media__>look here", rgb, *size).astype(np.float64)
+    logprobs = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+    ours = top("look here", "red")
+    theirs = sorted(logprobs, reverse=True)[:5]
+    assert len(ours) == 5 and np.allclose(ours, theirs, atol=2e-3), (ours, theirs)
+    longer = top("look here and there", "red")  # the image's cells reused, the text after it at its positions
+    httpx.post(f"{daemon.url}/api/generate", json={"model": name, "keep_alive": 0}).raise_for_status()
+    assert np.allclose(longer, top("look here and there", "red"), atol=1e-4)  # a fresh runner (other batches)
+    assert evaluated[1] < evaluated[2] // 2  # the image came from the cache
+    assert not np.allclose(ours, top("look here", "blue"), atol=1e-3)
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})

@@ -350,7 +350,7 @@ def _gemma3_encoder(seed: int) -> dict[str, np.ndarray]:
 
 Shape = tuple[int, ...]
 _ARRAY_TYPES = {np.dtype(np.uint32): GGUFValueType.UINT32, np.dtype(np.int32): GGUFValueType.INT32,
-                np.dtype(bool): GGUFValueType.BOOL}
+                np.dtype(bool): GGUFValueType.BOOL, np.dtype(np.float32): GGUFValueType.FLOAT32}
 
 
 def _add_keys(w: GGUFWriter, arch: str, keys: dict[str, Any]) -> None:
@@ -469,8 +469,8 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
     """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
     every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
     expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
-    ``.bias``, and for Qwen 3.5 three M-RoPE sections, a multi-token-prediction layer (``mtp.*``) and a vision
-    tower (``v.*``) in the file."""
+    ``.bias``, and for Qwen 3.5 three M-RoPE sections and a multi-token-prediction layer (``mtp.*``) in the file
+    (its vision tower: :func:`qwen3vl_encoder`)."""
     assert layout in LAYOUTS and arch in ("qwen35", "qwen35moe", "qwen3next")
     ollama, qwen35 = layout == "ollama", arch.startswith("qwen35")
     e, n_layer, n_head, n_kv, head, conv = 64, 4, 4, 2, 16, 4
@@ -485,8 +485,6 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
         "@full_attention_interval": 4}
     if qwen35:
         keys["@rope.dimension_sections"] = np.array([2, 3, 3] if ollama else [2, 3, 3, 0], np.int32)
-    if ollama and qwen35:
-        keys["@vision.block_count"] = 1
     if ollama and arch == "qwen35moe":
         keys["@feed_forward_length"] = ff  # which llama.cpp's converter leaves out
     if arch == "qwen35":
@@ -502,12 +500,12 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
         tensors += (_attention(b, e, n_head, n_kv, head, gated=True) if il % 4 == 3
                     else _gated_delta_net(b, e, k_head, n_k, v_head, n_v, conv, fused=arch == "qwen3next"))
         tensors += _dense_ffn(b, e, ff) if arch == "qwen35" else _moe(b, e, n_exp, ff_exp, ff_exp)
-    extras = [("mtp.0.eh_proj.weight", (2 * e, e)), ("v.blk.0.attn_q.weight", (16, 16))] if qwen35 else []
+    extras = [("mtp.0.eh_proj.weight", (2 * e, e))] if qwen35 else []
     rng = np.random.default_rng(seed + 1)  # negative, as -exp(A_log): a state that decays, finite over long prompts
     decays = {f"blk.{il}.ssm_a": -np.exp(rng.standard_normal(n_v) * 0.3) for il in range(n_layer) if il % 4 != 3}
     return _tiny(path, arch, vocab_from, keys, tensors + extras, seed, pre="qwen35" if qwen35 else "qwen2",
                  rename=_renamer({".ssm_dt.bias": ".ssm_dt"}, ollama),
-                 skip=lambda name: not ollama and name.startswith(("mtp.", "v.")), given=decays)
+                 skip=lambda name: not ollama and name.startswith("mtp."), given=decays)
 
 
 def _llama_block(b: str, e: int, ff: int, n_head: int, n_kv: int, head: int) -> list[tuple[str, Shape]]:
@@ -668,8 +666,8 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
     """A two-layer Gemma 4 26B-A4B in small: sliding-window then global attention (proportional RoPE by
     ``rope_freqs``), each layer a dense FFN beside routed experts. llama.cpp's layout holds each expert's gate
     and up rows in one ``ffn_gate_up_exps`` and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds
-    gate and up apart, the scale as ``ffn_gate_inp.per_expert_scale``, tokenizer model ``llama``, and its vision
-    and audio encoders (``v.*``, ``a.*``) in the file."""
+    gate and up apart, the scale as ``ffn_gate_inp.per_expert_scale`` and tokenizer model ``llama`` (its vision
+    encoder: :func:`gemma4_encoder`)."""
     assert layout in LAYOUTS
     ollama = layout == "ollama"
     e, n_head, n_kv, head, ff, n_exp, ff_exp = 64, 4, 2, 16, 96, 4, 32
@@ -692,7 +690,6 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
                     (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), (b + "ffn_down_exps.scale", (n_exp,)),
                     (b + "pre_ffw_norm_2.weight", (e,)), (b + "post_ffw_norm_1.weight", (e,)),
                     (b + "post_ffw_norm_2.weight", (e,))]
-    tensors += [("v.blk.0.attn_q.weight", (16, 16)), ("a.blk.0.attn_q.weight", (16, 16))]
     rng = np.random.default_rng(seed + 1)
     experts: dict[str, np.ndarray] = {}
     for il in range(2):
@@ -700,5 +697,355 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
         experts |= ({f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up} if ollama
                     else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], axis=1)})
     return _tiny(path, "gemma4", vocab_from, keys, tensors, seed, tokenizer_model="llama" if ollama else "gemma4",
-                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama),
-                 skip=lambda name: not ollama and name.startswith(("v.", "a.")), given=experts)
+                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama), given=experts)
+
+
+# --- vision (and audio) encoders that Ollama's files carry inside the model file -----------------------------
+
+def qwen_vl(path: Path, vocab_from: Path, arch: str, seed: int = 35) -> Path:
+    """The language model of Qwen2.5-VL (``qwen2vl``: Qwen 2 with M-RoPE sections) or Qwen3-VL (``qwen3vl``: Qwen 3
+    with the sections Ollama's translation states and one deepstack layer), as llama.cpp lays them out."""
+    assert arch in ("qwen2vl", "qwen3vl")
+    qwen3 = arch == "qwen3vl"
+    e, ff, n_head, n_kv, head = (64, 96, 2, 1, 128) if qwen3 else (64, 96, 4, 2, 16)
+    keys: dict[str, Any] = {
+        "@block_count": 2, "@context_length": 1024, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.layer_norm_rms_epsilon": 1e-6,
+        "@rope.freq_base": 10000.0,
+        "@rope.dimension_sections": np.array([24, 20, 20, 0] if qwen3 else [2, 3, 3, 0], np.int32)}
+    if qwen3:
+        keys.update({"@attention.key_length": head, "@attention.value_length": head, "@n_deepstack_layers": 1})
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(2):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head, qk_norm=qwen3),
+                    (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff)]
+        if not qwen3:
+            tensors += [(b + "attn_q.bias", (n_head * head,)), (b + "attn_k.bias", (n_kv * head,)),
+                        (b + "attn_v.bias", (n_kv * head,))]
+    return _tiny(path, arch, vocab_from, keys, tensors, seed, pre="qwen2")
+
+
+class Encoder:
+    """A vision (and audio) encoder by llama.cpp's names and ``clip.*`` keys (its mmproj), and how Ollama's
+    converter lays the same weights out inside the model file: ``<arch>.*`` keys and its own tensor names."""
+
+    def __init__(self, projector_keys: dict[str, Any], ollama_keys: dict[str, Any], seed: int) -> None:
+        self.projector_keys, self.ollama_keys = projector_keys, ollama_keys
+        self.upstream: dict[str, np.ndarray] = {}  # llama.cpp's name -> data (numpy shape)
+        self.ollama: dict[str, np.ndarray] = {}  # Ollama's name -> data as its file holds it
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, name: str, *shape: int, ollama: str | None = None, scale: float = 0.2, norm: bool = False,
+            f16: bool = False) -> np.ndarray:
+        """A random tensor (numpy shape) under llama.cpp's ``name`` and Ollama's (``ollama``, default the same);
+        ``f16``: Ollama's file holds it in F16 (the projector in F32, so rounded through F16)."""
+        data = (self.rng.standard_normal(shape) * scale + (1.0 if norm else 0.0)).astype(np.float32)
+        if f16:
+            data = data.astype(np.float16).astype(np.float32)
+        self.upstream[name] = data
+        if ollama != "":
+            self.ollama[ollama or name] = data.astype(np.float16) if f16 else data
+        return data
+
+    def mmproj(self, path: Path) -> Path:
+        w = GGUFWriter(str(path), "clip")
+        _add_keys(w, "clip", self.projector_keys)
+        for name, data in self.upstream.items():
+            w.add_tensor(name, data)
+        return _finish(w, path)
+
+    def inside(self, language_model: Path, path: Path, arch: str, left_out: tuple[str, ...] = ()) -> Path:
+        """``language_model`` (llama.cpp's layout) with this encoder inside, as Ollama ships it: architecture
+        ``arch``, the language model's ``left_out`` keys (``@`` for its architecture) not written."""
+        header = read_gguf(language_model)
+        own = f"{header.architecture}."
+        skipped = {key.replace("@", own, 1) for key in left_out} | {  # a stand-in encoder's
+            key for key in header.metadata if key.startswith((f"{own}vision.", f"{own}audio."))}
+        w = GGUFWriter(str(path), arch)
+        for key, value in header.metadata.items():
+            if key != "general.architecture" and not key.startswith("GGUF.") and key not in skipped:
+                kind, item = header.value_types[key]
+                w.add_key_value(f"{arch}.{key[len(own):]}" if key.startswith(own) else key, value, GGUFValueType(kind),
+                                sub_type=None if item is None else GGUFValueType(item))
+        _add_keys(w, arch, self.ollama_keys)
+        from gguf import GGUFReader
+        for tensor in GGUFReader(str(language_model)).tensors:
+            if not tensor.name.startswith(("v.", "mm.", "a.")):
+                w.add_tensor(tensor.name, np.array(tensor.data), raw_dtype=tensor.tensor_type)
+        for name, data in self.ollama.items():
+            w.add_tensor(name, data)
+        return _finish(w, path)
+
+
+def _vit_block(enc: Encoder, b: str, hidden: int, ff: int, names: dict[str, str], qkv: str = "split",
+               gated: bool = False, bias_norm: bool = True) -> None:
+    """One ViT block under llama.cpp's names (``names``: Ollama's leaves for them). ``qkv="fused"``: llama.cpp
+    reads one QKV matrix that Ollama's file holds as three."""
+    def o(name: str) -> str:
+        for ours, theirs in names.items():
+            name = name.replace(ours, theirs)
+        return name
+
+    for norm in ("ln1", "ln2"):
+        enc.add(f"{b}{norm}.weight", hidden, ollama=o(f"{b}{norm}.weight"), norm=True)
+        if bias_norm:
+            enc.add(f"{b}{norm}.bias", hidden, ollama=o(f"{b}{norm}.bias"))
+    if qkv == "fused":
+        for kind, shape in (("weight", (hidden, hidden)), ("bias", (hidden,))):
+            parts = [enc.add(f"{b}attn_{x}.{kind}", *shape, ollama=f"{b}attn_{x}.{kind}") for x in "qkv"]
+            for x in "qkv":
+                del enc.upstream[f"{b}attn_{x}.{kind}"]
+            enc.upstream[f"{b}attn_qkv.{kind}"] = np.concatenate(parts, axis=0)
+    else:
+        for x in "qkv":
+            enc.add(f"{b}attn_{x}.weight", hidden, hidden)
+            enc.add(f"{b}attn_{x}.bias", hidden)
+    enc.add(f"{b}attn_out.weight", hidden, hidden, ollama=o(f"{b}attn_out.weight"))
+    enc.add(f"{b}attn_out.bias", hidden, ollama=o(f"{b}attn_out.bias"))
+    ups = ("ffn_gate", "ffn_up") if gated else ("ffn_up",)
+    for proj in ups:
+        enc.add(f"{b}{proj}.weight", ff, hidden, ollama=o(f"{b}{proj}.weight"))
+        enc.add(f"{b}{proj}.bias", ff, ollama=o(f"{b}{proj}.bias"))
+    enc.add(f"{b}ffn_down.weight", hidden, ff, ollama=o(f"{b}ffn_down.weight"))
+    enc.add(f"{b}ffn_down.bias", hidden, ollama=o(f"{b}ffn_down.bias"))
+
+
+def qwen25vl_encoder(n_embd: int = 64, seed: int = 37) -> Encoder:
+    """A two-block Qwen2.5-VL encoder (4-pixel patches in two frames, 2x2 merge, window attention then full)."""
+    hidden, ff, n_head, patch = 16, 32, 2, 4
+    vision = {"block_count": 2, "embedding_length": hidden, "attention.head_count": n_head, "patch_size": patch,
+              "spatial_merge_size": 2, "window_size": 16, "attention.layer_norm_epsilon": 1e-6, "num_channels": 3}
+    enc = Encoder({"@projector_type": "qwen2.5vl_merger", "@has_vision_encoder": True, "@use_silu": True,
+                   **{f"@vision.{k}": v for k, v in vision.items()}, "@vision.feed_forward_length": ff,
+                   "@vision.n_wa_pattern": 2, "@vision.image_size": 560, "@vision.projection_dim": n_embd,
+                   "@vision.image_mean": np.array([0.48145466, 0.4578275, 0.40821073], np.float32),
+                   "@vision.image_std": np.array([0.26862954, 0.26130258, 0.27577711], np.float32)},
+                  {**{f"@vision.{k}": v for k, v in vision.items()},
+                   "@vision.fullatt_block_indexes": np.array([1], np.int32)}, seed)
+    enc.add("v.patch_embd.weight", hidden, 3, patch, patch, ollama="v.patch_embd_0.weight", f16=True)
+    enc.add("v.patch_embd.weight.1", hidden, 3, patch, patch, ollama="v.patch_embd_1.weight", f16=True)
+    for block in range(2):
+        _vit_block(enc, f"v.blk.{block}.", hidden, ff, {}, gated=True, bias_norm=False)
+    enc.add("v.post_ln.weight", hidden, ollama="v.merger.ln_q.weight", norm=True)
+    enc.add("mm.0.weight", 4 * hidden, 4 * hidden, ollama="v.merger.mlp.0.weight")
+    enc.add("mm.0.bias", 4 * hidden, ollama="v.merger.mlp.0.bias")
+    enc.add("mm.2.weight", n_embd, 4 * hidden, ollama="v.merger.mlp.2.weight")
+    enc.add("mm.2.bias", n_embd, ollama="v.merger.mlp.2.bias")
+    return enc
+
+
+def qwen3vl_encoder(n_embd: int = 64, deepstack: bool = True, seed: int = 39) -> Encoder:
+    """A two-block Qwen3-VL encoder (Qwen 3.5's without the ``deepstack`` adapter after block 0): a learned
+    position grid of 8x8 patches, 4-pixel patches in two frames, 2x2 merge. Ollama's file holds the patch
+    embedding as one F16 Conv3D weight, Q, K and V apart, and Hugging Face's leaf names."""
+    hidden, ff, n_head, patch = 16, 32, 2, 4
+    vision = {"block_count": 2, "embedding_length": hidden, "attention.head_count": n_head, "patch_size": patch,
+              "spatial_merge_size": 2, "attention.layer_norm_epsilon": 1e-6, "num_channels": 3}
+    extra = {"temporal_patch_size": 2, "rope.freq_base": 10000.0} if deepstack else {}
+    pixels = {"image_min_pixels": 65536, "image_max_pixels": 16777216} if deepstack else {}
+    enc = Encoder({"@projector_type": "qwen3vl_merger", "@has_vision_encoder": True, "@use_gelu": True,
+                   **{f"@vision.{k}": v for k, v in {**vision, **extra, **pixels}.items()},
+                   "@vision.feed_forward_length": ff, "@vision.image_size": 8 * patch, "@vision.projection_dim": n_embd,
+                   "@vision.image_mean": np.array([0.5] * 3, np.float32),
+                   "@vision.image_std": np.array([0.5] * 3, np.float32),
+                   "@vision.is_deepstack_layers": np.array([deepstack, False])},
+                  {**{f"@vision.{k}": v for k, v in {**vision, **extra}.items()},
+                   **({"@vision.deepstack_visual_indexes": np.array([0], np.int32)} if deepstack else {})}, seed)
+    frames = [enc.add(f"v.patch_embd.weight{suffix}", hidden, 3, patch, patch, ollama="", f16=True)
+              for suffix in ("", ".1")]
+    enc.ollama["v.patch_embed.weight"] = np.stack(frames, axis=2).reshape(hidden * 3, 2, patch, patch).astype(np.float16)
+    enc.add("v.patch_embd.bias", hidden, ollama="v.patch_embed.bias")
+    enc.add("v.position_embd.weight", 64, hidden, ollama="v.pos_embed.weight")
+    names = {".ln1": ".norm1", ".ln2": ".norm2", ".ffn_up": ".mlp.linear_fc1", ".ffn_down": ".mlp.linear_fc2"}
+    for block in range(2):
+        _vit_block(enc, f"v.blk.{block}.", hidden, ff, names, qkv="fused")
+    enc.add("v.post_ln.weight", hidden, ollama="v.merger.norm.weight", norm=True)
+    enc.add("v.post_ln.bias", hidden, ollama="v.merger.norm.bias")
+    merged = 4 * hidden
+    for ours, theirs, rows in (("mm.0", "v.merger.linear_fc1", merged), ("mm.2", "v.merger.linear_fc2", n_embd)):
+        enc.add(f"{ours}.weight", rows, merged, ollama=f"{theirs}.weight")
+        enc.add(f"{ours}.bias", rows, ollama=f"{theirs}.bias")
+    if deepstack:
+        enc.add("v.deepstack.0.norm.weight", merged, ollama="v.deepstack_merger.0.norm.weight", norm=True)
+        enc.add("v.deepstack.0.norm.bias", merged, ollama="v.deepstack_merger.0.norm.bias")
+        for ours, theirs, rows in (("fc1", "linear_fc1", merged), ("fc2", "linear_fc2", n_embd)):
+            enc.add(f"v.deepstack.0.{ours}.weight", rows, merged, ollama=f"v.deepstack_merger.0.{theirs}.weight")
+            enc.add(f"v.deepstack.0.{ours}.bias", rows, ollama=f"v.deepstack_merger.0.{theirs}.bias")
+    return enc
+
+
+def glm4v_encoder(n_embd: int = 64, seed: int = 41) -> Encoder:
+    """A one-block GLM-OCR encoder (``glm4v``): RMS-normed ViT with 2D M-RoPE, a 2x2 downsampling convolution
+    and a SwiGLU merger. Ollama's file names the two patch-embedding frames ``_0``/``_1`` and keeps them in F16,
+    and states the merger's widths as ``intermediate_size`` and ``out_hidden_size``."""
+    hidden, ff, n_head, patch, merged_ff = 16, 32, 2, 4, 48
+    vision = {"block_count": 1, "embedding_length": hidden, "attention.head_count": n_head, "patch_size": patch,
+              "spatial_merge_size": 2, "image_size": 32}
+    enc = Encoder({"@projector_type": "glm4v", "@has_vision_encoder": True, "@use_silu": True,
+                   **{f"@vision.{k}": v for k, v in vision.items()}, "@vision.feed_forward_length": ff,
+                   "@vision.attention.layer_norm_epsilon": 1e-5, "@vision.projection_dim": n_embd,
+                   "@vision.image_mean": np.array([0.5] * 3, np.float32), "@vision.image_std": np.array([0.5] * 3, np.float32)},
+                  {**{f"@vision.{k}": v for k, v in vision.items()}, "@vision.intermediate_size": ff,
+                   "@vision.attention.layer_norm_rms_epsilon": 1e-5, "@vision.out_hidden_size": n_embd,
+                   "@vision.image_mean": np.array([0.5] * 3, np.float32), "@vision.image_std": np.array([0.5] * 3, np.float32)},
+                  seed)
+    enc.add("v.patch_embd.weight", hidden, 3, patch, patch, ollama="v.patch_embd_0.weight", f16=True)
+    enc.add("v.patch_embd.weight.1", hidden, 3, patch, patch, ollama="v.patch_embd_1.weight", f16=True)
+    enc.add("v.patch_embd.bias", hidden)
+    enc.add("v.post_conv_ln.weight", hidden, norm=True)
+    enc.add("v.position_embd.weight", 64, hidden)
+    b = "v.blk.0."
+    enc.add(b + "ln1.weight", hidden, norm=True)
+    enc.add(b + "attn_qkv.weight", 3 * hidden, hidden)
+    enc.add(b + "attn_qkv.bias", 3 * hidden)
+    enc.add(b + "attn_out.weight", hidden, hidden)
+    enc.add(b + "ln2.weight", hidden, norm=True)
+    for proj in ("ffn_gate", "ffn_up"):
+        enc.add(f"{b}{proj}.weight", ff, hidden)
+    enc.add(b + "ffn_down.weight", hidden, ff)
+    enc.add("v.post_ln.weight", hidden, norm=True)
+    enc.add("mm.patch_merger.weight", n_embd, hidden, 2, 2)
+    enc.add("mm.patch_merger.bias", n_embd)
+    enc.add("mm.model.fc.weight", n_embd, n_embd)
+    enc.add("mm.post_norm.weight", n_embd, norm=True)
+    enc.add("mm.post_norm.bias", n_embd)
+    for proj in ("mm.gate", "mm.up"):
+        enc.add(f"{proj}.weight", merged_ff, n_embd)
+    enc.add("mm.down.weight", n_embd, merged_ff)
+    return enc
+
+
+def gemma4_encoder(n_embd: int = 64, seed: int = 43) -> Encoder:
+    """A one-block Gemma 4 vision encoder (``gemma4v``: RMS-normed ViT with per-head Q/K norms, x and y
+    position tables, average pooling, a projection after an RMS norm), by llama.cpp's names in both layouts;
+    Ollama's file holds the patch embedding in F16 and leaves the image size and normalisation to defaults."""
+    hidden, ff, n_head, patch = 16, 32, 2, 4
+    vision = {"block_count": 1, "embedding_length": hidden, "feed_forward_length": ff, "attention.head_count": n_head,
+              "patch_size": patch, "attention.layer_norm_epsilon": 1e-6}
+    enc = Encoder({"@vision.projector_type": "gemma4v", "@has_vision_encoder": True,
+                   **{f"@vision.{k}": v for k, v in vision.items()}, "@vision.image_size": 224,
+                   "@vision.projection_dim": n_embd, "@vision.image_mean": np.array([0.0] * 3, np.float32),
+                   "@vision.image_std": np.array([1.0] * 3, np.float32)},
+                  {f"@vision.{k}": v for k, v in vision.items()}, seed)
+    enc.add("v.patch_embd.weight", hidden, 3, patch, patch, f16=True)
+    enc.add("v.position_embd.weight", 2, 256, hidden)
+    b = "v.blk.0."
+    for name, shape in (("ln1.weight", (hidden,)), ("attn_q.weight", (hidden, hidden)), ("attn_k.weight", (hidden, hidden)),
+                        ("attn_v.weight", (hidden, hidden)), ("attn_q_norm.weight", (hidden // n_head,)),
+                        ("attn_k_norm.weight", (hidden // n_head,)), ("attn_out.weight", (hidden, hidden)),
+                        ("ln2.weight", (hidden,)), ("ffn_gate.weight", (ff, hidden)), ("ffn_up.weight", (ff, hidden)),
+                        ("ffn_down.weight", (hidden, ff))):
+        enc.add(b + name, *shape, norm=name.endswith("norm.weight") or name.startswith("ln"))
+    enc.add("mm.input_projection.weight", n_embd, hidden)
+    return enc
+
+
+def vision_family(directory: Path, family: str) -> tuple[Path, Path, Path]:
+    """The upstream pair (language model, mmproj) and Ollama's one file of ``family``, the same weights."""
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = byte_vocabulary(directory / "vocab.gguf")
+    if family in ("qwen25vl", "qwen3vl", "llama4"):  # Ollama lays out these language models as llama.cpp does
+        model = (llama4(directory / "lm.gguf", vocab) if family == "llama4"
+                 else qwen_vl(directory / "lm.gguf", vocab, "qwen2vl" if family == "qwen25vl" else "qwen3vl"))
+        language_in_ollama_layout = model
+    else:
+        builder = {"qwen35": lambda path, **kw: qwen_hybrid(path, vocab, "qwen35", **kw),
+                   "glmocr": lambda path, **kw: glm_ocr(path, vocab, **kw),
+                   "gemma4": lambda path, **kw: gemma4(path, vocab, **kw)}[family]
+        model = builder(directory / "lm.gguf")
+        language_in_ollama_layout = builder(directory / "lm-ollama.gguf", layout="ollama")
+    encoder = {"qwen25vl": qwen25vl_encoder, "qwen3vl": qwen3vl_encoder,
+               "qwen35": lambda: qwen3vl_encoder(deepstack=False),
+               "glmocr": glm4v_encoder, "gemma4": gemma4_encoder, "llama4": llama4_encoder}[family]()
+    left_out: tuple[str, ...] = ()
+    if family == "qwen25vl":  # Ollama's file states three M-RoPE sections under its own key
+        encoder.ollama_keys["@rope.mrope_section"] = np.array([2, 3, 3], np.int32)
+        left_out = ("@rope.dimension_sections",)
+    elif family == "qwen3vl":  # the sections and the deepstack count are the translation's
+        left_out = ("@rope.dimension_sections", "@n_deepstack_layers")
+    one = encoder.inside(language_in_ollama_layout, directory / "one.gguf", family, left_out)
+    return model, encoder.mmproj(directory / "mmproj.gguf"), one
+
+
+def libmtmd_logits(model: Path, projector: Path, prompt: str, rgb: bytes, width: int, height: int) -> np.ndarray:
+    """The next-token logits after ``prompt`` with one image (RGB bytes) at its ``<__media__>`` marker, as
+    llama-cpp-python's libmtmd path computes them (libmtmd lays out M-RoPE positions itself)."""
+    import ctypes
+
+    import llama_cpp
+    import llama_cpp.mtmd_cpp as mtmd
+
+    llm = llama_cpp.Llama(str(model), n_ctx=512, n_batch=512, n_threads=1, verbose=False)
+    params = mtmd.mtmd_context_params_default()
+    params.use_gpu, params.n_threads, params.warmup, params.media_marker = False, 1, False, b"<__media__>"
+    ctx = mtmd.mtmd_init_from_file(str(projector).encode(), llm.model, params)
+    assert ctx, f"libmtmd refused {projector}"
+    bitmap = mtmd.mtmd_bitmap_init(width, height, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
+    chunks = mtmd.mtmd_input_chunks_init()
+    try:
+        text = prompt.encode()
+        inp = mtmd.mtmd_input_text()
+        inp.text, inp.text_len, inp.add_special, inp.parse_special = text, len(text), True, True
+        assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap), 1) == 0
+        n_past = llama_cpp.llama_pos(0)
+        assert mtmd.mtmd_helper_eval_chunks(ctx, llm.ctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) == 0
+        n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(llm.model))
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).copy()
+    finally:
+        mtmd.mtmd_input_chunks_free(chunks)
+        mtmd.mtmd_bitmap_free(bitmap)
+        mtmd.mtmd_free(ctx)
+        llm.close()
+
+
+def llama4(path: Path, vocab_from: Path, seed: int = 45) -> Path:
+    """A four-layer Llama 4 (every layer routed experts beside a shared one; chunked attention, the fourth layer
+    global and without RoPE: llama.cpp's step, whose attention-temperature input needs such a layer)
+    as llama.cpp lays it out; Ollama's file is the same with the encoder inside (:func:`llama4_encoder`)."""
+    e, n_head, n_kv, head, n_exp, ff_exp = 64, 4, 2, 16, 4, 32
+    keys: dict[str, Any] = {
+        "@block_count": 4, "@context_length": 1024, "@embedding_length": e, "@feed_forward_length": ff_exp,
+        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
+        "@attention.value_length": head, "@rope.dimension_count": head, "@attention.layer_norm_rms_epsilon": 1e-5,
+        "@rope.freq_base": 500000.0, "@expert_count": n_exp, "@expert_used_count": 1,
+        "@expert_feed_forward_length": ff_exp, "@interleave_moe_layer_step": 1}
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
+                                        ("output.weight", (e, -1))]
+    for il in range(4):
+        b = f"blk.{il}."
+        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head, qk_norm=False),
+                    (b + "ffn_norm.weight", (e,)), (b + "ffn_gate_inp.weight", (e, n_exp)),
+                    (b + "ffn_gate_exps.weight", (e, ff_exp, n_exp)), (b + "ffn_up_exps.weight", (e, ff_exp, n_exp)),
+                    (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), *_shared_expert(b, e, ff_exp)]
+    return _tiny(path, "llama4", vocab_from, keys, tensors, seed, pre="llama4")
+
+
+def llama4_encoder(n_embd: int = 64, seed: int = 47) -> Encoder:
+    """A one-block Llama 4 encoder (an unfolding patch projection, a [CLS] token, learned positions and 2D RoPE,
+    a pixel shuffle by 2, a two-layer adapter and the projection). Ollama's file names its parts as Hugging
+    Face does (``v.patch_embedding``, ``v.positional_embedding_vlm``, ``mm.linear_1``, ...)."""
+    hidden, ff, n_head, patch, side, adapter = 16, 32, 2, 4, 8, 24
+    vision = {"block_count": 1, "embedding_length": hidden, "feed_forward_length": ff, "attention.head_count": n_head,
+              "image_size": side * patch, "patch_size": patch}
+    enc = Encoder({"@projector_type": "llama4", "@vision.projector_type": "llama4", "@has_vision_encoder": True,
+                   "@use_gelu": True, **{f"@vision.{k}": v for k, v in vision.items()},
+                   "@vision.attention.layer_norm_epsilon": 1e-5, "@vision.projection_dim": n_embd,
+                   "@vision.projector.scale_factor": 2, "@vision.image_mean": np.array([0.5] * 3, np.float32),
+                   "@vision.image_std": np.array([0.5] * 3, np.float32)},
+                  {**{f"@vision.{k}": v for k, v in vision.items()}, "@vision.layer_norm_epsilon": 1e-5,
+                   "@vision.pixel_shuffle_ratio": 0.5}, seed)
+    enc.add("v.patch_embd.weight", hidden, 3 * patch * patch, ollama="v.patch_embedding.weight")
+    enc.add("v.class_embd", hidden, ollama="v.class_embedding")
+    enc.add("v.position_embd.weight", side * side + 1, hidden, ollama="v.positional_embedding_vlm")
+    enc.add("v.pre_ln.weight", hidden, ollama="v.layernorm_pre.weight", norm=True)
+    enc.add("v.pre_ln.bias", hidden, ollama="v.layernorm_pre.bias")
+    enc.add("v.post_ln.weight", hidden, ollama="v.layernorm_post.weight", norm=True)
+    enc.add("v.post_ln.bias", hidden, ollama="v.layernorm_post.bias")
+    _vit_block(enc, "v.blk.0.", hidden, ff, {".attn_out": ".attn_output", ".ln1": ".attn_norm", ".ln2": ".ffn_norm",
+                                             ".ffn_up": ".mlp.fc1", ".ffn_down": ".mlp.fc2"})
+    enc.add("mm.model.mlp.1.weight", adapter, 4 * hidden, ollama="v.vision_adapter.mlp.fc1.weight")
+    enc.add("mm.model.mlp.2.weight", adapter, adapter, ollama="v.vision_adapter.mlp.fc2.weight")
+    enc.add("mm.model.fc.weight", n_embd, adapter, ollama="mm.linear_1.weight")
+    return enc

@@ -22,7 +22,7 @@ OSLO = ("get_time", {"city": "Oslo"})
 
 @dataclass(frozen=True)
 class Family:
-    name: str  # Ollama's PARSER name of the format
+    name: str  # Ollama's PARSER name of the format (a variant after a dash: granite-3.3)
     template: str  # Go TEMPLATE in the family's format
     think_answer: str | None  # the model's text for thinking "Plan it." then the answer "Hello there."
     one_call: str  # the model's text for PARIS (after thinking, where the family thinks)
@@ -187,6 +187,17 @@ value
 {{ end }}<|start_of_role|>assistant<|end_of_role|>''',
         None,
         '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
+        '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+        '{"name": "get_time", "arguments": {"city": "Oslo"}}]',
+    ),
+    Family(
+        "granite-3.3",  # Granite 3.3 (PARSER granite): thinks when asked, <think> ... </think><response> ... </response>
+        '''{{ if .Think }}<|start_of_role|>system<|end_of_role|>Your thinking process should be enclosed within <think> </think> tags, and then the response within <response> </response> tags.<|end_of_text|>
+{{ end }}{{ if .Tools }}<|start_of_role|>available_tools<|end_of_role|>{{ json .Tools }}<|end_of_text|>
+{{ end }}{{ range .Messages }}<|start_of_role|>{{ .Role }}<|end_of_role|>{{ .Content }}{{ if .ToolCalls }}<|tool_call|>{{ json .ToolCalls }}{{ end }}<|end_of_text|>
+{{ end }}<|start_of_role|>assistant<|end_of_role|>''',
+        "<think>Plan it.</think><response>Hello there.</response>",
+        '<think>Plan it.</think><|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
         '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
         '{"name": "get_time", "arguments": {"city": "Oslo"}}]',
     ),

@@ -105,6 +105,13 @@ def test_jinja_templates_get_enable_thinking_and_reasoning_effort(think, expecte
     assert chat([USER], jinja=JINJA_VALUES, think=think) == expected
 
 
+def test_granite_templates_get_their_thinking_switch() -> None:
+    """Granite 3.2/3.3's templates ask for thinking by a ``thinking`` variable."""
+    source = "{% if thinking %}Enclose your thinking in <think> </think>.{% else %}Answer.{% endif %}"
+    assert chat([USER], jinja=source, think=True) == "Enclose your thinking in <think> </think>."
+    assert chat([USER], jinja=source, think=False) == chat([USER], jinja=source) == "Answer."
+
+
 def test_jinja_assistant_messages_carry_reasoning_content() -> None:
     source = ("{% for m in messages %}{{ m.role }}:{% if m.reasoning_content is string %}"
               "<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.thinking | default('') }}/{{ m.content }};"
@@ -124,6 +131,8 @@ def test_jinja_assistant_messages_carry_reasoning_content() -> None:
     ("{% set c = m.content.split('</think>')[-1] %}", DEFAULT_TAGS),
     ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}", None),
     ("<think> only opens", None),
+    ("{% if thinking %}Here is my thought process: ... Here is my response: ...{% endif %}",  # Granite 3.2
+     ("Here is my thought process:", "Here is my response:")),
 ])
 def test_jinja_thinking_tags(source: str, tags) -> None:
     assert jinja_thinking_tags(source) == tags
