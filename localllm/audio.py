@@ -191,8 +191,9 @@ def wav_samples(raw: bytes, what: str = "audio") -> tuple[np.ndarray, int]:
 
 
 def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
-    """Mono float samples in [-1, 1] as a 16-bit PCM WAV file."""
-    pcm = (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+    """Mono float samples in [-1, 1] as a 16-bit PCM WAV file (the scale :func:`wav_samples` reads 16 bits
+    with, so a 16-bit file read and written again is the same file)."""
+    pcm = np.clip(np.round(samples * 32768.0), -32768, 32767).astype("<i2").tobytes()
     header = struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + len(pcm), b"WAVE", b"fmt ", 16, _WAV_PCM, 1, rate,
                          rate * 2, 2, 16, b"data", len(pcm))
     return header + pcm

@@ -7,29 +7,20 @@ from pathlib import Path
 
 import pytest
 from support.audio import flac, tone, wav
-from support.cli import CliEnv
+from support.cli import CliEnv, cli_with_models
+from support.fixtures import with_projector
 
 from localllm.cli.image_paths import extract_images
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, audio_projector_path: Path) -> Iterator[CliEnv]:
-    cli = CliEnv(tmp_path_factory.mktemp("cli-audio"))
-    process = cli.start_daemon()
-    (cli.root / "Modelfile").write_text(
-        f"FROM {smollm2_path}\nFROM {audio_projector_path}\nPARAMETER temperature 0\nPARAMETER num_predict 12\n"
-        'TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}'
-        '<|im_start|>assistant\n"""\n')
-    created = cli.run("create", "listener", "-f", "Modelfile")
-    assert created.returncode == 0, created.stderr
-    (cli.root / "Plainfile").write_text(f"FROM {smollm2_path}\n")
-    assert cli.run("create", "plain", "-f", "Plainfile").returncode == 0
-    (cli.root / "low.wav").write_bytes(wav(tone(300, 12)))
-    (cli.root / "high tone.flac").write_bytes(flac(tone(3000, 12)))
-    (cli.root / "notes.wav").write_text("shopping: milk, eggs")
-    yield cli
-    process.terminate()
-    cli.kill_daemons()
+    with cli_with_models(tmp_path_factory.mktemp("cli-audio"), plain=f"FROM {smollm2_path}\n",
+                         listener=with_projector(audio_projector_path, temperature=0, num_predict=12)) as cli:
+        (cli.root / "low.wav").write_bytes(wav(tone(300, 12)))
+        (cli.root / "high tone.flac").write_bytes(flac(tone(3000, 12)))
+        (cli.root / "notes.wav").write_text("shopping: milk, eggs")
+        yield cli
 
 
 def test_run_sends_the_audio_a_prompt_names(env: CliEnv) -> None:
