@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
-from support.audio import flac, tone, wav
-from support.cli import CliEnv, cli_with_models
+from support.audio import flac, silence, tone, wav
+from support.cli import CliEnv, PtySession, cli_with_models
 from support.fixtures import with_projector
 
 from localllm.cli.image_paths import extract_images
@@ -20,6 +21,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, audio_proj
         (cli.root / "low.wav").write_bytes(wav(tone(300, 12)))
         (cli.root / "high tone.flac").write_bytes(flac(tone(3000, 12)))
         (cli.root / "notes.wav").write_text("shopping: milk, eggs")
+        (cli.root / "talk.flac").write_bytes(flac(np.concatenate([tone(300, 28), silence(1.5), tone(3000, 10)])))
         yield cli
 
 
@@ -48,6 +50,28 @@ def test_transcribe_prints_the_text_or_subtitles(env: CliEnv) -> None:
     assert missing.returncode == 1 and "cannot read missing.wav" in missing.stderr
     deaf = env.run("transcribe", "plain", "low.wav")
     assert deaf.returncode == 1 and "'plain:latest' does not support audio" in deaf.stderr
+
+
+@pytest.mark.slow  # two pieces of a 40 s recording, each read three times
+def test_transcribe_draws_a_bar_on_a_terminal_and_nothing_elsewhere(env: CliEnv) -> None:
+    def plain_run() -> str:
+        result = env.run("transcribe", "listener", "talk.flac", timeout=600)
+        assert result.returncode == 0 and result.stderr == "", result.stderr  # no bar, no spinner: stderr is a pipe
+        assert result.stdout.strip() and result.stdout.endswith("\n")
+        return result.stdout
+
+    plain_run()  # cold; the runs compared below continue from the prefix cache (see test_transcription_api.py)
+    session = PtySession(env, "transcribe", "listener", "talk.flac")
+    try:
+        session.expect(r"Transcribing talk\.flac.*\b0/40 s", timeout=120)  # the bar shows before the first piece
+        session.expect(r"Transcribing talk\.flac.*\b(28|29|30)/40 s", timeout=300)  # the first piece, cut at the silence
+        assert session.wait(timeout=300) == 0
+    finally:
+        session.close()
+    assert "40/40 s" in session.seen
+    words = plain_run().split()
+    shown = session.seen.split()
+    assert all(word in shown for word in words), (words, session.seen[-2000:])  # the text, above the bar
 
 
 def test_only_a_model_that_hears_takes_audio_paths(tmp_path: Path) -> None:
