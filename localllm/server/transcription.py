@@ -250,6 +250,10 @@ class _Transcriber:
                      self.model.name.display, 100 * self.cuts[index].start / self.cuts[-1].end, self.cuts[-1].end)
         return await self.state.chat.open(self.state.chat.prepare(self._turn(index)))
 
+    def _start(self, index: int) -> float:
+        """Where the text of piece ``index`` starts: where the previous piece ends, where the two overlap."""
+        return max(self.cuts[index].start, self.cuts[index - 1].end) if index else self.cuts[0].start
+
     def _count(self, final: Final | None) -> None:
         if final is not None:
             self.prompt_tokens += final.prompt_tokens
@@ -264,8 +268,7 @@ class _Transcriber:
             if index and self.cuts[index - 1].overlaps_next:
                 text = _after_overlap(segments[-1].text, text)
             logprobs = answer.final.logprobs if answer.final else []
-            segments.append(Segment(piece.start if not segments else max(piece.start, segments[-1].end), piece.end,
-                                    text, (answer.final.context[-answer.final.completion_tokens:]
+            segments.append(Segment(self._start(index), piece.end, text, (answer.final.context[-answer.final.completion_tokens:]
                                            if answer.final and answer.final.completion_tokens else []),
                                     (sum(e["logprob"] for e in logprobs) / len(logprobs)) if logprobs else None))
         return segments
@@ -305,7 +308,7 @@ class _Transcriber:
                 chunk = (" " if sent and not started else "") + rest
                 sent += chunk
                 yield sse({"type": "transcript.text.delta", "delta": chunk})
-            yield sse({"type": "transcript.text.segment", "id": f"seg_{index}", "start": round(piece.start, 3),
+            yield sse({"type": "transcript.text.segment", "id": f"seg_{index}", "start": round(self._start(index), 3),
                        "end": round(piece.end, 3), "text": sent[before:].strip()})
         yield sse({"type": "transcript.text.done", "text": sent.strip(), "usage": self.usage()})
 
@@ -327,7 +330,7 @@ def _after_overlap(before: str, text: str) -> str:
     return text
 
 
-def _rendered(body: SpeechRequest, segments: list[Segment], duration: float | None):
+def _rendered(body: SpeechRequest, segments: list[Segment], duration: float):
     text = " ".join(s.text for s in segments if s.text).strip()
     if body.response_format == "text":
         return PlainTextResponse(text + "\n")
@@ -338,7 +341,7 @@ def _rendered(body: SpeechRequest, segments: list[Segment], duration: float | No
         return JSONResponse({"text": text})
     language = "english" if body.translate else LANGUAGES.get(body.language, body.language).lower()
     verbose = {"task": "translate" if body.translate else "transcribe", "language": language or None,
-               "duration": round(duration, 3) if duration is not None else None, "text": text,
+               "duration": round(duration, 3), "text": text,
                "segments": [_segment_object(i, s, body.temperature) for i, s in enumerate(segments)]}
     return JSONResponse({k: v for k, v in verbose.items() if v is not None})  # no language given
 

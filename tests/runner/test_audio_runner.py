@@ -11,8 +11,10 @@ import llama_cpp
 import llama_cpp.mtmd_cpp as mtmd
 import numpy as np
 import pytest
-from support.audio import b64, flac, silence, tone, wav
+from support.audio import b64, flac, mpeg_audio, silence, tone, wav
 from support.runner import chat_prompt, running_runner, runner_threads
+
+from localllm.audio import wav_samples
 
 MARKER = "<__media__>"
 QUESTION = "What do you hear? Answer in one word."
@@ -104,8 +106,28 @@ def test_a_clips_windows_are_cached_and_never_confused(hearing_runner):
     assert len(runs) == 250 and runs[:125] != runs[125:]  # two windows: two runs of placeholders, not one twice
 
 
+def test_audio_decodes_any_container_as_the_projector_hears_it(hearing_runner):
+    signal = tone(300, 2.0)
+    with hearing_runner.client() as c:
+        heard = {name: c.post("/audio", content=audio) for name, audio in
+                 (("wav", wav(signal)), ("flac", flac(signal)), ("44.1 kHz stereo", wav(tone(300, 2.0, 44100), 44100, 2)),
+                  ("mp3", mpeg_audio(0, 2.0)))}
+        refused = [c.post("/audio", content=audio) for audio in (b"", b"%PDF-1.7", mpeg_audio(0, 1)[:40])]
+    for name, answer in heard.items():
+        assert answer.status_code == 200 and answer.headers["content-type"] == "audio/wav", (name, answer.text)
+        samples, rate = wav_samples(answer.content)
+        assert rate == 16000 and abs(len(samples) - 32000) <= 400, (name, len(samples))  # 2 s at the projector's rate
+    assert wav_samples(heard["wav"].content)[0].tolist() == wav_samples(wav(signal))[0].tolist()
+    assert heard["flac"].content == heard["wav"].content
+    assert [r.status_code for r in refused] == [400] * 3
+    assert "empty" in refused[0].json()["error"] and "not a WAV, MP3 or FLAC" in refused[1].json()["error"]
+    assert "could not be decoded" in refused[2].json()["error"]
+
+
 def test_audio_to_a_runner_whose_projector_only_sees_is_400(smollm2_path, projector_path):
     with running_runner(smollm2_path, "--projector", str(projector_path), "--ctx", "256", "--parallel", "1",
                         "--threads", runner_threads()) as runner, runner.client() as c:
         r = c.post("/completion", json={"prompt": chat_prompt(MARKER + "hi"), "images": [b64(wav(silence(1)))]})
+        decoded = c.post("/audio", content=wav(silence(1)))
     assert r.status_code == 400 and "takes images, not audio" in r.json()["error"], r.text
+    assert decoded.status_code == 400 and "does not hear" in decoded.json()["error"], decoded.text
