@@ -326,9 +326,9 @@ def transcribe(
     except OSError as exc:
         raise DaemonError(f"cannot read {file}: {exc.strerror or exc}") from None
     seconds = _recording_seconds(audio) if format == "text" else 0.0  # only a stream tells how far it got
-    bar = SecondsBar(f"Transcribing {file.name}", seconds) if seconds > WINDOW_SECONDS else None
-    text_above_bar = bar is not None and bar.shown and sys.stdout.isatty()  # a piece a line, not word by word
     with connect() as client:
+        bar = SecondsBar(f"Transcribing {file.name}", seconds) if seconds > WINDOW_SECONDS else None
+        text_above_bar = bar is not None and bar.shown and sys.stdout.isatty()  # a piece a line, not word by word
         spinner = Spinner("Transcribing" if bar is None or not bar.shown else None)
         try:
             for event in client.transcribe(model, audio, file.name, response_format=format,
