@@ -86,14 +86,21 @@ def test_a_recording_longer_than_the_context_is_cut_at_its_silences(oai, hearing
     assert verbose.text == " ".join(s.text for s in verbose.segments)
     log = hearing.log_path.read_bytes()[logged:].decode(errors="replace")
     assert all(f"transcribe: window {i}/3 of {SMALL}:latest" in log for i in (1, 2, 3)), log[-2000:]
-    events = list(transcribe(oai, recording, f"talk.{container}", model=SMALL, stream=True))
-    segments = [(e.start, e.end, e.text) for e in events if e.type == "transcript.text.segment"]
-    assert [end for _, end, _ in segments] == [end for _, end in spans]  # a segment event as each piece ends
-    assert events[-1].text == " ".join(text for _, _, text in segments if text)
     with pytest.raises(openai.BadRequestError, match="context length of 512"):  # whole, it does not fit
         oai.chat.completions.create(model=SMALL, messages=[{"role": "user", "content": [
             {"type": "input_audio", "input_audio": {"data": base64.b64encode(recording).decode(),
                                                     "format": container}}]}])
+
+
+@pytest.mark.slow  # three pieces, each a clip through the encoder and an answer
+def test_a_long_recording_streams_a_segment_event_as_each_piece_ends(oai):
+    events = list(transcribe(oai, long_recording("flac"), "talk.flac", model=SMALL, stream=True))
+    segments = [(e.id, e.start, e.end, e.text) for e in events if e.type == "transcript.text.segment"]
+    assert [s[0] for s in segments] == ["seg_0", "seg_1", "seg_2"] and segments[0][1] == 0.0
+    assert 28.0 <= segments[0][2] <= 29.5 and segments[1][1] == segments[0][2] and segments[2][2] == 68.0
+    deltas = "".join(e.delta for e in events if e.type == "transcript.text.delta")
+    assert events[-1].type == "transcript.text.done" and events[-1].text == deltas.strip()
+    assert events[-1].text == " ".join(text for *_, text in segments if text)
 
 
 def test_translations_answer_in_text(oai):
