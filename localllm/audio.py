@@ -6,9 +6,10 @@ adds what a server needs before a stranger's file reaches that decoder: the
 container told apart by its first bytes (as libmtmd tells audio from images),
 its header read and bounded (a sample rate of zero or four billion, a
 thousand channels, a WAV whose data chunk runs past the file's end), and one
-error type whose message names the problem. WAV, which the standard library
-can read, is also decoded here into samples (:func:`wav_samples`) for the
-transcription endpoints, which cut long recordings at silences.
+error type whose message names the problem. WAV is also read here into samples
+(:func:`wav_samples`): the transcription endpoints have the model's runner decode
+any container into a WAV at the projector's rate, and cut that at silences
+(:func:`pieces`).
 
 Audio travels where images do (Ollama's ``images`` field carries both, and so
 do our requests to the runner): :mod:`localllm.media` tells them apart.
@@ -26,6 +27,7 @@ MAX_BYTES = 256 << 20  # of an encoded clip: an hour of 16 kHz 16-bit WAV is 115
 MAX_SECONDS = 2 * 3600  # of audio in one request (a chat's clip, or a file to transcribe)
 MIN_RATE, MAX_RATE = 1000, 384_000  # samples a second a header may claim
 MAX_CHANNELS = 8
+WINDOW_SECONDS = 30.0  # the longest piece a long recording is cut into: a Whisper-style encoder's window
 FORMATS = {"wav": "WAV", "mp3": "MP3", "flac": "FLAC"}  # OpenAI's input_audio ``format`` names
 MEDIA_TYPES = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/vnd.wave": "wav",
                "audio/mpeg": "mp3", "audio/mp3": "mp3", "audio/flac": "flac", "audio/x-flac": "flac"}
@@ -54,7 +56,7 @@ class AudioClip:
     container: str  # "wav", "mp3" or "flac"
     sample_rate: int
     channels: int
-    seconds: float | None  # None where the header does not say (MP3)
+    seconds: float | None  # None where a FLAC header does not say
     digest: str  # sha256 of the file: equal clips share KV, different ones never
 
 
@@ -189,8 +191,9 @@ def wav_samples(raw: bytes, what: str = "audio") -> tuple[np.ndarray, int]:
 
 
 def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
-    """Mono float samples in [-1, 1] as a 16-bit PCM WAV file."""
-    pcm = (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+    """Mono float samples in [-1, 1] as a 16-bit PCM WAV file (the scale :func:`wav_samples` reads 16 bits
+    with, so a 16-bit file read and written again is the same file)."""
+    pcm = np.clip(np.round(samples * 32768.0), -32768, 32767).astype("<i2").tobytes()
     header = struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + len(pcm), b"WAVE", b"fmt ", 16, _WAV_PCM, 1, rate,
                          rate * 2, 2, 16, b"data", len(pcm))
     return header + pcm
@@ -199,19 +202,32 @@ def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
 # --- MP3 and FLAC headers -------------------------------------------------------------
 
 
-def _mp3_header(raw: bytes) -> tuple[int, int, None]:
-    """The first MPEG audio frame's rate and channels, after an ID3v2 tag; its successor must follow it."""
+def _mp3_header(raw: bytes) -> tuple[int, int, float]:
+    """The first MPEG audio frame's rate and channels (after an ID3v2 tag), and the length of the frames
+    that follow one another from there (a decoder stops where they stop: at a trailing tag, or junk).
+    One frame can look like a header by chance; two in a row do not."""
     pos = 0
     if raw[:3] == b"ID3":
         size = raw[6] << 21 | raw[7] << 14 | raw[8] << 7 | raw[9]
         pos = 10 + size + (10 if raw[5] & 0x10 else 0)
-    rate, channels, length = _mp3_frame(raw, pos)
-    if pos + length + 4 <= len(raw):  # one frame can look like a header by chance; two in a row do not
+    rate, channels, length, samples = _mp3_frame(raw, pos)
+    if pos + length + 4 <= len(raw):
         _mp3_frame(raw, pos + length)
-    return rate, channels, None
+    total, limit = 0, MAX_SECONDS * rate  # past the limit the count stops: the length check refuses it anyway
+    while total <= limit:
+        total += samples
+        pos += length
+        if pos + 4 > len(raw):
+            break
+        try:
+            _, _, length, samples = _mp3_frame(raw, pos)
+        except AudioError:
+            break
+    return rate, channels, total / rate
 
 
-def _mp3_frame(raw: bytes, pos: int) -> tuple[int, int, int]:
+def _mp3_frame(raw: bytes, pos: int) -> tuple[int, int, int, int]:
+    """The MPEG audio frame at ``pos``: its rate, channels, length in bytes and samples."""
     if pos + 4 > len(raw):
         raise AudioError("its MP3 data ends before the first frame: the file is empty or truncated")
     header = struct.unpack_from(">I", raw, pos)[0]
@@ -224,11 +240,12 @@ def _mp3_frame(raw: bytes, pos: int) -> tuple[int, int, int]:
     kbps = _MP3_BITRATES_KBPS[(version == 3, layer)][bitrate_index - 1]
     padding = (header >> 9) & 1
     if layer == 1:
-        length = (12 * kbps * 1000 // rate + padding) * 4
+        length, samples = (12 * kbps * 1000 // rate + padding) * 4, 384
     else:
-        length = (144 if version == 3 or layer == 2 else 72) * kbps * 1000 // rate + padding
+        per_frame = 144 if version == 3 or layer == 2 else 72
+        length, samples = per_frame * kbps * 1000 // rate + padding, per_frame * 8
     channels = 1 if (header >> 6) & 3 == 3 else 2
-    return rate, channels, length
+    return rate, channels, length, samples
 
 
 def _flac_header(raw: bytes) -> tuple[int, int, float | None]:
@@ -258,26 +275,35 @@ class Piece:
     overlaps_next: bool
 
 
-def pieces(samples: np.ndarray, rate: int, window: float = 30.0, search: float = 5.0,
+def pieces(samples: np.ndarray, rate: int, window: float = WINDOW_SECONDS, search: float = 5.0,
            overlap: float = 1.0) -> list[Piece]:
     """``samples`` cut into pieces of at most ``window`` seconds, each cut at the quietest 50 ms of
     the last ``search`` seconds before the window ends. Where even that is not quiet (speech runs
     through), the cut goes at the window's end and the next piece starts ``overlap`` seconds
     earlier, so no word is lost in the cut; the caller stitches the overlapping texts."""
     total = len(samples) / rate
-    frame = max(1, rate // 20)
-    energy = np.sqrt(np.convolve(samples.astype(np.float64) ** 2, np.ones(frame) / frame, mode="same"))
-    quiet = max(float(energy.max()) * 0.03, 1e-4)  # 30 dB under the loudest stretch, or plain silence
+    step = max(1, rate // 100)
+    energy = _loudness(samples, step)  # a value each step (10 ms)
+    steps = rate / step  # a second's steps
+    quiet = max(float(energy.max(initial=0.0)) * 0.03, 1e-4)  # 30 dB under the loudest stretch, or plain silence
     result: list[Piece] = []
     start = 0.0
     while total - start > window:
-        lo, hi = int((start + window - search) * rate), int((start + window) * rate)
+        lo, hi = int((start + window - search) * steps), int((start + window) * steps)
         at = lo + int(np.argmin(energy[lo:hi]))
         if energy[at] <= quiet:
-            result.append(Piece(start, at / rate, False))
-            start = at / rate
+            result.append(Piece(start, at / steps, False))
+            start = at / steps
         else:
             result.append(Piece(start, start + window, True))
             start = start + window - overlap
     result.append(Piece(start, total, False))
     return result
+
+
+def _loudness(samples: np.ndarray, step: int) -> np.ndarray:
+    """The RMS level of ``samples`` over five steps around each ``step`` samples (an hour's
+    recording in a few megabytes, with no copy of the samples)."""
+    frames = samples[: len(samples) // step * step].reshape(-1, step)
+    power = np.einsum("ij,ij->i", frames, frames, dtype=np.float64) / step
+    return np.sqrt(np.convolve(power, np.ones(5) / 5, mode="same"))

@@ -198,9 +198,11 @@ class Client:
         return self._stream("/api/chat", body)
 
     def transcribe(self, model: str, audio: bytes, filename: str, *, response_format: str = "text",
-                   language: str = "", prompt: str = "", translate: bool = False) -> Iterator[str]:
-        """``POST /v1/audio/transcriptions`` (or ``translations``): the text as it streams (response_format
-        text), or the whole body once (json, srt, vtt, verbose_json)."""
+                   language: str = "", prompt: str = "", translate: bool = False) -> Iterator[dict[str, Any]]:
+        """``POST /v1/audio/transcriptions`` (or ``translations``). With response_format text, OpenAI's stream
+        events as they come: ``transcript.text.delta`` (``delta``), ``transcript.text.segment`` after each piece
+        of the recording (``start``, ``end``, ``text``), ``transcript.text.done``; with json, srt, vtt or
+        verbose_json, one ``transcript.text.done`` whose ``text`` is the whole body."""
         fields = {"model": model, "response_format": response_format, "prompt": prompt,
                   **({"language": language} if language and not translate else {})}
         stream = response_format == "text"
@@ -213,13 +215,11 @@ class Client:
                 if response.status_code >= 400:
                     raise APIError(_error_message(response), response.status_code)
                 if not stream:
-                    yield response.read().decode()
+                    yield {"type": "transcript.text.done", "text": response.read().decode()}
                     return
                 for line in response.iter_lines():
                     if line.startswith("data: "):
-                        event = json.loads(line[6:])
-                        if event.get("type") == "transcript.text.delta":
-                            yield event["delta"]
+                        yield json.loads(line[6:])
         except httpx.HTTPError as exc:
             raise self._lost(exc) from None
 

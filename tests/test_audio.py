@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from support.audio import RATE, b64, chirp, flac, silence, tone, wav
+from support.audio import RATE, b64, chirp, flac, mpeg_audio, silence, tone, wav
 
 from support.images import picture
 
@@ -75,6 +75,14 @@ def test_a_length_over_the_limit_is_named():
         check_audio(raw, "file")
 
 
+def test_an_mp3_over_the_length_limit_is_named_before_it_is_decoded():
+    header = (0x7FF << 21) | (2 << 19) | (1 << 17) | (1 << 16) | (1 << 12) | (2 << 10) | (3 << 6)  # MPEG-2 L III
+    frame = struct.pack(">I", header) + bytes(32)  # 8 kbit/s at 16 kHz: 36 bytes for 576 samples
+    frames = (MAX_SECONDS + 60) * 16000 // 576
+    with pytest.raises(AudioError, match=f"limit of {MAX_SECONDS // 60} minutes"):
+        check_audio(frame * frames, "file")
+
+
 def test_input_audio_must_be_what_its_format_says():
     assert input_audio_data({"data": b64(wav(silence(0.2))), "format": "wav"}) == b64(wav(silence(0.2)))
     with pytest.raises(AudioError, match="is not WAV audio as its format says \\(it is FLAC\\)"):
@@ -94,6 +102,14 @@ def test_wav_reads_back_and_writes_again():
     assert np.max(np.abs(samples - signal)) < 1e-3
     again, _ = wav_samples(wav_bytes(samples, rate))
     assert np.max(np.abs(again - samples)) < 1e-3
+    mono = wav(signal)
+    assert wav_bytes(*wav_samples(mono)) == mono  # a 16-bit file comes back bit for bit
+
+
+def test_an_mp3_s_length_is_its_frames():
+    clip = check_audio(mpeg_audio(3, 3.0))  # 375 Layer I frames of 384 samples at 48 kHz
+    assert (clip.container, clip.sample_rate, clip.seconds) == ("mp3", 48000, 3.0)
+    assert check_audio(mpeg_audio(3, 3.0) + b"TAG" + bytes(125)).seconds == 3.0  # an ID3v1 tag ends the frames
 
 
 def test_long_recordings_are_cut_at_silences_or_overlap():

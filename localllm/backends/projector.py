@@ -29,6 +29,7 @@ from pathlib import Path
 
 import llama_cpp as ll
 import llama_cpp.mtmd_cpp as mtmd
+import numpy as np
 
 from localllm.audio import AudioClip, check_length
 from localllm.images import MARKER, DecodedImage
@@ -165,7 +166,23 @@ class Projector:
 
     def _audio_bitmap(self, clip: AudioClip, index: int) -> int:
         """``clip`` decoded, mixed to mono and resampled to the projector's rate by libmtmd's helper."""
-        what = f"images[{index}] ({clip.container.upper()} audio)"
+        bitmap = self._decoded(clip, f"images[{index}] ({clip.container.upper()} audio)")
+        mtmd.mtmd_bitmap_set_id(bitmap, clip.digest.encode())
+        return bitmap
+
+    def audio_samples(self, clip: AudioClip) -> np.ndarray:
+        """``clip`` as the projector hears it: mono float32 samples at :attr:`sample_rate`, decoded by the
+        helper that decodes a chat's clips (so a recording cut from them is heard as the whole would be)."""
+        bitmap = self._decoded(clip, f"the {clip.container.upper()} file")
+        try:
+            n_bytes = mtmd.mtmd_bitmap_get_n_bytes(bitmap)
+            data = ctypes.string_at(mtmd.mtmd_bitmap_get_data(bitmap), n_bytes)
+            return np.frombuffer(data, np.float32)
+        finally:
+            mtmd.mtmd_bitmap_free(bitmap)
+
+    def _decoded(self, clip: AudioClip, what: str) -> int:
+        """An audio bitmap of ``clip`` (the caller's to free); ValueError naming ``what`` when it cannot be used."""
         if not self.audio:
             raise ValueError(f"{what}: this model's projector takes images, not audio")
         buf = (ctypes.c_uint8 * len(clip.data)).from_buffer_copy(clip.data)
@@ -182,7 +199,6 @@ class Projector:
         except ValueError:
             mtmd.mtmd_bitmap_free(bitmap)
             raise
-        mtmd.mtmd_bitmap_set_id(bitmap, clip.digest.encode())
         return bitmap
 
     def _flatten(self, chunks: int) -> ImagePrompt:

@@ -151,12 +151,13 @@ class AnswerPrinter:
 
 
 class Spinner:
-    """A spinner on stderr while waiting for the first token; silent when stderr is not a terminal."""
+    """A spinner on stderr while waiting for the first token; silent when stderr is not a terminal, or
+    ``message`` is None (something else is drawn there)."""
 
-    def __init__(self, message: str = "") -> None:
+    def __init__(self, message: str | None = "") -> None:
         console = Console(stderr=True)
         self._status: Status | None = None
-        if console.is_terminal:
+        if console.is_terminal and message is not None:
             self._status = Status(message, console=console, spinner="dots")
             self._status.start()
 

@@ -17,9 +17,10 @@ import typer
 from typer.core import TyperCommand
 
 from localllm import __version__
+from localllm.audio import WINDOW_SECONDS, AudioError, check_audio
 from localllm.cli.display import Spinner
 from localllm.cli.format import human_bytes, human_time, render_table, show_info
-from localllm.cli.progress import show_progress
+from localllm.cli.progress import SecondsBar, show_progress
 from localllm.cli.repl import ChatRepl
 from localllm.cli.run import (
     RunOptions, ensure_model, load_model, parse_format, parse_keep_alive, parse_think, register_file, run_once,
@@ -319,23 +320,44 @@ def transcribe(
     prompt: str | None = typer.Option(None, "--prompt", help="Context: names, spellings, the topic."),
     translate: bool = typer.Option(False, "--translate", help="Translate the speech into English."),
 ) -> None:
-    """Print what a recording says (OpenAI's /v1/audio/transcriptions); long WAV files go in pieces."""
+    """Print what a recording says (OpenAI's /v1/audio/transcriptions); long files go in pieces, with a bar."""
     try:
         audio = file.read_bytes()
     except OSError as exc:
         raise DaemonError(f"cannot read {file}: {exc.strerror or exc}") from None
+    seconds = _recording_seconds(audio) if format == "text" else 0.0  # only a stream tells how far it got
     with connect() as client:
-        spinner = Spinner("Transcribing")
+        bar = SecondsBar(f"Transcribing {file.name}", seconds) if seconds > WINDOW_SECONDS else None
+        text_above_bar = bar is not None and bar.shown and sys.stdout.isatty()  # a piece a line, not word by word
+        spinner = Spinner("Transcribing" if bar is None or not bar.shown else None)
         try:
-            for text in client.transcribe(model, audio, file.name, response_format=format,
-                                          language=language or "", prompt=prompt or "", translate=translate):
+            for event in client.transcribe(model, audio, file.name, response_format=format,
+                                           language=language or "", prompt=prompt or "", translate=translate):
                 spinner.stop()
-                sys.stdout.write(text)
+                kind = event.get("type")
+                if kind == "transcript.text.segment" and bar is not None:
+                    bar.update(float(event.get("end") or 0))
+                    if text_above_bar and event.get("text"):
+                        bar.print(str(event["text"]))
+                elif kind == "transcript.text.delta" and not text_above_bar:
+                    sys.stdout.write(event["delta"])
+                elif kind == "transcript.text.done" and format != "text":
+                    sys.stdout.write(event["text"])
                 sys.stdout.flush()
         finally:
             spinner.stop()
-    if format == "text":
+            if bar is not None:
+                bar.stop()
+    if format == "text" and not text_above_bar:
         sys.stdout.write("\n")
+
+
+def _recording_seconds(audio: bytes) -> float:
+    """How long the recording is, as its header says (0 where it does not say; the daemon names any problem)."""
+    try:
+        return check_audio(audio).seconds or 0.0
+    except AudioError:
+        return 0.0
 
 
 @app.command(cls=_RunCommand)

@@ -1,8 +1,10 @@
-"""Rendering of the daemon's progress streams (pull, push, create) on stderr.
+"""Rendering of the daemon's progress streams (pull, push, create, transcribe) on stderr.
 
 A status without a digest (``pulling manifest``, ``writing manifest``,
 ``success``) is printed as a line; a status with a digest and a total gets a
 progress bar per layer with size, speed and time left, as ``ollama pull``.
+A long transcription gets one bar of the recording's seconds (:class:`SecondsBar`).
+Bars are drawn only where stderr is a terminal (rich's live display).
 """
 
 from __future__ import annotations
@@ -23,14 +25,9 @@ from rich.progress import (
 )
 
 
-_COLUMNS = (
-    TextColumn("{task.description}"),
-    BarColumn(),
-    TaskProgressColumn(),
-    DownloadColumn(),
-    TransferSpeedColumn(),
-    TimeRemainingColumn(),
-)
+_BAR = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn())
+_COLUMNS = (*_BAR, DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+_SECONDS_COLUMNS = (*_BAR, TextColumn("{task.completed:.0f}/{task.total:.0f} s"), TimeRemainingColumn())
 
 
 def _layer_label(status: str, digest: str) -> str:
@@ -69,3 +66,34 @@ def show_progress(events: Iterable[dict[str, Any]], console: Console | None = No
         if progress is not None:
             progress.stop()
     return last
+
+
+class SecondsBar:
+    """A bar of the seconds of a recording done (``localllm transcribe``), on stderr while it is a terminal;
+    :meth:`print` writes a line above it."""
+
+    def __init__(self, label: str, total: float, console: Console | None = None) -> None:
+        console = console or Console(stderr=True, highlight=False)
+        self._progress: Progress | None = None
+        if console.is_terminal:
+            self._progress = Progress(*_SECONDS_COLUMNS, console=console, redirect_stdout=False,
+                                      redirect_stderr=False)
+            self._task = self._progress.add_task(label, total=total)
+            self._progress.start()
+
+    @property
+    def shown(self) -> bool:
+        return self._progress is not None
+
+    def update(self, done: float) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done)
+
+    def print(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

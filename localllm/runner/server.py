@@ -51,6 +51,10 @@ bad input):
     ``context``) goes before the prompt. Pieces never split a UTF-8
     character and never contain any part of a stop string. Closing the connection cancels the generation. With
     ``"stream": false`` one object: the done fields plus ``"content"``.
+``POST /audio`` (a projector that hears)
+    The body is a WAV, MP3 or FLAC file; the answer (``audio/wav``) is that audio as the projector hears
+    it: decoded by libmtmd's helper, mono, at the projector's rate, as 16-bit PCM. 400 for a file that
+    cannot be decoded, or is longer than the limit on audio a request.
 ``POST /embedding`` (runner started with ``--embedding`` only)
     ``{"content": [str], "truncate": true}`` → ``{"embeddings": [[float]],
     "prompt_eval_count": int}``; L2-normalised; 400 for an over-long input
@@ -74,6 +78,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from localllm.audio import check_audio, wav_bytes
 from localllm.backends.llama_cpp import Model
 from localllm.backends.projector import ImagePrompt, Projector, is_placeholder
 from localllm.media import MediaError, decode_base64_media
@@ -302,6 +307,19 @@ def create_app(rt: Runtime) -> Starlette:
             return StreamingResponse(_ndjson(job, relay), media_type="application/x-ndjson")
         return await _collect(job, relay)
 
+    async def audio(request: Request) -> Response:
+        if rt.projector is None or not rt.projector.audio:
+            raise BadRequest("this model does not hear (it was loaded without a projector that takes audio)")
+        projector = rt.projector
+
+        def decode(raw: bytes) -> bytes:
+            try:
+                return wav_bytes(projector.audio_samples(check_audio(raw, "the file")), projector.sample_rate)
+            except ValueError as exc:  # an AudioError, or what libmtmd could not decode
+                raise BadRequest(str(exc)) from None
+
+        return Response(await asyncio.to_thread(decode, await request.body()), media_type="audio/wav")
+
     async def embedding(request: Request) -> Response:
         if rt.embedder is None:
             raise BadRequest("this runner was not started with --embedding")
@@ -348,6 +366,7 @@ def create_app(rt: Runtime) -> Starlette:
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/detokenize", detokenize, methods=["POST"]),
             Route("/completion", completion, methods=["POST"]),
+            Route("/audio", audio, methods=["POST"]),
             Route("/embedding", embedding, methods=["POST"]),
             Route("/rerank", rerank, methods=["POST"]),
         ],

@@ -46,6 +46,7 @@ log = logging.getLogger("localllm.runner")
 
 MIN_REUSE = 16  # fewer shared tokens are not worth a stream copy or a restore
 MIN_SPILL = 64  # shorter idle sequences are dropped, not spilled to RAM, when their slot is needed
+REREAD_AFTER_MEDIUM = 64  # a cached prompt ending in at most this much text after its last image re-reads that text
 
 
 @dataclass(eq=False)
@@ -98,6 +99,7 @@ class StreamEngine(Engine):
         source, usable = self._best_source(holders, shared)
         while 0 < usable < len(prompt) and is_placeholder(prompt[usable]) and is_placeholder(prompt[usable - 1]):
             usable -= 1  # an image's KV is reused whole or not at all: its decode starts at its first position
+        usable = _after_last_medium(prompt, usable)
         if usable + WAIT_FOR_PREFIX <= shared and any(
             isinstance(h, StreamSlot) and not h.idle and (h.prefilled < shared or h.copy_pending) for h in holders
         ):
@@ -309,3 +311,16 @@ class StreamEngine(Engine):
         else:
             slot.exact = 0
             self._truncate(slot, 0)
+
+
+def _after_last_medium(prompt: list[int], usable: int) -> int:
+    """Where a prompt found in the cache up to ``usable`` is read on from: where its last image or audio clip
+    ends, when no more than :data:`REREAD_AFTER_MEDIUM` tokens of text follow it, else ``usable``.
+
+    A cold read decodes the text after the last medium in one batch; a cached one would decode only its
+    last token, and llama.cpp's CPU matrix kernels round a row differently by batch shape once the context
+    holds some 200 tokens, so the answer's log-probabilities drifted (up to 0.08 for a clip of two windows)
+    and a long greedy answer could part ways. Reading that short text again as the cold read did gives the
+    same bits, for a few tokens' prefill."""
+    end = next((i + 1 for i in range(len(prompt) - 1, -1, -1) if is_placeholder(prompt[i])), 0)
+    return end if 0 < end <= usable and len(prompt) - end <= REREAD_AFTER_MEDIUM else usable

@@ -261,6 +261,16 @@ class Inference:
         lease.load_duration = time.perf_counter_ns() - started
         return lease
 
+    async def decode_audio(self, job: CompletionJob, data: bytes) -> bytes:
+        """``data`` (WAV, MP3 or FLAC) decoded by the runner ``job`` runs on, as its projector hears it (a mono
+        WAV at the projector's rate): the samples a long recording is cut from."""
+        await self.translate(job.model)
+        request = self.load_request(job)
+        self.check_capacity(request)
+        with runner_errors():
+            async with self.scheduler.lease(request, job.keep_alive) as loaded:
+                return await loaded.runner.decode_audio(data)
+
     async def embed(self, job: CompletionJob, inputs: list[str | list[int]], truncate: bool) -> dict[str, Any]:
         """Embeddings of ``inputs`` (texts or token lists) from the model's embedding runner."""
 

@@ -181,6 +181,16 @@ class RunnerProcess:
     async def detokenize(self, tokens: list[int]) -> str:
         return (await self._post_json("/detokenize", {"tokens": tokens}))["content"]
 
+    async def decode_audio(self, data: bytes) -> bytes:
+        """``/audio``: ``data`` (WAV, MP3 or FLAC) as the projector hears it, a mono 16-bit WAV at its rate."""
+        try:
+            response = await self.client.post("/audio", content=data, timeout=600.0)
+        except httpx.TransportError as exc:
+            raise RunnerError(await self._gone_message(exc)) from None
+        if response.status_code != 200:
+            _checked_json(response)
+        return response.content
+
     async def embed(self, texts: list[str], truncate: bool) -> dict[str, Any]:
         """``/embedding`` of ``texts``: ``embeddings`` and ``prompt_eval_count``."""
         return await self._post_json("/embedding", {"content": texts, "truncate": truncate})

@@ -3,11 +3,13 @@ run as chat turns on any model whose projector hears (as Ollama runs them).
 
 A multipart upload (``file``, ``model``, ``language``, ``prompt``, ``response_format``,
 ``temperature``, ``timestamp_granularities[]``, ``stream``) becomes one chat turn a piece of
-audio: the family's own transcription prompt, the piece as the user message's audio. A WAV
-longer than one encoder window (30 s) is cut at silences (:func:`localllm.audio.pieces`); where
-speech runs through a cut the pieces overlap by a second and the texts are stitched where their
-words repeat. Each piece is a segment of ``verbose_json``, ``srt`` and ``vtt`` (the model gives
-no finer timestamps). MP3 and FLAC go whole: libmtmd windows them itself, within one context.
+audio: the family's own transcription prompt, the piece as the user message's audio. A recording
+longer than one encoder window (30 s), in whatever container, is decoded by the model's runner as its
+projector hears it and cut at silences (:func:`localllm.audio.pieces`); where speech runs through a
+cut the pieces overlap by a second and the texts are stitched where their words repeat. Each piece is
+a segment of ``verbose_json``, ``srt`` and ``vtt`` (the model gives no finer timestamps), and of a
+stream: a ``transcript.text.segment`` event (OpenAI's, without ``speaker``) after each piece's deltas,
+which is how ``localllm transcribe`` draws its progress. The daemon's log says which piece runs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from ..audio import AudioError, Piece, check_audio, pieces, wav_bytes, wav_samples
+from ..audio import WINDOW_SECONDS, AudioError, Piece, check_audio, pieces, wav_bytes, wav_samples
 from ..gguf import InvalidGGUF, read_gguf
 from ..registry.models import LocalModel
 from .conversation import ChatTurn, Content, Final, Message
@@ -96,13 +98,13 @@ async def _speech(request: Request, translate: bool):
     if not model.audio:
         raise bad_request(f"{model.name.display!r} does not support audio: transcription needs a model whose "
                           "projector hears (capability 'audio' in /api/show)")
-    cuts, samples, rate = _cut(body.audio)
+    cuts, samples, rate = await _cut(state, body)
     run = _Transcriber(state, model, body, cuts, samples, rate)
     if body.stream:
         first = await run.open_first()  # a failure to load or to start is still a plain error status
         return streamed(run.events(first), "text/event-stream")
     result = await run.whole()
-    return _rendered(body, result, cuts[-1].end if samples is not None or cuts[-1].end else None)
+    return _rendered(body, result, cuts[-1].end)
 
 
 def _multipart(content_type: str, body: bytes) -> dict[str, list[tuple[str | None, bytes]]]:
@@ -178,16 +180,23 @@ async def _form(request: Request, translate: bool) -> SpeechRequest:
                          temperature, stream == "true")
 
 
-def _cut(data: bytes) -> tuple[list[Piece], Any, int]:
-    """The upload's pieces (WAV cut at silences, other containers whole), its samples and rate (WAV only)."""
+async def _cut(state: Any, body: SpeechRequest) -> tuple[list[Piece], Any, int]:
+    """The upload's pieces, and the samples (and their rate) they are cut from: none where the file's
+    header says it fits one window; else the model's runner decodes it (any container) and it is cut
+    at its silences."""
     try:
-        clip = check_audio(data, "file")
-        if clip.container != "wav":
-            return [Piece(0.0, clip.seconds or 0.0, False)], None, clip.sample_rate
-        samples, rate = wav_samples(data, "file")
+        clip = check_audio(body.audio, "file")
     except AudioError as exc:
         raise bad_request(str(exc)) from None
+    if clip.seconds is not None and clip.seconds <= WINDOW_SECONDS:
+        return [Piece(0.0, clip.seconds, False)], None, clip.sample_rate
+    job = state.inference.job(body.model, _options(body), None)
+    samples, rate = wav_samples(await state.inference.decode_audio(job, body.audio), "file")
     return pieces(samples, rate), samples, rate
+
+
+def _options(body: SpeechRequest) -> dict[str, Any]:
+    return {"temperature": body.temperature, "num_predict": MAX_TOKENS_A_PIECE}
 
 
 def _prompts(model: LocalModel, body: SpeechRequest) -> tuple[str, str]:
@@ -226,21 +235,24 @@ class _Transcriber:
 
     def _turn(self, index: int) -> ChatTurn:
         piece = self.cuts[index]
-        if self.samples is None:
+        if len(self.cuts) == 1:  # whole, as a chat would send it (and share its cache)
             audio = self.body.audio
         else:
             audio = wav_bytes(self.samples[int(piece.start * self.rate):int(piece.end * self.rate)], self.rate)
         messages = [Message("system", self.system)] if self.system else []
         messages.append(Message("user", self.user, [base64.b64encode(audio).decode()]))
-        options = {"temperature": self.body.temperature, "num_predict": MAX_TOKENS_A_PIECE}
-        return ChatTurn(self.body.model, messages, options=options,
+        return ChatTurn(self.body.model, messages, options=_options(self.body),
                         logprobs=self.body.response_format == "verbose_json")  # for each segment's avg_logprob
 
     async def _open(self, index: int) -> Any:
         if len(self.cuts) > 1:
-            log.info("transcribing %s: piece %d of %d (%.0f%% of %.0f s)", self.model.name.display, index + 1,
-                     len(self.cuts), 100 * self.cuts[index].start / max(self.cuts[-1].end, 1e-9), self.cuts[-1].end)
+            log.info("transcribe: window %d/%d of %s (%.0f%% of %.0f s)", index + 1, len(self.cuts),
+                     self.model.name.display, 100 * self.cuts[index].start / self.cuts[-1].end, self.cuts[-1].end)
         return await self.state.chat.open(self.state.chat.prepare(self._turn(index)))
+
+    def _start(self, index: int) -> float:
+        """Where the text of piece ``index`` starts: where the previous piece ends, where the two overlap."""
+        return max(self.cuts[index].start, self.cuts[index - 1].end) if index else self.cuts[0].start
 
     def _count(self, final: Final | None) -> None:
         if final is not None:
@@ -256,8 +268,7 @@ class _Transcriber:
             if index and self.cuts[index - 1].overlaps_next:
                 text = _after_overlap(segments[-1].text, text)
             logprobs = answer.final.logprobs if answer.final else []
-            segments.append(Segment(piece.start if not segments else max(piece.start, segments[-1].end), piece.end,
-                                    text, (answer.final.context[-answer.final.completion_tokens:]
+            segments.append(Segment(self._start(index), piece.end, text, (answer.final.context[-answer.final.completion_tokens:]
                                            if answer.final and answer.final.completion_tokens else []),
                                     (sum(e["logprob"] for e in logprobs) / len(logprobs)) if logprobs else None))
         return segments
@@ -266,9 +277,11 @@ class _Transcriber:
         return await self._open(0)
 
     async def events(self, first: Any) -> AsyncIterator[bytes]:
-        """OpenAI's transcript stream: ``transcript.text.delta`` events, then one ``transcript.text.done``."""
+        """OpenAI's transcript stream: ``transcript.text.delta`` events, a ``transcript.text.segment`` after
+        each piece's, then one ``transcript.text.done``."""
         sent = ""
-        for index in range(len(self.cuts)):
+        for index, piece in enumerate(self.cuts):
+            before = len(sent)
             deltas = first if index == 0 else await self._open(index)
             held: str | None = "" if index and self.cuts[index - 1].overlaps_next else None  # until the repeat shows
             started = False  # this piece's text has begun
@@ -295,6 +308,8 @@ class _Transcriber:
                 chunk = (" " if sent and not started else "") + rest
                 sent += chunk
                 yield sse({"type": "transcript.text.delta", "delta": chunk})
+            yield sse({"type": "transcript.text.segment", "id": f"seg_{index}", "start": round(self._start(index), 3),
+                       "end": round(piece.end, 3), "text": sent[before:].strip()})
         yield sse({"type": "transcript.text.done", "text": sent.strip(), "usage": self.usage()})
 
     def usage(self) -> dict[str, Any]:
@@ -315,7 +330,7 @@ def _after_overlap(before: str, text: str) -> str:
     return text
 
 
-def _rendered(body: SpeechRequest, segments: list[Segment], duration: float | None):
+def _rendered(body: SpeechRequest, segments: list[Segment], duration: float):
     text = " ".join(s.text for s in segments if s.text).strip()
     if body.response_format == "text":
         return PlainTextResponse(text + "\n")
@@ -326,9 +341,9 @@ def _rendered(body: SpeechRequest, segments: list[Segment], duration: float | No
         return JSONResponse({"text": text})
     language = "english" if body.translate else LANGUAGES.get(body.language, body.language).lower()
     verbose = {"task": "translate" if body.translate else "transcribe", "language": language or None,
-               "duration": round(duration, 3) if duration is not None else None, "text": text,
+               "duration": round(duration, 3), "text": text,
                "segments": [_segment_object(i, s, body.temperature) for i, s in enumerate(segments)]}
-    return JSONResponse({k: v for k, v in verbose.items() if v is not None})  # no language given, an MP3's length
+    return JSONResponse({k: v for k, v in verbose.items() if v is not None})  # no language given
 
 
 def _segment_object(index: int, segment: Segment, temperature: float) -> dict[str, Any]:

@@ -1,6 +1,8 @@
-// The chat page: model picker, pull, conversations, streaming with stop, per-chat settings.
+// The chat page: model picker, pull, conversations, streaming with stop, per-chat settings,
+// audio (a file or the microphone) for models that hear.
 
 import { Api, ApiError } from "./api.js";
+import { Recorder, canRecord, fileAttachment } from "./audio.js";
 import { chatRequest, exportChats, loadChats, newChat, parseExport, saveChats } from "./chats.js";
 import { renderMarkdown } from "./render.js";
 
@@ -12,6 +14,9 @@ const state = {
   current: null,   // the open chat
   models: [],      // /api/tags entries, each with .capabilities once /api/show answered
   generation: null, // {controller} while an answer streams
+  audio: [],       // attachments for the next message: {name, data}
+  recorder: null,  // the Recorder while the microphone records
+  recordings: 0,   // recordings made on this page, to name them
 };
 
 const api = new Api(askKey);
@@ -205,6 +210,73 @@ function pickModel(fromUser = true) {
   const model = state.models.find((m) => m.name === name);
   const canThink = Boolean(model?.capabilities?.includes("thinking"));
   $("think-label").hidden = !canThink;
+  const hears = Boolean(model?.capabilities?.includes("audio"));
+  $("hearing").hidden = !hears;
+  $("record").hidden = !hears || !canRecord();
+  if (!hears) {
+    state.recorder?.cancel();
+    stopRecording();
+    setAudio([]);
+  }
+}
+
+// ---- audio ------------------------------------------------------------------
+
+function setAudio(attachments) {
+  state.audio = attachments;
+  $("attachments").replaceChildren(...attachments.map((attachment) => {
+    const item = document.createElement("li");
+    item.textContent = attachment.name;
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.textContent = "×";
+    remove.title = `Remove ${attachment.name}`;
+    remove.onclick = () => setAudio(state.audio.filter((a) => a !== attachment));
+    item.append(remove);
+    return item;
+  }));
+}
+
+async function addAudioFiles() {
+  const files = [...$("audio-file").files];
+  $("audio-file").value = "";
+  try {
+    const added = await Promise.all(files.map(fileAttachment));
+    setAudio([...state.audio, ...added]);
+    showBanner("");
+  } catch (error) {
+    showBanner(`Cannot add audio: ${error.message}`);
+  }
+}
+
+function stopRecording() {
+  state.recorder = null;
+  $("record").textContent = "Record";
+  $("record").classList.remove("recording");
+}
+
+async function toggleRecording() {
+  const recorder = state.recorder;
+  if (recorder) {
+    stopRecording();
+    try {
+      state.recordings += 1;
+      setAudio([...state.audio, await recorder.stop(`recording ${state.recordings}.wav`)]);
+    } catch (error) {
+      showBanner(`Cannot add the recording: ${error.message}`);
+    }
+    return;
+  }
+  state.recorder = new Recorder();
+  try {
+    await state.recorder.start();
+  } catch (error) {
+    stopRecording();
+    showBanner(`Cannot record from the microphone: ${error.message}`);
+    return;
+  }
+  $("record").textContent = "Stop recording";
+  $("record").classList.add("recording");
 }
 
 function readSettings() {
@@ -233,6 +305,18 @@ function messageView(message) {
   error.className = "error";
   error.setAttribute("role", "alert");
   element.append(thinking, body, error, footer);
+
+  if (message.audio?.length) {
+    const audio = document.createElement("ul");
+    audio.className = "audio";
+    audio.setAttribute("aria-label", "Audio sent");
+    audio.replaceChildren(...message.audio.map((attachment) => {
+      const item = document.createElement("li");
+      item.textContent = attachment.name;
+      return item;
+    }));
+    element.prepend(audio);
+  }
 
   const refresh = (complete) => {
     thinking.hidden = !message.thinking;
@@ -288,7 +372,12 @@ async function send(event) {
   event?.preventDefault();
   if (state.generation) return;
   const text = $("prompt").value;
-  if (!text.trim()) return;
+  const audio = state.audio;
+  if (!text.trim() && !audio.length) return;
+  if (state.recorder) {
+    showBanner("Stop the recording first: it is added to the message when it stops.");
+    return;
+  }
   const chat = state.current;
   readSettings();
   chat.model = $("model").value;
@@ -297,7 +386,7 @@ async function send(event) {
     return;
   }
   let body;
-  chat.messages.push({ role: "user", content: text });
+  chat.messages.push(audio.length ? { role: "user", content: text, audio } : { role: "user", content: text });
   try {
     body = chatRequest(chat);
   } catch (error) {
@@ -307,7 +396,8 @@ async function send(event) {
   }
   showBanner("");
   $("prompt").value = "";
-  if (chat.title === "New chat") chat.title = text.trim().slice(0, 60);
+  setAudio([]);
+  if (chat.title === "New chat") chat.title = (text.trim() || audio[0].name).slice(0, 60);
   if (!state.chats.includes(chat)) state.chats.unshift(chat);
   const answer = { role: "assistant", content: "", model: chat.model };
   chat.messages.push(answer);
@@ -370,6 +460,9 @@ $("import").addEventListener("click", () => $("import-file").click());
 $("import-file").addEventListener("change", importChats);
 $("model").addEventListener("change", () => pickModel(true));
 $("pull-form").addEventListener("submit", pull);
+$("attach-audio").addEventListener("click", () => $("audio-file").click());
+$("audio-file").addEventListener("change", addAudioFiles);
+$("record").addEventListener("click", toggleRecording);
 for (const name of [...SETTINGS, "think"]) {
   $(name).addEventListener("change", () => { if (state.current) { readSettings(); persist(); } });
 }

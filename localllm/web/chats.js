@@ -1,6 +1,7 @@
 // Conversations kept in this browser (localStorage), newest first, exportable as JSON.
 // A chat: {id, title, model, settings: {system, temperature, num_ctx, num_predict, seed,
-// think, extra}, messages: [{role, content, thinking?, stats?, error?, stopped?}], updated}.
+// think, extra}, messages: [{role, content, audio?, thinking?, stats?, error?, stopped?}], updated};
+// a user message's audio is a list of {name, data (base64 WAV, MP3 or FLAC)}.
 
 const STORE_ITEM = "localllm.chats";
 
@@ -54,6 +55,10 @@ export function parseExport(text) {
       if (!["user", "assistant"].includes(message?.role) || typeof message.content !== "string") {
         throw new Error(`chat ${index} has a message without a user/assistant role and a text content`);
       }
+      const audio = message.audio ?? [];
+      if (!Array.isArray(audio) || !audio.every((a) => typeof a?.name === "string" && typeof a?.data === "string")) {
+        throw new Error(`chat ${index} has a message whose "audio" is not a list of {name, data}`);
+      }
     }
     chat.title = String(chat.title ?? "Imported chat");
     chat.updated = Number(chat.updated) || Date.now();
@@ -72,7 +77,11 @@ export function chatRequest(chat) {
   const messages = [];
   if (settings.system.trim()) messages.push({ role: "system", content: settings.system });
   for (const message of chat.messages) {
-    if (message.role === "user" || message.content) messages.push({ role: message.role, content: message.content });
+    if (message.role === "user" || message.content) {
+      const sent = { role: message.role, content: message.content };
+      if (message.audio?.length) sent.images = message.audio.map((a) => a.data);  // Ollama's field carries audio
+      messages.push(sent);
+    }
   }
   let extra = {};
   if (settings.extra.trim()) {

@@ -5,31 +5,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
-from support.audio import flac, tone, wav
-from support.cli import CliEnv
+from support.audio import flac, silence, tone, wav
+from support.cli import CliEnv, PtySession, cli_with_models
+from support.fixtures import with_projector
 
 from localllm.cli.image_paths import extract_images
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, audio_projector_path: Path) -> Iterator[CliEnv]:
-    cli = CliEnv(tmp_path_factory.mktemp("cli-audio"))
-    process = cli.start_daemon()
-    (cli.root / "Modelfile").write_text(
-        f"FROM {smollm2_path}\nFROM {audio_projector_path}\nPARAMETER temperature 0\nPARAMETER num_predict 12\n"
-        'TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}'
-        '<|im_start|>assistant\n"""\n')
-    created = cli.run("create", "listener", "-f", "Modelfile")
-    assert created.returncode == 0, created.stderr
-    (cli.root / "Plainfile").write_text(f"FROM {smollm2_path}\n")
-    assert cli.run("create", "plain", "-f", "Plainfile").returncode == 0
-    (cli.root / "low.wav").write_bytes(wav(tone(300, 12)))
-    (cli.root / "high tone.flac").write_bytes(flac(tone(3000, 12)))
-    (cli.root / "notes.wav").write_text("shopping: milk, eggs")
-    yield cli
-    process.terminate()
-    cli.kill_daemons()
+    with cli_with_models(tmp_path_factory.mktemp("cli-audio"), plain=f"FROM {smollm2_path}\n",
+                         listener=with_projector(audio_projector_path, temperature=0, num_predict=12)) as cli:
+        (cli.root / "low.wav").write_bytes(wav(tone(300, 12)))
+        (cli.root / "high tone.flac").write_bytes(flac(tone(3000, 12)))
+        (cli.root / "notes.wav").write_text("shopping: milk, eggs")
+        (cli.root / "talk.flac").write_bytes(flac(np.concatenate([tone(300, 28), silence(1.5), tone(3000, 10)])))
+        yield cli
 
 
 def test_run_sends_the_audio_a_prompt_names(env: CliEnv) -> None:
@@ -57,6 +50,24 @@ def test_transcribe_prints_the_text_or_subtitles(env: CliEnv) -> None:
     assert missing.returncode == 1 and "cannot read missing.wav" in missing.stderr
     deaf = env.run("transcribe", "plain", "low.wav")
     assert deaf.returncode == 1 and "'plain:latest' does not support audio" in deaf.stderr
+
+
+@pytest.mark.slow  # two pieces of a 40 s recording, each read twice
+def test_transcribe_draws_a_bar_on_a_terminal_and_nothing_elsewhere(env: CliEnv) -> None:
+    plain = env.run("transcribe", "listener", "talk.flac", timeout=600)
+    assert plain.returncode == 0 and plain.stderr == "", plain.stderr  # no bar, no spinner: stderr is a pipe
+    words = plain.stdout.split()
+    assert words and plain.stdout.endswith("\n")
+    session = PtySession(env, "transcribe", "listener", "talk.flac")
+    try:
+        session.expect(r"Transcribing talk\.flac.*\b0/40 s", timeout=120)  # the bar shows before the first piece
+        session.expect(r"Transcribing talk\.flac.*\b(28|29|30)/40 s", timeout=300)  # the first piece, cut at the silence
+        assert session.wait(timeout=300) == 0
+    finally:
+        session.close()
+    assert "40/40 s" in session.seen
+    shown = session.seen.split()
+    assert all(word in shown for word in words), (words, session.seen[-2000:])  # the text, above the bar
 
 
 def test_only_a_model_that_hears_takes_audio_paths(tmp_path: Path) -> None:

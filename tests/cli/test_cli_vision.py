@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cli import CliEnv, PtySession
+from support.cli import CliEnv, PtySession, cli_with_models
+from support.fixtures import with_projector
 from support.images import picture
 
 from localllm.cli.image_paths import ImagePathError, extract_images
@@ -15,21 +16,13 @@ PROMPT = r"(?m)^>>> $"
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, projector_path: Path) -> Iterator[CliEnv]:
-    cli = CliEnv(tmp_path_factory.mktemp("cli-vision"))
-    process = cli.start_daemon()
-    (cli.root / "Modelfile").write_text(
-        f"FROM {smollm2_path}\nFROM {projector_path}\nPARAMETER temperature 0\nPARAMETER num_predict 12\n"
-        'TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}'
-        '<|im_start|>assistant\n"""\n')
-    created = cli.run("create", "seer", "-f", "Modelfile")
-    assert created.returncode == 0, created.stderr
-    (cli.root / "red.png").write_bytes(picture("red"))
-    (cli.root / "blue photo.png").write_bytes(picture("blue"))
-    (cli.root / "notes.png").write_text("shopping: milk, eggs")
-    yield cli
-    process.terminate()
-    cli.kill_daemons()
+def env(tmp_path_factory: pytest.TempPathFactory, projector_path: Path) -> Iterator[CliEnv]:
+    with cli_with_models(tmp_path_factory.mktemp("cli-vision"),
+                         seer=with_projector(projector_path, temperature=0, num_predict=12)) as cli:
+        (cli.root / "red.png").write_bytes(picture("red"))
+        (cli.root / "blue photo.png").write_bytes(picture("blue"))
+        (cli.root / "notes.png").write_text("shopping: milk, eggs")
+        yield cli
 
 
 def test_run_sends_the_image_a_prompt_names(env: CliEnv) -> None:

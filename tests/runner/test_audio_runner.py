@@ -11,8 +11,10 @@ import llama_cpp
 import llama_cpp.mtmd_cpp as mtmd
 import numpy as np
 import pytest
-from support.audio import b64, flac, silence, tone, wav
+from support.audio import b64, flac, mpeg_audio, silence, tone, wav
 from support.runner import chat_prompt, running_runner, runner_threads
+
+from localllm.audio import wav_samples
 
 MARKER = "<__media__>"
 QUESTION = "What do you hear? Answer in one word."
@@ -81,12 +83,20 @@ def test_a_clip_gives_the_logits_of_llama_cpp_pythons_own_mtmd_path(hearing_runn
 
 
 def test_a_clips_windows_are_cached_and_never_confused(hearing_runner):
-    long_clip = wav(np.concatenate([tone(300, 30), silence(25)]))  # two 30 s windows, different
+    signal = np.concatenate([tone(300, 30), silence(25)])  # two 30 s windows, different
+    long_clip = wav(signal)
     token, first, final = runner_top(hearing_runner, long_clip)
     token_again, again, final_again = runner_top(hearing_runner, long_clip)
-    # the same first token; its log-probabilities from the cached windows differ from the fresh ones by up
-    # to 0.08 here (seen with two windows only, not one): reported, not yet explained
-    assert token == token_again and first.keys() == again.keys()
+    assert runner_top(hearing_runner, flac(signal))[1] == first  # the same samples, cold again: the same bits
+    # From the cache, the same bits: the text after the clip is read again in one batch, as the cold read reads
+    # it (stream_engine._after_last_medium). Decoded alone, the last token's log-probabilities differed by up to
+    # 0.08, and not because of the audio: llama.cpp's CPU matrix kernels round a row differently by batch shape
+    # once the context holds about 200 tokens (measured on an AVX2 EPYC with our Context alone, no audio: a
+    # 217-token text decoded whole or as 216 tokens then 1 differs by 0.11 in the top log-probabilities, 145
+    # tokens by 0; flash attention drifts from 145 on). Two windows and the question (278 tokens) are over that,
+    # one window (152) under it. A text prompt continued from the cache still drifts so: only a batch-invariant
+    # engine avoids it, and the native one takes no projector.
+    assert (token_again, again) == (token, first)
     assert final_again["cached_tokens"] >= 250  # both windows' 125 positions came from the cache
     with hearing_runner.client() as c:
         tokens = c.post("/tokenize", json={"content": chat_prompt(MARKER + QUESTION), "prompt": True,
@@ -95,8 +105,28 @@ def test_a_clips_windows_are_cached_and_never_confused(hearing_runner):
     assert len(runs) == 250 and runs[:125] != runs[125:]  # two windows: two runs of placeholders, not one twice
 
 
+def test_audio_decodes_any_container_as_the_projector_hears_it(hearing_runner):
+    signal = tone(300, 2.0)
+    with hearing_runner.client() as c:
+        heard = {name: c.post("/audio", content=audio) for name, audio in
+                 (("wav", wav(signal)), ("flac", flac(signal)), ("44.1 kHz stereo", wav(tone(300, 2.0, 44100), 44100, 2)),
+                  ("mp3", mpeg_audio(0, 2.0)))}
+        refused = [c.post("/audio", content=audio) for audio in (b"", b"%PDF-1.7", mpeg_audio(0, 1)[:40])]
+    for name, answer in heard.items():
+        assert answer.status_code == 200 and answer.headers["content-type"] == "audio/wav", (name, answer.text)
+        samples, rate = wav_samples(answer.content)
+        assert rate == 16000 and abs(len(samples) - 32000) <= 400, (name, len(samples))  # 2 s at the projector's rate
+    assert wav_samples(heard["wav"].content)[0].tolist() == wav_samples(wav(signal))[0].tolist()
+    assert heard["flac"].content == heard["wav"].content
+    assert [r.status_code for r in refused] == [400] * 3
+    assert "empty" in refused[0].json()["error"] and "not a WAV, MP3 or FLAC" in refused[1].json()["error"]
+    assert "could not be decoded" in refused[2].json()["error"]
+
+
 def test_audio_to_a_runner_whose_projector_only_sees_is_400(smollm2_path, projector_path):
     with running_runner(smollm2_path, "--projector", str(projector_path), "--ctx", "256", "--parallel", "1",
                         "--threads", runner_threads()) as runner, runner.client() as c:
         r = c.post("/completion", json={"prompt": chat_prompt(MARKER + "hi"), "images": [b64(wav(silence(1)))]})
+        decoded = c.post("/audio", content=wav(silence(1)))
     assert r.status_code == 400 and "takes images, not audio" in r.json()["error"], r.text
+    assert decoded.status_code == 400 and "does not hear" in decoded.json()["error"], decoded.text

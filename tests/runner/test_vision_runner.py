@@ -35,8 +35,14 @@ def test_an_image_changes_the_answer_and_its_kv_is_reused(vision_runner):
         r = c.post("/completion", json={"prompt": chat_prompt("What colour is this picture? Answer in one word."), "stream": False,
                                         "options": {"temperature": 0, "num_predict": 12}})
         plain = r.json()["content"]
+        tokens = c.post("/tokenize", json={"content": chat_prompt(MARKER + "What colour is this picture? Answer in "
+                                                                  "one word."), "prompt": True,
+                                           "images": [b64(picture("red"))]}).json()["tokens"]
     assert red == again
-    assert final_again["cached_tokens"] >= 16 + 4  # the image's 16 positions came from the cache
+    image_end = max(i for i, t in enumerate(tokens) if t < 0) + 1
+    # the image's 16 positions (and the text before) came from the cache; the short question after it is read
+    # again in one batch, as the cold read read it, so the answer is the same bits (stream_engine.py)
+    assert final_again["cached_tokens"] == image_end >= 16
     assert final_red["prompt_eval_count"] + final_red["cached_tokens"] == final_again["prompt_eval_count"] + \
         final_again["cached_tokens"]
     assert red != blue

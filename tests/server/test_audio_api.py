@@ -10,6 +10,7 @@ import ollama
 import openai
 import pytest
 from support.audio import b64, chirp, flac, mpeg_audio, silence, tone, wav
+from support.fixtures import with_projector
 from support.images import picture
 
 HEARING = "smolhearing"
@@ -19,10 +20,8 @@ LOW, HIGH = 300.0, 3000.0  # Hz: the projector hears them as "low" and "high"
 
 
 @pytest.fixture(scope="module")
-def hearing(daemon, smollm2_path, audio_projector_path):
-    daemon.create(HEARING, f"FROM {smollm2_path}\nFROM {audio_projector_path}\n"
-                           'TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n'
-                           '{{ end }}<|im_start|>assistant\n"""\nPARAMETER temperature 0\nPARAMETER num_ctx 1024\n')
+def hearing(daemon, audio_projector_path):
+    daemon.create(HEARING, with_projector(audio_projector_path, temperature=0, num_ctx=1024))
     return daemon
 
 

@@ -3,6 +3,7 @@ on SmolLM2 + the tone projector (it "hears" tones, so a transcript follows the s
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
@@ -10,20 +11,18 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from support.audio import flac, silence, tone, wav
+from support.audio import flac, mpeg_audio, silence, tone, wav
+from support.fixtures import with_projector
 
 HEARING = "smolhearing-stt"
 SMALL = "smolhearing-stt-small"
 TEXT_ONLY = "smollm2:135m"
-TEMPLATE = ('TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n'
-            '{{ end }}<|im_start|>assistant\n"""\n')
 
 
 @pytest.fixture(scope="module")
-def hearing(daemon, smollm2_path, audio_projector_path):
-    base = f"FROM {smollm2_path}\nFROM {audio_projector_path}\n{TEMPLATE}"
-    daemon.create(HEARING, base + "PARAMETER num_ctx 1024\n")
-    daemon.create(SMALL, base + "PARAMETER num_ctx 512\n")
+def hearing(daemon, audio_projector_path):
+    daemon.create(HEARING, with_projector(audio_projector_path, num_ctx=1024))
+    daemon.create(SMALL, with_projector(audio_projector_path, num_ctx=512))
     return daemon
 
 
@@ -37,7 +36,7 @@ def transcribe(client: openai.OpenAI, audio: bytes, name: str = "clip.wav", mode
 
 
 def test_a_transcript_follows_the_signal_in_every_format(oai):
-    low = transcribe(oai, wav(tone(300, 12)))
+    low = transcribe(oai, wav(tone(300, 12)))  # cold; the same file again continues from the prefix cache
     high = transcribe(oai, flac(tone(3000, 12)), "clip.flac")
     assert low.text and high.text and low.text != high.text
     assert transcribe(oai, wav(tone(300, 12)), response_format="text").strip() == low.text
@@ -50,30 +49,58 @@ def test_a_transcript_follows_the_signal_in_every_format(oai):
     assert getattr(verbose, "language", None) is None  # not given, and the model does not say
     assert [(s.start, s.end, s.text) for s in verbose.segments] == [(0.0, 12.0, low.text)]
     assert verbose.segments[0].tokens and verbose.segments[0].avg_logprob < 0
+    assert transcribe(oai, mpeg_audio(None, 3.0), "quiet.mp3", response_format="verbose_json").duration == 3.0
 
 
 def test_a_stream_is_openais_transcript_events(oai):
     events = list(transcribe(oai, wav(tone(300, 12)), stream=True))
     deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
+    segments = [e for e in events if e.type == "transcript.text.segment"]
     done = events[-1]
     assert done.type == "transcript.text.done" and deltas and "".join(deltas).strip() == done.text
+    assert [(s.id, s.start, s.end, s.text) for s in segments] == [("seg_0", 0.0, 12.0, done.text)]
     assert done.text == transcribe(oai, wav(tone(300, 12))).text
     assert done.usage.input_tokens >= 125 and done.usage.output_tokens == done.usage.total_tokens - \
         done.usage.input_tokens
 
 
-@pytest.mark.slow  # three pieces, each a clip through the encoder and an answer
-def test_a_recording_longer_than_the_context_is_cut_at_its_silences(oai, hearing):
+def long_recording(container: str) -> bytes:
+    """Low tone, silence, high tone, silence, low tone: 68 s, longer than the small model's context holds."""
+    if container == "mp3":  # MPEG audio holds steady subband tones: band 0 is low (375 Hz), band 4 high (3.4 kHz)
+        return b"".join(mpeg_audio(band, seconds) for band, seconds in
+                        ((0, 28), (None, 1.5), (4, 27), (None, 1.5), (0, 10)))
     recording = np.concatenate([tone(300, 28), silence(1.5), tone(3000, 27), silence(1.5), tone(300, 10)])
-    verbose = transcribe(oai, wav(recording), model=SMALL, response_format="verbose_json")  # 3 windows: 375 positions
-    spans = [(s.start, s.end) for s in verbose.segments]
-    assert len(spans) == 3 and 28.0 <= spans[0][1] <= 29.5 and 56.5 <= spans[1][1] <= 58.0 and spans[2][1] == 68.0
+    return wav(recording) if container == "wav" else flac(recording)
+
+
+@pytest.mark.slow  # three pieces a container, each a clip through the encoder and an answer
+@pytest.mark.parametrize("container", ["wav", "flac", "mp3"])
+def test_a_recording_longer_than_the_context_is_cut_at_its_silences(oai, hearing, container):
+    recording = long_recording(container)
+    logged = len(hearing.log_path.read_bytes())
+    verbose = transcribe(oai, recording, f"talk.{container}", model=SMALL, response_format="verbose_json")
+    spans = [(s.start, s.end) for s in verbose.segments]  # 3 windows of 125 positions: no one context holds them
+    assert len(spans) == 3 and 28.0 <= spans[0][1] <= 29.5 and 56.5 <= spans[1][1] <= 58.0, spans
+    assert spans[2][1] == pytest.approx(68.0, abs=0.05) and verbose.duration == pytest.approx(68.0, abs=0.05)
     assert all(s.text for s in verbose.segments) and verbose.segments[0].text != verbose.segments[1].text
     assert verbose.text == " ".join(s.text for s in verbose.segments)
+    log = hearing.log_path.read_bytes()[logged:].decode(errors="replace")
+    assert all(f"transcribe: window {i}/3 of {SMALL}:latest" in log for i in (1, 2, 3)), log[-2000:]
     with pytest.raises(openai.BadRequestError, match="context length of 512"):  # whole, it does not fit
         oai.chat.completions.create(model=SMALL, messages=[{"role": "user", "content": [
-            {"type": "input_audio", "input_audio": {"data": __import__("base64").b64encode(wav(recording)).decode(),
-                                                    "format": "wav"}}]}])
+            {"type": "input_audio", "input_audio": {"data": base64.b64encode(recording).decode(),
+                                                    "format": container}}]}])
+
+
+@pytest.mark.slow  # three pieces, each a clip through the encoder and an answer
+def test_a_long_recording_streams_a_segment_event_as_each_piece_ends(oai):
+    events = list(transcribe(oai, long_recording("flac"), "talk.flac", model=SMALL, stream=True))
+    segments = [(e.id, e.start, e.end, e.text) for e in events if e.type == "transcript.text.segment"]
+    assert [s[0] for s in segments] == ["seg_0", "seg_1", "seg_2"] and segments[0][1] == 0.0
+    assert 28.0 <= segments[0][2] <= 29.5 and segments[1][1] == segments[0][2] and segments[2][2] == 68.0
+    deltas = "".join(e.delta for e in events if e.type == "transcript.text.delta")
+    assert events[-1].type == "transcript.text.done" and events[-1].text == deltas.strip()
+    assert events[-1].text == " ".join(text for *_, text in segments if text)
 
 
 def test_translations_answer_in_text(oai):

@@ -8,6 +8,7 @@ import httpx
 import ollama
 import openai
 import pytest
+from support.fixtures import with_projector
 from support.gguf_builders import tiny_model
 from support.images import b64, bomb_png, data_url, picture
 
@@ -17,10 +18,8 @@ QUESTION = "What colour is this picture? Answer in one word."
 
 
 @pytest.fixture(scope="module")
-def vision(daemon, smollm2_path, projector_path):
-    daemon.create(VISION, f"FROM {smollm2_path}\nFROM {projector_path}\n"
-                          'TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n'
-                          '{{ end }}<|im_start|>assistant\n"""\nPARAMETER temperature 0\nPARAMETER num_ctx 1024\n')
+def vision(daemon, projector_path):
+    daemon.create(VISION, with_projector(projector_path, temperature=0, num_ctx=1024))
     return daemon
 
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from support import fixtures
+from support.audio import b64, flac, tone, wav
 from support.browser import chromium_or_reason
 from support.daemon import Daemon
 
@@ -92,7 +93,10 @@ def browser():
         pytest.skip(reason)
     with sync_api.sync_playwright() as playwright:
         instance = playwright.chromium.launch(executable_path=executable, headless=True,
-                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
+                                              args=["--no-sandbox", "--disable-dev-shm-usage",
+                                                    # a microphone that plays a beep, allowed without asking
+                                                    "--use-fake-device-for-media-stream",
+                                                    "--use-fake-ui-for-media-stream"])
         yield instance
         instance.close()
 
@@ -102,10 +106,10 @@ def open_page(browser):
     """Opens a URL in a fresh browser context (its own storage) watching for CSP violations."""
     contexts = []
 
-    def opened(url: str):
+    def opened(url: str, init_script: str = ""):
         context = browser.new_context(viewport={"width": 1100, "height": 760})
-        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
-        context.add_init_script(WATCH_SCRIPT)
+        context.grant_permissions(["clipboard-read", "clipboard-write", "microphone"], origin=url)
+        context.add_init_script(WATCH_SCRIPT + init_script)
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(60_000)
@@ -253,6 +257,98 @@ def huge_answer() -> str:
             "- one item\n- two items with [a link](https://example.com)\n\n"
             "```python\n" + "".join(f"def f{i}(x):\n    return x * {i}  # line {i}\n" for i in range(40)) + "```\n\n")
     return part * (100_000 // len(part) + 1)
+
+
+@pytest.fixture
+def hearing_model(daemon, audio_projector_path):
+    """SmolLM2 with the tone projector: a model whose /api/show capabilities include audio."""
+    daemon.create("web-hearing", fixtures.with_projector(audio_projector_path, temperature=0, num_predict=8,
+                                                         num_ctx=1024))
+    yield "web-hearing:latest"
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "web-hearing"})
+
+
+def sent_chat(page, action) -> dict:
+    """The /api/chat body the page sends when ``action`` runs."""
+    with page.expect_request(lambda request: request.url.endswith("/api/chat")) as request:
+        action()
+    return request.value.post_data_json
+
+
+def test_a_model_that_hears_takes_audio_files_and_sends_them_as_ollama_does(daemon, open_page, hearing_model,
+                                                                           tmp_path):
+    import ollama
+
+    low, high = wav(tone(300, 12)), flac(tone(3000, 12))
+    (tmp_path / "low.wav").write_bytes(low)
+    (tmp_path / "high.flac").write_bytes(high)
+    (tmp_path / "notes.wav").write_text("shopping: milk, eggs")
+    question = "What do you hear? Answer in one word."
+    page = open_page(daemon.url)
+    pick(page, SMOLLM2)
+    page.wait_for_function("() => document.querySelector('#model-info').textContent.includes('completion')")
+    assert page.is_hidden("#attach-audio") and page.is_hidden("#record"), "SmolLM2 alone cannot hear"
+    pick(page, hearing_model)
+    page.wait_for_selector("#attach-audio:visible")
+    assert page.is_visible("#record"), "Chromium records: the microphone is offered"
+    page.set_input_files("#audio-file", str(tmp_path / "notes.wav"))
+    page.wait_for_selector("#banner:has-text('notes.wav is not a WAV, MP3 or FLAC file')")
+    page.set_input_files("#audio-file", str(tmp_path / "low.wav"))
+    page.wait_for_selector("#attachments li:has-text('low.wav')")
+    body = sent_chat(page, lambda: send(page, question))
+    assert body["messages"] == [{"role": "user", "content": question, "images": [b64(low)]}]
+    heard_low = finished_answer(page).query_selector(".content").inner_text()
+    assert page.inner_text("#attachments") == "", "sent audio leaves the composer"
+    assert "low.wav" in page.inner_text("article.message.user .audio")
+    direct = ollama.Client(host=daemon.url).chat(model=hearing_model, messages=[
+        {"role": "user", "content": question, "images": [low]}])
+    assert heard_low.strip() == direct.message.content.strip()
+
+    page.click("#new-chat")
+    page.set_input_files("#audio-file", str(tmp_path / "high.flac"))
+    page.wait_for_selector("#attachments li:has-text('high.flac')")
+    body = sent_chat(page, lambda: page.click("#send"))  # audio alone, no text, is a message too
+    assert body["messages"] == [{"role": "user", "content": "", "images": [b64(high)]}]
+    heard_high = finished_answer(page)
+    assert heard_high.query_selector(".error").inner_text() == ""
+    assert heard_high.query_selector(".content").inner_text().strip()
+    page.reload()
+    page.wait_for_selector("#chats li.active:has-text('high.flac')")
+    assert "high.flac" in page.inner_text("article.message.user .audio")
+    pick(page, hearing_model)
+    page.wait_for_selector("#attach-audio:visible")
+    page.set_input_files("#audio-file", str(tmp_path / "low.wav"))
+    pick(page, SMOLLM2)
+    page.wait_for_selector("#attach-audio", state="hidden")
+    assert page.inner_text("#attachments") == "", "a model that cannot hear gets no audio"
+    assert problems(page) == []
+
+
+def test_a_recording_from_the_microphone_is_sent_as_wav(daemon, open_page, hearing_model):
+    page = open_page(daemon.url)
+    pick(page, hearing_model)
+    page.wait_for_selector("#record:visible")
+    page.click("#record")
+    page.wait_for_selector("#record:has-text('Stop recording')")
+    page.wait_for_timeout(1500)
+    page.click("#record")
+    page.wait_for_selector("#attachments li:has-text('recording 1.wav')")
+    body = sent_chat(page, lambda: send(page, "What do you hear?"))
+    recorded = __import__("base64").b64decode(body["messages"][0]["images"][0])
+    from localllm.audio import check_audio
+
+    clip = check_audio(recorded)
+    assert (clip.container, clip.sample_rate, clip.channels) == ("wav", 16000, 1) and clip.seconds > 1.0
+    answer = finished_answer(page)
+    assert answer.query_selector(".error").inner_text() == "" and answer.query_selector(".content").inner_text()
+    assert problems(page) == []
+
+
+def test_the_microphone_is_offered_only_where_the_browser_records(daemon, open_page, hearing_model):
+    page = open_page(daemon.url, init_script="delete window.MediaRecorder;")
+    pick(page, hearing_model)
+    page.wait_for_selector("#attach-audio:visible")
+    assert page.is_hidden("#record")
 
 
 def test_a_100000_character_answer_keeps_the_page_responsive(daemon, open_page, tmp_path):

@@ -11,6 +11,7 @@ those processes and no others.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -165,6 +167,23 @@ class CliEnv:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@contextlib.contextmanager
+def cli_with_models(root: Path, **modelfiles: str) -> Iterator[CliEnv]:
+    """A :class:`CliEnv` with its daemon running and each model created from its Modelfile text (the
+    keyword is the model's name); the daemon and what it started end with the block."""
+    cli = CliEnv(root)
+    process = cli.start_daemon()
+    try:
+        for name, modelfile in modelfiles.items():
+            (cli.root / f"{name}.Modelfile").write_text(modelfile)
+            created = cli.run("create", name, "-f", f"{name}.Modelfile")
+            assert created.returncode == 0, created.stderr
+        yield cli
+    finally:
+        process.terminate()
+        cli.kill_daemons()
 
 
 class PtySession:

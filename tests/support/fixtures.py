@@ -115,3 +115,15 @@ def smollm2_audio_projector() -> Path:
     from support import audio
 
     return _built_once("smollm2-tone-mmproj", audio.tone_projector)
+
+
+#: The ChatML template the projector tests prompt SmolLM2 with (a Modelfile line).
+CHATML_TEMPLATE = ('TEMPLATE """{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n'
+                   '{{ end }}<|im_start|>assistant\n"""\n')
+
+
+def with_projector(projector: Path, **parameters: object) -> str:
+    """The Modelfile of SmolLM2 with ``projector`` (it sees or hears), the ChatML template and each
+    ``PARAMETER`` given: the vision and audio tests' model, made one way for the API, CLI and page tests."""
+    lines = [f"FROM {smollm2_gguf()}\n", f"FROM {projector}\n", CHATML_TEMPLATE]
+    return "".join(lines + [f"PARAMETER {name} {value}\n" for name, value in parameters.items()])
