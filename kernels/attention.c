@@ -221,6 +221,7 @@ typedef struct {
     const int32_t *pos;
     const int32_t *const *tables;
     const float *q;
+    const float *sinks; /* [head] or NULL */
     float *out;
 } attn_job;
 
@@ -268,6 +269,14 @@ static void merge(float *max, float *sum, float *out, float seg_max, float seg_s
     for (int d = 0; d < hd; d++) out[d] = out[d] * wa + seg_out[d] * wb;
     *max = m;
     *sum = total;
+}
+
+/* A head's output with its learned sink logit in the softmax (as ggml's soft_max with sinks): the sink enters
+ * the max and the denominator, not the output, so the weighted values shrink by sum / (sum + e^sink). */
+static void add_sink(float *out, float max, float sum, float sink, int hd) {
+    const float m = fmaxf(max, sink), a = sum * llk_expf(max - m), b = llk_expf(sink - m);
+    const float keep = a / (a + b);
+    for (int d = 0; d < hd; d++) out[d] *= keep;
 }
 
 static void run_item(const attn_job *j, const attn_item *it, float *scratch, const void **tiles) {
@@ -333,6 +342,7 @@ static void run_item(const attn_job *j, const attn_item *it, float *scratch, con
     if (it->seg >= 0) return;
     for (int i = 0; i < nq; i++) {
         const int t = it->t0 + i / group, h = it->kvh * group + i % group;
+        if (j->sinks) add_sink(total + (size_t)i * hd, total_max[i], total_sum[i], j->sinks[h], hd);
         memcpy(j->out + ((size_t)t * a->n_head + h) * hd, total + (size_t)i * hd, (size_t)hd * sizeof(float));
     }
 }
@@ -401,9 +411,9 @@ static int plan(attention *a, int n_tok, const int32_t *pos, const int32_t *cons
 }
 
 int attention_run(attention *a, llk_pool *pool, const kv_cache *kv, int layer, int n_tok, const int32_t *pos,
-                  const int32_t *const *tables, const float *q, int window, float scale, float *out) {
+                  const int32_t *const *tables, const float *q, int window, float scale, const float *sinks, float *out) {
     attn_job j = {.a = a, .kv = kv, .layer = layer, .window = window, .scale = scale, .pos = pos, .tables = tables,
-                  .q = q, .out = out};
+                  .q = q, .sinks = sinks, .out = out};
     int n_slots;
     if (plan(a, n_tok, pos, tables, window, &j.n_items, &n_slots)) return -1;
     llk_pool_run(pool, attn_task, &j, j.n_items);
@@ -418,6 +428,7 @@ int attention_run(attention *a, llk_pool *pool, const kv_cache *kv, int layer, i
                 const float *part = parts + (size_t)seg * part_floats(a);
                 if (part[0] > -INFINITY) merge(&max, &sum, o, part[0], part[1], part + 2, a->hd);
             }
+            if (sinks) add_sink(o, max, sum, sinks[h], a->hd);
         }
     }
     return 0;

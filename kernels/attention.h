@@ -33,11 +33,11 @@ void attention_free(attention *a);
 
 /* out[t] = attention of the n_tok queries q[t] ([n_head][head_dim], q_dim apart) over the positions
  * first..pos[t] of their sequences (first = pos - window + 1 on a sliding layer), scores times
- * `scale`.  Each token's result depends only on its own position and sequence: the cache is read
+ * `scale`, with each head's sink logit (sinks[head], unscaled) in its softmax where sinks is not NULL.  Each token's result depends only on its own position and sequence: the cache is read
  * in segments of ATTN_SEG positions fixed by position, each a softmax of its own, the segments
  * merged in position order, whether a token is alone, one of a prefill chunk's tiles, or split
  * over threads.  0, or -1 out of memory. */
 int attention_run(attention *a, llk_pool *pool, const kv_cache *kv, int layer, int n_tok, const int32_t *pos,
-                  const int32_t *const *tables, const float *q, int window, float scale, float *out);
+                  const int32_t *const *tables, const float *q, int window, float scale, const float *sinks, float *out);
 
 #endif

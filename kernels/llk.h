@@ -77,12 +77,17 @@ typedef struct llk_layer {
      * (ne1 = n_expert rows) and the experts' matrices, one expert's shape each (ne0, ne1), expert e's
      * rows following expert e-1's (ne1 a multiple of 16 where they are repacked). */
     llk_tensor ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
+    /* gpt-oss (absent elsewhere): attention's output bias, one learned sink logit per head (F32 [n_head]: it
+     * enters each head's softmax max and denominator, never the output), the router's bias and the experts'
+     * biases (F32, [n_expert][width], expert e's row after expert e-1's) */
+    llk_tensor bo, attn_sinks, ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
     int32_t sliding;      /* 1: sliding-window attention layer */
     float rope_base;
 } llk_layer;
 
 enum llk_arch {
-    LLK_ARCH_LLAMA = 0, LLK_ARCH_QWEN2 = 1, LLK_ARCH_QWEN3 = 2, LLK_ARCH_GEMMA3 = 3, LLK_ARCH_PHI3 = 4, LLK_ARCH_QWEN3MOE = 5
+    LLK_ARCH_LLAMA = 0, LLK_ARCH_QWEN2 = 1, LLK_ARCH_QWEN3 = 2, LLK_ARCH_GEMMA3 = 3, LLK_ARCH_PHI3 = 4, LLK_ARCH_QWEN3MOE = 5,
+    LLK_ARCH_GPTOSS = 6
 };
 
 typedef struct llk_model {
@@ -93,6 +98,11 @@ typedef struct llk_model {
     llk_tensor tok_embd, output_norm, output;
     llk_layer *layers; /* n_layer entries; copied by llk_ctx_new */
     llk_tensor rope_freqs; /* F32 [rope_dim / 2]: each rotary angle divided by its factor (Llama 3); or absent */
+    /* YaRN (ggml's rope_yarn; rope_freq_scale 0: none, the fields below unread): angles scaled by
+     * rope_freq_scale, blended back towards the unscaled ones on the dimensions below the correction range
+     * that yarn_orig_ctx and the betas give, cos and sin times yarn_attn_factor * (1 + 0.1 ln(1/freq_scale)) */
+    float rope_freq_scale, yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+    int32_t yarn_orig_ctx;
 } llk_model;
 
 typedef struct llk_ctx llk_ctx;

@@ -1,4 +1,4 @@
-/* The native forward pass: llama-family, gemma3 and qwen3moe decoder layers over a paged KV cache (a
+/* The native forward pass: llama-family, gemma3, qwen3moe and gpt-oss decoder layers over a paged KV cache (a
  * mixture-of-experts layer's feed-forward in moe.c, over the blocks this file shares through blocks.h).
  *
  * One llk_decode call evaluates a whole batch (tokens of several sequences at
@@ -53,6 +53,7 @@ struct llk_ctx {
     attention *attn;
     moe_scratch *moe;           /* a mixture-of-experts model's expert FFN scratch, else NULL */
     float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
+    rope_yarn *yarn;            /* [layer]: YaRN's scaling of the angles (a model with rope_freq_scale), else NULL */
     /* scratch for n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
     int32_t *pos_of;            /* [token]: its position, the index of its cell in its sequence */
@@ -127,6 +128,7 @@ void llk_ctx_free(llk_ctx *c) {
     moe_scratch_free(c->moe);
     free(c->layers);
     free(c->rope_scale);
+    free(c->yarn);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(c->pos_of);
@@ -167,6 +169,7 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
                             max_seq_len);
     c->rope_scale = calloc((size_t)m->n_layer, sizeof(float));
     if (m->n_expert && c->layers) c->moe = moe_scratch_new(m, n_batch);
+    if (m->rope_freq_scale != 0.0f) c->yarn = calloc((size_t)m->n_layer, sizeof(rope_yarn));
     size_t B = (size_t)n_batch;
     int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
     c->x = malloc(B * m->n_embd * sizeof(float));
@@ -184,12 +187,18 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
     int ok = c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q && c->k && c->v && c->att &&
              c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->act[0] &&
-             c->act[1] && c->act[2] && (!m->n_expert || c->moe);
+             c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
+             (m->rope_freq_scale == 0.0f || c->yarn);
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
     }
     for (int l = 0; l < m->n_layer; l++) c->rope_scale[l] = powf(c->layers[l].rope_base, -2.0f / (float)m->rope_dim);
+    for (int l = 0; c->yarn && l < m->n_layer; l++) {
+        c->yarn[l] = (rope_yarn){m->rope_freq_scale, m->yarn_ext_factor, m->yarn_attn_factor, {0, 0}};
+        llk_rope_yarn_corr(&c->yarn[l], m->rope_dim, m->yarn_orig_ctx, c->layers[l].rope_base, m->yarn_beta_fast,
+                           m->yarn_beta_slow);
+    }
     return c;
 }
 
@@ -413,7 +422,8 @@ static void qkv_step(const void *arg, int t) {
     add_bias(c->v + (size_t)t * c->kv_dim, &L->bv, c->kv_dim);
     head_norm(q, &L->q_norm, m->n_head, hd, m->eps);
     head_norm(k, &L->k_norm, m->n_head_kv, hd, m->eps);
-    llk_rope_angles(cs, c->rope_scale[s->il], m->rope_dim, (float)c->pos_of[t], m->rope_freqs.data);
+    if (c->yarn) llk_rope_angles_yarn(cs, c->rope_scale[s->il], m->rope_dim, (float)c->pos_of[t], &c->yarn[s->il]);
+    else llk_rope_angles(cs, c->rope_scale[s->il], m->rope_dim, (float)c->pos_of[t], m->rope_freqs.data);
     llk_rope(q, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
     llk_rope(k, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
     llk_kernels()->scale_round_f16(q, scales_q(m) ? m->attn_scale : 1.0f, c->q_dim);
@@ -427,10 +437,11 @@ static void add_residual(llk_ctx *c, const llk_tensor *norm, int t) {
     for (size_t i = 0; i < E; i++) x[i] += o[i];
 }
 
-/* Token t after attention's output matrix: the residual, then the feed-forward's norm. */
+/* Token t after attention's output matrix: its bias, the residual, then the feed-forward's norm. */
 static void attn_out_step(const void *arg, int t) {
     const layer_step *s = arg;
     const size_t E = (size_t)s->c->m.n_embd;
+    add_bias(s->c->o + t * E, &s->L->bo, (int)E);
     add_residual(s->c, &s->L->post_attn_norm, t);
     llk_rmsnorm(s->c->x + t * E, s->L->ffn_norm.data, s->c->xn + t * E, (int)E, s->c->m.eps);
 }
@@ -464,7 +475,8 @@ static int layer_forward(llk_ctx *c, int il, int T) {
     for (int t = 0; t < T; t++) /* on one thread: two tokens of a (malformed) batch may name one cell */
         kv_store(&c->kv, c->table_of[t], il, c->pos_of[t], c->k + (size_t)t * c->kv_dim, c->v + (size_t)t * c->kv_dim);
     if (attention_run(c->attn, c->pool, &c->kv, il, T, c->pos_of, c->table_of, c->q,
-                      L->sliding ? m->sliding_window : 0, scales_q(m) ? 1.0f : m->attn_scale, c->att))
+                      L->sliding ? m->sliding_window : 0, scales_q(m) ? 1.0f : m->attn_scale, L->attn_sinks.data,
+                      c->att))
         return -1;
 
     new_input(c);
@@ -472,8 +484,11 @@ static int layer_forward(llk_ctx *c, int il, int T) {
     each_token(c->pool, T, attn_out_step, &step);
     const llk_tensor *next = il + 1 < m->n_layer ? &c->layers[il + 1].wq : output_head(c);
     if (L->ffn_gate_inp.data) {
+        const int oai = m->arch == LLK_ARCH_GPTOSS;
         const moe_ffn experts = {&L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
-                                 m->n_expert, m->n_expert_used, MOE_SOFTMAX, 1};
+                                 m->n_expert, m->n_expert_used, oai ? MOE_TOPK_SOFTMAX : MOE_SOFTMAX, !oai,
+                                 oai ? MOE_SWIGLU_OAI : MOE_SILU, L->ffn_gate_inp_b.data, L->ffn_gate_exps_b.data,
+                                 L->ffn_up_exps_b.data, L->ffn_down_exps_b.data};
         moe_ffn_run(&experts, c->moe, c->pool, c->xn, T, c->o, E, next);
     } else {
         new_input(c);

@@ -109,15 +109,8 @@ static void quantize_in_step(const void *arg, int t) {
     if (!r->gate_up_share) llk_quantize_act(f->up->type, x, s->act_up + (size_t)t * s->act_in_row, r->n_embd);
 }
 
-/* Token t's experts and their weights from its router logits, as ggml computes them: softmax (exp as ggml's,
- * the sum in double, then scaled by its inverse), the k most probable (ties: the lower index), renormalised
- * by their sum (in double, at least half precision's smallest normal). Ranked by probability: the order of
- * the weighted sum. */
-static void route_step(const void *arg, int t) {
-    const moe_run *r = arg;
-    moe_scratch *s = r->s;
-    const int n = r->f->n_expert, k = r->f->n_used;
-    float *p = s->logits + (size_t)t * n;
+/* softmax of p[0..n) in place, as ggml's soft_max: exp as ggml's, the sum in double, scaled by its inverse. */
+static void softmax(float *p, int n) {
     float max = -INFINITY;
     for (int e = 0; e < n; e++) max = p[e] > max ? p[e] : max;
     double sum = 0.0;
@@ -127,15 +120,30 @@ static void route_step(const void *arg, int t) {
     }
     const float inv = (float)(1.0 / sum);
     for (int e = 0; e < n; e++) p[e] *= inv;
+}
+
+/* Token t's experts and their weights from its router logits (plus the router's bias), as ggml computes them.
+ * MOE_SOFTMAX: softmax over all experts, the k most probable, renormalised by their sum where norm_topk (in
+ * double, at least half precision's smallest normal). MOE_TOPK_SOFTMAX: the k largest logits, softmax over
+ * them. The k ranked by score (ties: the lower index): the order of the weighted sum. */
+static void route_step(const void *arg, int t) {
+    const moe_run *r = arg;
+    moe_scratch *s = r->s;
+    const int n = r->f->n_expert, k = r->f->n_used;
+    float *p = s->logits + (size_t)t * n;
+    if (r->f->router_b)
+        for (int e = 0; e < n; e++) p[e] += r->f->router_b[e];
+    if (r->f->gating == MOE_SOFTMAX) softmax(p, n);
     int32_t *chosen = s->chosen + (size_t)t * k;
     float *weight = s->weight + (size_t)t * k;
-    for (int i = 0; i < k; i++) { /* k passes (k is a handful), each taking the most probable expert left */
+    for (int i = 0; i < k; i++) { /* k passes (k is a handful), each taking the best expert left */
         int best = 0;
         for (int e = 1; e < n; e++) best = p[e] > p[best] ? e : best;
         chosen[i] = best;
         weight[i] = p[best];
-        p[best] = -INFINITY; /* taken (the probabilities are not read again) */
+        p[best] = -INFINITY; /* taken (the scores are not read again) */
     }
+    if (r->f->gating == MOE_TOPK_SOFTMAX) softmax(weight, k);
     if (r->f->norm_topk) {
         double wsum = 0.0;
         for (int i = 0; i < k; i++) wsum += (double)weight[i];
@@ -158,19 +166,40 @@ static void gather_step(const void *arg, int t) {
     }
 }
 
-/* Token t's hidden states of its k experts: silu(gate) * up, quantized for the down matrices. */
+static void add_row(float *x, const float *bias, int e, int n) {
+    if (!bias) return;
+    bias += (size_t)e * n;
+    for (int j = 0; j < n; j++) x[j] += bias[j];
+}
+
+/* gpt-oss's clamped SwiGLU, as ggml's swiglu_oai (alpha 1.702, limit 7): g = x * sigmoid(alpha x) * (y + 1). */
+static void swiglu_oai(float *g, const float *u, int n) {
+    for (int j = 0; j < n; j++) {
+        const float x = fminf(g[j], 7.0f), y = fmaxf(fminf(u[j], 7.0f), -7.0f);
+        g[j] = x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+    }
+}
+
+/* Token t's hidden states of its k experts: the activation of gate and up (their biases added), quantized for
+ * the down matrices. */
 static void hidden_step(const void *arg, int t) {
     const moe_run *r = arg;
     moe_scratch *s = r->s;
-    for (int i = 0; i < r->f->n_used; i++) {
-        const size_t p = (size_t)s->pair[(size_t)t * r->f->n_used + i];
-        float *g = s->g + p * r->n_ff;
-        llk_kernels()->silu_mul(g, s->u + p * r->n_ff, r->n_ff);
+    const moe_ffn *f = r->f;
+    for (int i = 0; i < f->n_used; i++) {
+        const size_t p = (size_t)s->pair[(size_t)t * f->n_used + i];
+        const int e = s->chosen[(size_t)t * f->n_used + i];
+        float *g = s->g + p * r->n_ff, *u = s->u + p * r->n_ff;
+        add_row(g, f->gate_b, e, r->n_ff);
+        add_row(u, f->up_b, e, r->n_ff);
+        if (f->act == MOE_SWIGLU_OAI) swiglu_oai(g, u, r->n_ff);
+        else llk_kernels()->silu_mul(g, u, r->n_ff);
         llk_quantize_act(r->f->down->type, g, s->act_hidden + p * s->act_hidden_row, r->n_ff);
     }
 }
 
-/* Token t's output: its experts' outputs times their weights, added in rank order (as ggml's chain of adds). */
+/* Token t's output: its experts' outputs (their down biases added) times their weights, added in rank order
+ * (as ggml's chain of adds). */
 static void sum_step(const void *arg, int t) {
     const moe_run *r = arg;
     const moe_scratch *s = r->s;
@@ -178,7 +207,8 @@ static void sum_step(const void *arg, int t) {
     float *out = r->out + (size_t)t * r->out_stride;
     for (int i = 0; i < k; i++) {
         const float w = s->weight[(size_t)t * k + i];
-        const float *d = s->down + (size_t)s->pair[(size_t)t * k + i] * E;
+        float *d = s->down + (size_t)s->pair[(size_t)t * k + i] * E;
+        add_row(d, r->f->down_b, s->chosen[(size_t)t * k + i], E);
         if (i == 0)
             for (int j = 0; j < E; j++) out[j] = d[j] * w;
         else

@@ -3,7 +3,7 @@
  * A router scores the experts for each token; the token goes through its top n_used experts (each a gated
  * FFN: down(act(gate x) * up x)), and their outputs are summed, weighted by the router. What differs
  * between architectures is a recipe (moe_ffn): which probabilities the router gives and how the chosen
- * weights are normalised, the activation, and (later) biases and a shared expert beside the routed ones.
+ * weights are normalised, the activation, biases (gpt-oss), and (later) a shared expert beside the routed ones.
  *
  * Batch invariance: a token's experts, the weights and the order in which their outputs are summed (by
  * rank in its top-k) depend on its own router scores only. The experts' matrices are read once per batch
@@ -18,7 +18,14 @@
 
 /* How the router's logits become the chosen experts' weights. */
 enum moe_gating {
-    MOE_SOFTMAX = 0, /* softmax over all experts, then the top k (qwen3moe, with norm_topk) */
+    MOE_SOFTMAX = 0,      /* softmax over all experts, then the top k (qwen3moe, with norm_topk) */
+    MOE_TOPK_SOFTMAX = 1, /* the top k of the logits, then softmax over those k (gpt-oss: SOFTMAX_WEIGHT) */
+};
+
+/* The experts' activation of gate g and up u. */
+enum moe_act {
+    MOE_SILU = 0,       /* silu(g) * u */
+    MOE_SWIGLU_OAI = 1, /* gpt-oss: x = min(g, 7), y = clamp(u, -7, 7), x * sigmoid(1.702 x) * (y + 1) */
 };
 
 /* One layer's expert FFN: the router (F32 or quantized, n_expert rows) and the experts' matrices, one
@@ -28,6 +35,10 @@ typedef struct {
     int n_expert, n_used;
     enum moe_gating gating;
     int norm_topk; /* the k weights divided by their sum (qwen3moe's norm_topk_prob) */
+    enum moe_act act;
+    /* F32 biases or NULL: the router's [n_expert], and each expert's row of the gate's, up's and down's
+     * ([n_expert][n_ff] and [n_expert][n_embd]) added to its products */
+    const float *router_b, *gate_b, *up_b, *down_b;
 } moe_ffn;
 
 typedef struct moe_scratch moe_scratch;

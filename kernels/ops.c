@@ -28,6 +28,33 @@ void llk_rope_angles(float *cs, float theta_scale, int rope_dim, float pos, cons
     }
 }
 
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+void llk_rope_yarn_corr(rope_yarn *y, int rope_dim, int n_ctx_orig, float base, float beta_fast, float beta_slow) {
+    const float start = floorf(yarn_corr_dim(rope_dim, n_ctx_orig, beta_fast, base));
+    const float end = ceilf(yarn_corr_dim(rope_dim, n_ctx_orig, beta_slow, base));
+    y->corr[0] = start > 0 ? start : 0;
+    y->corr[1] = end < rope_dim - 1 ? end : (float)(rope_dim - 1);
+}
+
+void llk_rope_angles_yarn(float *cs, float theta_scale, int rope_dim, float pos, const rope_yarn *y) {
+    float theta = pos;
+    for (int i = 0; i < rope_dim / 2; i++, theta *= theta_scale) {
+        const float interp = y->freq_scale * theta;
+        float angle = interp, mscale = y->mscale;
+        if (y->ext_factor != 0.0f) { /* dimensions below the range keep their angle, above it are scaled */
+            const float r = (i - y->corr[0]) / fmaxf(0.001f, y->corr[1] - y->corr[0]);
+            const float mix = (1 - fminf(1, fmaxf(0, r))) * y->ext_factor;
+            angle = interp * (1 - mix) + theta * mix;
+            mscale *= 1.0f + 0.1f * logf(1.0f / y->freq_scale);
+        }
+        cs[2 * i] = cosf(angle) * mscale;
+        cs[2 * i + 1] = sinf(angle) * mscale;
+    }
+}
+
 /* The rotation fused as ggml's compiled rotate_pairs is: x0*cos - x1*sin with the first product
  * fused, x0*sin + x1*cos with the second added to the first (one rounding less than plain code). */
 WITH_FMA void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int neox) {

@@ -7,6 +7,13 @@
 void llk_rmsnorm(const float *x, const float *w, float *out, int n, float eps);
 /* Rotate n_heads heads of x (head_dim apart) at position pos; cs holds cos,sin pairs of rope_dim/2 angles. */
 void llk_rope_angles(float *cs, float theta_scale, int rope_dim, float pos, const float *freq_factors);
+/* YaRN's rotary angles, as ggml's rope_yarn: corr the correction range of dimensions (ggml_rope_yarn_corr_dims),
+ * mscale the attention factor that cos and sin are multiplied by. */
+typedef struct {
+    float freq_scale, ext_factor, mscale, corr[2];
+} rope_yarn;
+void llk_rope_yarn_corr(rope_yarn *y, int rope_dim, int n_ctx_orig, float base, float beta_fast, float beta_slow);
+void llk_rope_angles_yarn(float *cs, float theta_scale, int rope_dim, float pos, const rope_yarn *y);
 void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs, int neox);
 /* exp(x) as ggml's vectorised expf gives it (the attention kernels' vector forms give the same bits). */
 float llk_expf(float x);

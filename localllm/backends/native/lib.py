@@ -42,6 +42,7 @@ LAYER_TENSORS = (
     "attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm", "post_attn_norm",
     "ffn_norm", "w_gate", "w_up", "w_down", "post_ffn_norm",
     "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+    "bo", "attn_sinks", "ffn_gate_inp_b", "ffn_gate_exps_b", "ffn_up_exps_b", "ffn_down_exps_b",
 )  # fmt: skip
 
 
@@ -65,6 +66,12 @@ class ModelParams(ctypes.Structure):
         ("output", Tensor),
         ("layers", ctypes.POINTER(Layer)),
         ("rope_freqs", Tensor),
+        ("rope_freq_scale", ctypes.c_float),
+        ("yarn_ext_factor", ctypes.c_float),
+        ("yarn_attn_factor", ctypes.c_float),
+        ("yarn_beta_fast", ctypes.c_float),
+        ("yarn_beta_slow", ctypes.c_float),
+        ("yarn_orig_ctx", ctypes.c_int32),
     ]
 
 

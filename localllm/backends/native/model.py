@@ -28,7 +28,7 @@ from localllm.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gg
 log = logging.getLogger(__name__)
 
 HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
-ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4, "qwen3moe": 5}
+ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4, "qwen3moe": 5, "gpt-oss": 6}
 _F32 = 0
 
 # our layer field -> GGUF tensor name suffix
@@ -40,13 +40,17 @@ _GGUF_NAMES = {
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
     "post_ffn_norm": "post_ffw_norm.weight", "ffn_gate_inp": "ffn_gate_inp.weight",
     "ffn_gate_exps": "ffn_gate_exps.weight", "ffn_up_exps": "ffn_up_exps.weight",
-    "ffn_down_exps": "ffn_down_exps.weight",
+    "ffn_down_exps": "ffn_down_exps.weight", "bo": "attn_output.bias", "attn_sinks": "attn_sinks.weight",
+    "ffn_gate_inp_b": "ffn_gate_inp.bias", "ffn_gate_exps_b": "ffn_gate_exps.bias",
+    "ffn_up_exps_b": "ffn_up_exps.bias", "ffn_down_exps_b": "ffn_down_exps.bias",
 }  # fmt: skip
+# where an architecture names a field's tensor otherwise: gpt-oss's FFN norm is its "post-attention" norm
+_ARCH_GGUF_NAMES = {"gpt-oss": {"ffn_norm": "post_attention_norm.weight"}}
 _ATTENTION = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm")
 _DENSE_FFN = ("w_gate", "w_up", "w_down")
 _EXPERT_FFN = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")  # a router and every expert's matrices
 _EXPERT_TENSORS = frozenset(_EXPERT_FFN[1:])  # 3-D: one (ne0, ne1) slice per expert
-_MOE_ARCHITECTURES = frozenset({"qwen3moe"})
+_MOE_ARCHITECTURES = frozenset({"qwen3moe", "gpt-oss"})
 # what each architecture adds to its attention and feed-forward: all of it required, anything else refused
 _ARCH_TENSORS = {
     "llama": (),
@@ -55,7 +59,21 @@ _ARCH_TENSORS = {
     "gemma3": ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"),
     "phi3": (),  # but its ffn_up holds the gate's rows and then the up rows, and q/k/v may be one attn_qkv
     "qwen3moe": ("q_norm", "k_norm"),
+    "gpt-oss": ("bq", "bk", "bv", "bo", "attn_sinks", "ffn_gate_inp_b", "ffn_gate_exps_b", "ffn_up_exps_b",
+                "ffn_down_exps_b"),
 }
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """How llama.cpp scales the rotary angles: YaRN (ext_factor 1) or linear (0) by 1/freq_scale."""
+
+    freq_scale: float
+    ext_factor: float
+    attn_factor: float
+    orig_ctx: int
+    beta_fast: float = 32.0  # llama.cpp's defaults (only grok's files set them)
+    beta_slow: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +90,7 @@ class Hyper:
     eps: float
     rope_base: float
     rope_dim: int
+    rope: RopeScaling | None = None  # gpt-oss: the rope scaling llama.cpp applies
     n_expert: int = 0  # a mixture-of-experts model: experts a layer, of which n_expert_used a token, n_ff_exp wide
     n_expert_used: int = 0
     n_ff_exp: int = 0
@@ -104,6 +123,9 @@ _ARCH_READ_KEYS = {
     "gemma3": frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
     "phi3": frozenset({"attention.sliding_window"}),  # llama.cpp disables Phi's sliding window (its PR 13676)
     "qwen3moe": frozenset({"expert_count", "expert_used_count", "expert_feed_forward_length"}),
+    "gpt-oss": frozenset({"expert_count", "expert_used_count", "expert_feed_forward_length", "attention.sliding_window",
+                          "attention.sliding_window_pattern", "rope.scaling.type", "rope.scaling.factor",
+                          "rope.scaling.attn_factor", "rope.freq_base_swa"}),
 }
 _NEUTRAL_VALUES = {
     "rope.scaling.type": ("none",),
@@ -153,6 +175,8 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     rope_dim = _int(g, "rope.dimension_count", head_dim)
     if rope_dim > head_dim or rope_dim % 2:
         raise NativeError(f"rope.dimension_count {rope_dim} does not fit heads of {head_dim}")
+    if arch == "gpt-oss":
+        _int(g, "attention.sliding_window")
     if arch == "gemma3":
         _int(g, "attention.sliding_window")
         _int(g, "attention.sliding_window_pattern", 6)  # a per-layer array would place windows we do not
@@ -163,8 +187,29 @@ def hyperparameters(g: GGUFFile) -> Hyper:
         arch=arch, n_embd=n_embd, n_layer=_int(g, "block_count"), n_head=n_head, n_head_kv=n_head_kv,
         head_dim=head_dim, n_ff=_int(g, "feed_forward_length", experts.get("n_ff_exp")), n_vocab=embd.shape[1],
         n_ctx_train=_int(g, "context_length", 4096), eps=float(eps), rope_base=float(base), rope_dim=rope_dim,
-        **experts,
+        rope=_rope_scaling(g) if arch == "gpt-oss" else None, **experts,
     )  # fmt: skip
+
+
+def _rope_scaling(g: GGUFFile) -> RopeScaling:
+    """The rope scaling of ``g`` as llama.cpp's context computes it (in single precision, as it does): the type
+    (default linear) and factor, and for YaRN the attention factor that cancels the one ggml's rope multiplies
+    in (so cos and sin are scaled by 1 + 0.1 ln factor, times rope.scaling.attn_factor)."""
+    kind = g.arch_value("rope.scaling.type", "linear")
+    if kind not in ("none", "linear", "yarn"):
+        raise _unsupported(f"model metadata {g.architecture}.rope.scaling.type = {kind!r}")
+    factor = np.float32(g.arch_value("rope.scaling.factor", 0.0) or 1.0)
+    freq_scale = np.float32(1.0) if kind == "none" else np.float32(1.0) / factor
+    attn = np.float32(1.0)
+    ext = 1.0 if kind == "yarn" else 0.0
+    if ext:
+        factor = np.float32(1.0) / freq_scale
+        log = np.float32(np.log(factor))
+        attn = np.float32(1.0) if factor <= 1 else np.float32(0.1) * log + np.float32(1.0)
+        attn = attn * (np.float32(1.0) / (np.float32(1.0) + np.float32(0.1) * log))
+    attn = attn * np.float32(g.arch_value("rope.scaling.attn_factor", 1.0))
+    orig = g.arch_value("rope.scaling.original_context_length") or _int(g, "context_length", 4096)
+    return RopeScaling(float(freq_scale), ext, float(attn), int(orig))
 
 
 def _experts(g: GGUFFile) -> dict[str, int]:
@@ -179,6 +224,11 @@ def _experts(g: GGUFFile) -> dict[str, int]:
             "n_ff_exp": _int(g, "expert_feed_forward_length", default)}
 
 
+def _layer_fields(h: Hyper) -> tuple[str, ...]:
+    """Our layer fields an ``h`` model's layers have (each a tensor of its own, but for phi3's fused ones)."""
+    return _ATTENTION + (_EXPERT_FFN if h.n_expert else _DENSE_FFN) + _ARCH_TENSORS[h.arch]
+
+
 def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple[int, ...], bool]]:
     """Every tensor the forward pass reads for ``h``: name -> (shape, required).  A file's tensor
     outside this table would change the model (e.g. a MoE router), so it is refused.  ``fused_qkv``:
@@ -191,9 +241,11 @@ def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple
         "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
         "post_ffn_norm": (h.n_embd,), "ffn_gate_inp": (h.n_embd, h.n_expert),
         "ffn_gate_exps": (h.n_embd, h.n_ff_exp, h.n_expert), "ffn_up_exps": (h.n_embd, h.n_ff_exp, h.n_expert),
-        "ffn_down_exps": (h.n_ff_exp, h.n_embd, h.n_expert),
+        "ffn_down_exps": (h.n_ff_exp, h.n_embd, h.n_expert), "bo": (h.n_embd,), "attn_sinks": (h.n_head,),
+        "ffn_gate_inp_b": (h.n_expert,), "ffn_gate_exps_b": (h.n_ff_exp, h.n_expert),
+        "ffn_up_exps_b": (h.n_ff_exp, h.n_expert), "ffn_down_exps_b": (h.n_embd, h.n_expert),
     }  # fmt: skip
-    fields = _ATTENTION + (_EXPERT_FFN if h.n_expert else _DENSE_FFN) + _ARCH_TENSORS[h.arch]
+    fields = _layer_fields(h)
     if h.arch == "phi3":
         shapes["w_up"] = (h.n_embd, 2 * h.n_ff)
         fields = tuple(f for f in fields if f != "w_gate" and not (fused_qkv and f in ("wq", "wk", "wv")))
@@ -205,10 +257,15 @@ def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple
     if h.arch == "llama":  # Llama 3.x's rope scaling: one divisor per rotary pair, as llama.cpp reads it
         expected["rope_freqs.weight"] = ((h.rope_dim // 2,), False)
     for il in range(h.n_layer):
-        expected.update({f"blk.{il}.{_GGUF_NAMES[field]}": (shapes[field], True) for field in fields})
+        expected.update({f"blk.{il}.{gguf_name(h.arch, field)}": (shapes[field], True) for field in fields})
         if fused_qkv:
             expected[f"blk.{il}.attn_qkv.weight"] = ((h.n_embd, q_dim + 2 * kv_dim), True)
     return expected
+
+
+def gguf_name(arch: str, field: str) -> str:
+    """The GGUF tensor name (after ``blk.N.``) of our layer ``field`` in an ``arch`` model."""
+    return _ARCH_GGUF_NAMES.get(arch, {}).get(field) or _GGUF_NAMES[field]
 
 
 def check_tensor(info: TensorInfo, shape: tuple[int, ...], file_size: int) -> int:
@@ -261,6 +318,20 @@ def native_support(path: str | Path) -> str | None:
     except NativeError as exc:
         return str(exc)
     return None
+
+
+def _oss_sliding(g: GGUFFile, n_layer: int) -> list[bool]:
+    """Which layers of a gpt-oss model slide, as llama.cpp reads it: a per-layer array, or a pattern of n
+    (default 2) whose first n - 1 layers slide (gpt-oss: the even ones)."""
+    pattern = g.arch_value("attention.sliding_window_pattern", 2)
+    if isinstance(pattern, list):
+        if len(pattern) < n_layer:
+            raise NativeError(f"model metadata {g.architecture}.attention.sliding_window_pattern has "
+                              f"{len(pattern)} entries for {n_layer} layers")
+        return [bool(v) for v in pattern[:n_layer]]
+    if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 0:
+        raise NativeError(f"model metadata {g.architecture}.attention.sliding_window_pattern is invalid ({pattern!r})")
+    return [pattern == 0 or il % pattern < pattern - 1 for il in range(n_layer)]
 
 
 def _rows(t: Tensor, first: int, count: int) -> Tensor:
@@ -352,17 +423,21 @@ class NativeWeights:
         gemma = h.arch == "gemma3"
         window = g.arch_value("attention.sliding_window") if gemma else 0
         pattern = g.arch_value("attention.sliding_window_pattern", 6) if gemma else 0
-        swa_base = float(g.arch_value("rope.freq_base_swa", 10000.0))
+        oss = h.arch == "gpt-oss"  # its sliding layers rotate as the others unless rope.freq_base_swa says
+        swa_base = float(g.arch_value("rope.freq_base_swa", h.rope_base if oss else 10000.0))
+        oss_sliding = _oss_sliding(g, h.n_layer) if oss else []
+        window = g.arch_value("attention.sliding_window") if oss else window
         self._layers = (Layer * h.n_layer)()
+        fields = [f for f in LAYER_TENSORS if f in _layer_fields(h)]  # two fields may share a name across archs
         for il in range(h.n_layer):
             layer = self._layers[il]
-            for field in LAYER_TENSORS:
-                name = f"blk.{il}.{_GGUF_NAMES[field]}"
+            for field in fields:
+                name = f"blk.{il}.{gguf_name(h.arch, field)}"
                 if name in self._expected:
                     setattr(layer, field, self._tensor(name))
             if h.arch == "phi3":
                 self._split_fused(layer, il)
-            sliding = bool(gemma and il % pattern < pattern - 1)
+            sliding = bool(gemma and il % pattern < pattern - 1) or bool(oss and oss_sliding[il])
             layer.sliding = int(sliding)
             layer.rope_base = swa_base if sliding else h.rope_base
         p = ModelParams()
@@ -383,6 +458,10 @@ class NativeWeights:
         p.output = self._tensor("output.weight")
         p.layers = ctypes.cast(self._layers, ctypes.POINTER(Layer))
         p.rope_freqs = self._tensor("rope_freqs.weight")
+        if h.rope is not None:
+            p.rope_freq_scale, p.yarn_ext_factor, p.yarn_attn_factor = (h.rope.freq_scale, h.rope.ext_factor,
+                                                                         h.rope.attn_factor)
+            p.yarn_beta_fast, p.yarn_beta_slow, p.yarn_orig_ctx = h.rope.beta_fast, h.rope.beta_slow, h.rope.orig_ctx
         if p.output.data:  # an untied output head: the embedding is looked up, not streamed
             self._weight_bytes -= p.tok_embd.ne1 * library().llk_row_size(p.tok_embd.type, p.tok_embd.ne0)
         return p
