@@ -234,6 +234,7 @@ class Settings:
     num_threads: int = 0  # 0: physical cores
     stream_interval: float = 0.1  # seconds: streamed pieces are handed on in bursts (runner/relay.py)
     max_body_bytes: int = 32 << 20
+    max_audio_bytes: int = 256 << 20  # /v1/audio/ uploads: two hours of 16 kHz mono 16-bit WAV (230 MB)
     limits: "RequestLimits" = field(default_factory=lambda: RequestLimits())
     registry: str = DEFAULT_REGISTRY  # where names without a host (registry.ollama.ai/...) are pulled from
     registry_token: str | None = None  # for `registry` only, when it asks for authorization
@@ -346,6 +347,7 @@ def load_settings() -> Settings:
         num_threads=_int_env("LOCALLLM_NUM_THREADS", 0),
         stream_interval=parse_duration(os.environ.get("LOCALLLM_STREAM_INTERVAL"), defaults.stream_interval) or 0.0,
         max_body_bytes=_int_env("LOCALLLM_MAX_BODY_BYTES", defaults.max_body_bytes),
+        max_audio_bytes=_int_env("LOCALLLM_MAX_AUDIO_BYTES", defaults.max_audio_bytes),
         registry=parse_registry(os.environ.get("LOCALLLM_REGISTRY")),
         registry_token=os.environ.get("LOCALLLM_REGISTRY_TOKEN", "").strip() or None,
         registry_tokens=parse_registry_tokens(os.environ.get("LOCALLLM_REGISTRY_TOKENS")),

@@ -38,6 +38,7 @@ DEFAULT_ORIGINS = (
 )
 #: Paths whose bodies may be large (model blobs); the body limit does not apply.
 UNLIMITED_BODY_PATHS = ("/api/blobs/",)
+AUDIO_UPLOAD_PATHS = ("/v1/audio/",)  # recordings: held to LOCALLLM_MAX_AUDIO_BYTES instead
 #: Endpoints that change the store or make the daemon fetch or read model files (and ``POST /api/blobs/…``).
 MODEL_CHANGING_PATHS = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete", "/api/cache")
 #: Where the chat page's files are served (readable without the API key, like ``/``).
@@ -115,11 +116,12 @@ class AccessGuard(HttpMiddleware):
             return
         scope = dict(scope, **{TRUSTED_CLIENT: trusted})
         if not path.startswith(UNLIMITED_BODY_PATHS):
+            too_large = self._body_limit(path)
             declared = headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > self.settings.max_body_bytes:
-                await _deny(send, path, 413, BodyTooLarge(self.settings.max_body_bytes).message)
+            if declared.isdigit() and int(declared) > too_large.limit:
+                await _deny(send, path, 413, too_large.message)
                 return
-            receive, send = self._limited(receive, send, path)
+            receive, send = self._limited(receive, send, path, too_large)
         await self.app(scope, receive, _with_cors(send, origin))
 
     def _host_allowed(self, host: str) -> bool:
@@ -135,10 +137,17 @@ class AccessGuard(HttpMiddleware):
         expected = (self.settings.api_key or "").encode()
         return any(key.strip() and hmac.compare_digest(key.strip().encode(), expected) for key in offered)
 
-    def _limited(self, receive: Receive, send: Send, path: str) -> tuple[Receive, Send]:
+    def _body_limit(self, path: str) -> "BodyTooLarge":
+        """The limit on ``path``'s body: recordings to transcribe may be larger than any other request."""
+        if path.startswith(AUDIO_UPLOAD_PATHS):
+            return BodyTooLarge(self.settings.max_audio_bytes, "LOCALLLM_MAX_AUDIO_BYTES")
+        return BodyTooLarge(self.settings.max_body_bytes, "LOCALLLM_MAX_BODY_BYTES")
+
+    @staticmethod
+    def _limited(receive: Receive, send: Send, path: str, too_large: "BodyTooLarge") -> tuple[Receive, Send]:
         """For bodies without a length: once past the limit, the body is cut off and the
         app's answer (an error about the broken body) is replaced by a 413."""
-        limit = self.settings.max_body_bytes
+        limit = too_large.limit
         seen = 0
         exceeded = False
 
@@ -156,16 +165,17 @@ class AccessGuard(HttpMiddleware):
             if not exceeded:
                 await send(message)
             elif message["type"] == "http.response.start":
-                await _deny(send, path, 413, BodyTooLarge(limit).message)
+                await _deny(send, path, 413, too_large.message)
 
         return limited_receive, guarded_send
 
 
 class BodyTooLarge:
-    """The message for a request body over LOCALLLM_MAX_BODY_BYTES."""
+    """A body limit and the message for a body over it, naming the setting that raises it."""
 
-    def __init__(self, limit: int) -> None:
-        self.message = f"request body is larger than the limit of {limit} bytes (LOCALLLM_MAX_BODY_BYTES)"
+    def __init__(self, limit: int, setting: str) -> None:
+        self.limit = limit
+        self.message = f"request body is larger than the limit of {limit} bytes ({setting})"
 
 
 async def _deny(send: Send, path: str, status: int, message: str) -> None:

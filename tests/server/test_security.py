@@ -83,3 +83,33 @@ def test_chunked_body_over_limit_is_413(daemon):
                           timeout=60)
     assert response.status_code == 413
     assert "LOCALLLM_MAX_BODY_BYTES" in response.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def small_limits_daemon(tmp_path_factory):
+    instance = Daemon(tmp_path_factory.mktemp("limits"), LOCALLLM_MAX_BODY_BYTES=str(1 << 20),
+                      LOCALLLM_MAX_AUDIO_BYTES=str(4 << 20)).start()
+    yield instance
+    instance.stop()
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
+def test_recordings_have_their_own_larger_limit(small_limits_daemon, chunked):
+    """An hour of speech is larger than any chat request: /v1/audio/ takes up to LOCALLLM_MAX_AUDIO_BYTES."""
+    url = small_limits_daemon.url
+
+    def upload(size: int) -> httpx.Response:
+        recording = b"RIFF" + b"\0" * (size - 4)
+        body = (b"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nnosuch:1b\r\n--b\r\n"
+                b"Content-Disposition: form-data; name=\"file\"; filename=\"talk.wav\"\r\n\r\n" + recording +
+                b"\r\n--b--\r\n")
+        content = (body[i:i + (1 << 20)] for i in range(0, len(body), 1 << 20)) if chunked else body
+        return httpx.post(f"{url}/v1/audio/transcriptions", content=content,
+                          headers={"content-type": "multipart/form-data; boundary=b"}, timeout=60)
+
+    past_the_chat_limit = upload(2 << 20)
+    assert past_the_chat_limit.status_code != 413 and "nosuch" in past_the_chat_limit.text
+    too_long = upload(5 << 20)
+    assert too_long.status_code == 413 and "LOCALLLM_MAX_AUDIO_BYTES" in too_long.json()["error"]["message"]
+    chat = httpx.post(f"{url}/api/chat", content=b"x" * (2 << 20), headers={"content-type": "application/json"})
+    assert chat.status_code == 413 and "LOCALLLM_MAX_BODY_BYTES" in chat.json()["error"]
