@@ -527,7 +527,7 @@ def _patch_embedding_slice(source: OutTensor, frame: int, n_channels: int) -> Ou
     width, height, frames, packed = source.shape
     if frames != 2 or packed % n_channels or source.ggml_type not in (GGML_F16, GGML_F32):
         raise IncompatibleModel(f"its patch embedding {source.name!r} has shape {list(source.shape)} (type "
-                                f"{source.ggml_type}), not two F16 frames of {n_channels} channels each")
+                                f"{source.ggml_type}), not two F16 or F32 frames of {n_channels} channels each")
     dtype = np.float16 if source.ggml_type == GGML_F16 else np.float32
 
     def convert(data: bytes) -> bytes:
