@@ -174,6 +174,7 @@ def wav_samples(raw: bytes, what: str = "audio") -> tuple[np.ndarray, int]:
     data = wav.data[: frames * wav.channels * wav.bits // 8]
     if wav.tag == _WAV_FLOAT:
         samples = np.frombuffer(data, "<f4" if wav.bits == 32 else "<f8").astype(np.float32)
+        samples = np.nan_to_num(samples, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)  # integers hold none
     elif wav.tag in (_WAV_ALAW, _WAV_MULAW):
         raise AudioError(f"{what}: A-law and mu-law WAV files can be sent in a chat but not transcribed here; "
                          "convert it to PCM")
@@ -183,10 +184,11 @@ def wav_samples(raw: bytes, what: str = "audio") -> tuple[np.ndarray, int]:
         bytes3 = np.frombuffer(data, np.uint8).reshape(-1, 3).astype(np.int32)
         values = bytes3[:, 0] | (bytes3[:, 1] << 8) | (bytes3[:, 2] << 16)
         samples = (np.where(values >= 1 << 23, values - (1 << 24), values) / float(1 << 23)).astype(np.float32)
-    else:
-        kind = "<i2" if wav.bits == 16 else "<i4"
-        samples = (np.frombuffer(data, kind) / float(1 << (wav.bits - 1))).astype(np.float32)
-    samples = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
+    else:  # scaled in float32 (exact: a power of two), so an hour's samples are held once, not in float64
+        samples = np.frombuffer(data, "<i2" if wav.bits == 16 else "<i4").astype(np.float32)
+        samples *= np.float32(1.0 / (1 << (wav.bits - 1)))
+    if wav.channels == 1:
+        return samples, wav.rate
     return samples.reshape(-1, wav.channels).mean(axis=1, dtype=np.float32), wav.rate
 
 

@@ -122,3 +122,26 @@ def test_long_recordings_are_cut_at_silences_or_overlap():
     assert [c.overlaps_next for c in cuts] == [True, True, False]
     assert cuts[1].start == pytest.approx(29.0) and all(c.end - c.start <= 30.0 for c in cuts)
     assert len(pieces(tone(300, 10), RATE)) == 1
+
+
+@pytest.mark.parametrize("bits", [16, 32])
+def test_reading_a_long_wav_holds_little_more_than_its_samples(bits):
+    """A long recording's samples are what a transcription holds: read as float32 at once, not through a float64
+    copy and two more float32 ones (a 2-hour file took ~2 GB at its peak)."""
+    import tracemalloc
+
+    n = RATE * 60
+    pcm = (np.sin(np.arange(n) * 0.01) * (2 ** (bits - 2))).astype(f"<i{bits // 8}").tobytes()
+    header = struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + len(pcm), b"WAVE", b"fmt ", 16, 1, 1, RATE,
+                         RATE * bits // 8, bits // 8, bits, b"data", len(pcm))
+    raw = header + pcm
+    tracemalloc.start()
+    try:
+        samples, _ = wav_samples(raw)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert samples.dtype == np.float32 and len(samples) == n
+    assert peak < 6 * n, f"{peak / n:.1f} bytes a sample at the peak"
+    expected = np.frombuffer(pcm, f"<i{bits // 8}") / float(1 << (bits - 1))
+    assert np.array_equal(samples, expected.astype(np.float32))  # the same values as before, bit for bit

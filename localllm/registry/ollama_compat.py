@@ -527,7 +527,7 @@ def _patch_embedding_slice(source: OutTensor, frame: int, n_channels: int) -> Ou
     width, height, frames, packed = source.shape
     if frames != 2 or packed % n_channels or source.ggml_type not in (GGML_F16, GGML_F32):
         raise IncompatibleModel(f"its patch embedding {source.name!r} has shape {list(source.shape)} (type "
-                                f"{source.ggml_type}), not two F16 frames of {n_channels} channels each")
+                                f"{source.ggml_type}), not two F16 or F32 frames of {n_channels} channels each")
     dtype = np.float16 if source.ggml_type == GGML_F16 else np.float32
 
     def convert(data: bytes) -> bytes:
@@ -645,11 +645,9 @@ def _qwen25vl_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
     projector.inject("clip.vision.image_mean", CLIP_MEAN, ARRAY, F32)
     projector.inject("clip.vision.image_std", CLIP_STD, ARRAY, F32)
     projector.inject("clip.use_silu", True, BOOL)
-    for old, new in (("v.merger.ln_q.", "v.post_ln."), ("v.merger.mlp.0.", "mm.0."), ("v.merger.mlp.2.", "mm.2."),
-                     ("v.patch_embd_0.weight", "v.patch_embd.weight"), ("v.patch_embd_1.weight", "v.patch_embd.weight.1")):
+    for old, new in (("v.merger.ln_q.", "v.post_ln."), ("v.merger.mlp.0.", "mm.0."), ("v.merger.mlp.2.", "mm.2.")):
         projector.rename_containing(old, new)
-    promote_to_f32(projector, "v.patch_embd.weight")
-    promote_to_f32(projector, "v.patch_embd.weight.1")
+    _per_frame_patch_embeddings(projector)
     return projector
 
 
@@ -661,11 +659,16 @@ def _glmocr_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
                      ("out_hidden_size", "projection_dim")):
         projector.copy(model.key(f"vision.{old}"), f"clip.vision.{new}", model)
     projector.inject("clip.use_silu", True, BOOL)
-    projector.rename_tensor("v.patch_embd_0.weight", "v.patch_embd.weight")
-    projector.rename_tensor("v.patch_embd_1.weight", "v.patch_embd.weight.1")
-    promote_to_f32(projector, "v.patch_embd.weight")
-    promote_to_f32(projector, "v.patch_embd.weight.1")
+    _per_frame_patch_embeddings(projector)
     return projector
+
+
+def _per_frame_patch_embeddings(projector: Draft) -> None:
+    """Ollama's pair of per-frame patch embeddings (``v.patch_embd_0``/``_1``) under llama.cpp's names, in F32
+    as its converter writes them (Qwen2.5-VL, GLM-OCR)."""
+    for frame, name in enumerate(("v.patch_embd.weight", "v.patch_embd.weight.1")):
+        projector.rename_tensor(f"v.patch_embd_{frame}.weight", name)
+        promote_to_f32(projector, name)
 
 
 def _llama4_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:

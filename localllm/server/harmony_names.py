@@ -38,9 +38,11 @@ class HarmonyNames:
 
     @classmethod
     def of(cls, tools: list[dict[str, Any]]) -> HarmonyNames:
+        """Prompt names for the offered ``tools``, in their order."""
         names = cls()
-        for tool in tools:
-            name = tool.get("function", {}).get("name") if isinstance(tool, dict) else None
+        for tool in tools:  # not checked yet: a malformed tool is left to ToolUse's 400
+            function = tool.get("function") if isinstance(tool, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
             if isinstance(name, str) and name and name not in names.to_harmony:
                 names.add(name)
         return names

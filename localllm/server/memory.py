@@ -38,7 +38,7 @@ class ModelFootprint:
     logits_buffer: int = 0  # the part of compute_buffer that holds logits: only the output head's device needs it
     expert_weights: tuple[int, ...] = ()  # per repeating layer, the part of layer_weights in expert tensors
     # hybrid and recurrent models: each layer's kind, "a" attention (KV), "r" recurrent (a state a sequence),
-    # "-" neither (a feed-forward-only layer); () when every layer is attention
+    # "-" neither (a feed-forward-only layer); "" when every layer is attention
     layer_kinds: str = ""
     state_per_layer: int = 0  # a recurrent layer's state for all sequences (independent of the context)
 

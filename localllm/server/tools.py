@@ -68,6 +68,8 @@ def validate_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         parameters = function.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
             raise bad_request(f"tools[{index}] ({function['name']}): parameters must be a JSON schema of type object")
+        if not isinstance(parameters.get("properties", {}), (dict, type(None))):
+            raise bad_request(f"tools[{index}] ({function['name']}): parameters.properties must be an object")
         checked.append(tool)
     return checked
 

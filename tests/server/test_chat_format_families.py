@@ -363,3 +363,22 @@ def test_a_built_in_renderer_writes_the_prompt_a_template_cannot(daemon, smollm2
         "num_predict": 60, "grammar": grammar("Got it.</think>\n\nSunny in Paris.")})
     assert (final.message.thinking, final.message.content) == ("Got it.", "Sunny in Paris.")
     httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "rnd-qwen35"})
+
+
+@pytest.mark.parametrize("tool", [{"type": "function", "function": "get-weather"}, {"type": "function", "function": None}])
+def test_harmony_refuses_a_tool_whose_function_is_not_an_object(url, tool):
+    """The renaming reads the offered tools before they are checked: a malformed one is still the request's 400."""
+    reply = httpx.post(f"{url}/api/chat", json={"model": model_of(BY_NAME["harmony"]), "messages": user(),
+                                                "tools": [tool], "stream": False}, timeout=120)
+    assert reply.status_code == 400 and "tools[0]" in reply.json()["error"]
+
+
+def test_tool_properties_that_are_not_an_object_are_a_400(daemon):
+    """``parameters.properties`` a list: a 400 naming it, not a 500 from the call grammar (seen through a
+    built-in renderer's model, which takes tools whatever its template)."""
+    daemon.create("rnd-bad-props", 'FROM smollm2:135m\nTEMPLATE """{{ .Prompt }}"""\nRENDERER qwen3.5\n')
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": ["x"]}}}
+    reply = httpx.post(f"{daemon.url}/api/chat", json={"model": "rnd-bad-props", "messages": user(),
+                                                       "tools": [tool], "stream": False}, timeout=120)
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "rnd-bad-props"})
+    assert reply.status_code == 400 and "properties" in reply.json()["error"], reply.text
