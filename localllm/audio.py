@@ -262,7 +262,10 @@ def _flac_header(raw: bytes) -> tuple[int, int, float | None]:
     rate, channels, total = packed >> 44, ((packed >> 41) & 7) + 1, packed & ((1 << 36) - 1)
     if len(raw) <= 42:
         raise AudioError("its FLAC file holds no audio frames (truncated?)")
-    return rate, channels, total / rate if total and rate else None
+    if total == 0:  # a streamed FLAC: the decoder reads such a file as no samples at all
+        raise AudioError("its FLAC header does not state how many samples it holds (a streamed FLAC); "
+                         "write it again as a whole file, e.g. `ffmpeg -i in.flac out.flac`")
+    return rate, channels, total / rate if rate else None
 
 
 # --- long recordings -------------------------------------------------------------------

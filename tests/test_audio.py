@@ -43,6 +43,14 @@ def _fmt(tag: int = 1, channels: int = 1, rate: int = RATE, bits: int = 16) -> b
     return struct.pack("<HHIIHH", tag, channels, rate, (rate * align) & 0xFFFFFFFF, align, bits)
 
 
+def _unknown_length(flac_file: bytes) -> bytes:
+    """``flac_file`` with STREAMINFO's total sample count 0, as a streaming encoder writes it."""
+    info = bytearray(flac_file)
+    packed = int.from_bytes(info[18:26], "big") & ~((1 << 36) - 1)
+    info[18:26] = packed.to_bytes(8, "big")
+    return bytes(info)
+
+
 @pytest.mark.parametrize("raw, problem", [
     (b"", "empty"),
     (wav(tone(440, 1))[:30], "truncated"),
@@ -57,6 +65,7 @@ def _fmt(tag: int = 1, channels: int = 1, rate: int = RATE, bits: int = 16) -> b
     (_riff((b"fmt ", _fmt())), "no data chunk"),
     (b"fLaC\x00\x00\x00\x22" + b"\x00" * 10, "truncated"),
     (b"fLaC\x04\x00\x00\x10" + b"\x00" * 60, "not STREAMINFO"),
+    (_unknown_length(flac(tone(300, 1.0))), "does not state how many samples"),
     (b"ID3\x04\x00\x00\x00\x00\x00\x05" + b"\x00" * 5 + b"garbage, no frame", "not a valid MP3"),
     (b"\xff\xfb" + b"no mpeg frame follows this sync word" * 4, "not a valid MP3"),
     (b"hello", "not a WAV, MP3 or FLAC"),
