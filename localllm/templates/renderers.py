@@ -52,9 +52,47 @@ Reminder:
 QWEN_CODER_SYSTEM = "You are Qwen, a helpful AI assistant that can interact with a computer to solve tasks."
 
 
-def _compact(value: Any) -> str:
-    """JSON as Go's encoder writes it (Ollama's renderers): no spaces."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def _compact(value: Any, spaced: bool = False) -> str:
+    """JSON as Go's ``json.Marshal`` writes it (Ollama's renderers): no spaces, ``<>&`` escaped;
+    ``spaced`` adds a space after each ``:`` and ``,`` (Ollama's ``marshalWithSpaces``)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": ") if spaced else (",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+#: Go's field order for Ollama's tool structs (``api.Tool``, ``ToolFunction``, ``ToolFunctionParameters``,
+#: ``ToolProperty``): a tool marshalled by Go lists its keys in this order, whatever order the request gave.
+_TOOL_ORDER = ("type", "items", "function")
+_FUNCTION_ORDER = ("name", "description", "parameters")
+_PARAMETERS_ORDER = ("type", "$defs", "items", "required", "properties")
+_PROPERTY_ORDER = ("anyOf", "type", "items", "description", "enum", "properties", "required")
+
+
+def _ordered(value: dict[str, Any], order: tuple[str, ...], omit_empty: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {key: value[key] for key in order if key in value and not (key in omit_empty and not value[key])}
+
+
+def _property(spec: Any) -> Any:
+    if not isinstance(spec, dict):
+        return spec
+    ordered = _ordered(spec, _PROPERTY_ORDER, _PROPERTY_ORDER)
+    if "anyOf" in ordered:
+        ordered["anyOf"] = [_property(item) for item in ordered["anyOf"]]
+    if "properties" in ordered:
+        ordered["properties"] = {name: _property(item) for name, item in ordered["properties"].items()}
+    return ordered
+
+
+def _go_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as Ollama holds it once Go has decoded it: Go's key order, empty optional keys left out."""
+    function = _function(tool)
+    parameters = function.get("parameters") or {}
+    ordered_parameters = _ordered({"type": "", "properties": None, **parameters}, _PARAMETERS_ORDER,
+                                  ("$defs", "items", "required"))
+    if ordered_parameters["properties"] is not None:
+        ordered_parameters["properties"] = {n: _property(p) for n, p in ordered_parameters["properties"].items()}
+    go_function = _ordered({"name": "", **function, "parameters": ordered_parameters}, _FUNCTION_ORDER,
+                           ("description",))
+    return _ordered({"type": "", **tool, "function": go_function}, _TOOL_ORDER, ("items",))
 
 
 def _argument(value: Any) -> str:
@@ -161,13 +199,7 @@ def _qwen35(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: 
         out.append(END + "\n")
     elif first_system is not None:
         out.append(START + "system\n" + first_system + END + "\n")
-    last_query = len(messages) - 1  # the last user message that is not tool output
-    for i in range(len(messages) - 1, -1, -1):
-        content = messages[i].get("content", "").strip()
-        if messages[i]["role"] == "user" and not (content.startswith("<tool_response>")
-                                                  and content.endswith("</tool_response>")):
-            last_query = i
-            break
+    last_query = _last_query(messages, strip=True)
     for i, message in enumerate(messages):
         content = message.get("content", "").strip()
         last = i == len(messages) - 1
@@ -194,8 +226,201 @@ def _qwen35(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: 
     return "".join(out)
 
 
+def _last_query(messages: list[dict[str, Any]], strip: bool) -> int:
+    """The last user message that is not tool output (the turn whose reasoning Qwen keeps)."""
+    for i in range(len(messages) - 1, -1, -1):
+        content = messages[i].get("content", "")
+        content = content.strip() if strip else content
+        if messages[i]["role"] == "user" and not (content.startswith("<tool_response>")
+                                                  and content.endswith("</tool_response>")):
+            return i
+    return len(messages) - 1
+
+
+QWEN_VL_TOOLS = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+QWEN_VL_CALL_FORMAT = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                       "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                       '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+
+def _qwen3_vl(thinks: bool) -> Renderer:
+    """Qwen3-VL (instruct, or thinking by default): Hermes-style JSON calls in ``<tool_call>``."""
+    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+        thinking = thinks if think is None else bool(think)
+        out: list[str] = []
+        has_system = bool(messages) and messages[0]["role"] == "system"
+        if tools:
+            out.append(START + "system\n" + (messages[0].get("content", "") + "\n\n" if has_system else ""))
+            out.append(QWEN_VL_TOOLS)
+            out.extend("\n" + _compact(_go_tool(tool), spaced=True) for tool in tools)
+            out.append(QWEN_VL_CALL_FORMAT + END + "\n")
+        elif has_system:
+            out.append(START + "system\n" + messages[0].get("content", "") + END + "\n")
+        last_query = _last_query(messages, strip=False)
+        for i, message in enumerate(messages):
+            content = message.get("content", "")
+            last = i == len(messages) - 1
+            prefill = last and message["role"] == "assistant"
+            if message["role"] == "user" or (message["role"] == "system" and i != 0):
+                out.append(START + message["role"] + "\n" + content + END + "\n")
+            elif message["role"] == "assistant":
+                reasoning = (message.get("thinking") or "") if thinking else ""
+                if thinking and i > last_query and (last or reasoning):
+                    out.append(START + "assistant\n<think>\n" + reasoning.strip("\n"))
+                    if content:
+                        out.append("\n</think>\n\n" + content.lstrip("\n"))
+                else:
+                    out.append(START + "assistant\n" + content)
+                for j, (name, arguments) in enumerate(_calls(message)):
+                    out.append("\n" if j > 0 or content else "")
+                    out.append('<tool_call>\n{"name": "' + name + '", "arguments": ' + _compact(arguments, spaced=True)
+                               + "}\n</tool_call>")
+                if not prefill:
+                    out.append(END + "\n")
+            elif message["role"] == "tool":
+                _tool_result(out, messages, i)
+            if last and not prefill:
+                out.append(START + "assistant\n" + ("<think>\n" if thinking else ""))
+        return "".join(out)
+    return render
+
+
+BOS_DEEPSEEK = "<｜begin▁of▁sentence｜>"
+EOS_DEEPSEEK = "<｜end▁of▁sentence｜>"
+DEEPSEEK_TOOL_FORMAT = (
+    "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments<｜tool▁call▁end｜>"
+    "{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\nWhere:\n\n"
+    "- `tool_call_name` must be an exact match to one of the available tools\n"
+    "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+    "- For multiple tool calls, chain them directly without separators or spaces\n")
+
+
+def _deepseek31(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """DeepSeek-V3.1: thinks only when asked; ``</think>`` opens an answer that does not."""
+    thinking = bool(think)
+    out = [BOS_DEEPSEEK, "\n\n".join(m.get("content", "") for m in messages if m["role"] == "system")]
+    if tools:
+        out.append("\n\n## Tools\nYou have access to the following tools:\n")
+        for tool in tools:
+            function = _go_tool(tool)["function"]
+            out.append("\n### " + function["name"] + "\nDescription: " + str(function.get("description", "")))
+            out.append("\n\nParameters: " + _compact(function["parameters"]) + "\n")
+        out.append(DEEPSEEK_TOOL_FORMAT)
+    after_user = after_tool = False
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    for i, message in enumerate(messages):
+        content = message.get("content", "")
+        if message["role"] == "user":
+            after_user, after_tool = True, False
+            out.append("<｜User｜>" + content)
+        elif message["role"] == "assistant" and message.get("tool_calls"):
+            out.append("<｜Assistant｜></think>" if after_user else "")
+            after_user = after_tool = False
+            out.append(content + "<｜tool▁calls▁begin｜>")
+            out.extend("<｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>" + _compact(arguments) + "<｜tool▁call▁end｜>"
+                       for name, arguments in _calls(message))
+            out.append("<｜tool▁calls▁end｜>" + EOS_DEEPSEEK)
+        elif message["role"] == "assistant":
+            if after_user:
+                opens = bool(message.get("thinking")) and thinking and i > last_user
+                out.append("<｜Assistant｜>" + ("<think>" if opens else "</think>"))
+            if not after_tool and "</think>" in content:
+                content = content.split("</think>", 1)[1]
+            after_user = after_tool = False
+            out.append(content + EOS_DEEPSEEK)
+        elif message["role"] == "tool":
+            after_user, after_tool = False, True
+            out.append("<｜tool▁output▁begin｜>" + content + "<｜tool▁output▁end｜>")
+    if after_user:
+        out.append("<｜Assistant｜>" + ("<think>" if thinking else "</think>"))
+    return "".join(out)
+
+
+COGITO_SYSTEM = ("You are Cogito, an AI assistant created by Deep Cogito, which is an AI research lab based in "
+                 "San Francisco.")
+
+
+def _cogito(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """Deep Cogito (DeepSeek tokens): thinking is a system-prompt switch, tools are indented JSON blocks."""
+    thinking = bool(think)
+    system = messages[0].get("content", "") if messages and messages[0]["role"] == "system" else ""
+    turns = messages[1:] if messages and messages[0]["role"] == "system" else messages
+    prompt = ("Enable deep thinking subroutine.\n\n" if thinking else "") + COGITO_SYSTEM
+    if system:
+        prompt += "\n\n" + system + ("\n\n" if thinking else "")
+    if tools:
+        prompt += "\nYou have the following functions available:\n"
+        prompt += "".join("```json\n" + _indented(_go_tool(tool)) + "\n```\n" for tool in tools)
+    out = [BOS_DEEPSEEK + prompt]
+    after_user = False
+    for i, message in enumerate(turns):
+        content = message.get("content", "")
+        after_user = message["role"] == "user"
+        if message["role"] == "user":
+            out.append("<｜User｜>" + content + "<｜Assistant｜>")
+        elif message["role"] == "assistant" and message.get("tool_calls"):
+            out.append(content + "<｜tool▁calls▁begin｜>")
+            out.append("\n".join("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n" + _compact(arguments)
+                                 + "\n```<｜tool▁call▁end｜>" for name, arguments in _calls(message)))
+            out.append("<｜tool▁calls▁end｜>" + EOS_DEEPSEEK)
+        elif message["role"] == "assistant":
+            out.append(content + EOS_DEEPSEEK)
+        elif message["role"] == "tool":
+            if i == 0 or turns[i - 1]["role"] != "tool":
+                out.append("<｜tool▁outputs▁begin｜>")
+            out.append("<｜tool▁output▁begin｜>" + content + "<｜tool▁output▁end｜>")
+            next_is_tool = i + 1 < len(turns) and turns[i + 1]["role"] == "tool"
+            out.append("\n" if next_is_tool else "<｜tool▁outputs▁end｜>")
+    if not after_user:
+        out.append("<｜Assistant｜>")
+    return "".join(out) + ("<think>\n" if thinking else "")
+
+
+def _indented(value: Any) -> str:
+    """Go's ``json.MarshalIndent(v, "", "    ")``."""
+    return json.dumps(value, ensure_ascii=False, indent=4).replace("<", "\\u003c").replace(">", "\\u003e").replace(
+        "&", "\\u0026")
+
+
+GLM_TOOLS = ("<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+             "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n")
+GLM_CALL_FORMAT = ("</tools>\n\nFor each function call, output the function name and arguments within the following "
+                   "XML format:\n<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}"
+                   "</arg_value><arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>")
+
+
+def _glm47(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """GLM-4.7: thinks by default, calls as ``<arg_key>``/``<arg_value>`` pairs, results in ``<|observation|>``."""
+    out = ["[gMASK]<sop>"]
+    if tools:
+        out.append(GLM_TOOLS + "".join(_compact(_go_tool(tool), spaced=True) + "\n" for tool in tools)
+                   + GLM_CALL_FORMAT)
+    for i, message in enumerate(messages):
+        content = message.get("content", "")
+        if message["role"] == "user":
+            out.append("<|user|>" + content)
+        elif message["role"] == "assistant":
+            thinking = message.get("thinking") or ""
+            out.append("<|assistant|>" + ("<think>" + thinking + "</think>" if thinking else "</think>") + content)
+            out.extend("<tool_call>" + name + "".join(f"<arg_key>{key}</arg_key><arg_value>{_argument(value)}</arg_value>"
+                                                      for key, value in arguments.items()) + "</tool_call>"
+                       for name, arguments in _calls(message))
+        elif message["role"] == "tool":
+            out.append(("" if i > 0 and messages[i - 1]["role"] == "tool" else "<|observation|>")
+                       + "<tool_response>" + content + "</tool_response>")
+        elif message["role"] == "system":
+            out.append("<|system|>" + content)
+    return "".join(out) + "<|assistant|>" + ("</think>" if think is not None and not think else "<think>")
+
+
 #: Ollama's renderer names that we render built in.
-BUILT_IN: dict[str, Renderer] = {"qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35}
+BUILT_IN: dict[str, Renderer] = {
+    "qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35,
+    "qwen3-vl-instruct": _qwen3_vl(thinks=False), "qwen3-vl-thinking": _qwen3_vl(thinks=True),
+    "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47,
+}
 
 
 def built_in_renderer(name: str | None) -> Renderer | None:

@@ -62,3 +62,141 @@ def test_qwen35_thinks_by_default_and_keeps_only_the_last_turns_reasoning():
     assert render("qwen3.5", asked[:1], think=False).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert render("qwen3.5", [{"role": "system", "content": " Be brief. "}, *asked[:1]]).startswith(
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n")
+
+
+def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    """A tool as a client sends it (keys in JSON-schema order, not Go's)."""
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": properties, "required": required}}}
+
+
+def _call(name: str, **arguments) -> dict:
+    return {"function": {"name": name, "arguments": arguments}}
+
+
+def test_qwen3_vl_writes_ollamas_prompt():
+    """Ollama's qwen3vl_*_test.go cases "basic", "With thinking, end assistant.", "Multiple thinking, multiple
+    messages." (thinking) and "assistant with multiple tool calls and content", "consecutive tool responses grouped"
+    (instruct), byte for byte."""
+    assert render("qwen3-vl-thinking", [{"role": "system", "content": "You are a helpful assistant."},
+                                        {"role": "user", "content": "Hello, how are you?"}]) == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello, how are you?<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n")
+    story = {"role": "user", "content": "Tell me a story in two sentences."}
+    poetry = "To make this story interesting, I will speak in poetry."
+    assert render("qwen3-vl-thinking", [story, {"role": "assistant", "content": "abc", "thinking": poetry}]) == (
+        "<|im_start|>user\nTell me a story in two sentences.<|im_end|>\n<|im_start|>assistant\n<think>\n" + poetry +
+        "\n</think>\n\nabc")
+    assert render("qwen3-vl-thinking", [
+        story, {"role": "assistant", "content": "abc", "thinking": poetry},
+        {"role": "user", "content": "What is the weather like in San Francisco?"},
+        {"role": "assistant", "thinking": "Speak poetry after the first sentence.</think><think>Speak poetry after the "
+                                          "second sentence."}]) == (
+        "<|im_start|>user\nTell me a story in two sentences.<|im_end|>\n<|im_start|>assistant\nabc<|im_end|>\n"
+        "<|im_start|>user\nWhat is the weather like in San Francisco?<|im_end|>\n<|im_start|>assistant\n<think>\n"
+        "Speak poetry after the first sentence.</think><think>Speak poetry after the second sentence.")
+    assert render("qwen3-vl-instruct", [{"role": "user", "content": "Hi"}, {
+        "role": "assistant", "content": "before", "tool_calls": [_call("add", a=2, b=3), _call("mul", x=4, y=5)]}]) == (
+        '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nbefore\n<tool_call>\n{"name": "add", "arguments": '
+        '{"a": 2, "b": 3}}\n</tool_call>\n<tool_call>\n{"name": "mul", "arguments": {"x": 4, "y": 5}}\n</tool_call>')
+    assert render("qwen3-vl-instruct", [
+        {"role": "user", "content": "Compute results"},
+        {"role": "assistant", "content": "ok", "tool_calls": [_call("job", n=1)]},
+        {"role": "tool", "content": "5"}, {"role": "tool", "content": "6"}]) == (
+        '<|im_start|>user\nCompute results<|im_end|>\n<|im_start|>assistant\nok\n<tool_call>\n{"name": "job", '
+        '"arguments": {"n": 1}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n5\n</tool_response>\n'
+        "<tool_response>\n6\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+DEEPSEEK_TOOL_FORMAT = (
+    "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+    "tool_call_name<｜tool▁sep｜>tool_call_arguments<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\n"
+    "Where:\n\n- `tool_call_name` must be an exact match to one of the available tools\n- `tool_call_arguments` must "
+    "be valid JSON that strictly follows the tool's Parameters Schema\n- For multiple tool calls, chain them directly "
+    "without separators or spaces\n")
+
+
+def test_deepseek31_writes_ollamas_prompt():
+    """Ollama's deepseek3_test.go cases "tools with thinking and full conversation", "thinking enabled" and
+    "basic user message", byte for byte."""
+    tools = [_tool("get_weather", "Get current weather information",
+                   {"location": {"description": "City name", "type": "string"}}, ["location"])]
+    conversation = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Check the weather in Tokyo"},
+        {"role": "assistant", "thinking": "The user wants weather info for Tokyo. I should use the get_weather tool.",
+         "content": "Let me check that for you.", "tool_calls": [_call("get_weather", location="Tokyo")]},
+        {"role": "tool", "content": "Temperature: 18°C, Cloudy"},
+        {"role": "assistant", "thinking": "The weather data shows it's cloudy and cool. I should present this clearly.",
+         "content": "In Tokyo, it's currently 18°C and cloudy."},
+        {"role": "user", "content": "What about London?"}]
+    assert render("deepseek3.1", conversation, tools, think=True) == (
+        "<｜begin▁of▁sentence｜>You are a helpful assistant.\n\n## Tools\nYou have access to the following tools:\n\n"
+        "### get_weather\nDescription: Get current weather information\n\nParameters: "
+        '{"type":"object","required":["location"],"properties":{"location":{"type":"string","description":"City name"}}}'
+        "\n\n" + DEEPSEEK_TOOL_FORMAT +
+        "<｜User｜>Check the weather in Tokyo<｜Assistant｜></think>Let me check that for you.<｜tool▁calls▁begin｜>"
+        '<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"location":"Tokyo"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+        "<｜end▁of▁sentence｜><｜tool▁output▁begin｜>Temperature: 18°C, Cloudy<｜tool▁output▁end｜>In Tokyo, it's "
+        "currently 18°C and cloudy.<｜end▁of▁sentence｜><｜User｜>What about London?<｜Assistant｜><think>")
+    hello = [{"role": "user", "content": "Hello, how are you?"}]
+    assert render("deepseek3.1", hello, think=True) == (
+        "<｜begin▁of▁sentence｜><｜User｜>Hello, how are you?<｜Assistant｜><think>")
+    assert render("deepseek3.1", hello) == "<｜begin▁of▁sentence｜><｜User｜>Hello, how are you?<｜Assistant｜></think>"
+
+
+COGITO = ("<｜begin▁of▁sentence｜>You are Cogito, an AI assistant created by Deep Cogito, which is an AI research lab "
+          "based in San Francisco.")
+
+
+def test_cogito_writes_ollamas_prompt():
+    """Ollama's cogito_test.go cases "thinking enabled with system", "with tools" and "tool response", byte for byte."""
+    assert render("cogito", [{"role": "system", "content": "You are a helpful assistant."},
+                             {"role": "user", "content": "Hello, how are you?"}], think=True) == (
+        "<｜begin▁of▁sentence｜>Enable deep thinking subroutine.\n\n" + COGITO[len("<｜begin▁of▁sentence｜>"):] +
+        "\n\nYou are a helpful assistant.\n\n<｜User｜>Hello, how are you?<｜Assistant｜><think>\n")
+    tools = [_tool("get_weather", "Get current weather",
+                   {"location": {"type": "string", "description": "City name"}}, ["location"])]
+    assert render("cogito", [{"role": "user", "content": "What's the weather like?"}], tools, think=False) == (
+        COGITO + '\nYou have the following functions available:\n```json\n{\n    "type": "function",\n    "function": {\n'
+        '        "name": "get_weather",\n        "description": "Get current weather",\n        "parameters": {\n'
+        '            "type": "object",\n            "required": [\n                "location"\n            ],\n'
+        '            "properties": {\n                "location": {\n                    "type": "string",\n'
+        '                    "description": "City name"\n                }\n            }\n        }\n    }\n}\n```\n'
+        "<｜User｜>What's the weather like?<｜Assistant｜>")
+    assert render("cogito", [{"role": "user", "content": "What's the weather in Paris?"},
+                             {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", location="Paris")]},
+                             {"role": "tool", "content": "Temperature: 22°C, Sunny"}], think=False) == (
+        COGITO + "<｜User｜>What's the weather in Paris?<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
+        '<｜tool▁sep｜>get_weather\n```json\n{"location":"Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+        "<｜end▁of▁sentence｜><｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>Temperature: 22°C, Sunny<｜tool▁output▁end｜>"
+        "<｜tool▁outputs▁end｜><｜Assistant｜>")
+
+
+GLM_TOOLS = (
+    "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+    "provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", "
+    "\"function\": {\"name\": \"get_weather\", \"description\": \"Get weather\", \"parameters\": {\"type\": \"object\", "
+    "\"required\": [\"location\"], \"properties\": {\"location\": {\"type\": \"string\"}}}}}\n</tools>\n\nFor each "
+    "function call, output the function name and arguments within the following XML format:\n<tool_call>"
+    "{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value><arg_key>{arg-key-2}</arg_key>"
+    "<arg_value>{arg-value-2}</arg_value>...</tool_call>")
+
+
+def test_glm47_writes_ollamas_prompt():
+    """Ollama's glm47_test.go cases "tool call with content", "assistant with reasoning_content" and "thinking
+    disabled", byte for byte."""
+    tools = [_tool("get_weather", "Get weather", {"location": {"type": "string"}}, ["location"])]
+    assert render("glm-4.7", [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Let me check", "tool_calls": [_call("get_weather", location="Tokyo")]},
+        {"role": "tool", "content": '{"temperature":22}'},
+        {"role": "assistant", "content": "It is 22C."}], tools) == (
+        GLM_TOOLS + "<|user|>Weather?<|assistant|></think>Let me check<tool_call>get_weather<arg_key>location</arg_key>"
+        '<arg_value>Tokyo</arg_value></tool_call><|observation|><tool_response>{"temperature":22}</tool_response>'
+        "<|assistant|></think>It is 22C.<|assistant|><think>")
+    assert render("glm-4.7", [{"role": "user", "content": "Answer with reasoning."},
+                              {"role": "assistant", "thinking": "Plan.", "content": "Done."}]) == (
+        "[gMASK]<sop><|user|>Answer with reasoning.<|assistant|><think>Plan.</think>Done.<|assistant|><think>")
+    assert render("glm-4.7", [{"role": "user", "content": "Hello"}], think=False) == (
+        "[gMASK]<sop><|user|>Hello<|assistant|></think>")
