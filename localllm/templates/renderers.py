@@ -415,11 +415,75 @@ def _glm47(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: T
     return "".join(out) + "<|assistant|>" + ("</think>" if think is not None and not think else "<think>")
 
 
+OLMO3_SYSTEM = "You are a helpful function-calling AI assistant. "
+OLMO31_SYSTEM = ("You are Olmo, a helpful AI assistant built by Ai2. Your date cutoff is December 2024, and your model "
+                 "weights are available at https://huggingface.co/allenai. ")
+OLMO3_NO_FUNCTIONS = "You do not currently have access to any functions. "
+OLMO3_FUNCTIONS = ("You are provided with function signatures within <functions></functions> XML tags. You may call "
+                   "one or more functions to assist with the user query. Output any function calls within "
+                   "<function_calls></function_calls> XML tags. Do not make assumptions about what values to plug "
+                   "into functions.")
+
+
+def _split_system(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Olmo's first system message (the others are dropped) and the turns without any."""
+    system = next((m.get("content", "") for m in messages if m["role"] == "system"), None)
+    return system, [m for m in messages if m["role"] != "system"]
+
+
+def _olmo3(default_system: str) -> Renderer:
+    """Olmo 3 / 3.1 instruct: tools as JSON in ``<functions>``, calls as Python ``name(key=value)`` lines."""
+    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+        system, turns = _split_system(messages)
+        functions = "<functions>" + _compact([_go_tool(tool) for tool in tools], spaced=True) + "</functions>"
+        if system is not None:
+            out = [START + "system\n" + system + (functions if tools else "") + END + "\n"]
+        else:
+            out = [START + "system\n" + default_system + (OLMO3_FUNCTIONS + functions if tools else
+                                                           OLMO3_NO_FUNCTIONS + "<functions></functions>") + END + "\n"]
+        for i, message in enumerate(turns):
+            content = message.get("content", "")
+            if message["role"] == "user":
+                out.append(START + "user\n" + content + END + "\n")
+            elif message["role"] == "assistant":
+                calls = _calls(message)
+                out.append(START + "assistant\n" + content)
+                if calls:
+                    out.append("<function_calls>" + "\n".join(
+                        name + "(" + ", ".join(f"{key}={_compact(arguments[key])}" for key in sorted(arguments)) + ")"
+                        for name, arguments in calls) + "</function_calls>")
+                if i < len(turns) - 1 or calls:
+                    out.append(END + "\n")
+            elif message["role"] == "tool":
+                out.append(START + "environment\n" + content + END + "\n")
+        last = turns[-1] if turns else None
+        if not (last and last["role"] == "assistant" and not last.get("tool_calls") and last.get("content")):
+            out.append(START + "assistant\n")
+        return "".join(out)
+    return render
+
+
+OLMO3_THINK_FUNCTIONS = " You do not currently have access to any functions. <functions></functions>"
+
+
+def _olmo3_think(default_system: str) -> Renderer:
+    """Olmo 3 Think: no tools (tool turns are left out), always thinking."""
+    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+        system, turns = _split_system(messages)
+        out = [START + "system\n" + (default_system if system is None else system + OLMO3_THINK_FUNCTIONS) + END + "\n"]
+        out.extend(START + m["role"] + "\n" + m.get("content", "") + END + "\n"
+                   for m in turns if m["role"] in ("user", "assistant"))
+        return "".join(out) + START + "assistant\n<think>"
+    return render
+
+
 #: Ollama's renderer names that we render built in.
 BUILT_IN: dict[str, Renderer] = {
     "qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35,
     "qwen3-vl-instruct": _qwen3_vl(thinks=False), "qwen3-vl-thinking": _qwen3_vl(thinks=True),
     "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47,
+    "olmo3": _olmo3(OLMO3_SYSTEM), "olmo3.1": _olmo3(OLMO31_SYSTEM),
+    "olmo3-think": _olmo3_think(OLMO31_SYSTEM.rstrip()), "olmo3-32b-think": _olmo3_think("You are a helpful AI assistant."),
 }
 
 

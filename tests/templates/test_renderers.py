@@ -200,3 +200,49 @@ def test_glm47_writes_ollamas_prompt():
         "[gMASK]<sop><|user|>Answer with reasoning.<|assistant|><think>Plan.</think>Done.<|assistant|><think>")
     assert render("glm-4.7", [{"role": "user", "content": "Hello"}], think=False) == (
         "[gMASK]<sop><|user|>Hello<|assistant|></think>")
+
+
+OLMO_WEATHER = _tool("get_weather", "Get the current weather",
+                     {"location": {"type": "string", "description": "The city"}}, ["location"])
+OLMO_FUNCTIONS = ('<functions>[{"type": "function", "function": {"name": "get_weather", "description": "Get the current '
+                  'weather", "parameters": {"type": "object", "required": ["location"], "properties": {"location": '
+                  '{"type": "string", "description": "The city"}}}}}]</functions>')
+
+
+def test_olmo3_writes_ollamas_prompt():
+    """Ollama's olmo3_test.go cases "default system with tools - includes function instruction" and "assistant with
+    tool calls - function call syntax", byte for byte."""
+    assert render("olmo3", [{"role": "user", "content": "What is the weather?"}], [OLMO_WEATHER]) == (
+        "<|im_start|>system\nYou are a helpful function-calling AI assistant. You are provided with function signatures "
+        "within <functions></functions> XML tags. You may call one or more functions to assist with the user query. "
+        "Output any function calls within <function_calls></function_calls> XML tags. Do not make assumptions about "
+        "what values to plug into functions." + OLMO_FUNCTIONS + "<|im_end|>\n<|im_start|>user\nWhat is the weather?"
+        "<|im_end|>\n<|im_start|>assistant\n")
+    assert render("olmo3", [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the weather in SF?"},
+        {"role": "assistant", "content": "Let me check the weather.",
+         "tool_calls": [_call("get_weather", location="San Francisco")]},
+        {"role": "tool", "content": '{"temperature": 68}'}], [OLMO_WEATHER]) == (
+        "<|im_start|>system\nYou are a helpful assistant." + OLMO_FUNCTIONS + "<|im_end|>\n<|im_start|>user\nWhat is "
+        "the weather in SF?<|im_end|>\n<|im_start|>assistant\nLet me check the weather.<function_calls>get_weather("
+        'location="San Francisco")</function_calls><|im_end|>\n<|im_start|>environment\n{"temperature": 68}<|im_end|>\n'
+        "<|im_start|>assistant\n")
+
+
+def test_olmo3_think_writes_ollamas_prompt():
+    """Ollama's olmo3_think_test.go cases "7b_tool_calls_and_tool_messages_ignored" and
+    "32b_with_custom_system_gets_suffix", byte for byte."""
+    assert render("olmo3-think", [
+        {"role": "user", "content": "What is the weather in SF?"},
+        {"role": "assistant", "content": "Let me check the weather.",
+         "tool_calls": [_call("get_weather", location="San Francisco")]},
+        {"role": "tool", "content": '{"temperature": 68}'}]) == (
+        "<|im_start|>system\nYou are Olmo, a helpful AI assistant built by Ai2. Your date cutoff is December 2024, and "
+        "your model weights are available at https://huggingface.co/allenai.<|im_end|>\n<|im_start|>user\nWhat is the "
+        "weather in SF?<|im_end|>\n<|im_start|>assistant\nLet me check the weather.<|im_end|>\n<|im_start|>assistant\n"
+        "<think>")
+    assert render("olmo3-32b-think", [{"role": "system", "content": "You are a helpful assistant."},
+                                      {"role": "user", "content": "Hello!"}]) == (
+        "<|im_start|>system\nYou are a helpful assistant. You do not currently have access to any functions. "
+        "<functions></functions><|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n<think>")
