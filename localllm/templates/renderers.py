@@ -477,12 +477,52 @@ def _olmo3_think(default_system: str) -> Renderer:
     return render
 
 
+def _lfm2(thinks: bool) -> Renderer:
+    """LFM2 (and its thinking variant): tools listed in the system turn, calls as a Python list in
+    ``<|tool_call_start|>``; past reasoning is dropped unless thinking was asked of a thinking model."""
+    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+        def spaced(value: Any) -> str:  # Ollama's lfm2JSON: spaced, and HTML characters left as they are
+            return json.dumps(value, ensure_ascii=False)
+
+        has_system = bool(messages) and messages[0]["role"] == "system"
+        system = messages[0].get("content", "") if has_system else ""
+        if tools:
+            system += ("\n" if system else "") + "List of tools: <|tool_list_start|>[" + ", ".join(
+                spaced(_go_tool(tool)["function"]) for tool in tools) + "]<|tool_list_end|>"
+        out = ["<|startoftext|>" + (START + "system\n" + system + END + "\n" if system else "")]
+        keep_thinking = thinks and bool(think)
+        last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+        for i in range(1 if has_system else 0, len(messages)):
+            message = messages[i]
+            content = message.get("content", "")
+            if message["role"] == "assistant":
+                calls = _calls(message)
+                if calls and "<|tool_call_start|>" not in content:
+                    written = "<|tool_call_start|>[" + ",".join(name + "(" + ",".join(
+                        f"{key}={spaced(arguments[key])}" for key in sorted(arguments)) + ")"
+                        for name, arguments in calls) + "]<|tool_call_end|>"
+                    content = written + ("\n" + content if content.strip() else content)
+                if thinks and message.get("thinking") and "</think>" not in content:
+                    content = "<think>" + message["thinking"] + "</think>" + content
+                if not keep_thinking and i != last_assistant and "</think>" in content:
+                    content = content.rsplit("</think>", 1)[1].strip()
+            elif message["role"] == "tool" and "<|tool_response_start|>" not in content:
+                content = "<|tool_response_start|>" + content + "<|tool_response_end|>"
+            prefill = i == len(messages) - 1 and message["role"] == "assistant"
+            out.append(START + message["role"] + "\n" + content + ("" if prefill else END + "\n"))
+        if not (messages and messages[-1]["role"] == "assistant"):
+            out.append(START + "assistant\n")
+        return "".join(out)
+    return render
+
+
 #: Ollama's renderer names that we render built in.
 BUILT_IN: dict[str, Renderer] = {
     "qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35,
     "qwen3-vl-instruct": _qwen3_vl(thinks=False), "qwen3-vl-thinking": _qwen3_vl(thinks=True),
     "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47,
     "olmo3": _olmo3(OLMO3_SYSTEM), "olmo3.1": _olmo3(OLMO31_SYSTEM),
+    "lfm2": _lfm2(thinks=False), "lfm2-thinking": _lfm2(thinks=True),
     "olmo3-think": _olmo3_think(OLMO31_SYSTEM.rstrip()), "olmo3-32b-think": _olmo3_think("You are a helpful AI assistant."),
 }
 

@@ -246,3 +246,33 @@ def test_olmo3_think_writes_ollamas_prompt():
                                       {"role": "user", "content": "Hello!"}]) == (
         "<|im_start|>system\nYou are a helpful assistant. You do not currently have access to any functions. "
         "<functions></functions><|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n<think>")
+
+
+def test_lfm2_writes_ollamas_prompt():
+    """Ollama's lfm2_test.go cases "first_system_combined_with_tools", "assistant_tool_calls_with_content_preserves_both",
+    "thinking_field_stripped_for_non_last_when_disabled" and "thinking_precedes_tool_calls", byte for byte."""
+    bare = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+            for name in ("tool_a", "tool_b")]
+    assert render("lfm2", [{"role": "system", "content": "Follow instructions."}, {"role": "user", "content": "Do work"}],
+                  bare, think=False) == (
+        '<|startoftext|><|im_start|>system\nFollow instructions.\nList of tools: <|tool_list_start|>[{"name": "tool_a", '
+        '"parameters": {"type": "object", "properties": null}}, {"name": "tool_b", "parameters": {"type": "object", '
+        '"properties": null}}]<|tool_list_end|><|im_end|>\n<|im_start|>user\nDo work<|im_end|>\n<|im_start|>assistant\n')
+    assert render("lfm2", [{"role": "user", "content": "Call a tool"},
+                           {"role": "assistant", "content": "Checking now.",
+                            "tool_calls": [_call("get_weather", location="Paris")]}], think=False) == (
+        "<|startoftext|><|im_start|>user\nCall a tool<|im_end|>\n<|im_start|>assistant\n<|tool_call_start|>"
+        '[get_weather(location="Paris")]<|tool_call_end|>\nChecking now.')
+    history = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1", "thinking": "reason1"},
+               {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2", "thinking": "reason2"}]
+    assert render("lfm2-thinking", history, think=False) == (
+        "<|startoftext|><|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2"
+        "<|im_end|>\n<|im_start|>assistant\n<think>reason2</think>A2")
+    assert render("lfm2-thinking", [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "thinking": "Let me check the weather.",
+         "tool_calls": [_call("get_weather", location="Paris")]},
+        {"role": "tool", "content": "22C"}], think=True) == (
+        "<|startoftext|><|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think>Let me check the weather."
+        '</think><|tool_call_start|>[get_weather(location="Paris")]<|tool_call_end|><|im_end|>\n<|im_start|>tool\n'
+        "<|tool_response_start|>22C<|tool_response_end|><|im_end|>\n<|im_start|>assistant\n")
