@@ -516,9 +516,210 @@ def _lfm2(thinks: bool) -> Renderer:
     return render
 
 
+GEMMA4_QUOTE = '<|"|>'  # Gemma 4's string delimiter
+_GEMMA4_SCHEMA_KEYS = ("description", "type", "properties", "required", "nullable")
+
+
+def _gemma4_value(value: Any, quote_keys: bool = False) -> str:
+    """A call argument (or, with ``quote_keys``, a schema value) in Gemma 4's own notation; keys sorted."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return GEMMA4_QUOTE + value + GEMMA4_QUOTE
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict):
+        q = GEMMA4_QUOTE if quote_keys else ""
+        return "{" + ",".join(q + key + q + ":" + _gemma4_value(value[key], quote_keys) for key in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_gemma4_value(item, quote_keys) for item in value) + "]"
+    return str(value)
+
+
+def _gemma4_strings(values: list[Any]) -> str:
+    return "[" + ",".join(GEMMA4_QUOTE + str(v) + GEMMA4_QUOTE for v in values) + "]"
+
+
+def _gemma4_types(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value.upper()]
+    return [str(v).upper() for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _gemma4_type(names: list[str]) -> str:
+    return "type:" + (GEMMA4_QUOTE + names[0] + GEMMA4_QUOTE if len(names) == 1 else _gemma4_strings(names))
+
+
+def _gemma4_typed(properties: dict[str, Any]) -> dict[str, Any]:
+    """A tool's top-level properties as Ollama reads them (``ToolProperty`` fields only; several types, or an
+    ``anyOf`` of bare types, become one ``['A', 'B']`` type string)."""
+    typed = {}
+    for name, prop in properties.items():
+        prop = prop if isinstance(prop, dict) else {}
+        types = prop.get("type")
+        types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+        if not types and prop.get("anyOf") and all(
+                isinstance(b, dict) and b.get("type") and set(b) == {"type"} for b in prop["anyOf"]):
+            types = list(dict.fromkeys(t for b in prop["anyOf"] for t in _go_type_list(b["type"])))
+        out: dict[str, Any] = {}
+        if types:
+            out["type"] = types[0] if len(types) == 1 else "[" + ", ".join(f"'{t.upper()}'" for t in types) + "]"
+        for key in ("description", "enum", "items"):
+            if prop.get(key):
+                out[key] = prop[key]
+        if isinstance(prop.get("properties"), dict):
+            out["properties"] = _gemma4_typed(prop["properties"])
+        if prop.get("required"):
+            out["required"] = prop["required"]
+        typed[name] = out
+    return typed
+
+
+def _go_type_list(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _gemma4_properties(properties: dict[str, Any]) -> str:
+    written = []
+    for name in sorted(properties):
+        prop = properties[name]
+        if name in _GEMMA4_SCHEMA_KEYS or not isinstance(prop, dict):
+            continue
+        parts = []
+        if isinstance(prop.get("description"), str) and prop["description"]:
+            parts.append("description:" + GEMMA4_QUOTE + prop["description"] + GEMMA4_QUOTE)
+        types = _gemma4_types(prop.get("type"))
+        kind = types[0] if types else ""
+        if kind == "STRING" and isinstance(prop.get("enum"), list) and prop["enum"]:
+            parts.append("enum:" + _gemma4_strings(prop["enum"]))
+        if kind == "ARRAY" and isinstance(prop.get("items"), dict) and prop["items"]:
+            parts.append("items:{" + _gemma4_items(prop["items"]) + "}")
+        if prop.get("nullable") is True:
+            parts.append("nullable:true")
+        if kind == "OBJECT":
+            nested = prop["properties"] if isinstance(prop.get("properties"), dict) else prop
+            parts.append("properties:{" + _gemma4_properties(nested) + "}")
+            required = [r for r in prop.get("required") or [] if isinstance(r, str)]
+            if required:
+                parts.append("required:" + _gemma4_strings(required))
+        if types:
+            parts.append(_gemma4_type(types))
+        written.append(name + ":{" + ",".join(parts) + "}")
+    return ",".join(written)
+
+
+def _gemma4_items(items: dict[str, Any]) -> str:
+    parts = []
+    for key in sorted(items):
+        value = items[key]
+        if value is None:
+            continue
+        if key == "properties":
+            parts.append("properties:{" + (_gemma4_properties(value) if isinstance(value, dict) else "") + "}")
+        elif key == "required":
+            parts.append("required:" + _gemma4_strings([r for r in value if isinstance(r, str)]))
+        elif key == "type":
+            types = _gemma4_types(value)
+            parts.append(_gemma4_type(types) if types else "")
+        else:
+            parts.append(key + ":" + _gemma4_value(value, quote_keys=True))
+    return ",".join(parts)
+
+
+def _gemma4_declaration(tool: dict[str, Any]) -> str:
+    function = _function(tool)
+    parameters = function.get("parameters") or {}
+    out = ("<|tool>declaration:" + str(function.get("name", "")) + "{description:" + GEMMA4_QUOTE
+           + str(function.get("description", "")) + GEMMA4_QUOTE)
+    properties, kind = parameters.get("properties"), parameters.get("type") or ""
+    if properties is not None or kind:
+        parts = []
+        if properties:
+            parts.append("properties:{" + _gemma4_properties(_gemma4_typed(properties)) + "}")
+        if parameters.get("required"):
+            parts.append("required:" + _gemma4_strings(parameters["required"]))
+        if kind:
+            parts.append("type:" + GEMMA4_QUOTE + kind.upper() + GEMMA4_QUOTE)
+        out += ",parameters:{" + ",".join(parts) + "}"
+    return out + "}<tool|>"
+
+
+def _gemma4_strip_thoughts(text: str) -> str:
+    """An answer without the ``<|channel>…<channel|>`` thoughts it may hold (an unclosed one ends it)."""
+    kept = []
+    while (start := text.find("<|channel>")) != -1:
+        kept.append(text[:start])
+        end = text.find("<channel|>", start)
+        if end == -1:
+            text = ""
+            break
+        text = text[end + len("<channel|>"):]
+    return ("".join(kept) + text).strip()
+
+
+def _gemma4(empty_thought_when_not_thinking: bool) -> Renderer:
+    """Gemma 4: ``<|turn>`` turns, tools declared in the system turn, a model turn's calls followed by their
+    results, thinking switched on by ``<|think|>``."""
+    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+        has_system = bool(messages) and messages[0]["role"] in ("system", "developer")
+        turns = messages[1:] if has_system else messages
+        thinking = bool(think)
+        out = ["<bos>"]
+        if has_system or tools or thinking:
+            out.append("<|turn>system\n" + ("<|think|>\n" if thinking else "")
+                       + (messages[0].get("content", "").strip() if has_system else "")
+                       + "".join(_gemma4_declaration(tool) for tool in tools) + "<turn|>\n")
+        last_user = max((i for i, m in enumerate(turns) if m["role"] == "user"), default=-1)
+        previous, previous_role = "", ""
+        for i, message in enumerate(turns):
+            if message["role"] == "tool":
+                continue
+            previous = ""
+            role = "model" if message["role"] == "assistant" else message["role"]
+            if not (role == "model" and previous_role == "assistant"):
+                out.append("<|turn>" + role + "\n")
+            if message["role"] == "assistant" and message.get("thinking") and i > last_user:
+                out.append("<|channel>thought\n" + message["thinking"] + "\n<channel|>")
+            calls = message.get("tool_calls") or []
+            for name, arguments in _calls(message):
+                out.append("<|tool_call>call:" + name + "{" + ",".join(
+                    key + ":" + _gemma4_value(arguments[key]) for key in sorted(arguments)) + "}<tool_call|>")
+                previous = "tool_call"
+            answered = False
+            k = i + 1
+            while calls and k < len(turns) and turns[k]["role"] == "tool":
+                result = turns[k]
+                name = result.get("tool_name") or "unknown"
+                name = next((c.get("function", {}).get("name", name) for c in calls
+                             if result.get("tool_call_id") and c.get("id") == result["tool_call_id"]), name)
+                out.append("<|tool_response>response:" + name + "{value:" + _gemma4_value(result.get("content", ""))
+                           + "}<tool_response|>")
+                answered, previous, k = True, "tool_response", k + 1
+            content = message.get("content", "")
+            content = _gemma4_strip_thoughts(content) if role == "model" and content else content.strip()
+            out.append(content)
+            following = next((m["role"] for m in turns[i + 1:] if m["role"] != "tool"), "")
+            continues = role == "model" and following == "assistant" and (not calls or answered)
+            if previous == "tool_call" and not answered:
+                out.append("<|tool_response>")
+            elif not continues and not (answered and not content.strip() and following == ""):
+                out.append("<turn|>\n")
+            previous_role = message["role"]
+        if previous not in ("tool_response", "tool_call"):
+            out.append("<|turn>model\n" + ("<|channel>thought\n<channel|>" if empty_thought_when_not_thinking
+                                             and not thinking else ""))
+        elif previous == "tool_response" and thinking:
+            out.append("<|channel>thought\n")
+        return "".join(out)
+    return render
+
+
 #: Ollama's renderer names that we render built in.
 BUILT_IN: dict[str, Renderer] = {
     "qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35,
+    "gemma4": _gemma4(False), "gemma4-small": _gemma4(False), "gemma4-large": _gemma4(True),
     "qwen3-vl-instruct": _qwen3_vl(thinks=False), "qwen3-vl-thinking": _qwen3_vl(thinks=True),
     "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47,
     "olmo3": _olmo3(OLMO3_SYSTEM), "olmo3.1": _olmo3(OLMO31_SYSTEM),

@@ -276,3 +276,41 @@ def test_lfm2_writes_ollamas_prompt():
         "<|startoftext|><|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think>Let me check the weather."
         '</think><|tool_call_start|>[get_weather(location="Paris")]<|tool_call_end|><|im_end|>\n<|im_start|>tool\n'
         "<|tool_response_start|>22C<|tool_response_end|><|im_end|>\n<|im_start|>assistant\n")
+
+
+Q = '<|"|>'
+BASH = _tool("bash", "Run a command", {"command": {"type": "string", "description": "The command"}}, ["command"])
+BASH_DECLARATION = (f"<|tool>declaration:bash{{description:{Q}Run a command{Q},parameters:{{properties:{{command:{{"
+                    f"description:{Q}The command{Q},type:{Q}STRING{Q}}}}},required:[{Q}command{Q}],type:{Q}OBJECT{Q}}}}}"
+                    "<tool|>")
+LIST_FILES = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "List files"}]
+
+
+def test_gemma4_writes_ollamas_prompt():
+    """Ollama's gemma4_reference_test.go cases "thinking_system", "tool_call_response", "tool_call_pending_response",
+    "full_round_trip" (one tool) and the nested and enum declarations, byte for byte."""
+    assert render("gemma4", LIST_FILES[:1] + [{"role": "user", "content": "Hi"}], think=True) == (
+        "<bos><|turn>system\n<|think|>\nYou are helpful.<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n")
+    assert render("gemma4", [{"role": "user", "content": "Hello"}]) == "<bos><|turn>user\nHello<turn|>\n<|turn>model\n"
+    call = {"role": "assistant", "content": "", "tool_calls": [_call("bash", command="ls")]}
+    result = {"role": "tool", "tool_name": "bash", "content": "file1.txt\nfile2.txt"}
+    head = (f"<bos><|turn>system\nYou are helpful.{BASH_DECLARATION}<turn|>\n<|turn>user\nList files<turn|>\n"
+            f"<|turn>model\n<|tool_call>call:bash{{command:{Q}ls{Q}}}<tool_call|>")
+    answered = f"<|tool_response>response:bash{{value:{Q}file1.txt\nfile2.txt{Q}}}<tool_response|>"
+    assert render("gemma4", LIST_FILES + [call, result], [BASH]) == head + answered
+    assert render("gemma4", LIST_FILES + [{**call, "content": "Let me check."}], [BASH]) == (
+        head + "Let me check.<|tool_response>")
+    assert render("gemma4", LIST_FILES + [call, result, {"role": "assistant", "content": "Here are the files."},
+                                          {"role": "user", "content": "Read file1.txt"}], [BASH]) == (
+        head + answered + "Here are the files.<turn|>\n<|turn>user\nRead file1.txt<turn|>\n<|turn>model\n")
+    nested = _tool("create", "Create item", {"name": {"type": "string", "description": "Name"}, "config": {
+        "type": "object", "description": "Config", "properties": {"enabled": {"type": "boolean", "description": "On/off"}}}},
+        [])
+    mode = _tool("set_mode", "Set mode", {"mode": {"type": "string", "description": "The mode", "enum": ["fast", "slow"]}},
+                 [])
+    prompt = render("gemma4", [{"role": "user", "content": "Hi"}], [nested, mode])
+    assert (f"<|tool>declaration:create{{description:{Q}Create item{Q},parameters:{{properties:{{config:{{description:"
+            f"{Q}Config{Q},properties:{{enabled:{{description:{Q}On/off{Q},type:{Q}BOOLEAN{Q}}}}},type:{Q}OBJECT{Q}}},"
+            f"name:{{description:{Q}Name{Q},type:{Q}STRING{Q}}}}},type:{Q}OBJECT{Q}}}}}<tool|>"
+            f"<|tool>declaration:set_mode{{description:{Q}Set mode{Q},parameters:{{properties:{{mode:{{description:"
+            f"{Q}The mode{Q},enum:[{Q}fast{Q},{Q}slow{Q}],type:{Q}STRING{Q}}}}},type:{Q}OBJECT{Q}}}}}<tool|>") in prompt
