@@ -8,10 +8,16 @@ and tool calls, tool results) and the request's tools; the other renderer
 names choose only the output format (``families.RENDERERS``), and the model's
 template writes the prompt.
 
-Built in (as Ollama writes them): ``qwen3-coder`` and ``qwen3.5`` (ChatML, tools
-listed in the system turn, calls as ``<tool_call><function=NAME><parameter=P>``
-XML, tool results in a user turn's ``<tool_response>``; Qwen 3.5 thinks in
-``<think>`` by default and answers inside an empty block when told not to).
+Built in (as Ollama writes them, checked against the cases of Ollama's own
+``*_test.go``): ``qwen3-coder`` and ``qwen3.5`` (ChatML, calls as
+``<tool_call><function=NAME><parameter=P>`` XML), ``qwen3-vl-instruct`` /
+``qwen3-vl-thinking`` (ChatML, Hermes JSON calls), ``deepseek3.1`` and
+``cogito`` (DeepSeek's full-width tokens), ``glm-4.7`` (``<arg_key>`` pairs),
+``lfm2`` / ``lfm2-thinking`` (Python-list calls), ``olmo3`` / ``olmo3.1`` /
+``olmo3-think`` / ``olmo3-32b-think``, and ``gemma4`` / ``gemma4-small`` /
+``gemma4-large`` (Gemma 4's ``<|"|>``-quoted notation). Tools are written as Go
+marshals Ollama's tool structs: its key order, and ``<>&`` escaped where Go
+escapes them. Images are not marked in these prompts.
 """
 
 from __future__ import annotations
