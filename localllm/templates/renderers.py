@@ -13,7 +13,8 @@ Built in (as Ollama writes them, checked against the cases of Ollama's own
 ``<tool_call><function=NAME><parameter=P>`` XML), ``qwen3-vl-instruct`` /
 ``qwen3-vl-thinking`` (ChatML, Hermes JSON calls), ``deepseek3.1`` and
 ``cogito`` (DeepSeek's full-width tokens), ``glm-4.7`` (``<arg_key>`` pairs),
-``lfm2`` / ``lfm2-thinking`` (Python-list calls), ``olmo3`` / ``olmo3.1`` /
+``lfm2`` / ``lfm2-thinking`` (Python-list calls), ``nemotron-3-nano``
+(Qwen XML calls, ``/think`` switches), ``olmo3`` / ``olmo3.1`` /
 ``olmo3-think`` / ``olmo3-32b-think``, and ``gemma4`` / ``gemma4-small`` /
 ``gemma4-large`` (Gemma 4's ``<|"|>``-quoted notation). Tools are written as Go
 marshals Ollama's tool structs: its key order, and ``<>&`` escaped where Go
@@ -722,6 +723,129 @@ def _gemma4(empty_thought_when_not_thinking: bool) -> Renderer:
     return render
 
 
+def _nemotron_json(value: Any, schema: bool = False) -> str:
+    """Ollama's Nemotron ``pythonJSON``: spaced JSON, plain objects' keys sorted, a tool property (``schema``)
+    in Go's field order with its nested properties in the order given."""
+    if schema and isinstance(value, dict):
+        return "{" + ", ".join(json.dumps(key) + ": " + _nemotron_field(key, item)
+                               for key, item in _property(value).items()) + "}"
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _nemotron_field(key: str, item: Any) -> str:
+    """One field of a tool property: its ``anyOf`` branches and ``properties`` are tool properties themselves."""
+    if key == "anyOf":
+        return "[" + ", ".join(_nemotron_json(branch, schema=True) for branch in item) + "]"
+    if key == "properties":
+        return "{" + ", ".join(json.dumps(name, ensure_ascii=False) + ": " + _nemotron_json(p, schema=True)
+                               for name, p in item.items()) + "}"
+    return _nemotron_json(item)
+
+
+def _nemotron_value(value: Any) -> str:
+    """A call argument as Nemotron's template prints it: Python's ``None``/``True``/``False``, strings raw."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, (dict, list)):
+        return _nemotron_json(value)
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _nemotron_tools(tools: list[dict[str, Any]]) -> str:
+    out = ["# Tools\n\nYou have access to the following functions:\n\n<tools>"]
+    for tool in tools:
+        function = _function(tool)
+        parameters = function.get("parameters") or {}
+        out.append("\n<function>\n<name>" + str(function.get("name", "")) + "</name>")
+        if function.get("description"):
+            out.append("\n<description>" + str(function["description"]).strip() + "</description>")
+        out.append("\n<parameters>")
+        for name, spec in (parameters.get("properties") or {}).items():
+            spec = _property(spec) if isinstance(spec, dict) else {}
+            out.append("\n<parameter>\n<name>" + name + "</name>")
+            types = _go_type_list(spec.get("type"))
+            if types:
+                out.append("\n<type>" + (types[0] if len(types) == 1 else
+                                         "[" + ", ".join(f"'{t}'" for t in types) + "]") + "</type>")
+            if spec.get("description"):
+                out.append("\n<description>" + str(spec["description"]).strip() + "</description>")
+            if spec.get("enum"):
+                out.append("\n<enum>" + _nemotron_json(spec["enum"]) + "</enum>")
+            out.extend(f"\n<{key}>{_nemotron_field(key, spec[key])}</{key}>"
+                       for key in ("anyOf", "items", "properties", "required") if key in spec)
+            out.append("\n</parameter>")
+        for key in ("$defs", "items"):
+            if parameters.get(key):
+                out.append(f"\n<{key}>{_nemotron_value(parameters[key])}</{key}>")
+        if parameters.get("required"):
+            out.append("\n<required>" + _nemotron_json(parameters["required"]) + "</required>")
+        out.append("\n</parameters>\n</function>")
+    return "".join(out) + "\n</tools>\n\n" + QWEN_CALL_FORMAT
+
+
+def _strip_think_toggles(text: str) -> str:
+    """Nemotron's ``/think`` and ``/no_think`` switches taken out of a message (``</think>`` kept)."""
+    return text.replace("</think>", "<_end_think>").replace("/think", "").replace("/no_think", "").replace(
+        "<_end_think>", "</think>")
+
+
+def _nemotron3_nano(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """Nemotron 3 Nano: Qwen-style XML calls, an empty ``<think></think>`` marking turns without reasoning, and
+    ``/think`` or ``/no_think`` in a user or system message overriding the request."""
+    thinking = think is None or bool(think)
+    for message in messages:
+        if message["role"] in ("user", "system"):
+            content = message.get("content", "")
+            if "/think" in content.replace("</think>", ""):
+                thinking = True
+            elif "/no_think" in content:
+                thinking = False
+    has_system = bool(messages) and messages[0]["role"] == "system"
+    system = _strip_think_toggles(messages[0].get("content", "")) if has_system else ""
+    turns = messages[1:] if has_system else messages
+    last_user = max((i for i, m in enumerate(turns) if m["role"] == "user"), default=-1)
+    out = [START + "system\n" + system + ("\n\n" if system and tools else "")
+           + (_nemotron_tools(tools) if tools else "") + END + "\n"]
+    for i, message in enumerate(turns):
+        content = message.get("content", "")
+        if message["role"] == "assistant":
+            if message.get("thinking"):
+                content = "<think>\n" + message["thinking"] + "\n</think>\n" + content
+            elif "<think>" not in content and "</think>" not in content:
+                content = "<think></think>" + content
+            older = i < last_user
+            if message.get("tool_calls"):
+                if not content.strip():
+                    content = "<think></think>"
+                elif older:
+                    kept = (content.split("</think>")[-1] if "</think>" in content
+                            else content.split("<think>")[0] if "<think>" in content else content)
+                    content = ("<think></think>" + kept.strip()).strip() + "\n"
+                else:
+                    content = content.strip() + "\n"
+                out.append(START + "assistant\n" + content)
+                for name, arguments in _calls(message):
+                    out.append("<tool_call>\n<function=" + name + ">\n" + "".join(
+                        f"<parameter={key}>\n{_nemotron_value(value)}\n</parameter>\n"
+                        for key, value in arguments.items()) + "</function>\n</tool_call>\n")
+                out.append(END + "\n")
+            else:
+                if older and "<think>" in content and "</think>" in content:
+                    content = "<think></think>" + content.split("</think>")[-1]
+                out.append(START + "assistant\n" + content.strip() + END + "\n")
+        elif message["role"] in ("user", "system"):
+            out.append(START + message["role"] + "\n" + _strip_think_toggles(content).strip() + END + "\n")
+        elif message["role"] == "tool":
+            if i > 0 and turns[i - 1]["role"] != "tool":
+                out.append(START + "user\n")
+            out.append("<tool_response>\n" + content + "\n</tool_response>\n")
+            if not (i + 1 < len(turns) and turns[i + 1]["role"] == "tool"):
+                out.append(END + "\n")
+        else:
+            out.append(START + message["role"] + "\n" + content + END + "\n")
+    return "".join(out) + START + "assistant\n" + ("<think>\n" if thinking else "<think></think>")
+
+
 #: Ollama's renderer names that we render built in.
 BUILT_IN: dict[str, Renderer] = {
     "qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35,
@@ -729,7 +853,7 @@ BUILT_IN: dict[str, Renderer] = {
     "qwen3-vl-instruct": _qwen3_vl(thinks=False), "qwen3-vl-thinking": _qwen3_vl(thinks=True),
     "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47,
     "olmo3": _olmo3(OLMO3_SYSTEM), "olmo3.1": _olmo3(OLMO31_SYSTEM),
-    "lfm2": _lfm2(thinks=False), "lfm2-thinking": _lfm2(thinks=True),
+    "nemotron-3-nano": _nemotron3_nano, "lfm2": _lfm2(thinks=False), "lfm2-thinking": _lfm2(thinks=True),
     "olmo3-think": _olmo3_think(OLMO31_SYSTEM.rstrip()), "olmo3-32b-think": _olmo3_think("You are a helpful AI assistant."),
 }
 

@@ -314,3 +314,56 @@ def test_gemma4_writes_ollamas_prompt():
             f"name:{{description:{Q}Name{Q},type:{Q}STRING{Q}}}}},type:{Q}OBJECT{Q}}}}}<tool|>"
             f"<|tool>declaration:set_mode{{description:{Q}Set mode{Q},parameters:{{properties:{{mode:{{description:"
             f"{Q}The mode{Q},enum:[{Q}fast{Q},{Q}slow{Q}],type:{Q}STRING{Q}}}}},type:{Q}OBJECT{Q}}}}}<tool|>") in prompt
+
+
+NEMOTRON_TOOL = {"type": "function", "function": {"name": "search_docs", "description": "Search docs", "parameters": {
+    "type": "object", "$defs": {"shared": {"type": "string"}}, "required": ["query"], "properties": {
+        "query": {"type": "string", "description": "Search query", "enum": ["api", "cli"]},
+        "mode": {"type": ["string", "null"], "description": "Mode", "anyOf": [{"type": "string"}, {"type": "number"}]},
+        "payload": {"type": "object", "description": "Payload", "properties": {"enabled": {"type": "boolean"}},
+                    "required": ["enabled"]},
+        "tags": {"type": "array", "description": "Tags", "items": {"type": "string"}}}}}}
+
+
+def test_nemotron3_nano_writes_ollamas_prompt():
+    """Ollama's nemotron3nano_reference_test.go cases "system with tools", "assistant tool call with content" and
+    "assistant tool call with structured arguments", byte for byte; ``/no_think`` in a message turns thinking off."""
+    assert render("nemotron-3-nano", [{"role": "system", "content": "Follow policy."},
+                                      {"role": "user", "content": "Use a tool"}], [NEMOTRON_TOOL], think=True) == (
+        "<|im_start|>system\nFollow policy.\n\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n"
+        "<function>\n<name>search_docs</name>\n<description>Search docs</description>\n<parameters>\n<parameter>\n"
+        "<name>query</name>\n<type>string</type>\n<description>Search query</description>\n<enum>[\"api\", \"cli\"]"
+        "</enum>\n</parameter>\n<parameter>\n<name>mode</name>\n<type>['string', 'null']</type>\n<description>Mode"
+        "</description>\n<anyOf>[{\"type\": \"string\"}, {\"type\": \"number\"}]</anyOf>\n</parameter>\n<parameter>\n"
+        "<name>payload</name>\n<type>object</type>\n<description>Payload</description>\n<properties>{\"enabled\": "
+        "{\"type\": \"boolean\"}}</properties>\n<required>[\"enabled\"]</required>\n</parameter>\n<parameter>\n<name>"
+        "tags</name>\n<type>array</type>\n<description>Tags</description>\n<items>{\"type\": \"string\"}</items>\n"
+        "</parameter>\n<$defs>{\"shared\": {\"type\": \"string\"}}</$defs>\n<required>[\"query\"]</required>\n"
+        "</parameters>\n</function>\n</tools>\n\n" + QWEN_CALL_FORMAT + "<|im_end|>\n<|im_start|>user\nUse a tool"
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("nemotron-3-nano", [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Checking now.", "tool_calls": [_call("get_weather", city="Paris")]}],
+        think=True) == (
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think></think>"
+        "Checking now.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+        "</tool_call>\n<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("nemotron-3-nano", [
+        {"role": "user", "content": "Create data"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            _call("create", payload={"count": 42, "nested": {"value": "ok"}}, tags=["a", "b"])]}], think=True) == (
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nCreate data<|im_end|>\n<|im_start|>assistant\n"
+        "<think></think>\n<tool_call>\n<function=create>\n<parameter=payload>\n{\"count\": 42, \"nested\": {\"value\": "
+        "\"ok\"}}\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n</function>\n</tool_call>\n<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n")
+    assert render("nemotron-3-nano", [{"role": "user", "content": "Hi /no_think"}]) == (
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think></think>")
+    # "assistant tool call truncated with reasoning": an earlier turn's reasoning is dropped
+    assert render("nemotron-3-nano", [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Checking now.", "thinking": "Need weather",
+         "tool_calls": [_call("get_weather", city="Paris")]},
+        {"role": "user", "content": "And tomorrow?"}], think=True) == (
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think></think>"
+        "Checking now.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+        "</tool_call>\n<|im_end|>\n<|im_start|>user\nAnd tomorrow?<|im_end|>\n<|im_start|>assistant\n<think>\n")
