@@ -16,7 +16,8 @@ Built in (as Ollama writes them, checked against the cases of Ollama's own
 ``lfm2`` / ``lfm2-thinking`` (Python-list calls), ``nemotron-3-nano``
 (Qwen XML calls, ``/think`` switches), ``olmo3`` / ``olmo3.1`` /
 ``olmo3-think`` / ``olmo3-32b-think``, and ``gemma4`` / ``gemma4-small`` /
-``gemma4-large`` (Gemma 4's ``<|"|>``-quoted notation). Tools are written as Go
+``gemma4-large`` (Gemma 4's ``<|"|>``-quoted notation), ``functiongemma`` (the same
+with ``<escape>``). Tools are written as Go
 marshals Ollama's tool structs: its key order, and ``<>&`` escaped where Go
 escapes them. Images are not marked in these prompts.
 """
@@ -527,21 +528,23 @@ GEMMA4_QUOTE = '<|"|>'  # Gemma 4's string delimiter
 _GEMMA4_SCHEMA_KEYS = ("description", "type", "properties", "required", "nullable")
 
 
-def _gemma4_value(value: Any, quote_keys: bool = False) -> str:
-    """A call argument (or, with ``quote_keys``, a schema value) in Gemma 4's own notation; keys sorted."""
+def _gemma4_value(value: Any, quote_keys: bool = False, quote: str = GEMMA4_QUOTE, null: str = "null") -> str:
+    """A call argument (or, with ``quote_keys``, a schema value) in Gemma 4's own notation, keys sorted; FunctionGemma
+    writes the same with ``<escape>`` quotes (and Go's ``<nil>`` for null)."""
     if value is None:
-        return "null"
+        return null
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return GEMMA4_QUOTE + value + GEMMA4_QUOTE
+        return quote + value + quote
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, dict):
-        q = GEMMA4_QUOTE if quote_keys else ""
-        return "{" + ",".join(q + key + q + ":" + _gemma4_value(value[key], quote_keys) for key in sorted(value)) + "}"
+        q = quote if quote_keys else ""
+        return "{" + ",".join(q + key + q + ":" + _gemma4_value(value[key], quote_keys, quote, null)
+                              for key in sorted(value)) + "}"
     if isinstance(value, list):
-        return "[" + ",".join(_gemma4_value(item, quote_keys) for item in value) + "]"
+        return "[" + ",".join(_gemma4_value(item, quote_keys, quote, null) for item in value) + "]"
     return str(value)
 
 
@@ -846,6 +849,85 @@ def _nemotron3_nano(messages: list[dict[str, Any]], tools: list[dict[str, Any]],
     return "".join(out) + START + "assistant\n" + ("<think>\n" if thinking else "<think></think>")
 
 
+FUNCTIONGEMMA_QUOTE = "<escape>"
+FUNCTIONGEMMA_SYSTEM = "You can do function calling with the following functions:"
+
+
+def _functiongemma_value(value: Any) -> str:
+    return _gemma4_value(value, quote=FUNCTIONGEMMA_QUOTE, null="<nil>")
+
+
+def _functiongemma_declaration(tool: dict[str, Any]) -> str:
+    function = _function(tool)
+    parameters = function.get("parameters") or {}
+    q = FUNCTIONGEMMA_QUOTE
+    out = ("<start_function_declaration>declaration:" + str(function.get("name", "")) + "{description:" + q
+           + str(function.get("description", "")) + q)
+    properties, kind = parameters.get("properties"), parameters.get("type") or ""
+    if properties is not None or kind:
+        parts = []
+        if properties:
+            written = []
+            for name in sorted(properties):
+                prop = properties[name] if isinstance(properties[name], dict) else {}
+                types = _go_type_list(prop.get("type"))
+                written.append(name + ":{description:" + q + str(prop.get("description", "")) + q
+                               + (",type:" + q + types[0].upper() + q if types else "") + "}")
+            parts.append("properties:{" + ",".join(written) + "}")
+        if parameters.get("required"):
+            parts.append("required:[" + ",".join(q + r + q for r in parameters["required"]) + "]")
+        if kind:
+            parts.append("type:" + q + kind.upper() + q)
+        out += ",parameters:{" + ",".join(parts) + "}"
+    return out + "}<end_function_declaration>"
+
+
+def _functiongemma(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """FunctionGemma: Gemma 3 turns, tools declared in a developer turn, results inside the model's turn."""
+    has_system = bool(messages) and messages[0]["role"] in ("system", "developer")
+    system = messages[0].get("content", "") if has_system else ""
+    turns = messages[1:] if has_system else messages
+    out = ["<bos>"]
+    if system or tools:
+        out.append("<start_of_turn>developer\n" + system.strip())
+        if tools:
+            out.append(("\n" if system else "") + ("" if system.strip() == FUNCTIONGEMMA_SYSTEM else FUNCTIONGEMMA_SYSTEM))
+        out.append("".join(_functiongemma_declaration(tool) for tool in tools) + "<end_of_turn>\n")
+    previous = ""
+    for i, message in enumerate(turns):
+        content = message.get("content", "")
+        if message["role"] == "tool":
+            caller = next((j for j in range(i - 1, -1, -1)
+                           if turns[j]["role"] == "assistant" and turns[j].get("tool_calls")), None)
+            name = ""
+            if caller is not None:
+                index = sum(1 for m in turns[caller + 1:i] if m["role"] == "tool")
+                calls = _calls(turns[caller])
+                name = calls[index][0] if index < len(calls) else ""
+            out.append(("" if previous == "tool_call" else "<start_function_response>") + "response:" + name + "{"
+                       + _functiongemma_value(content) + "}<end_function_response>")
+            previous = "tool_response"
+            continue
+        role = "model" if message["role"] == "assistant" else message["role"]
+        if previous != "tool_response" or role not in ("model", "user"):
+            out.append("<start_of_turn>" + role + "\n")
+        if role in ("model", "user"):
+            previous = ""
+        out.append(content.strip())
+        calls = _calls(message) if role == "model" else []
+        out.extend("<start_function_call>call:" + name + "{" + ",".join(
+            key + ":" + _functiongemma_value(arguments[key]) for key in sorted(arguments)) + "}<end_function_call>"
+            for name, arguments in calls)
+        if calls and i + 1 < len(turns) and turns[i + 1]["role"] == "tool":
+            out.append("<start_function_response>")
+            previous = "tool_call"
+        else:
+            out.append("<end_of_turn>\n")
+    if previous != "tool_response":
+        out.append("<start_of_turn>model\n")
+    return "".join(out)
+
+
 #: Ollama's renderer names that we render built in.
 BUILT_IN: dict[str, Renderer] = {
     "qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35,
@@ -853,7 +935,7 @@ BUILT_IN: dict[str, Renderer] = {
     "qwen3-vl-instruct": _qwen3_vl(thinks=False), "qwen3-vl-thinking": _qwen3_vl(thinks=True),
     "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47,
     "olmo3": _olmo3(OLMO3_SYSTEM), "olmo3.1": _olmo3(OLMO31_SYSTEM),
-    "nemotron-3-nano": _nemotron3_nano, "lfm2": _lfm2(thinks=False), "lfm2-thinking": _lfm2(thinks=True),
+    "functiongemma": _functiongemma, "nemotron-3-nano": _nemotron3_nano, "lfm2": _lfm2(thinks=False), "lfm2-thinking": _lfm2(thinks=True),
     "olmo3-think": _olmo3_think(OLMO31_SYSTEM.rstrip()), "olmo3-32b-think": _olmo3_think("You are a helpful AI assistant."),
 }
 

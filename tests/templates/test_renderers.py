@@ -367,3 +367,30 @@ def test_nemotron3_nano_writes_ollamas_prompt():
         "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think></think>"
         "Checking now.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
         "</tool_call>\n<|im_end|>\n<|im_start|>user\nAnd tomorrow?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+
+
+FUNCTIONGEMMA_HEAD = (
+    "<bos><start_of_turn>developer\nYou can do function calling with the following functions:<start_function_declaration>"
+    "declaration:get_weather{description:<escape>Get weather<escape>,parameters:{properties:{city:{description:<escape>"
+    "City<escape>,type:<escape>STRING<escape>}},type:<escape>OBJECT<escape>}}<end_function_declaration><end_of_turn>\n"
+    "<start_of_turn>user\nWeather?<end_of_turn>\n<start_of_turn>model\n")
+FUNCTIONGEMMA_CALLED = ("<start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>"
+                        "<start_function_response>response:get_weather{<escape>Sunny<escape>}<end_function_response>")
+
+
+def test_functiongemma_writes_ollamas_prompt():
+    """Ollama's functiongemma_test.go cases "assistant_content_with_tool_call", "user_after_tool_response" and
+    "with_system_message", byte for byte."""
+    weather = [{"type": "function", "function": {"name": "get_weather", "description": "Get weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "description": "City"}}}}}]
+    asked = [{"role": "user", "content": "Weather?"},
+             {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", city="Paris")]},
+             {"role": "tool", "content": "Sunny"}]
+    assert render("functiongemma", [asked[0], {**asked[1], "content": "Let me check."}, asked[2]], weather) == (
+        FUNCTIONGEMMA_HEAD + "Let me check." + FUNCTIONGEMMA_CALLED)
+    assert render("functiongemma", asked + [{"role": "user", "content": "Thanks! What about London?"}], weather) == (
+        FUNCTIONGEMMA_HEAD + FUNCTIONGEMMA_CALLED + "Thanks! What about London?<end_of_turn>\n<start_of_turn>model\n")
+    assert render("functiongemma", [{"role": "system", "content": "You are helpful."},
+                                    {"role": "user", "content": "Hello!"}]) == (
+        "<bos><start_of_turn>developer\nYou are helpful.<end_of_turn>\n<start_of_turn>user\nHello!<end_of_turn>\n"
+        "<start_of_turn>model\n")
