@@ -12,7 +12,7 @@ Built in (as Ollama writes them, checked against the cases of Ollama's own
 ``*_test.go``): ``qwen3-coder`` and ``qwen3.5`` (ChatML, calls as
 ``<tool_call><function=NAME><parameter=P>`` XML), ``qwen3-vl-instruct`` /
 ``qwen3-vl-thinking`` (ChatML, Hermes JSON calls), ``deepseek3.1`` and
-``cogito`` (DeepSeek's full-width tokens), ``glm-4.7`` (``<arg_key>`` pairs),
+``cogito`` (DeepSeek's full-width tokens), ``glm-4.7`` and ``glm-ocr`` (``<arg_key>`` pairs),
 ``lfm2`` / ``lfm2-thinking`` (Python-list calls), ``nemotron-3-nano``
 (Qwen XML calls, ``/think`` switches), ``olmo3`` / ``olmo3.1`` /
 ``olmo3-think`` / ``olmo3-32b-think``, and ``gemma4`` / ``gemma4-small`` /
@@ -399,12 +399,43 @@ GLM_CALL_FORMAT = ("</tools>\n\nFor each function call, output the function name
                    "</arg_value><arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>")
 
 
+def _glm_tools(tools: list[dict[str, Any]]) -> str:
+    """GLM's tool list (a system turn opening the prompt), empty without tools."""
+    if not tools:
+        return ""
+    return GLM_TOOLS + "".join(_compact(_go_tool(tool), spaced=True) + "\n" for tool in tools) + GLM_CALL_FORMAT
+
+
+def _glm_arguments(arguments: dict[str, Any]) -> str:
+    return "".join(f"<arg_key>{key}</arg_key><arg_value>{_argument(value)}</arg_value>"
+                   for key, value in arguments.items())
+
+
+def _glm_ocr(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """GLM-OCR: GLM's tokens with newlines after each role, and thinking only when asked (``/nothink`` when not)."""
+    no_think = think is not None and not think
+    out = ["[gMASK]<sop>" + _glm_tools(tools)]
+    for i, message in enumerate(messages):
+        content = message.get("content", "")
+        if message["role"] == "user":
+            out.append("<|user|>\n" + content + ("/nothink" if no_think and not content.endswith("/nothink") else ""))
+        elif message["role"] == "assistant":
+            thinking = (message.get("thinking") or "").strip()
+            out.append("<|assistant|>\n<think>" + thinking + "</think>" + ("\n" + content.strip() if content else ""))
+            out.extend("\n<tool_call>" + name + _glm_arguments(arguments) + "</tool_call>"
+                       for name, arguments in _calls(message))
+            out.append("\n")
+        elif message["role"] == "tool":
+            out.append(("" if i > 0 and messages[i - 1]["role"] == "tool" else "<|observation|>")
+                       + "\n<tool_response>\n" + content + "\n</tool_response>\n")
+        elif message["role"] == "system":
+            out.append("<|system|>\n" + content + "\n")
+    return "".join(out) + "<|assistant|>\n" + ("<think></think>\n" if no_think else "")
+
+
 def _glm47(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
     """GLM-4.7: thinks by default, calls as ``<arg_key>``/``<arg_value>`` pairs, results in ``<|observation|>``."""
-    out = ["[gMASK]<sop>"]
-    if tools:
-        out.append(GLM_TOOLS + "".join(_compact(_go_tool(tool), spaced=True) + "\n" for tool in tools)
-                   + GLM_CALL_FORMAT)
+    out = ["[gMASK]<sop>" + _glm_tools(tools)]
     for i, message in enumerate(messages):
         content = message.get("content", "")
         if message["role"] == "user":
@@ -412,8 +443,7 @@ def _glm47(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: T
         elif message["role"] == "assistant":
             thinking = message.get("thinking") or ""
             out.append("<|assistant|>" + ("<think>" + thinking + "</think>" if thinking else "</think>") + content)
-            out.extend("<tool_call>" + name + "".join(f"<arg_key>{key}</arg_key><arg_value>{_argument(value)}</arg_value>"
-                                                      for key, value in arguments.items()) + "</tool_call>"
+            out.extend("<tool_call>" + name + _glm_arguments(arguments) + "</tool_call>"
                        for name, arguments in _calls(message))
         elif message["role"] == "tool":
             out.append(("" if i > 0 and messages[i - 1]["role"] == "tool" else "<|observation|>")
@@ -933,7 +963,7 @@ BUILT_IN: dict[str, Renderer] = {
     "qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35,
     "gemma4": _gemma4(False), "gemma4-small": _gemma4(False), "gemma4-large": _gemma4(True),
     "qwen3-vl-instruct": _qwen3_vl(thinks=False), "qwen3-vl-thinking": _qwen3_vl(thinks=True),
-    "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47,
+    "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47, "glm-ocr": _glm_ocr,
     "olmo3": _olmo3(OLMO3_SYSTEM), "olmo3.1": _olmo3(OLMO31_SYSTEM),
     "functiongemma": _functiongemma, "nemotron-3-nano": _nemotron3_nano, "lfm2": _lfm2(thinks=False), "lfm2-thinking": _lfm2(thinks=True),
     "olmo3-think": _olmo3_think(OLMO31_SYSTEM.rstrip()), "olmo3-32b-think": _olmo3_think("You are a helpful AI assistant."),

@@ -394,3 +394,17 @@ def test_functiongemma_writes_ollamas_prompt():
                                     {"role": "user", "content": "Hello!"}]) == (
         "<bos><start_of_turn>developer\nYou are helpful.<end_of_turn>\n<start_of_turn>user\nHello!<end_of_turn>\n"
         "<start_of_turn>model\n")
+
+
+def test_glm_ocr_writes_ollamas_prompt():
+    """Ollama's glmocr_test.go cases "no_images_content_unchanged" and "multi_turn_increments_image_offset" (its
+    text, without the images), byte for byte; think off adds ``/nothink`` and an empty block as the Go code does."""
+    assert render("glm-ocr", [{"role": "user", "content": "Text only message."}]) == (
+        "[gMASK]<sop><|user|>\nText only message.<|assistant|>\n")
+    assert render("glm-ocr", [{"role": "user", "content": "First image"},
+                              {"role": "assistant", "content": "Processed."},
+                              {"role": "user", "content": "Second image"}]) == (
+        "[gMASK]<sop><|user|>\nFirst image<|assistant|>\n<think></think>\nProcessed.\n<|user|>\nSecond image"
+        "<|assistant|>\n")
+    assert render("glm-ocr", [{"role": "user", "content": "Read it"}], think=False) == (
+        "[gMASK]<sop><|user|>\nRead it/nothink<|assistant|>\n<think></think>\n")
