@@ -618,7 +618,9 @@ def _gemma4_typed(properties: dict[str, Any]) -> dict[str, Any]:
 
 
 def _go_type_list(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+    if isinstance(value, str):
+        return [value]
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _gemma4_properties(properties: dict[str, Any]) -> str:
@@ -921,7 +923,8 @@ def _functiongemma(messages: list[dict[str, Any]], tools: list[dict[str, Any]], 
     if system or tools:
         out.append("<start_of_turn>developer\n" + system.strip())
         if tools:
-            out.append(("\n" if system else "") + ("" if system.strip() == FUNCTIONGEMMA_SYSTEM else FUNCTIONGEMMA_SYSTEM))
+            preamble = "" if system.strip() == FUNCTIONGEMMA_SYSTEM else FUNCTIONGEMMA_SYSTEM
+            out.append(("\n" if system else "") + preamble)
         out.append("".join(_functiongemma_declaration(tool) for tool in tools) + "<end_of_turn>\n")
     previous = ""
     for i, message in enumerate(turns):
@@ -965,8 +968,10 @@ BUILT_IN: dict[str, Renderer] = {
     "qwen3-vl-instruct": _qwen3_vl(thinks=False), "qwen3-vl-thinking": _qwen3_vl(thinks=True),
     "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47, "glm-ocr": _glm_ocr,
     "olmo3": _olmo3(OLMO3_SYSTEM), "olmo3.1": _olmo3(OLMO31_SYSTEM),
-    "functiongemma": _functiongemma, "nemotron-3-nano": _nemotron3_nano, "lfm2": _lfm2(thinks=False), "lfm2-thinking": _lfm2(thinks=True),
-    "olmo3-think": _olmo3_think(OLMO31_SYSTEM.rstrip()), "olmo3-32b-think": _olmo3_think("You are a helpful AI assistant."),
+    "functiongemma": _functiongemma, "nemotron-3-nano": _nemotron3_nano,
+    "lfm2": _lfm2(thinks=False), "lfm2-thinking": _lfm2(thinks=True),
+    "olmo3-think": _olmo3_think(OLMO31_SYSTEM.rstrip()),
+    "olmo3-32b-think": _olmo3_think("You are a helpful AI assistant."),
 }
 
 
