@@ -62,3 +62,349 @@ def test_qwen35_thinks_by_default_and_keeps_only_the_last_turns_reasoning():
     assert render("qwen3.5", asked[:1], think=False).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert render("qwen3.5", [{"role": "system", "content": " Be brief. "}, *asked[:1]]).startswith(
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n")
+
+
+def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    """A tool as a client sends it (keys in JSON-schema order, not Go's)."""
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": properties, "required": required}}}
+
+
+def _call(name: str, **arguments) -> dict:
+    return {"function": {"name": name, "arguments": arguments}}
+
+
+def test_qwen3_vl_writes_ollamas_prompt():
+    """Ollama's qwen3vl_*_test.go cases "basic", "With thinking, end assistant.", "Multiple thinking, multiple
+    messages." (thinking) and "assistant with multiple tool calls and content", "consecutive tool responses grouped"
+    (instruct), byte for byte."""
+    assert render("qwen3-vl-thinking", [{"role": "system", "content": "You are a helpful assistant."},
+                                        {"role": "user", "content": "Hello, how are you?"}]) == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello, how are you?<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n")
+    story = {"role": "user", "content": "Tell me a story in two sentences."}
+    poetry = "To make this story interesting, I will speak in poetry."
+    assert render("qwen3-vl-thinking", [story, {"role": "assistant", "content": "abc", "thinking": poetry}]) == (
+        "<|im_start|>user\nTell me a story in two sentences.<|im_end|>\n<|im_start|>assistant\n<think>\n" + poetry +
+        "\n</think>\n\nabc")
+    assert render("qwen3-vl-thinking", [
+        story, {"role": "assistant", "content": "abc", "thinking": poetry},
+        {"role": "user", "content": "What is the weather like in San Francisco?"},
+        {"role": "assistant", "thinking": "Speak poetry after the first sentence.</think><think>Speak poetry after the "
+                                          "second sentence."}]) == (
+        "<|im_start|>user\nTell me a story in two sentences.<|im_end|>\n<|im_start|>assistant\nabc<|im_end|>\n"
+        "<|im_start|>user\nWhat is the weather like in San Francisco?<|im_end|>\n<|im_start|>assistant\n<think>\n"
+        "Speak poetry after the first sentence.</think><think>Speak poetry after the second sentence.")
+    assert render("qwen3-vl-instruct", [{"role": "user", "content": "Hi"}, {
+        "role": "assistant", "content": "before", "tool_calls": [_call("add", a=2, b=3), _call("mul", x=4, y=5)]}]) == (
+        '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nbefore\n<tool_call>\n{"name": "add", "arguments": '
+        '{"a": 2, "b": 3}}\n</tool_call>\n<tool_call>\n{"name": "mul", "arguments": {"x": 4, "y": 5}}\n</tool_call>')
+    assert render("qwen3-vl-instruct", [
+        {"role": "user", "content": "Compute results"},
+        {"role": "assistant", "content": "ok", "tool_calls": [_call("job", n=1)]},
+        {"role": "tool", "content": "5"}, {"role": "tool", "content": "6"}]) == (
+        '<|im_start|>user\nCompute results<|im_end|>\n<|im_start|>assistant\nok\n<tool_call>\n{"name": "job", '
+        '"arguments": {"n": 1}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n5\n</tool_response>\n'
+        "<tool_response>\n6\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+DEEPSEEK_TOOL_FORMAT = (
+    "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+    "tool_call_name<｜tool▁sep｜>tool_call_arguments<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\n"
+    "Where:\n\n- `tool_call_name` must be an exact match to one of the available tools\n- `tool_call_arguments` must "
+    "be valid JSON that strictly follows the tool's Parameters Schema\n- For multiple tool calls, chain them directly "
+    "without separators or spaces\n")
+
+
+def test_deepseek31_writes_ollamas_prompt():
+    """Ollama's deepseek3_test.go cases "tools with thinking and full conversation", "thinking enabled" and
+    "basic user message", byte for byte."""
+    tools = [_tool("get_weather", "Get current weather information",
+                   {"location": {"description": "City name", "type": "string"}}, ["location"])]
+    conversation = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Check the weather in Tokyo"},
+        {"role": "assistant", "thinking": "The user wants weather info for Tokyo. I should use the get_weather tool.",
+         "content": "Let me check that for you.", "tool_calls": [_call("get_weather", location="Tokyo")]},
+        {"role": "tool", "content": "Temperature: 18°C, Cloudy"},
+        {"role": "assistant", "thinking": "The weather data shows it's cloudy and cool. I should present this clearly.",
+         "content": "In Tokyo, it's currently 18°C and cloudy."},
+        {"role": "user", "content": "What about London?"}]
+    assert render("deepseek3.1", conversation, tools, think=True) == (
+        "<｜begin▁of▁sentence｜>You are a helpful assistant.\n\n## Tools\nYou have access to the following tools:\n\n"
+        "### get_weather\nDescription: Get current weather information\n\nParameters: "
+        '{"type":"object","required":["location"],"properties":{"location":{"type":"string","description":"City name"}}}'
+        "\n\n" + DEEPSEEK_TOOL_FORMAT +
+        "<｜User｜>Check the weather in Tokyo<｜Assistant｜></think>Let me check that for you.<｜tool▁calls▁begin｜>"
+        '<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"location":"Tokyo"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+        "<｜end▁of▁sentence｜><｜tool▁output▁begin｜>Temperature: 18°C, Cloudy<｜tool▁output▁end｜>In Tokyo, it's "
+        "currently 18°C and cloudy.<｜end▁of▁sentence｜><｜User｜>What about London?<｜Assistant｜><think>")
+    hello = [{"role": "user", "content": "Hello, how are you?"}]
+    assert render("deepseek3.1", hello, think=True) == (
+        "<｜begin▁of▁sentence｜><｜User｜>Hello, how are you?<｜Assistant｜><think>")
+    assert render("deepseek3.1", hello) == "<｜begin▁of▁sentence｜><｜User｜>Hello, how are you?<｜Assistant｜></think>"
+
+
+COGITO = ("<｜begin▁of▁sentence｜>You are Cogito, an AI assistant created by Deep Cogito, which is an AI research lab "
+          "based in San Francisco.")
+
+
+def test_cogito_writes_ollamas_prompt():
+    """Ollama's cogito_test.go cases "thinking enabled with system", "with tools" and "tool response", byte for byte."""
+    assert render("cogito", [{"role": "system", "content": "You are a helpful assistant."},
+                             {"role": "user", "content": "Hello, how are you?"}], think=True) == (
+        "<｜begin▁of▁sentence｜>Enable deep thinking subroutine.\n\n" + COGITO[len("<｜begin▁of▁sentence｜>"):] +
+        "\n\nYou are a helpful assistant.\n\n<｜User｜>Hello, how are you?<｜Assistant｜><think>\n")
+    tools = [_tool("get_weather", "Get current weather",
+                   {"location": {"type": "string", "description": "City name"}}, ["location"])]
+    assert render("cogito", [{"role": "user", "content": "What's the weather like?"}], tools, think=False) == (
+        COGITO + '\nYou have the following functions available:\n```json\n{\n    "type": "function",\n    "function": {\n'
+        '        "name": "get_weather",\n        "description": "Get current weather",\n        "parameters": {\n'
+        '            "type": "object",\n            "required": [\n                "location"\n            ],\n'
+        '            "properties": {\n                "location": {\n                    "type": "string",\n'
+        '                    "description": "City name"\n                }\n            }\n        }\n    }\n}\n```\n'
+        "<｜User｜>What's the weather like?<｜Assistant｜>")
+    assert render("cogito", [{"role": "user", "content": "What's the weather in Paris?"},
+                             {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", location="Paris")]},
+                             {"role": "tool", "content": "Temperature: 22°C, Sunny"}], think=False) == (
+        COGITO + "<｜User｜>What's the weather in Paris?<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
+        '<｜tool▁sep｜>get_weather\n```json\n{"location":"Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+        "<｜end▁of▁sentence｜><｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>Temperature: 22°C, Sunny<｜tool▁output▁end｜>"
+        "<｜tool▁outputs▁end｜><｜Assistant｜>")
+
+
+GLM_TOOLS = (
+    "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+    "provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", "
+    "\"function\": {\"name\": \"get_weather\", \"description\": \"Get weather\", \"parameters\": {\"type\": \"object\", "
+    "\"required\": [\"location\"], \"properties\": {\"location\": {\"type\": \"string\"}}}}}\n</tools>\n\nFor each "
+    "function call, output the function name and arguments within the following XML format:\n<tool_call>"
+    "{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value><arg_key>{arg-key-2}</arg_key>"
+    "<arg_value>{arg-value-2}</arg_value>...</tool_call>")
+
+
+def test_glm47_writes_ollamas_prompt():
+    """Ollama's glm47_test.go cases "tool call with content", "assistant with reasoning_content" and "thinking
+    disabled", byte for byte."""
+    tools = [_tool("get_weather", "Get weather", {"location": {"type": "string"}}, ["location"])]
+    assert render("glm-4.7", [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Let me check", "tool_calls": [_call("get_weather", location="Tokyo")]},
+        {"role": "tool", "content": '{"temperature":22}'},
+        {"role": "assistant", "content": "It is 22C."}], tools) == (
+        GLM_TOOLS + "<|user|>Weather?<|assistant|></think>Let me check<tool_call>get_weather<arg_key>location</arg_key>"
+        '<arg_value>Tokyo</arg_value></tool_call><|observation|><tool_response>{"temperature":22}</tool_response>'
+        "<|assistant|></think>It is 22C.<|assistant|><think>")
+    assert render("glm-4.7", [{"role": "user", "content": "Answer with reasoning."},
+                              {"role": "assistant", "thinking": "Plan.", "content": "Done."}]) == (
+        "[gMASK]<sop><|user|>Answer with reasoning.<|assistant|><think>Plan.</think>Done.<|assistant|><think>")
+    assert render("glm-4.7", [{"role": "user", "content": "Hello"}], think=False) == (
+        "[gMASK]<sop><|user|>Hello<|assistant|></think>")
+
+
+OLMO_WEATHER = _tool("get_weather", "Get the current weather",
+                     {"location": {"type": "string", "description": "The city"}}, ["location"])
+OLMO_FUNCTIONS = ('<functions>[{"type": "function", "function": {"name": "get_weather", "description": "Get the current '
+                  'weather", "parameters": {"type": "object", "required": ["location"], "properties": {"location": '
+                  '{"type": "string", "description": "The city"}}}}}]</functions>')
+
+
+def test_olmo3_writes_ollamas_prompt():
+    """Ollama's olmo3_test.go cases "default system with tools - includes function instruction" and "assistant with
+    tool calls - function call syntax", byte for byte."""
+    assert render("olmo3", [{"role": "user", "content": "What is the weather?"}], [OLMO_WEATHER]) == (
+        "<|im_start|>system\nYou are a helpful function-calling AI assistant. You are provided with function signatures "
+        "within <functions></functions> XML tags. You may call one or more functions to assist with the user query. "
+        "Output any function calls within <function_calls></function_calls> XML tags. Do not make assumptions about "
+        "what values to plug into functions." + OLMO_FUNCTIONS + "<|im_end|>\n<|im_start|>user\nWhat is the weather?"
+        "<|im_end|>\n<|im_start|>assistant\n")
+    assert render("olmo3", [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the weather in SF?"},
+        {"role": "assistant", "content": "Let me check the weather.",
+         "tool_calls": [_call("get_weather", location="San Francisco")]},
+        {"role": "tool", "content": '{"temperature": 68}'}], [OLMO_WEATHER]) == (
+        "<|im_start|>system\nYou are a helpful assistant." + OLMO_FUNCTIONS + "<|im_end|>\n<|im_start|>user\nWhat is "
+        "the weather in SF?<|im_end|>\n<|im_start|>assistant\nLet me check the weather.<function_calls>get_weather("
+        'location="San Francisco")</function_calls><|im_end|>\n<|im_start|>environment\n{"temperature": 68}<|im_end|>\n'
+        "<|im_start|>assistant\n")
+
+
+def test_olmo3_think_writes_ollamas_prompt():
+    """Ollama's olmo3_think_test.go cases "7b_tool_calls_and_tool_messages_ignored" and
+    "32b_with_custom_system_gets_suffix", byte for byte."""
+    assert render("olmo3-think", [
+        {"role": "user", "content": "What is the weather in SF?"},
+        {"role": "assistant", "content": "Let me check the weather.",
+         "tool_calls": [_call("get_weather", location="San Francisco")]},
+        {"role": "tool", "content": '{"temperature": 68}'}]) == (
+        "<|im_start|>system\nYou are Olmo, a helpful AI assistant built by Ai2. Your date cutoff is December 2024, and "
+        "your model weights are available at https://huggingface.co/allenai.<|im_end|>\n<|im_start|>user\nWhat is the "
+        "weather in SF?<|im_end|>\n<|im_start|>assistant\nLet me check the weather.<|im_end|>\n<|im_start|>assistant\n"
+        "<think>")
+    assert render("olmo3-32b-think", [{"role": "system", "content": "You are a helpful assistant."},
+                                      {"role": "user", "content": "Hello!"}]) == (
+        "<|im_start|>system\nYou are a helpful assistant. You do not currently have access to any functions. "
+        "<functions></functions><|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n<think>")
+
+
+def test_lfm2_writes_ollamas_prompt():
+    """Ollama's lfm2_test.go cases "first_system_combined_with_tools", "assistant_tool_calls_with_content_preserves_both",
+    "thinking_field_stripped_for_non_last_when_disabled" and "thinking_precedes_tool_calls", byte for byte."""
+    bare = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+            for name in ("tool_a", "tool_b")]
+    assert render("lfm2", [{"role": "system", "content": "Follow instructions."}, {"role": "user", "content": "Do work"}],
+                  bare, think=False) == (
+        '<|startoftext|><|im_start|>system\nFollow instructions.\nList of tools: <|tool_list_start|>[{"name": "tool_a", '
+        '"parameters": {"type": "object", "properties": null}}, {"name": "tool_b", "parameters": {"type": "object", '
+        '"properties": null}}]<|tool_list_end|><|im_end|>\n<|im_start|>user\nDo work<|im_end|>\n<|im_start|>assistant\n')
+    assert render("lfm2", [{"role": "user", "content": "Call a tool"},
+                           {"role": "assistant", "content": "Checking now.",
+                            "tool_calls": [_call("get_weather", location="Paris")]}], think=False) == (
+        "<|startoftext|><|im_start|>user\nCall a tool<|im_end|>\n<|im_start|>assistant\n<|tool_call_start|>"
+        '[get_weather(location="Paris")]<|tool_call_end|>\nChecking now.')
+    history = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1", "thinking": "reason1"},
+               {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2", "thinking": "reason2"}]
+    assert render("lfm2-thinking", history, think=False) == (
+        "<|startoftext|><|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2"
+        "<|im_end|>\n<|im_start|>assistant\n<think>reason2</think>A2")
+    assert render("lfm2-thinking", [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "thinking": "Let me check the weather.",
+         "tool_calls": [_call("get_weather", location="Paris")]},
+        {"role": "tool", "content": "22C"}], think=True) == (
+        "<|startoftext|><|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think>Let me check the weather."
+        '</think><|tool_call_start|>[get_weather(location="Paris")]<|tool_call_end|><|im_end|>\n<|im_start|>tool\n'
+        "<|tool_response_start|>22C<|tool_response_end|><|im_end|>\n<|im_start|>assistant\n")
+
+
+Q = '<|"|>'
+BASH = _tool("bash", "Run a command", {"command": {"type": "string", "description": "The command"}}, ["command"])
+BASH_DECLARATION = (f"<|tool>declaration:bash{{description:{Q}Run a command{Q},parameters:{{properties:{{command:{{"
+                    f"description:{Q}The command{Q},type:{Q}STRING{Q}}}}},required:[{Q}command{Q}],type:{Q}OBJECT{Q}}}}}"
+                    "<tool|>")
+LIST_FILES = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "List files"}]
+
+
+def test_gemma4_writes_ollamas_prompt():
+    """Ollama's gemma4_reference_test.go cases "thinking_system", "tool_call_response", "tool_call_pending_response",
+    "full_round_trip" (one tool) and the nested and enum declarations, byte for byte."""
+    assert render("gemma4", LIST_FILES[:1] + [{"role": "user", "content": "Hi"}], think=True) == (
+        "<bos><|turn>system\n<|think|>\nYou are helpful.<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n")
+    assert render("gemma4", [{"role": "user", "content": "Hello"}]) == "<bos><|turn>user\nHello<turn|>\n<|turn>model\n"
+    call = {"role": "assistant", "content": "", "tool_calls": [_call("bash", command="ls")]}
+    result = {"role": "tool", "tool_name": "bash", "content": "file1.txt\nfile2.txt"}
+    head = (f"<bos><|turn>system\nYou are helpful.{BASH_DECLARATION}<turn|>\n<|turn>user\nList files<turn|>\n"
+            f"<|turn>model\n<|tool_call>call:bash{{command:{Q}ls{Q}}}<tool_call|>")
+    answered = f"<|tool_response>response:bash{{value:{Q}file1.txt\nfile2.txt{Q}}}<tool_response|>"
+    assert render("gemma4", LIST_FILES + [call, result], [BASH]) == head + answered
+    assert render("gemma4", LIST_FILES + [{**call, "content": "Let me check."}], [BASH]) == (
+        head + "Let me check.<|tool_response>")
+    assert render("gemma4", LIST_FILES + [call, result, {"role": "assistant", "content": "Here are the files."},
+                                          {"role": "user", "content": "Read file1.txt"}], [BASH]) == (
+        head + answered + "Here are the files.<turn|>\n<|turn>user\nRead file1.txt<turn|>\n<|turn>model\n")
+    nested = _tool("create", "Create item", {"name": {"type": "string", "description": "Name"}, "config": {
+        "type": "object", "description": "Config", "properties": {"enabled": {"type": "boolean", "description": "On/off"}}}},
+        [])
+    mode = _tool("set_mode", "Set mode", {"mode": {"type": "string", "description": "The mode", "enum": ["fast", "slow"]}},
+                 [])
+    prompt = render("gemma4", [{"role": "user", "content": "Hi"}], [nested, mode])
+    assert (f"<|tool>declaration:create{{description:{Q}Create item{Q},parameters:{{properties:{{config:{{description:"
+            f"{Q}Config{Q},properties:{{enabled:{{description:{Q}On/off{Q},type:{Q}BOOLEAN{Q}}}}},type:{Q}OBJECT{Q}}},"
+            f"name:{{description:{Q}Name{Q},type:{Q}STRING{Q}}}}},type:{Q}OBJECT{Q}}}}}<tool|>"
+            f"<|tool>declaration:set_mode{{description:{Q}Set mode{Q},parameters:{{properties:{{mode:{{description:"
+            f"{Q}The mode{Q},enum:[{Q}fast{Q},{Q}slow{Q}],type:{Q}STRING{Q}}}}},type:{Q}OBJECT{Q}}}}}<tool|>") in prompt
+
+
+NEMOTRON_TOOL = {"type": "function", "function": {"name": "search_docs", "description": "Search docs", "parameters": {
+    "type": "object", "$defs": {"shared": {"type": "string"}}, "required": ["query"], "properties": {
+        "query": {"type": "string", "description": "Search query", "enum": ["api", "cli"]},
+        "mode": {"type": ["string", "null"], "description": "Mode", "anyOf": [{"type": "string"}, {"type": "number"}]},
+        "payload": {"type": "object", "description": "Payload", "properties": {"enabled": {"type": "boolean"}},
+                    "required": ["enabled"]},
+        "tags": {"type": "array", "description": "Tags", "items": {"type": "string"}}}}}}
+
+
+def test_nemotron3_nano_writes_ollamas_prompt():
+    """Ollama's nemotron3nano_reference_test.go cases "system with tools", "assistant tool call with content" and
+    "assistant tool call with structured arguments", byte for byte; ``/no_think`` in a message turns thinking off."""
+    assert render("nemotron-3-nano", [{"role": "system", "content": "Follow policy."},
+                                      {"role": "user", "content": "Use a tool"}], [NEMOTRON_TOOL], think=True) == (
+        "<|im_start|>system\nFollow policy.\n\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n"
+        "<function>\n<name>search_docs</name>\n<description>Search docs</description>\n<parameters>\n<parameter>\n"
+        "<name>query</name>\n<type>string</type>\n<description>Search query</description>\n<enum>[\"api\", \"cli\"]"
+        "</enum>\n</parameter>\n<parameter>\n<name>mode</name>\n<type>['string', 'null']</type>\n<description>Mode"
+        "</description>\n<anyOf>[{\"type\": \"string\"}, {\"type\": \"number\"}]</anyOf>\n</parameter>\n<parameter>\n"
+        "<name>payload</name>\n<type>object</type>\n<description>Payload</description>\n<properties>{\"enabled\": "
+        "{\"type\": \"boolean\"}}</properties>\n<required>[\"enabled\"]</required>\n</parameter>\n<parameter>\n<name>"
+        "tags</name>\n<type>array</type>\n<description>Tags</description>\n<items>{\"type\": \"string\"}</items>\n"
+        "</parameter>\n<$defs>{\"shared\": {\"type\": \"string\"}}</$defs>\n<required>[\"query\"]</required>\n"
+        "</parameters>\n</function>\n</tools>\n\n" + QWEN_CALL_FORMAT + "<|im_end|>\n<|im_start|>user\nUse a tool"
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("nemotron-3-nano", [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Checking now.", "tool_calls": [_call("get_weather", city="Paris")]}],
+        think=True) == (
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think></think>"
+        "Checking now.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+        "</tool_call>\n<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("nemotron-3-nano", [
+        {"role": "user", "content": "Create data"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            _call("create", payload={"count": 42, "nested": {"value": "ok"}}, tags=["a", "b"])]}], think=True) == (
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nCreate data<|im_end|>\n<|im_start|>assistant\n"
+        "<think></think>\n<tool_call>\n<function=create>\n<parameter=payload>\n{\"count\": 42, \"nested\": {\"value\": "
+        "\"ok\"}}\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n</function>\n</tool_call>\n<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n")
+    assert render("nemotron-3-nano", [{"role": "user", "content": "Hi /no_think"}]) == (
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think></think>")
+    # "assistant tool call truncated with reasoning": an earlier turn's reasoning is dropped
+    assert render("nemotron-3-nano", [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Checking now.", "thinking": "Need weather",
+         "tool_calls": [_call("get_weather", city="Paris")]},
+        {"role": "user", "content": "And tomorrow?"}], think=True) == (
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think></think>"
+        "Checking now.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+        "</tool_call>\n<|im_end|>\n<|im_start|>user\nAnd tomorrow?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+
+
+FUNCTIONGEMMA_HEAD = (
+    "<bos><start_of_turn>developer\nYou can do function calling with the following functions:<start_function_declaration>"
+    "declaration:get_weather{description:<escape>Get weather<escape>,parameters:{properties:{city:{description:<escape>"
+    "City<escape>,type:<escape>STRING<escape>}},type:<escape>OBJECT<escape>}}<end_function_declaration><end_of_turn>\n"
+    "<start_of_turn>user\nWeather?<end_of_turn>\n<start_of_turn>model\n")
+FUNCTIONGEMMA_CALLED = ("<start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>"
+                        "<start_function_response>response:get_weather{<escape>Sunny<escape>}<end_function_response>")
+
+
+def test_functiongemma_writes_ollamas_prompt():
+    """Ollama's functiongemma_test.go cases "assistant_content_with_tool_call", "user_after_tool_response" and
+    "with_system_message", byte for byte."""
+    weather = [{"type": "function", "function": {"name": "get_weather", "description": "Get weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "description": "City"}}}}}]
+    asked = [{"role": "user", "content": "Weather?"},
+             {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", city="Paris")]},
+             {"role": "tool", "content": "Sunny"}]
+    assert render("functiongemma", [asked[0], {**asked[1], "content": "Let me check."}, asked[2]], weather) == (
+        FUNCTIONGEMMA_HEAD + "Let me check." + FUNCTIONGEMMA_CALLED)
+    assert render("functiongemma", asked + [{"role": "user", "content": "Thanks! What about London?"}], weather) == (
+        FUNCTIONGEMMA_HEAD + FUNCTIONGEMMA_CALLED + "Thanks! What about London?<end_of_turn>\n<start_of_turn>model\n")
+    assert render("functiongemma", [{"role": "system", "content": "You are helpful."},
+                                    {"role": "user", "content": "Hello!"}]) == (
+        "<bos><start_of_turn>developer\nYou are helpful.<end_of_turn>\n<start_of_turn>user\nHello!<end_of_turn>\n"
+        "<start_of_turn>model\n")
+
+
+def test_glm_ocr_writes_ollamas_prompt():
+    """Ollama's glmocr_test.go cases "no_images_content_unchanged" and "multi_turn_increments_image_offset" (its
+    text, without the images), byte for byte; think off adds ``/nothink`` and an empty block as the Go code does."""
+    assert render("glm-ocr", [{"role": "user", "content": "Text only message."}]) == (
+        "[gMASK]<sop><|user|>\nText only message.<|assistant|>\n")
+    assert render("glm-ocr", [{"role": "user", "content": "First image"},
+                              {"role": "assistant", "content": "Processed."},
+                              {"role": "user", "content": "Second image"}]) == (
+        "[gMASK]<sop><|user|>\nFirst image<|assistant|>\n<think></think>\nProcessed.\n<|user|>\nSecond image"
+        "<|assistant|>\n")
+    assert render("glm-ocr", [{"role": "user", "content": "Read it"}], think=False) == (
+        "[gMASK]<sop><|user|>\nRead it/nothink<|assistant|>\n<think></think>\n")
