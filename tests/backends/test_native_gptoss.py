@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType
 
 from localllm.backends.native.model import NativeWeights, native_support
 from support.arch_models import byte_vocabulary, gpt_oss
-from support.native import MAX_GAP, MIN_COSINE, Side, cosine, top2_gap
+from support.native import MAX_GAP, MIN_COSINE, against_llama_cpp, cosine, top2_gap
 
 MXFP4 = {"expert": GGMLQuantizationType.MXFP4, "matrix": GGMLQuantizationType.Q8_0}
 F32 = {"expert": None}
@@ -45,15 +45,7 @@ def first_steps(tmp_path_factory: pytest.TempPathFactory, vocabulary: Path) -> d
     for name, kwargs in MODELS.items():
         path = gpt_oss(directory / f"{name}.gguf", vocabulary, n_layer=3, seed=12, context=8192, n_expert=8, **kwargs)
         assert native_support(path) is None
-        native, reference = Side("native", path, n_ctx=128), Side("llama.cpp", path, n_ctx=128)
-        try:
-            ours, theirs = native.eval(TOKENS, 0), reference.eval(TOKENS, 0)
-            greedy_ours = native.greedy(TOKENS, 24)[0]
-            greedy_theirs, their_steps = reference.greedy(TOKENS, 24)
-            results[name] = (ours, theirs, greedy_ours, greedy_theirs, their_steps)
-        finally:
-            native.close()
-            reference.close()
+        results[name] = against_llama_cpp(path, TOKENS)
     return results
 
 

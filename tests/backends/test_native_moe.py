@@ -21,7 +21,7 @@ from localllm.backends.native.model import NativeWeights, native_support
 from support.arch_models import byte_vocabulary
 from support.gguf_builders import F32
 from support.moe_models import MOSTLY_Q4_K_M, MOSTLY_Q8_0, TINY, MoeShape, qwen3moe_model, tiny_qwen3moe
-from support.native import MAX_GAP, MIN_COSINE, Side, cosine, top2_gap
+from support.native import MAX_GAP, MIN_COSINE, Side, against_llama_cpp, cosine, top2_gap
 
 PROMPT = "The lighthouse keeper climbed the stairs every evening and"
 TOP2 = replace(TINY, n_expert_used=2)  # the same weights (one generator, drawn in the same order), two experts a token
@@ -42,16 +42,7 @@ def first_steps(moe_dir: Path, smollm2_path: Path) -> dict[str, tuple]:
     results = {}
     for name, (ftype, shape) in MODELS.items():
         path = tiny_qwen3moe(moe_dir, smollm2_path, ftype, shape)
-        native, reference = Side("native", path, n_ctx=128), Side("llama.cpp", path, n_ctx=128)
-        try:
-            tokens = reference.model.vocab.tokenize_prompt(PROMPT)
-            ours, theirs = native.eval(tokens, 0), reference.eval(tokens, 0)
-            greedy_ours = native.greedy(tokens, 24)[0]
-            greedy_theirs, their_steps = reference.greedy(tokens, 24)
-            results[name] = (ours, theirs, greedy_ours, greedy_theirs, their_steps)
-        finally:
-            native.close()
-            reference.close()
+        results[name] = against_llama_cpp(path, PROMPT)
     return results
 
 

@@ -101,3 +101,19 @@ def tiny_block_store(tmp_path: Path, n_blocks: int) -> Iterator[native.Context]:
     finally:
         ctx.close()
         model.close()
+
+
+def against_llama_cpp(path: Path, prompt: Sequence[int] | str, steps: int = 24, n_ctx: int = 128) -> tuple:
+    """``prompt`` (tokens, or text llama.cpp tokenizes) through ``path`` on both engines: (our first-step logits,
+    llama.cpp's, our ``steps`` greedy tokens, llama.cpp's, llama.cpp's logits at each of its steps), for parity
+    tests that judge near ties by llama.cpp's own gaps."""
+    native, reference = Side("native", path, n_ctx=n_ctx), Side("llama.cpp", path, n_ctx=n_ctx)
+    try:
+        tokens = reference.model.vocab.tokenize_prompt(prompt) if isinstance(prompt, str) else prompt
+        ours, theirs = native.eval(tokens, 0), reference.eval(tokens, 0)
+        greedy_ours = native.greedy(tokens, steps)[0]
+        greedy_theirs, their_steps = reference.greedy(tokens, steps)
+        return ours, theirs, greedy_ours, greedy_theirs, their_steps
+    finally:
+        native.close()
+        reference.close()
