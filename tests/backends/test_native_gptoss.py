@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 
 from localllm.backends.native.model import NativeWeights, native_support
 from support.arch_models import byte_vocabulary, gpt_oss
-from support.native import MAX_GAP, MIN_COSINE, against_llama_cpp, cosine, top2_gap
+from support.native import against_llama_cpp, assert_matches_llama_cpp, cosine
 
 MXFP4 = {"expert": GGMLQuantizationType.MXFP4, "matrix": GGMLQuantizationType.Q8_0}
 F32 = {"expert": None}
@@ -51,16 +50,7 @@ def first_steps(tmp_path_factory: pytest.TempPathFactory, vocabulary: Path) -> d
 
 @pytest.mark.parametrize("name", MODELS)
 def test_first_step_logits_and_greedy_continuation_match_llama_cpp(first_steps, name: str) -> None:
-    ours, theirs, greedy_ours, greedy_theirs, their_steps = first_steps[name]
-    if MODELS[name]["types"] is F32:  # only the order of float sums and the half-precision KV cache differ
-        assert cosine(ours, theirs) > 0.99999
-        np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-3 * np.abs(theirs).max())
-    else:
-        assert cosine(ours, theirs) >= MIN_COSINE
-    first = next((i for i, (a, b) in enumerate(zip(greedy_ours, greedy_theirs)) if a != b), None)
-    if first is not None:
-        gap = top2_gap(their_steps[first])
-        assert gap < MAX_GAP, f"diverged at token {first} where llama.cpp's top two logits differ by {gap:.3f}"
+    assert_matches_llama_cpp(*first_steps[name], all_f32=MODELS[name]["types"] is F32)
 
 
 def test_yarn_the_window_and_the_experts_used_change_the_logits(first_steps) -> None:

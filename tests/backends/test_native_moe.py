@@ -21,7 +21,7 @@ from localllm.backends.native.model import NativeWeights, native_support
 from support.arch_models import byte_vocabulary
 from support.gguf_builders import F32
 from support.moe_models import MOSTLY_Q4_K_M, MOSTLY_Q8_0, TINY, MoeShape, qwen3moe_model, tiny_qwen3moe
-from support.native import MAX_GAP, MIN_COSINE, Side, against_llama_cpp, cosine, top2_gap
+from support.native import Side, against_llama_cpp, assert_matches_llama_cpp, cosine
 
 PROMPT = "The lighthouse keeper climbed the stairs every evening and"
 TOP2 = replace(TINY, n_expert_used=2)  # the same weights (one generator, drawn in the same order), two experts a token
@@ -48,16 +48,7 @@ def first_steps(moe_dir: Path, smollm2_path: Path) -> dict[str, tuple]:
 
 @pytest.mark.parametrize("name", MODELS)
 def test_first_step_logits_and_greedy_continuation_match_llama_cpp(first_steps, name: str) -> None:
-    ours, theirs, greedy_ours, greedy_theirs, their_steps = first_steps[name]
-    if MODELS[name][0] == F32:  # only the order of float sums and the half-precision KV cache differ
-        assert cosine(ours, theirs) > 0.99999
-        np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-3 * np.abs(theirs).max())
-    else:
-        assert cosine(ours, theirs) >= MIN_COSINE
-    first = next((i for i, (a, b) in enumerate(zip(greedy_ours, greedy_theirs)) if a != b), None)
-    if first is not None:
-        gap = top2_gap(their_steps[first])
-        assert gap < MAX_GAP, f"diverged at token {first} where llama.cpp's top two logits differ by {gap:.3f}"
+    assert_matches_llama_cpp(*first_steps[name], all_f32=MODELS[name][0] == F32)
 
 
 def test_the_experts_a_token_uses_change_its_logits(first_steps) -> None:
