@@ -15,8 +15,7 @@ from support.audio import b64, flac, mpeg_audio, silence, tone, wav
 from support.runner import chat_prompt, running_runner, runner_threads
 
 from localllm.audio import wav_samples
-
-MARKER = "<__media__>"
+from localllm.images import MARKER
 QUESTION = "What do you hear? Answer in one word."
 
 

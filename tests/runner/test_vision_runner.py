@@ -6,7 +6,7 @@ import pytest
 from support.images import b64, bomb_png, picture
 from support.runner import chat_prompt, parse_stream, running_runner, runner_threads
 
-MARKER = "<__media__>"
+from localllm.images import MARKER
 
 
 @pytest.fixture(scope="module")
