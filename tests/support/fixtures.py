@@ -15,7 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-import gguf
+from localllm.gguf import read_gguf
 
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -84,8 +84,11 @@ def gemma3_gguf() -> Path:
 
 
 def metadata_string(path: Path, key: str) -> str:
-    field = gguf.GGUFReader(path).fields[key]
-    return bytes(field.parts[field.data[0]]).decode("utf-8")
+    """A string key of ``path``'s header, read by localllm's reader (gguf-py's parses SmolLM2's 49k-token
+    vocabulary for seconds)."""
+    value = read_gguf(path).metadata[key]
+    assert isinstance(value, str), f"{key} is not a string: {value!r}"
+    return value
 
 
 def _built_once(prefix: str, builder) -> Path:
