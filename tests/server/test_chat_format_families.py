@@ -281,12 +281,25 @@ def test_every_ollama_parser_and_renderer_name_is_created_and_shown(daemon):
     httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "fmt-named"})
 
 
-@pytest.mark.slow  # some 2,300 tokens held to a grammar
-def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url):
+@pytest.fixture(scope="module")
+def tiny_granite(daemon, tmp_path_factory) -> str:
+    """The granite format on a one-layer model of 64 dimensions with a byte vocabulary: a reply of thousands of
+    tokens held to a grammar takes seconds, not SmolLM2's minute (what the model weighs plays no part in it)."""
+    from support.arch_models import byte_vocabulary
+    from support.gguf_builders import tiny_model
+
+    directory = tmp_path_factory.mktemp("tiny-granite")
+    model = tiny_model(directory / "tiny.gguf", vocab_from=byte_vocabulary(directory / "bytes.gguf"),
+                       context_length=8192)
+    daemon.create("fmt-granite-tiny", modelfile(BY_NAME["granite"], base=str(model)))
+    return "fmt-granite-tiny"
+
+
+def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url, tiny_granite):
     """JSON nested past Python's recursion limit is no call: the answer streams it as text, never a 500."""
     deep = '<|tool_call|>[{"name": "get_weather", "arguments": {"city": ' + "[" * 1100 + "]" * 1100 + "}}]"
     chunks = list(oai(url).chat.completions.create(
-        model=model_of(BY_NAME["granite"]), messages=user(), tools=TOOLS, stream=True, max_tokens=2500,
+        model=tiny_granite, messages=user(), tools=TOOLS, stream=True, max_tokens=2500,
         extra_body={"grammar": grammar(deep)}))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == deep
     assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
