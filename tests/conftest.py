@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,21 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from support import fixtures  # noqa: E402
+
+
+def _bytecode_in_the_test_cache() -> None:
+    """Where bytecode may not be written (PYTHONDONTWRITEBYTECODE), every daemon, runner and CLI process the
+    tests start compiled localllm from source again (0.15-0.3 s of CPU each, hundreds of them a run):
+    their bytecode, and the rewritten test modules', go to the test cache instead, never into the tree."""
+    if not (sys.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE")):
+        return
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or str(fixtures.cache_dir() / "pycache")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+
+
+_bytecode_in_the_test_cache()
 
 
 @pytest.fixture(scope="session")
