@@ -51,20 +51,20 @@ def gemma3_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def qwen3moe_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+def qwen3moe_path(smollm2_path: Path) -> Path:
     """A tiny ``qwen3moe`` (3 layers, 16 experts of which 4 a token) in llama.cpp's Q4_K_M mix, with SmolLM2's
-    vocabulary (support.moe_models.tiny_qwen3moe)."""
-    from support.moe_models import MOSTLY_Q4_K_M, tiny_qwen3moe
+    vocabulary (support.moe_models.tiny_qwen3moe), kept in the test cache: llama.cpp's quantizer takes seconds."""
+    from support.moe_models import MOSTLY_Q4_K_M, cache_folder, tiny_qwen3moe
 
-    return tiny_qwen3moe(tmp_path_factory.mktemp("qwen3moe"), smollm2_path, MOSTLY_Q4_K_M)
+    return tiny_qwen3moe(cache_folder(), smollm2_path, MOSTLY_Q4_K_M)
 
 
 @pytest.fixture(scope="session")
-def qwen3moe_q8_0_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+def qwen3moe_q8_0_path(smollm2_path: Path) -> Path:
     """The same tiny ``qwen3moe`` in Q8_0 (its experts read in place where a CPU level has no repacked Q8_0)."""
-    from support.moe_models import MOSTLY_Q8_0, tiny_qwen3moe
+    from support.moe_models import MOSTLY_Q8_0, cache_folder, tiny_qwen3moe
 
-    return tiny_qwen3moe(tmp_path_factory.mktemp("qwen3moe"), smollm2_path, MOSTLY_Q8_0)
+    return tiny_qwen3moe(cache_folder(), smollm2_path, MOSTLY_Q8_0)
 
 
 @pytest.fixture(scope="session")

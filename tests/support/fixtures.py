@@ -13,7 +13,9 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from localllm.gguf import read_gguf
 
@@ -89,6 +91,34 @@ def metadata_string(path: Path, key: str) -> str:
     value = read_gguf(path).metadata[key]
     assert isinstance(value, str), f"{key} is not a string: {value!r}"
     return value
+
+
+def builds_dir(name: str, *modules: ModuleType) -> Path:
+    """A folder of the test cache for the files ``modules`` write (tiny models that take seconds to quantize),
+    kept from one run to the next: named by a digest of the modules' source and the gguf and llama_cpp
+    versions, so that a change to any of them writes the files afresh. Whoever writes there writes under
+    another name and renames (:func:`written_atomically`): runs side by side never read half a file."""
+    import importlib.metadata
+
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(Path(module.__file__).read_bytes())
+    for package in ("gguf", "llama_cpp_python"):
+        digest.update(importlib.metadata.version(package).encode())
+    folder = cache_dir() / f"{name}-{digest.hexdigest()[:12]}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def written_atomically(target: Path, write: Callable[[Path], object]) -> Path:
+    """``target``, written by ``write(partial)`` under a name of this process's first and then renamed."""
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    try:
+        write(partial)
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
 
 
 def _built_once(prefix: str, builder) -> Path:
