@@ -1114,7 +1114,6 @@ def _poolside_v1(messages: list[dict[str, Any]], tools: list[dict[str, Any]], th
     return "".join(out) + "<assistant>" + ("<think>" if thinking else "</think>")
 
 
-COHERE_BOS = "<BOS_TOKEN>"
 COHERE_TURN = "<|START_OF_TURN_TOKEN|>"
 COHERE_END = "<|END_OF_TURN_TOKEN|>"
 
@@ -1137,7 +1136,7 @@ def _cohere(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: 
     reasoning = think is None or bool(think)
     has_system = bool(messages) and messages[0]["role"] == "system"
     rest = messages[1:] if has_system else messages
-    out = [COHERE_BOS + COHERE_TURN + "<|SYSTEM_TOKEN|><|START_TEXT|>"]
+    out = [COHERE_TURN + "<|SYSTEM_TOKEN|><|START_TEXT|>"]
     if has_system and messages[0].get("content"):
         out.append(messages[0]["content"] + "\n\n\n\n")
     out.append(_cohere_tools(tools) + "<|END_TEXT|>" + COHERE_END)
