@@ -343,3 +343,20 @@ def test_an_embedded_encoder_becomes_the_upstream_mmproj_and_sees_images_alike(t
     assert np.array_equal(ours, arch_models.libmtmd_logits(model, mmproj, "look <__media__> here", image, side, side))
     other = bytes(255 - b for b in image)
     assert not np.allclose(ours, arch_models.libmtmd_logits(files.model, files.projector, "look <__media__> here", other, side, side))
+
+
+def test_gemma4s_audio_encoder_inside_becomes_the_upstream_mmproj_and_hears_alike(tmp_path):
+    """Ollama's gemma4 file with the conformer audio encoder beside the vision encoder: the translated projector
+    is the upstream mmproj holding both (Ollama's audio leaf names renamed, the audio keys as ``clip.audio.*``),
+    and libmtmd's logits after an audio clip are the same through either pair, and others for another clip."""
+    from support.audio import chirp, tone, wav
+
+    model, mmproj, one = arch_models.gemma4_hearing(tmp_path)
+    files = translated(tmp_path, one)
+    assert tensors_of(files.model) == tensors_of(model) and fields_of(files.model) == fields_of(model)
+    assert tensors_of(files.projector) == tensors_of(mmproj) and fields_of(files.projector) == fields_of(mmproj)
+    low, sweep = wav(tone(300, 0.6)), wav(chirp(200, 4000, 0.6))
+    ours = arch_models.libmtmd_logits(files.model, files.projector, "<__media__>listen", media_file=low)
+    assert np.array_equal(ours, arch_models.libmtmd_logits(model, mmproj, "<__media__>listen", media_file=low))
+    assert not np.allclose(ours, arch_models.libmtmd_logits(files.model, files.projector, "<__media__>listen",
+                                                             media_file=sweep))
