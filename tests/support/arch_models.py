@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, RopeScalingTyp
 from gguf.quants import quantize
 
 from localllm.gguf import read_gguf
+from localllm.registry.ollama_compat import CLAMP_BOUNDS, GEMMA4_CLAMPED
 
 CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -931,8 +932,9 @@ def glm4v_encoder(n_embd: int = 64, seed: int = 41) -> Encoder:
 
 def gemma4_encoder(n_embd: int = 64, seed: int = 43) -> Encoder:
     """A one-block Gemma 4 vision encoder (``gemma4v``: RMS-normed ViT with per-head Q/K norms, x and y
-    position tables, average pooling, a projection after an RMS norm), by llama.cpp's names in both layouts;
-    Ollama's file holds the patch embedding in F16 and leaves the image size and normalisation to defaults."""
+    position tables, average pooling, a projection after an RMS norm, every linear clamped), by llama.cpp's names
+    in both layouts; Ollama's file holds the patch embedding in F16, the clamps packed in ``v.clamp_data``, and
+    leaves the image size and normalisation to defaults."""
     hidden, ff, n_head, patch = 16, 32, 2, 4
     vision = {"block_count": 1, "embedding_length": hidden, "feed_forward_length": ff, "attention.head_count": n_head,
               "patch_size": patch, "attention.layer_norm_epsilon": 1e-6}
@@ -951,6 +953,12 @@ def gemma4_encoder(n_embd: int = 64, seed: int = 43) -> Encoder:
                         ("ffn_down.weight", (hidden, ff))):
         enc.add(b + name, *shape, norm=name.endswith("norm.weight") or name.startswith("ln"))
     enc.add("mm.input_projection.weight", n_embd, hidden)
+    rows = []  # each linear clamps its input and output: llama.cpp's scalars by name, Ollama's packed table
+    for linear in [b + name for name in GEMMA4_CLAMPED] + ["mm.input_projection"]:
+        rows.append((enc.rng.uniform(1.0, 3.0, 4) * [-1, 1, -1, 1]).astype(np.float32))
+        for bound, value in zip(CLAMP_BOUNDS, rows[-1]):
+            enc.upstream[f"{linear}.{bound}"] = np.array([value], np.float32)
+    enc.ollama["v.clamp_data"] = np.concatenate(rows)
     return enc
 
 
