@@ -306,13 +306,13 @@ _ATEM_PARAMETER = re.compile(r'<atem:parameter name="([^"]*)">(.*?)</atem:parame
 def _atem_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
     """``NAME<|message|><atem:function_calls><atem:invoke name="NAME"><atem:parameter name="P">value…`` (Glimmer):
     the message's recipient, which its one invoke names (a ``namespace.`` before it allowed), values typed as
-    Qwen's XML is."""
+    Qwen's XML is; or a bare block's invoke (its opening marker already read), in a message to the user."""
     recipient, found, body = text.partition("<|message|>")
     calls = _ATEM_CALLS.fullmatch(body) if found else None
-    invokes = _whole(_ATEM_INVOKE, calls.group(1)) if calls else None
+    invokes = _whole(_ATEM_INVOKE, calls.group(1) if calls else text if not found else "")
     if not invokes or len(invokes) != 1:
         return None
-    name = _glimmer_tool(recipient.strip(), tools)
+    name = _glimmer_tool((recipient if found else invokes[0].group(1)).strip(), tools)
     parameters = _whole(_ATEM_PARAMETER, invokes[0].group(2))
     if name is None or _glimmer_tool(invokes[0].group(1), tools) != name or parameters is None:
         return None

@@ -50,6 +50,7 @@ class ChatFormat:
     answer_start: str = ""  # a prompt ending in this leaves it to the answer (Harmony's role header)
     # named by a Modelfile: whether a model of this format thinks (None: as its template shows)
     thinks: bool | None = None
+    calls_end_thinking: bool = False  # a call may open inside the thinking block, which it closes (Laguna)
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -81,9 +82,10 @@ OLMO3_CALLS = CallSyntax("olmo3", ("<function_calls>",), "</function_calls>", "p
 DEEPSEEK_CALLS = CallSyntax("deepseek", ("<｜tool▁call▁begin｜>",), "<｜tool▁call▁end｜>", "deepseek",
                             wrappers=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), inner=("<｜tool▁sep｜>",))
 COHERE_CALLS = CallSyntax("cohere", ("<|START_ACTION|>",), "<|END_ACTION|>", "json")  # [{"tool_name", "parameters"}, …]
-# Glimmer: a message to the tool, ``<|start|>assistant to=NAME<|message|><atem:function_calls>…``
-GLIMMER_CALLS = CallSyntax("glimmer", ("<|start|>assistant to=",), "</atem:function_calls>", "atem",
-                           inner=("<|message|>",))
+# Glimmer: a message to the tool, ``<|start|>assistant to=NAME<|message|><atem:function_calls>…``, or the bare
+# block in a message to the user
+GLIMMER_CALLS = CallSyntax("glimmer", ("<|start|>assistant to=", "<atem:function_calls>"), "</atem:function_calls>",
+                           "atem", inner=("<|message|>",))
 # Harmony: a message to ``functions.NAME``, its recipient after the channel or in the role header.
 HARMONY_CALLS = CallSyntax("harmony", ("<|channel|>commentary to=", "<|start|>assistant to="), "<|call|>", "harmony",
                            inner=("<|start|>", "<|channel|>", "<|constrain|>", "<|message|>"))
@@ -126,8 +128,8 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("cogito", DEEPSEEK_CALLS, THINK, thinks=True),  # Cogito v2: DeepSeek R1's calls
     ChatFormat("nemotron-3-nano", QWEN_XML_CALLS, THINK, thinks=True),
     ChatFormat("nemotron-3.5-nano", QWEN_XML_CALLS, THINK, thinks=True),
-    ChatFormat("laguna", GLM_CALLS, THINK, thinks=True),  # Poolside's Laguna: GLM's <arg_key> calls
-    ChatFormat("poolside-v1", GLM_CALLS, THINK, thinks=True),
+    ChatFormat("laguna", GLM_CALLS, THINK, thinks=True, calls_end_thinking=True),  # Poolside's: GLM's calls
+    ChatFormat("poolside-v1", GLM_CALLS, THINK, thinks=True, calls_end_thinking=True),
     ChatFormat("cohere", COHERE_CALLS, ThinkingTags("<|START_THINKING|>", "<|END_THINKING|>"),
                dropped=("<|START_TEXT|>", "<|END_TEXT|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
                         "<|END_OF_TURN_TOKEN|>"), thinks=True),
