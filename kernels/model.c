@@ -40,7 +40,6 @@
 
 #include "forward.h"
 
-
 /* ---- mapping ------------------------------------------------------------ */
 
 const void *llk_map_file(const char *path, int64_t *size) {
@@ -164,8 +163,8 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->pos_of = malloc(B * sizeof(int32_t));
     c->table_of = malloc(B * sizeof(int32_t *));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->recipe && c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q && c->k && c->v && c->att &&
-             c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->act[0] &&
+    int ok = c->recipe && c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q &&
+             c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->act[0] &&
              c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
              (m->rope_freq_scale == 0.0f || c->yarn);
     if (!ok) {
@@ -338,7 +337,7 @@ static const void *activations(llk_ctx *c, const float *x, int n_tok, int64_t ne
 void new_input(llk_ctx *c) { c->act_valid[0] = c->act_valid[1] = c->act_valid[2] = 0; }
 
 void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float *x, int n_tok, float *const *out,
-                     const int64_t *out_stride, const llk_tensor *then) {
+              const int64_t *out_stride, const llk_tensor *then) {
     matmul_part parts[MAX_PARTS];
     const int nth = llk_pool_size(c->pool);
     for (int i = 0; i < n; i++)
@@ -348,7 +347,7 @@ void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float *x, int
 }
 
 void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride,
-                   const llk_tensor *then) {
+            const llk_tensor *then) {
     matmul_n(c, 1, &w, x, n_tok, &out, &out_stride, then);
 }
 
