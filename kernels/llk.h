@@ -85,14 +85,10 @@ typedef struct llk_layer {
     float rope_base;
 } llk_layer;
 
-enum llk_arch {
-    LLK_ARCH_LLAMA = 0, LLK_ARCH_QWEN2 = 1, LLK_ARCH_QWEN3 = 2, LLK_ARCH_GEMMA3 = 3, LLK_ARCH_PHI3 = 4, LLK_ARCH_QWEN3MOE = 5,
-    LLK_ARCH_GPTOSS = 6
-};
-
 typedef struct llk_model {
-    int32_t arch, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
-    int32_t rope_neox, rope_dim, act_gelu, sliding_window;
+    int32_t arch; /* the architecture's recipe: llk_arch_id of its name */
+    int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    int32_t rope_dim, sliding_window;
     int32_t n_expert, n_expert_used; /* 0 0: a dense model; else each layer routes a token to n_expert_used */
     float eps, attn_scale, embd_scale;
     llk_tensor tok_embd, output_norm, output;
@@ -106,6 +102,10 @@ typedef struct llk_model {
 } llk_model;
 
 typedef struct llk_ctx llk_ctx;
+
+/* The number of the architecture GGUF files name `name` (general.architecture) for llk_model.arch; -1: the
+ * native forward has no recipe for it. */
+int llk_arch_id(const char *name);
 
 /* Map a file read-only; returns its base and size, NULL on error (errno set). */
 const void *llk_map_file(const char *path, int64_t *size);
