@@ -48,11 +48,14 @@ def test_the_default_model_runs_on_the_native_engine(daemon) -> None:
     assert 'localllm_prefix_cache_hit_ratio{model="smollm2:135m",engine="native"}' in metrics
 
 
-def test_a_mixture_of_experts_model_runs_on_the_native_engine(daemon, qwen3moe_path: Path) -> None:
-    """qwen3moe (Qwen3-30B-A3B, Qwen3-Coder) is no longer sent to llama.cpp for its experts: /api/ps says why."""
-    daemon.create("tiny-qwen3moe", f"FROM {qwen3moe_path}\n")
-    assert generate(daemon, "tiny-qwen3moe").status_code == 200
-    entry = loaded(daemon, "tiny-qwen3moe")
+@pytest.mark.parametrize("fixture", ["qwen3moe_path", "gpt_oss_path"])
+def test_a_mixture_of_experts_model_runs_on_the_native_engine(daemon, fixture: str, request) -> None:
+    """qwen3moe (Qwen3-30B-A3B, Qwen3-Coder) and gpt-oss (MXFP4 experts) are no longer sent to llama.cpp for their
+    experts: /api/ps says why."""
+    name = f"tiny-{fixture.removesuffix('_path').replace('_', '-')}"
+    daemon.create(name, f"FROM {request.getfixturevalue(fixture)}\n")
+    assert generate(daemon, name).status_code == 200
+    entry = loaded(daemon, name)
     assert entry["engine"] == "native" and "runs this model exactly" in entry["engine_reason"]
 
 
