@@ -220,6 +220,9 @@ void each_token(llk_pool *pool, int n_tok, token_step step, const void *arg) {
 #ifndef MIN_CHUNK_BYTES
 #define MIN_CHUNK_BYTES (32 << 10)
 #endif
+#ifndef GROUP_TILE_BYTES
+#define GROUP_TILE_BYTES ((size_t)128 << 10) /* activations a token tile of matmul_chunk holds: a share of L2 */
+#endif
 #define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
 
 matmul_part matmul_part_of(const llk_tensor *w, const void *act, int n_tok, float *out, int64_t out_stride, int nth) {
@@ -254,11 +257,18 @@ void matmul_chunk(const matmul_part *p, int64_t r0) {
     const uint8_t *w = p->w->data;
     int64_t r1 = r0 + p->chunk < rows ? r0 + p->chunk : rows;
     if (p->dot_group) { /* the group's codes unpacked once for up to GROUP_MAX_TOK tokens */
-        for (int64_t r = r0; r < r1; r += GROUP_ROWS)
-            for (int t = 0; t < n_tok; t += GROUP_MAX_TOK)
-                p->dot_group(w + (size_t)r * p->w_row, p->act + (size_t)t * p->act_row, p->act_row,
-                             n_tok - t < GROUP_MAX_TOK ? n_tok - t : GROUP_MAX_TOK, p->w->ne0,
-                             p->out + t * p->out_stride + r, (size_t)p->out_stride);
+        /* the tokens in tiles whose activations stay in the cache while the chunk's groups pass over them (the
+         * same calls as one pass over all tokens, in another order: the same bits) */
+        int tile = (int)(GROUP_TILE_BYTES / p->act_row) / GROUP_MAX_TOK * GROUP_MAX_TOK;
+        if (tile < GROUP_MAX_TOK) tile = GROUP_MAX_TOK;
+        for (int t0 = 0; t0 < n_tok; t0 += tile) {
+            const int t1 = n_tok - t0 < tile ? n_tok : t0 + tile;
+            for (int64_t r = r0; r < r1; r += GROUP_ROWS)
+                for (int t = t0; t < t1; t += GROUP_MAX_TOK)
+                    p->dot_group(w + (size_t)r * p->w_row, p->act + (size_t)t * p->act_row, p->act_row,
+                                 t1 - t < GROUP_MAX_TOK ? t1 - t : GROUP_MAX_TOK, p->w->ne0,
+                                 p->out + t * p->out_stride + r, (size_t)p->out_stride);
+        }
         return;
     }
     for (int t = 0; t < n_tok;) {
