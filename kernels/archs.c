@@ -4,10 +4,10 @@
 #include "recipe.h"
 
 extern const llk_recipe recipe_llama, recipe_qwen2, recipe_qwen3, recipe_gemma3, recipe_phi3, recipe_qwen3moe,
-    recipe_gptoss;
+    recipe_gptoss, recipe_gemma4;
 
 static const llk_recipe *const recipes[] = {
-    &recipe_llama, &recipe_qwen2, &recipe_qwen3, &recipe_gemma3, &recipe_phi3, &recipe_qwen3moe, &recipe_gptoss,
+    &recipe_llama, &recipe_qwen2, &recipe_qwen3, &recipe_gemma3, &recipe_phi3, &recipe_qwen3moe, &recipe_gptoss, &recipe_gemma4,
 };
 #define N_RECIPES ((int)(sizeof recipes / sizeof *recipes))
 

@@ -15,15 +15,23 @@ struct llk_ctx {
     llk_model m;
     const llk_recipe *recipe;   /* m.arch's */
     llk_layer *layers;
-    int n_blocks, block_size, block_shift, max_seq_len, n_batch, kv_dim, q_dim;
+    int n_blocks, block_size, block_shift, max_seq_len, n_batch, kv_type;
+    int kv_dim, q_dim;          /* the widest layer's: the strides of the scratch rows q, k, v and att */
     llk_pool *pool;
-    kv_cache kv;                /* the blocks, laid out as attention.h says */
-    attention *attn;
+    kv_cache kv, kv_alt;        /* the blocks, laid out as attention.h says: the layers of layer 0's head geometry,
+                                 * then (kv_alt, its block_bytes the same) those of the other one, if any */
+    attention *attn, *attn_alt; /* over kv and kv_alt */
+    int32_t *kv_slot;           /* [layer]: the layer whose KV it reads (itself, or a shared layer's kv_source)
+                                 * as numbered in its layout */
+    int8_t *kv_alt_of;          /* [layer]: 1 when its KV is in kv_alt */
     moe_scratch *moe;           /* a mixture-of-experts model's expert FFN scratch, else NULL */
     float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
     rope_yarn *yarn;            /* [layer]: YaRN's scaling of the angles (a model with rope_freq_scale), else NULL */
     /* scratch for n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
+    float *ple;                 /* Gemma 4's per-layer embeddings: [token][layer][n_embd_per_layer], else NULL */
+    float *ple_gate;            /* [token][n_embd_per_layer] */
+    float *router_in, *experts_out; /* [token][n_embd]: a router input and expert output of their own (Gemma 4) */
     int32_t *pos_of;            /* [token]: its position, the index of its cell in its sequence */
     const int32_t **table_of;   /* [token]: its sequence's block table */
     void *act[3];               /* quantized activations per act_kind */

@@ -20,6 +20,8 @@ void residual_block(llk_ctx *c, const llk_tensor *post_norm, const llk_tensor *n
 void dense_ffn_block(llk_ctx *c, int il, int T, enum ffn_act act);
 /* c->o = layer il's mixture-of-experts FFN of c->xn (moe.h). */
 void expert_ffn_block(llk_ctx *c, int il, int T, const expert_opts *opts);
+/* The same into out (n_embd a row), the router reading router_x where it is not NULL (else c->xn). */
+void expert_ffn_block_into(llk_ctx *c, int il, int T, const expert_opts *opts, const float *router_x, float *out);
 
 /* The pre-norm decoder layer: attention, then the recipe's FFN (dense or experts), each normed first and
  * added to the residual stream (Gemma 3: normed after too). */

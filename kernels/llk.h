@@ -83,6 +83,19 @@ typedef struct llk_layer {
     llk_tensor bo, attn_sinks, ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
     int32_t sliding;      /* 1: sliding-window attention layer */
     float rope_base;
+    /* Gemma 4 (absent or 0 elsewhere). Attention of its own geometry (0: the model's head_dim, n_head_kv and
+     * rope_dim), rotated with its own frequency factors (F32 [rope_dim / 2], or absent: the model's); a layer
+     * at or past llk_model.n_layer_kv has no KV of its own and attends over layer kv_source's. */
+    int32_t head_dim, n_head_kv, rope_dim, kv_source;
+    llk_tensor rope_freqs;
+    /* the output scaled by out_scale (F32 [1]); a per-layer embedding's gate (n_embd -> n_embd_per_layer),
+     * projection back and its norm; a mixture-of-experts layer's dense FFN beside the experts (w_gate, w_up,
+     * w_down) with the norms around both (post_ffn_norm_1 after the dense one, ffn_pre_norm_2 before and
+     * ffn_post_norm_2 after the experts), the router's input scale (F32 [n_embd]) and each expert's output
+     * scale (F32 [n_expert]); the experts' gate and up matrices as one (each expert's gate rows, then its up
+     * rows), ffn_gate_exps and ffn_up_exps then absent */
+    llk_tensor out_scale, per_layer_inp_gate, per_layer_proj, per_layer_post_norm;
+    llk_tensor ffn_post_norm_1, ffn_pre_norm_2, ffn_post_norm_2, ffn_gate_inp_s, ffn_down_exps_s, ffn_gate_up_exps;
 } llk_layer;
 
 typedef struct llk_model {
@@ -99,6 +112,14 @@ typedef struct llk_model {
      * that yarn_orig_ctx and the betas give, cos and sin times yarn_attn_factor * (1 + 0.1 ln(1/freq_scale)) */
     float rope_freq_scale, yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     int32_t yarn_orig_ctx;
+    /* Gemma 4 (0 elsewhere): layers with KV of their own (0: all), the final logits' soft cap (cap *
+     * tanh(logit / cap); 0: none), and the per-layer embeddings: n_embd_per_layer of each layer for each token
+     * (per_layer_tok_embd [n_vocab] rows of n_layer * n_embd_per_layer) plus a projection of the embedding
+     * (per_layer_model_proj, n_embd -> n_layer * n_embd_per_layer, each layer's part normed by
+     * per_layer_proj_norm) */
+    int32_t n_layer_kv, n_embd_per_layer;
+    float final_logit_softcap;
+    llk_tensor per_layer_tok_embd, per_layer_model_proj, per_layer_proj_norm;
 } llk_model;
 
 typedef struct llk_ctx llk_ctx;

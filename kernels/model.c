@@ -102,11 +102,15 @@ void llk_ctx_free(llk_ctx *c) {
     llk_pool_free(c->pool);
     zfree(c->kv.base, kv_bytes(c));
     attention_free(c->attn);
+    attention_free(c->attn_alt);
+    free(c->kv_slot);
+    free(c->kv_alt_of);
     moe_scratch_free(c->moe);
     free(c->layers);
     free(c->rope_scale);
     free(c->yarn);
-    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs};
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->ple, c->ple_gate,
+                     c->router_in, c->experts_out};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(c->pos_of);
     free(c->table_of);
@@ -118,13 +122,50 @@ const char *llk_ctx_error(const llk_ctx *c) { return c ? c->error : "out of memo
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 
+/* Each layer's geometry where the model leaves it to the model's (llk_layer: 0), and where its KV lives: the
+ * layers with KV of their own numbered in the layout of their head geometry (layer 0's, or the one other), a
+ * shared layer reading its kv_source's. 0, or -1 for a model these do not fit. */
+static int place_kv(llk_ctx *c) {
+    const llk_model *m = &c->m;
+    const int n_kv = m->n_layer_kv ? m->n_layer_kv : m->n_layer;
+    int count[2] = {0, 0};
+    if (n_kv < 1 || n_kv > m->n_layer) return -1;
+    for (int il = 0; il < m->n_layer; il++) {
+        llk_layer *L = &c->layers[il];
+        if (!L->head_dim) L->head_dim = m->head_dim;
+        if (!L->n_head_kv) L->n_head_kv = m->n_head_kv;
+        if (!L->rope_dim) L->rope_dim = m->rope_dim;
+        if (L->n_head_kv < 1 || m->n_head % L->n_head_kv || L->rope_dim > L->head_dim) return -1;
+        const llk_layer *first = &c->layers[0];
+        const int alt = L->head_dim != first->head_dim || L->n_head_kv != first->n_head_kv;
+        if (alt && count[1] && (L->head_dim != c->kv_alt.head_dim || L->n_head_kv != c->kv_alt.n_head_kv)) return -1;
+        if (il < n_kv) {
+            c->kv_alt_of[il] = (int8_t)alt;
+            c->kv_slot[il] = count[alt]++;
+            if (alt) c->kv_alt.head_dim = L->head_dim, c->kv_alt.n_head_kv = L->n_head_kv;
+            continue;
+        }
+        const int src = L->kv_source;
+        if (src < 0 || src >= n_kv || c->kv_alt_of[src] != alt) return -1;
+        c->kv_alt_of[il] = (int8_t)alt;
+        c->kv_slot[il] = c->kv_slot[src];
+    }
+    const char *why;
+    const llk_layer *first = &c->layers[0];
+    const int alt_hd = c->kv_alt.head_dim, alt_kv = c->kv_alt.n_head_kv;
+    if (kv_cache_init(&c->kv, c->kv_type, count[0], first->n_head_kv, first->head_dim, c->block_size, &why) ||
+        (count[1] && kv_cache_init(&c->kv_alt, c->kv_type, count[1], alt_kv, alt_hd, c->block_size, &why)))
+        return -1;
+    if (count[1]) { /* one block: the first layout's layers, then the other's */
+        c->kv_alt.offset = c->kv.block_bytes;
+        c->kv.block_bytes = c->kv_alt.block_bytes = c->kv.block_bytes + c->kv_alt.block_bytes;
+    }
+    return 0;
+}
+
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
                      int n_threads, int kv_type) {
-    const char *why;
-    kv_cache kv;
-    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 ||
-        kv_cache_init(&kv, kv_type, model->n_layer, model->n_head_kv, model->head_dim, block_size, &why))
-        return NULL;
+    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1) return NULL;
     llk_ctx *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->m = *model;
@@ -132,21 +173,41 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     const llk_model *m = &c->m;
     c->n_blocks = n_blocks;
     c->block_size = block_size;
+    c->kv_type = kv_type;
     while ((1 << c->block_shift) < block_size) c->block_shift++;
     c->max_seq_len = max_seq_len;
     c->n_batch = n_batch;
-    c->kv_dim = m->n_head_kv * m->head_dim;
-    c->q_dim = m->n_head * m->head_dim;
     c->layers = malloc(sizeof(llk_layer) * (size_t)m->n_layer);
-    if (c->layers) memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
+    c->kv_slot = malloc(sizeof(int32_t) * (size_t)m->n_layer);
+    c->kv_alt_of = malloc((size_t)m->n_layer);
+    if (!c->layers || !c->kv_slot || !c->kv_alt_of) {
+        llk_ctx_free(c);
+        return NULL;
+    }
+    memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
     c->m.layers = c->layers;
+    if (place_kv(c)) {
+        llk_ctx_free(c);
+        return NULL;
+    }
+    int rope_dim = 0, router_own_input = 0; /* the widest of the layers' */
+    c->q_dim = c->kv_dim = 0;
+    for (int il = 0; il < m->n_layer; il++) {
+        const llk_layer *L = &c->layers[il];
+        c->q_dim = max_i(c->q_dim, m->n_head * L->head_dim);
+        c->kv_dim = max_i(c->kv_dim, L->n_head_kv * L->head_dim);
+        rope_dim = max_i(rope_dim, L->rope_dim);
+        router_own_input |= L->ffn_gate_inp_s.data != NULL;
+    }
     c->pool = llk_pool_new(n_threads);
-    c->kv = kv;
     c->kv.base = zalloc(kv_bytes(c));
-    c->attn = attention_new(c->pool ? llk_pool_size(c->pool) : 1, m->n_head, m->n_head_kv, m->head_dim, n_batch,
-                            max_seq_len);
+    c->kv_alt.base = c->kv.base;
+    const int nth = c->pool ? llk_pool_size(c->pool) : 1;
+    c->attn = attention_new(nth, m->n_head, c->kv.n_head_kv, c->kv.head_dim, n_batch, max_seq_len);
+    if (c->kv_alt.n_layer)
+        c->attn_alt = attention_new(nth, m->n_head, c->kv_alt.n_head_kv, c->kv_alt.head_dim, n_batch, max_seq_len);
     c->rope_scale = calloc((size_t)m->n_layer, sizeof(float));
-    if (m->n_expert && c->layers) c->moe = moe_scratch_new(m, n_batch);
+    if (m->n_expert) c->moe = moe_scratch_new(m, n_batch);
     if (m->rope_freq_scale != 0.0f) c->yarn = calloc((size_t)m->n_layer, sizeof(rope_yarn));
     size_t B = (size_t)n_batch;
     int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
@@ -159,23 +220,33 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->o = malloc(B * m->n_embd * sizeof(float));
     c->g = malloc(B * m->n_ff * sizeof(float));
     c->u = malloc(B * m->n_ff * sizeof(float));
-    c->cs = malloc(B * (size_t)m->rope_dim * sizeof(float));
+    c->cs = malloc(B * (size_t)rope_dim * sizeof(float));
+    if (m->n_embd_per_layer) {
+        c->ple = malloc(B * (size_t)m->n_layer * m->n_embd_per_layer * sizeof(float));
+        c->ple_gate = malloc(B * (size_t)m->n_embd_per_layer * sizeof(float));
+    }
+    if (router_own_input) {
+        c->router_in = malloc(B * m->n_embd * sizeof(float));
+        c->experts_out = malloc(B * m->n_embd * sizeof(float));
+    }
     c->pos_of = malloc(B * sizeof(int32_t));
     c->table_of = malloc(B * sizeof(int32_t *));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->recipe && c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q &&
-             c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->act[0] &&
-             c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
-             (m->rope_freq_scale == 0.0f || c->yarn);
+    int ok = c->recipe && c->pool && c->kv.base && c->attn && (!c->kv_alt.n_layer || c->attn_alt) && c->rope_scale &&
+             c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of &&
+             c->table_of && c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
+             (m->rope_freq_scale == 0.0f || c->yarn) && (!m->n_embd_per_layer || (c->ple && c->ple_gate)) &&
+             (!router_own_input || (c->router_in && c->experts_out));
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
     }
-    for (int l = 0; l < m->n_layer; l++) c->rope_scale[l] = powf(c->layers[l].rope_base, -2.0f / (float)m->rope_dim);
+    for (int l = 0; l < m->n_layer; l++)
+        c->rope_scale[l] = powf(c->layers[l].rope_base, -2.0f / (float)c->layers[l].rope_dim);
     for (int l = 0; c->yarn && l < m->n_layer; l++) {
         c->yarn[l] = (rope_yarn){m->rope_freq_scale, m->yarn_ext_factor, m->yarn_attn_factor, {0, 0}};
-        llk_rope_yarn_corr(&c->yarn[l], m->rope_dim, m->yarn_orig_ctx, c->layers[l].rope_base, m->yarn_beta_fast,
-                           m->yarn_beta_slow);
+        llk_rope_yarn_corr(&c->yarn[l], c->layers[l].rope_dim, m->yarn_orig_ctx, c->layers[l].rope_base,
+                           m->yarn_beta_fast, m->yarn_beta_slow);
     }
     return c;
 }
@@ -388,6 +459,7 @@ static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos,
         if (m->embd_scale != 1.0f)
             for (int e = 0; e < E; e++) x[e] *= m->embd_scale;
     }
+    if (c->recipe->inputs) c->recipe->inputs(c, tokens, n);
     for (int il = 0; il < m->n_layer; il++)
         if (c->recipe->layer(c, il, n)) return fail(c, -6, "out of memory for attention over %ld tokens (layer %ld)", n, il);
     int n_out = 0;
@@ -402,6 +474,9 @@ int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int
     if (n_out > 0) {
         new_input(c);
         matmul(c, output_head(c), c->xn, n_out, logits_out, c->m.n_vocab, NULL);
+        const float cap = c->m.final_logit_softcap, inv = 1.0f / cap;
+        if (cap != 0.0f) /* as ggml: scaled by the inverse, tanh, scaled back */
+            for (size_t i = 0; i < (size_t)n_out * c->m.n_vocab; i++) logits_out[i] = tanhf(logits_out[i] * inv) * cap;
     }
     return n_out < 0 ? n_out : 0;
 }

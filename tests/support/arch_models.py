@@ -386,24 +386,29 @@ def _add_keys(w: GGUFWriter, arch: str, keys: dict[str, Any]) -> None:
 def _tiny(path: Path, arch: str, vocab_from: Path, keys: dict[str, Any], tensors: list[tuple[str, Shape]],
           seed: int, pre: str | None = None, rename: Callable[[str], str] = lambda name: name,
           skip: Callable[[str], bool] = lambda name: False, tokenizer_model: str | None = None,
-          given: dict[str, np.ndarray] | None = None) -> Path:
+          given: dict[str, np.ndarray] | None = None, matrix_type: GGMLQuantizationType | None = None) -> Path:
     """A model of ``arch``: ``keys``, ``vocab_from``'s tokenizer, and random ``tensors`` (ggml shapes, the
     vocabulary's size as ``-1``) drawn in their order, so that two layouts of one model hold the same weights
     under ``rename``d names; a ``skip``ped tensor is drawn but not written (what Ollama leaves out). ``given``
-    tensors (numpy shapes) follow as they are: weights one layout holds rearranged."""
+    tensors (numpy shapes) follow as they are: weights one layout holds rearranged. ``matrix_type``: the matrices
+    (2-D and more) quantized to it, the rest F32."""
     w = GGUFWriter(str(path), arch)
     _add_keys(w, arch, keys)
     w.add_file_type(0)
     vocab = _copy_tokenizer(vocab_from, w, pre, tokenizer_model)
-    t = _Weights(w, seed, rename)
+    t = _Weights(w, seed, rename, {"matrix": matrix_type} if matrix_type is not None else None)
     for name, shape in tensors:
         shape = tuple(vocab if d == -1 else d for d in shape)
         if skip(name):
             t.rng.standard_normal(int(np.prod(shape)))
         else:
-            t(name, *shape)
+            t(name, *shape, kind="matrix" if len(shape) > 1 else None)
     for name, data in (given or {}).items():
-        w.add_tensor(name, data.astype(np.float32))
+        data = data.astype(np.float32)
+        if matrix_type is not None and data.ndim > 1:
+            w.add_tensor(name, quantize(data, matrix_type), raw_dtype=matrix_type)
+        else:
+            w.add_tensor(name, data)
     return _finish(w, path)
 
 
@@ -674,42 +679,66 @@ def nemotron_h(path: Path, vocab_from: Path, arch: str = "nemotron_h", layout: s
                  skip=lambda name: not ollama and name.startswith("mtp."))
 
 
-def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 33) -> Path:
-    """A two-layer Gemma 4 26B-A4B in small: sliding-window then global attention (proportional RoPE by
-    ``rope_freqs``), each layer a dense FFN beside routed experts. llama.cpp's layout holds each expert's gate
-    and up rows in one ``ffn_gate_up_exps`` and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds
-    gate and up apart, the scale as ``ffn_gate_inp.per_expert_scale`` and tokenizer model ``llama`` (its vision
-    encoder: :func:`gemma4_encoder`)."""
+def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 33, *, n_layer: int = 2,
+           moe: bool = True, per_layer: int = 0, shared_kv: int = 0, global_head: int = 16, global_kv: int = 2,
+           k_eq_v: bool = False, window: int = 8, matrix_type: GGMLQuantizationType | None = None) -> Path:
+    """A Gemma 4 in small: sliding-window and global layers (every third global, and the last; global ones with
+    proportional RoPE by ``rope_freqs``, ``global_head`` dimensions and ``global_kv`` KV heads, without V matrix
+    where ``k_eq_v``), by default two layers of 26B-A4B (``moe``: a dense FFN beside routed experts). E2B/E4B-style:
+    ``per_layer`` embeddings a layer and the last ``shared_kv`` layers reading earlier layers' KV.
+    ``matrix_type``: the matrices quantized to it (else F32). llama.cpp's layout holds each expert's gate and up
+    rows in one ``ffn_gate_up_exps`` and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds gate and
+    up apart, the scale as ``ffn_gate_inp.per_expert_scale`` and tokenizer model ``llama`` (its vision encoder:
+    :func:`gemma4_encoder`)."""
     assert layout in LAYOUTS
     ollama = layout == "ollama"
     e, n_head, n_kv, head, ff, n_exp, ff_exp = 64, 4, 2, 16, 96, 4, 32
+    n_kv_layers = n_layer - shared_kv  # every third layer global, counted back from the last with KV (as Gemma 4's)
+    sliding = [(il - n_kv_layers + 1) % 3 != 0 and il != n_layer - 1 for il in range(n_layer)]
+    kv_heads = [n_kv if s else global_kv for s in sliding]
     keys: dict[str, Any] = {
-        "@block_count": 2, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
-        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
-        "@attention.value_length": head, "@attention.key_length_swa": head, "@attention.value_length_swa": head,
+        "@block_count": n_layer, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head,
+        "@attention.head_count_kv": n_kv if global_kv == n_kv else np.array(kv_heads, np.uint32),
+        "@attention.key_length": global_head, "@attention.value_length": global_head,
+        "@attention.key_length_swa": head, "@attention.value_length_swa": head,
         "@attention.layer_norm_rms_epsilon": 1e-6, "@rope.freq_base": 1e6, "@rope.freq_base_swa": 1e4,
-        "@rope.dimension_count": head, "@rope.dimension_count_swa": head, "@attention.sliding_window": 8,
-        "@attention.sliding_window_pattern": np.array([True, False]), "@final_logit_softcapping": 30.0, "@embedding_length_per_layer_input": 0, "@attention.shared_kv_layers": 0,
-        "@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp}
-    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
-                                        ("rope_freqs.weight", (head // 2,))]
-    for il in range(2):
-        b = f"blk.{il}."
-        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head),
+        "@rope.dimension_count": global_head, "@rope.dimension_count_swa": head, "@attention.sliding_window": window,
+        "@attention.sliding_window_pattern": np.array(sliding), "@final_logit_softcapping": 30.0,
+        "@embedding_length_per_layer_input": per_layer, "@attention.shared_kv_layers": shared_kv}
+    if moe:
+        keys |= {"@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp}
+    # proportional RoPE: the first quarter of each global head's rotary pairs turn, the rest stand still
+    factors = np.array([1.0] * (global_head // 8) + [1e30] * (global_head // 2 - global_head // 8), np.float32)
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,))]
+    if per_layer:
+        tensors += [("per_layer_token_embd.weight", (per_layer * n_layer, -1)),
+                    ("per_layer_model_proj.weight", (e, per_layer * n_layer)), ("per_layer_proj_norm.weight", (per_layer,))]
+    for il in range(n_layer):
+        b, hd = f"blk.{il}.", head if sliding[il] else global_head
+        attention = _attention(b, e, n_head, kv_heads[il], hd)
+        if k_eq_v and not sliding[il]:
+            attention = [(name, shape) for name, shape in attention if not name.endswith("attn_v.weight")]
+        tensors += [(b + "attn_norm.weight", (e,)), *attention,
                     (b + "post_attention_norm.weight", (e,)), (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff),
-                    (b + "post_ffw_norm.weight", (e,)), (b + "layer_output_scale.weight", (1,)),
-                    (b + "ffn_gate_inp.weight", (e, n_exp)), (b + "ffn_gate_inp.scale", (e,)),
-                    (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), (b + "ffn_down_exps.scale", (n_exp,)),
-                    (b + "pre_ffw_norm_2.weight", (e,)), (b + "post_ffw_norm_1.weight", (e,)),
-                    (b + "post_ffw_norm_2.weight", (e,))]
+                    (b + "post_ffw_norm.weight", (e,)), (b + "layer_output_scale.weight", (1,))]
+        if moe:
+            tensors += [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "ffn_gate_inp.scale", (e,)),
+                        (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), (b + "ffn_down_exps.scale", (n_exp,)),
+                        (b + "pre_ffw_norm_2.weight", (e,)), (b + "post_ffw_norm_1.weight", (e,)),
+                        (b + "post_ffw_norm_2.weight", (e,))]
+        if per_layer:
+            tensors += [(b + "inp_gate.weight", (e, per_layer)), (b + "proj.weight", (per_layer, e)),
+                        (b + "post_norm.weight", (e,))]
     rng = np.random.default_rng(seed + 1)
-    experts: dict[str, np.ndarray] = {}
-    for il in range(2):
+    given: dict[str, np.ndarray] = {"rope_freqs.weight": factors} if not all(sliding) else {}
+    for il in range(n_layer if moe else 0):
         gate, up = (rng.standard_normal((n_exp, ff_exp, e)) * 0.3 for _ in range(2))
-        experts |= ({f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up} if ollama
-                    else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], axis=1)})
+        given |= ({f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up} if ollama
+                  else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], axis=1)})
     return _tiny(path, "gemma4", vocab_from, keys, tensors, seed, tokenizer_model="llama" if ollama else "gemma4",
-                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama), given=experts)
+                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama), given=given,
+                 matrix_type=matrix_type)
 
 
 # --- vision (and audio) encoders that Ollama's files carry inside the model file -----------------------------

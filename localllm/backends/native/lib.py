@@ -38,16 +38,24 @@ class Tensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("type", ctypes.c_int32), ("ne0", ctypes.c_int64), ("ne1", ctypes.c_int64)]
 
 
-LAYER_TENSORS = (
+_LAYER_TENSORS_FIRST = (
     "attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm", "post_attn_norm",
     "ffn_norm", "w_gate", "w_up", "w_down", "post_ffn_norm",
     "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
     "bo", "attn_sinks", "ffn_gate_inp_b", "ffn_gate_exps_b", "ffn_up_exps_b", "ffn_down_exps_b",
 )  # fmt: skip
+_LAYER_TENSORS_GEMMA4 = (
+    "out_scale", "per_layer_inp_gate", "per_layer_proj", "per_layer_post_norm",
+    "ffn_post_norm_1", "ffn_pre_norm_2", "ffn_post_norm_2", "ffn_gate_inp_s", "ffn_down_exps_s", "ffn_gate_up_exps",
+)  # fmt: skip
+LAYER_TENSORS = _LAYER_TENSORS_FIRST + _LAYER_TENSORS_GEMMA4  # the layer fields that are tensors of the file
 
 
 class Layer(ctypes.Structure):
-    _fields_ = [(name, Tensor) for name in LAYER_TENSORS] + [("sliding", ctypes.c_int32), ("rope_base", ctypes.c_float)]
+    _fields_ = ([(name, Tensor) for name in _LAYER_TENSORS_FIRST]
+                + [("sliding", ctypes.c_int32), ("rope_base", ctypes.c_float)]
+                + [(name, ctypes.c_int32) for name in ("head_dim", "n_head_kv", "rope_dim", "kv_source")]
+                + [("rope_freqs", Tensor)] + [(name, Tensor) for name in _LAYER_TENSORS_GEMMA4])
 
 
 class ModelParams(ctypes.Structure):
@@ -72,6 +80,12 @@ class ModelParams(ctypes.Structure):
         ("yarn_beta_fast", ctypes.c_float),
         ("yarn_beta_slow", ctypes.c_float),
         ("yarn_orig_ctx", ctypes.c_int32),
+        ("n_layer_kv", ctypes.c_int32),
+        ("n_embd_per_layer", ctypes.c_int32),
+        ("final_logit_softcap", ctypes.c_float),
+        ("per_layer_tok_embd", Tensor),
+        ("per_layer_model_proj", Tensor),
+        ("per_layer_proj_norm", Tensor),
     ]
 
 

@@ -77,9 +77,12 @@ class UnsupportedModel(NativeError):
         self.reason = f"{reason} is not supported by the native engine"
 
 
-def metadata_int(g: GGUFFile, key: str, default: int | None = None) -> int:
-    """The positive integer ``<arch>.key`` of ``g`` (``default`` where absent)."""
+def metadata_int(g: GGUFFile, key: str, default: int | None = None, per_layer: bool = False) -> int:
+    """The positive integer ``<arch>.key`` of ``g`` (``default`` where absent); ``per_layer``: the key may be one
+    value a layer (as Gemma 4's head counts), and the largest is meant."""
     value = g.arch_value(key, default)
+    if per_layer and isinstance(value, list) and value:
+        value = max(value)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise NativeError(f"model metadata {g.architecture}.{key} is missing or invalid ({value!r})")
     return value
@@ -128,10 +131,16 @@ class Architecture:
 
     name: ClassVar[str]  # general.architecture, and the name of the C recipe
     read_keys: ClassVar[frozenset[str]] = frozenset()  # <arch>.* metadata keys it reads beyond the common ones
+    # common keys that may hold one value a layer (the model's figure is then the largest; configure reads them)
+    per_layer_keys: ClassVar[frozenset[str]] = frozenset()
     extra_tensors: ClassVar[tuple[str, ...]] = ()  # layer fields beyond attention and the FFN: all required
     gguf_names: ClassVar[dict[str, str]] = {}  # where it names a field's tensor otherwise than GGUF_NAMES
     experts: ClassVar[bool] = False  # its FFN is a mixture of experts
     default_rope_base: ClassVar[float] = 10000.0  # rope.freq_base where the file has none
+
+    def mixture(self, g: GGUFFile) -> bool:
+        """Whether ``g``'s layers route to experts (read expert_count and the rest)."""
+        return self.experts
 
     def check_metadata(self, g: GGUFFile) -> None:
         """Refuse a file that lacks or misstates a key this architecture needs (beyond the common ones)."""
@@ -156,6 +165,15 @@ class Architecture:
     def model_tensors(self, h: Hyper) -> dict[str, Shape]:
         """Optional tensors outside the layers beyond the embedding, output norm and head: name -> shape."""
         return {}
+
+    def expected(self, g: GGUFFile, h: Hyper) -> dict[str, tuple[Shape, bool]]:
+        """Its tensors beyond the embedding, output norm and head: name -> (shape, required); by default the
+        optional :meth:`model_tensors` and every layer's :meth:`layer_tensors`, all required."""
+        expected = {name: (shape, False) for name, shape in self.model_tensors(h).items()}
+        layer = self.layer_tensors(g, h)
+        for il in range(h.n_layer):
+            expected.update({f"blk.{il}.{name}": (shape, True) for name, shape in layer.items()})
+        return expected
 
     def configure(self, g: GGUFFile, h: Hyper, p: ModelParams, layers: Layer, tensor: Callable[[str], Tensor]) -> None:
         """Set what the architecture changes in ``p`` and ``layers`` after the common fields (every layer global
