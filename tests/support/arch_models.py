@@ -482,7 +482,7 @@ def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[
 
 
 def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23,
-                context: int = 256) -> Path:
+                context: int = 256, split_experts: bool = False) -> Path:
     """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
     every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
     expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
@@ -681,13 +681,14 @@ def nemotron_h(path: Path, vocab_from: Path, arch: str = "nemotron_h", layout: s
 
 def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 33, *, n_layer: int = 2,
            moe: bool = True, per_layer: int = 0, shared_kv: int = 0, global_head: int = 16, global_kv: int = 2,
-           k_eq_v: bool = False, window: int = 8, matrix_type: GGMLQuantizationType | None = None) -> Path:
+           k_eq_v: bool = False, window: int = 8, matrix_type: GGMLQuantizationType | None = None,
+           context: int = 256, split_experts: bool = False) -> Path:
     """A Gemma 4 in small: sliding-window and global layers (every third global, and the last; global ones with
     proportional RoPE by ``rope_freqs``, ``global_head`` dimensions and ``global_kv`` KV heads, without V matrix
     where ``k_eq_v``), by default two layers of 26B-A4B (``moe``: a dense FFN beside routed experts). E2B/E4B-style:
     ``per_layer`` embeddings a layer and the last ``shared_kv`` layers reading earlier layers' KV.
     ``matrix_type``: the matrices quantized to it (else F32). llama.cpp's layout holds each expert's gate and up
-    rows in one ``ffn_gate_up_exps`` and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds gate and
+    rows in one ``ffn_gate_up_exps`` (apart where ``split_experts``, as llama.cpp also reads them) and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds gate and
     up apart, the scale as ``ffn_gate_inp.per_expert_scale`` and tokenizer model ``llama`` (its vision encoder:
     :func:`gemma4_encoder`)."""
     assert layout in LAYOUTS
@@ -697,7 +698,7 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
     sliding = [(il - n_kv_layers + 1) % 3 != 0 and il != n_layer - 1 for il in range(n_layer)]
     kv_heads = [n_kv if s else global_kv for s in sliding]
     keys: dict[str, Any] = {
-        "@block_count": n_layer, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
+        "@block_count": n_layer, "@context_length": context, "@embedding_length": e, "@feed_forward_length": ff,
         "@attention.head_count": n_head,
         "@attention.head_count_kv": n_kv if global_kv == n_kv else np.array(kv_heads, np.uint32),
         "@attention.key_length": global_head, "@attention.value_length": global_head,
@@ -734,8 +735,8 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
     given: dict[str, np.ndarray] = {"rope_freqs.weight": factors} if not all(sliding) else {}
     for il in range(n_layer if moe else 0):
         gate, up = (rng.standard_normal((n_exp, ff_exp, e)) * 0.3 for _ in range(2))
-        given |= ({f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up} if ollama
-                  else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], axis=1)})
+        apart = {f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up}
+        given |= apart if ollama or split_experts else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], 1)}
     return _tiny(path, "gemma4", vocab_from, keys, tensors, seed, tokenizer_model="llama" if ollama else "gemma4",
                  rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama), given=given,
                  matrix_type=matrix_type)
