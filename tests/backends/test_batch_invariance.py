@@ -8,7 +8,9 @@ prompt longer than their window, and on SmolLM2 with a q8_0 cache and a prompt
 of three attention segments (merged in place for a prefill chunk, split over
 threads for a decode step); and on a tiny qwen3moe (Q4_K_M and Q8_0), whose tokens' experts are
 grouped by expert across the batch (each token's experts and sum its own), and a tiny gpt-oss (MXFP4
-experts, attention sinks, a 16-position window on every other layer).
+experts, attention sinks, a 16-position window on every other layer); and two tiny Gemma 4s: 26B-A4B's dense
+FFN beside experts with layers of two head geometries, and E4B's per-layer embeddings and layers reading earlier
+layers' KV.
 """
 
 from __future__ import annotations
@@ -76,11 +78,13 @@ def prompt_tokens(model: native.Model, n: int, salt: str) -> list[int]:
 
 CASES = [("smollm2_path", 200, 1024, "f16"), ("gemma3_path", 560, 1024, "f16"),  # Gemma 3's window: 512 positions
          ("smollm2_path", 1100, 1280, "q8_0"), ("qwen3moe_path", 200, 1024, "f16"),
-         ("qwen3moe_q8_0_path", 200, 1024, "f16"), ("gpt_oss_path", 200, 1024, "f16")]  # gpt-oss's window: 16
+         ("qwen3moe_q8_0_path", 200, 1024, "f16"), ("gpt_oss_path", 200, 1024, "f16"),  # gpt-oss's window: 16
+         ("gemma4_path", 200, 1024, "f16"), ("gemma4_e_path", 200, 1024, "f16")]  # Gemma 4's tiny ones' window: 8
 
 
 @pytest.fixture(scope="module", params=CASES,
-                ids=["smollm2", "gemma3", "smollm2-q8_0", "qwen3moe", "qwen3moe-q8_0", "gpt-oss"])
+                ids=["smollm2", "gemma3", "smollm2-q8_0", "qwen3moe", "qwen3moe-q8_0", "gpt-oss", "gemma4-moe",
+                     "gemma4-e"])
 def pool(request: pytest.FixtureRequest):
     name, prompt_len, max_len, kv_cache_type = request.param
     p = Pool(request.getfixturevalue(name), max_len, kv_cache_type)
