@@ -93,3 +93,14 @@ def test_the_experts_the_per_layer_embeddings_and_shared_kv_change_the_logits(fi
     assert cosine(first_steps["moe-f32"][0], first_steps["dense-two-layers-f32"][0]) < 0.9999
     assert cosine(first_steps["e-style-f32"][0], first_steps["dense-two-layers-f32"][0]) < 0.9999
 
+
+
+@pytest.mark.parametrize(("keys", "named"), [
+    ({"@attn_logit_softcapping": 50.0}, "model metadata key 'gemma4.attn_logit_softcapping'"),
+    ({"@attention.sliding_window_pattern": 6}, "sliding_window_pattern must name each of the 2 layers"),
+    ({"@attention.shared_kv_layers": 1}, "shared_kv_layers is invalid"),  # two layers: none can share
+], ids=["attention-softcap", "pattern-not-per-layer", "too-many-shared"])
+def test_a_gemma4_the_native_forward_would_not_compute_exactly_is_refused_naming_why(
+        tmp_path: Path, vocabulary: Path, keys: dict, named: str) -> None:
+    reason = native_support(gemma4(tmp_path / "bad.gguf", vocabulary, moe=False, extra_keys=keys))
+    assert reason is not None and named in reason

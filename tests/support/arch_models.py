@@ -482,7 +482,7 @@ def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[
 
 
 def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23,
-                context: int = 256, split_experts: bool = False) -> Path:
+                context: int = 256, split_experts: bool = False, extra_keys: dict[str, Any] | None = None) -> Path:
     """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
     every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
     expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
@@ -682,7 +682,7 @@ def nemotron_h(path: Path, vocab_from: Path, arch: str = "nemotron_h", layout: s
 def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 33, *, n_layer: int = 2,
            moe: bool = True, per_layer: int = 0, shared_kv: int = 0, global_head: int = 16, global_kv: int = 2,
            k_eq_v: bool = False, window: int = 8, matrix_type: GGMLQuantizationType | None = None,
-           context: int = 256, split_experts: bool = False) -> Path:
+           context: int = 256, split_experts: bool = False, extra_keys: dict[str, Any] | None = None) -> Path:
     """A Gemma 4 in small: sliding-window and global layers (every third global, and the last; global ones with
     proportional RoPE by ``rope_freqs``, ``global_head`` dimensions and ``global_kv`` KV heads, without V matrix
     where ``k_eq_v``), by default two layers of 26B-A4B (``moe``: a dense FFN beside routed experts). E2B/E4B-style:
@@ -690,7 +690,7 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
     ``matrix_type``: the matrices quantized to it (else F32). llama.cpp's layout holds each expert's gate and up
     rows in one ``ffn_gate_up_exps`` (apart where ``split_experts``, as llama.cpp also reads them) and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds gate and
     up apart, the scale as ``ffn_gate_inp.per_expert_scale`` and tokenizer model ``llama`` (its vision encoder:
-    :func:`gemma4_encoder`)."""
+    :func:`gemma4_encoder`). ``extra_keys``: keys added or replaced (``@`` for ``gemma4.``)."""
     assert layout in LAYOUTS
     ollama = layout == "ollama"
     e, n_head, n_kv, head, ff, n_exp, ff_exp = 64, 4, 2, 16, 96, 4, 32
@@ -709,6 +709,7 @@ def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 3
         "@embedding_length_per_layer_input": per_layer, "@attention.shared_kv_layers": shared_kv}
     if moe:
         keys |= {"@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp}
+    keys |= extra_keys or {}
     # proportional RoPE: the first quarter of each global head's rotary pairs turn, the rest stand still
     factors = np.array([1.0] * (global_head // 8) + [1e30] * (global_head // 2 - global_head // 8), np.float32)
     tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,))]
