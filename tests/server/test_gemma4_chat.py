@@ -47,6 +47,7 @@ def test_a_chat_runs_natively_and_resumes_from_the_cached_prefix(daemon, request
     daemon.create(model, f"FROM {request.getfixturevalue(fixture)}\n")
     client = ollama.Client(host=daemon.url)
     first = chat(client, model)
+    assert all(first)
     entry = next(m for m in httpx.get(f"{daemon.url}/api/ps").json()["models"] if m["name"].startswith(model))
     assert entry["engine"] == "native" and "runs this model exactly" in entry["engine_reason"]
     assert hit_ratio(daemon, model) > 0  # turns 2 and 3 began where the turn before left off
