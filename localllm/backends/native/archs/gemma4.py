@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from localllm.backends.native.archs.base import (EXPERT_KEYS, Architecture, Hyper, Shape, metadata_int, slide)
-from localllm.backends.native.lib import Layer, ModelParams, NativeError, Tensor
+from localllm.backends.native.archs.base import (EXPERT_KEYS, Architecture, Hyper, Shape, UnsupportedModel,
+                                                 metadata_int, slide)
+from localllm.backends.native.lib import Layer, ModelParams, NativeError, Tensor, library
 from localllm.gguf import GGUFFile
 
 _SWA_KEYS = frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
@@ -101,6 +102,10 @@ class Gemma4(Architecture):
         if pl:
             if pl > e:
                 raise NativeError(f"per-layer embeddings of {pl} wider than the model's {e}")
+            table = g.tensor("per_layer_token_embd.weight")  # each layer's part of a row is looked up on its own
+            block = library().llk_block_size(table.ggml_type) if table is not None else 0
+            if block and pl % block:
+                raise UnsupportedModel(f"per-layer embeddings of {pl} in a tensor of blocks of {block}")
             expected |= {"per_layer_token_embd.weight": ((pl * h.n_layer, h.n_vocab), True),
                          "per_layer_model_proj.weight": ((e, pl * h.n_layer), True),
                          "per_layer_proj_norm.weight": ((pl,), True)}
