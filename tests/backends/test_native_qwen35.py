@@ -19,7 +19,8 @@ from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Batch, init_backend
 from localllm.backends.native import backend as native
 from localllm.backends.native.model import native_support
-from localllm.server.engine_choice import choose_engine
+from localllm.backends.native import kernels
+from localllm.server.engine_choice import MEASURED_ISAS, choose_engine
 from support.arch_models import quantized_qwen_hybrid
 from support.gguf_builders import F32, tiny_model
 from support.native import against_llama_cpp, assert_matches_llama_cpp
@@ -52,6 +53,8 @@ def test_qwen35_runs_natively_only_when_asked(qwen35_path: Path, qwen35moe_path:
         assert choose_engine(path, NATIVE, adapters=False, embedding=False, gpu_layers=0).engine == NATIVE
         default = choose_engine(path, None, adapters=False, embedding=False, gpu_layers=0)
         assert default.engine == LLAMA_CPP
+        if kernels.isa() in MEASURED_ISAS:  # elsewhere the CPU's SIMD level is the reason
+            assert "only when asked" in default.reason
 
 
 class Sequences:
@@ -145,3 +148,4 @@ def test_a_transformer_has_no_recurrent_state(tmp_path: Path) -> None:
     finally:
         ctx.close()
         model.close()
+

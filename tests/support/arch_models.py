@@ -477,17 +477,17 @@ def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[
 
 
 def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23,
-                context: int = 256, n_embd: int = 64) -> Path:
+                context: int = 256, n_embd: int = 64, d_state: int = 16) -> Path:
     """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
     every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
     expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
     ``.bias``, and for Qwen 3.5 three M-RoPE sections and a multi-token-prediction layer (``mtp.*``) in the file
     (its vision tower: :func:`qwen3vl_encoder`). ``n_embd``: 256 or more makes the matrices that read the
-    embedding K-quantizable."""
+    embedding K-quantizable; ``d_state``: the width of each DeltaNet head (and of its state's rows)."""
     assert layout in LAYOUTS and arch in ("qwen35", "qwen35moe", "qwen3next")
     ollama, qwen35 = layout == "ollama", arch.startswith("qwen35")
     e, n_layer, n_head, n_kv, head, conv = n_embd, 4, 4, 2, 16, 4
-    k_head, n_k, v_head, n_v = 16, 2, 16, 4
+    k_head, n_k, v_head, n_v = d_state, 2, d_state, 4
     n_exp, ff_exp, ff = 4, 32, 96
     keys: dict[str, Any] = {
         "@block_count": n_layer, "@context_length": context, "@embedding_length": e, "@attention.head_count": n_head,
@@ -522,18 +522,18 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
 
 
 def quantized_qwen_hybrid(directory: Path, vocab_from: Path, arch: str, ftype: int, n_embd: int = 64,
-                          context: int = 1024) -> Path:
+                          d_state: int = 16, context: int = 1024) -> Path:
     """:func:`qwen_hybrid` (upstream layout) written once in ``directory`` and quantized to ``ftype`` (a
     llama_ftype; 0: F32 as written) by llama.cpp's own quantizer: Q8_0 everywhere, or Q4_K_M's mix (Q4_K where
     rows are 256 wide, Q5_0/Q6_K/Q8_0 elsewhere); norms, convolutions and the DeltaNet's vectors stay F32."""
     from support.gguf_builders import quantized
 
-    source = directory / f"{arch}-{n_embd}-f32.gguf"
+    source = directory / f"{arch}-{n_embd}-s{d_state}-f32.gguf"
     if not source.exists():
-        qwen_hybrid(source, vocab_from, arch, context=context, n_embd=n_embd)
+        qwen_hybrid(source, vocab_from, arch, context=context, n_embd=n_embd, d_state=d_state)
     if not ftype:
         return source
-    path = directory / f"{arch}-{n_embd}-ftype{ftype}.gguf"
+    path = directory / f"{arch}-{n_embd}-s{d_state}-ftype{ftype}.gguf"
     return path if path.exists() else quantized(source, path, ftype)
 
 
