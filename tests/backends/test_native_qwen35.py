@@ -21,7 +21,7 @@ from localllm.backends.native import backend as native
 from localllm.backends.native.model import native_support
 from localllm.backends.native import kernels
 from localllm.server.engine_choice import MEASURED_ISAS, choose_engine
-from support.arch_models import quantized_qwen_hybrid
+from support.arch_models import quantized_qwen_hybrid, qwen_hybrid
 from support.gguf_builders import F32, tiny_model
 from support.native import against_llama_cpp, assert_matches_llama_cpp
 
@@ -55,6 +55,21 @@ def test_qwen35_runs_natively_only_when_asked(qwen35_path: Path, qwen35moe_path:
         assert default.engine == LLAMA_CPP
         if kernels.isa() in MEASURED_ISAS:  # elsewhere the CPU's SIMD level is the reason
             assert "only when asked" in default.reason
+
+
+def test_multi_token_prediction_layers_are_left_alone_as_llama_cpp_does(tmp_path: Path, smollm2_path: Path) -> None:
+    """llama.cpp's converter writes Qwen 3.5's draft (MTP) layer after the trunk (nextn_predict_layers 1); neither
+    engine runs it in the main pass, so the file gives the same trunk's logits as one without it."""
+    with_mtp = qwen_hybrid(tmp_path / "mtp.gguf", smollm2_path, "qwen35", mtp=True)
+    assert native_support(with_mtp) is None
+    assert_matches_llama_cpp(*against_llama_cpp(with_mtp, PROMPT, steps=8), all_f32=True)
+    plain, drafted = Sequences(qwen_hybrid(tmp_path / "plain.gguf", smollm2_path, "qwen35")), Sequences(with_mtp)
+    try:
+        assert drafted.model.weights.hyper.n_layer == 4
+        assert np.array_equal(drafted.run(0, TOKENS, 0), plain.run(0, TOKENS, 0))
+    finally:
+        plain.close()
+        drafted.close()
 
 
 class Sequences:

@@ -158,8 +158,9 @@ def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bo
     otherwise a :class:`NativeError` (an :class:`UnsupportedModel` when the file is sound)."""
     h = hyperparameters(g)
     expected = expected_tensors(g, h)
+    arch = ARCHITECTURES[h.arch]
     for info in g.tensors:
-        if info.name not in expected:
+        if info.name not in expected and not arch.unused_tensor(g, h, info.name):
             raise UnsupportedModel(f"tensor {info.name!r} in a {h.arch} model")
     for name, (shape, required) in expected.items():
         info = g.tensor(name)

@@ -183,6 +183,12 @@ class Architecture:
         layer has :meth:`layer_tensors`."""
         return self.layer_tensors(g, h)
 
+    def unused_tensor(self, g: GGUFFile, h: Hyper, name: str) -> bool:
+        """Whether a tensor of the file that no layer reads is one llama.cpp's graph leaves alone too (so the
+        model is the same without it); by default none is, and any tensor the forward does not read refuses
+        the model."""
+        return False
+
     def model_tensors(self, h: Hyper) -> dict[str, Shape]:
         """Optional tensors outside the layers beyond the embedding, output norm and head: name -> shape."""
         return {}

@@ -6,6 +6,8 @@ NeoX rope over ``rope.dimension_count`` dimensions whatever ``rope.dimension_sec
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable
 
 from localllm.backends.native.archs.base import (ATTENTION, DENSE_FFN, EXPERT_FFN, EXPERT_KEYS, Architecture,
@@ -16,7 +18,9 @@ from localllm.gguf import GGUFFile
 DELTANET = ("ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_conv", "ssm_dt", "ssm_a", "ssm_norm", "ssm_out")
 SHARED_EXPERT = ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
 _KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
-                   "full_attention_interval", "attention.recurrent_layers", "rope.dimension_sections"})
+                   "full_attention_interval", "attention.recurrent_layers", "rope.dimension_sections",
+                   "nextn_predict_layers"})
+_LAYER = re.compile(r"blk\.(\d+)\.")
 
 
 class Qwen35(Architecture):
@@ -27,7 +31,13 @@ class Qwen35(Architecture):
 
     def extra_hyper(self, g: GGUFFile, h: Hyper) -> dict:
         """The Gated DeltaNet and which layers have one, as llama.cpp's qwen35 loader reads them (the recurrent
-        layers from attention.recurrent_layers, else all but every full_attention_interval-th)."""
+        layers from attention.recurrent_layers, else all but every full_attention_interval-th), and the trunk's
+        layers: block_count less the multi-token-prediction layers after them (nextn_predict_layers), which the
+        forward does not run (llama.cpp loads them only to draft with)."""
+        nextn = g.arch_value("nextn_predict_layers", 0)
+        if not isinstance(nextn, int) or isinstance(nextn, bool) or not 0 <= nextn < h.n_layer:
+            raise NativeError(f"model metadata {g.architecture}.nextn_predict_layers is invalid ({nextn!r})")
+        h = dataclasses.replace(h, n_layer=h.n_layer - nextn)
         ssm = DeltaNet(metadata_int(g, "ssm.conv_kernel"), metadata_int(g, "ssm.state_size"),
                        metadata_int(g, "ssm.group_count"), metadata_int(g, "ssm.time_step_rank"))
         if metadata_int(g, "ssm.inner_size") != ssm.d_state * ssm.dt_rank:
@@ -43,7 +53,12 @@ class Qwen35(Architecture):
         else:
             interval = metadata_int(g, "full_attention_interval", 4)
             recurrent = tuple((il + 1) % interval != 0 for il in range(h.n_layer))
-        return {"ssm": ssm, "recurrent": recurrent}
+        return {"ssm": ssm, "recurrent": recurrent, "n_layer": h.n_layer}
+
+    def unused_tensor(self, g: GGUFFile, h: Hyper, name: str) -> bool:
+        """The multi-token-prediction layers' tensors (blk.N. past the trunk)."""
+        layer = _LAYER.match(name)
+        return layer is not None and h.n_layer <= int(layer.group(1)) < metadata_int(g, "block_count")
 
     def fields(self) -> tuple[str, ...]:
         """Both kinds of layer's fields (layer_tensors_at says which a layer has)."""
