@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "blocks.h"
+#include "common.h"
 #include "deltanet.h"
 #include "floats.h"
 #include "ops.h"
@@ -22,7 +23,6 @@ deltanet_shape deltanet_shape_of(const llk_model *m) {
 }
 
 static float sigmoid(float x) { return 1.0f / (1.0f + llk_expf(-x)); }
-static float silu(float x) { return x / (1.0f + llk_expf(-x)); }
 static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); } /* ggml's op_softplus */
 
 /* ---- per-token steps ---------------------------------------------------- */
@@ -50,19 +50,23 @@ static void qk_norm_step(const void *arg, int t) {
     }
 }
 
-/* o's heads RMS-normed by ssm_norm, times silu(z). */
+/* o's heads RMS-normed by ssm_norm, times silu(z) (the gate's kernel: silu(z) * o, into z's row, then o's). */
 static void out_step(const void *arg, int t) {
     const deltanet_batch *b = arg;
     const deltanet_shape *s = b->shape;
-    float *o = b->out + (size_t)t * s->inner;
-    const float *z = b->z + (size_t)t * s->inner;
+    float *o = b->out + (size_t)t * s->inner, *z = b->z + (size_t)t * s->inner;
     for (int h = 0; h < s->n_v; h++) llk_rmsnorm(o + (size_t)h * s->S, b->L->ssm_norm.data, o + (size_t)h * s->S, s->S, b->eps);
-    for (int i = 0; i < s->inner; i++) o[i] *= silu(z[i]);
+    llk_kernels()->silu_mul(z, o, s->inner);
+    memcpy(o, z, sizeof(float) * (size_t)s->inner);
 }
 
 /* ---- the convolution, by channels ------------------------------------------ */
 
 #define CONV_CHANNELS 64 /* channels of a pool item */
+
+static const float ones[CONV_CHANNELS] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
 WITH_FMA static void conv_task(void *arg, int item, int ith) {
     (void)ith;
@@ -83,8 +87,9 @@ WITH_FMA static void conv_task(void *arg, int item, int ith) {
             sum = fmaf(x[c], wc[K - 1], sum);
             for (int i = 0; i + 1 < K - 1; i++) win[i] = win[i + 1];
             if (K > 1) win[K - 2] = x[c];
-            x[c] = silu(sum);
+            x[c] = sum;
         }
+        llk_kernels()->silu_mul(x + c0, ones, c1 - c0); /* silu(sum) * 1, exactly silu(sum) */
     }
 }
 
