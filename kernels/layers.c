@@ -84,6 +84,29 @@ static void qkv_step(const void *arg, int t) {
     llk_rope(k, L->n_head_kv, hd, L->rope_dim, cs, s->opts->rope_neox);
 }
 
+/* A gated query's token t: wq's rows (each head's query, then its output gate) split, the queries to c->q (the
+ * gates stay in c->qg for output_gate_step). */
+static void split_query_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    llk_ctx *c = s->c;
+    const int hd = s->L->head_dim;
+    const size_t q_dim = (size_t)c->m.n_head * hd;
+    const float *qg = c->qg + t * 2 * q_dim;
+    float *q = c->q + t * q_dim;
+    for (int h = 0; h < c->m.n_head; h++) memcpy(q + (size_t)h * hd, qg + (size_t)h * 2 * hd, sizeof(float) * hd);
+}
+
+static void output_gate_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    llk_ctx *c = s->c;
+    const int hd = s->L->head_dim;
+    const size_t q_dim = (size_t)c->m.n_head * hd;
+    const float *qg = c->qg + t * 2 * q_dim;
+    float *att = c->att + t * q_dim;
+    for (int h = 0; h < c->m.n_head; h++)
+        for (int d = 0; d < hd; d++) att[h * hd + d] *= 1.0f / (1.0f + llk_expf(-qg[(size_t)h * 2 * hd + hd + d]));
+}
+
 static void out_bias_step(const void *arg, int t) {
     const layer_step *s = arg;
     const size_t E = (size_t)s->c->m.n_embd;
@@ -103,9 +126,10 @@ int attention_block(llk_ctx *c, int il, int T, const attn_opts *opts) {
     new_input(c);
     /* K and V where the layer has KV of its own (V where it has a V matrix) */
     const llk_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
-    float *qkv_out[] = {c->q, c->k, c->v};
-    const int64_t qkv_stride[] = {q_dim, kv_dim, kv_dim};
+    float *qkv_out[] = {opts->output_gate ? c->qg : c->q, c->k, c->v};
+    const int64_t qkv_stride[] = {opts->output_gate ? 2 * q_dim : q_dim, kv_dim, kv_dim};
     matmul_n(c, !step.own_kv ? 1 : !L->wv.data ? 2 : 3, qkv, c->xn, T, qkv_out, qkv_stride, &L->wo);
+    if (opts->output_gate) each_token(c->pool, T, split_query_step, &step);
     each_token(c->pool, T, qkv_step, &step);
     for (int t = 0; step.own_kv && t < T; t++) /* on one thread: two tokens of a (malformed) batch may name one cell */
         kv_store(kv, c->table_of[t], slot, c->pos_of[t], c->k + (size_t)t * kv_dim, c->v + (size_t)t * kv_dim);
@@ -113,6 +137,7 @@ int attention_block(llk_ctx *c, int il, int T, const attn_opts *opts) {
                       L->sliding ? m->sliding_window : 0, opts->scale_q ? 1.0f : m->attn_scale, L->attn_sinks.data,
                       c->att))
         return -1;
+    if (opts->output_gate) each_token(c->pool, T, output_gate_step, &step);
     new_input(c);
     matmul(c, &L->wo, c->att, T, c->o, m->n_embd, ffn_first(L));
     if (L->bo.data) each_token(c->pool, T, out_bias_step, &step);
@@ -123,13 +148,15 @@ int attention_block(llk_ctx *c, int il, int T, const attn_opts *opts) {
 
 /* The matrix read after layer il: the next layer's first, or the output head's. */
 static const llk_tensor *after_layer(const llk_ctx *c, int il) {
-    return il + 1 < c->m.n_layer ? &c->layers[il + 1].wq : output_head(c);
+    if (il + 1 == c->m.n_layer) return output_head(c);
+    const llk_layer *next = &c->layers[il + 1];
+    return next->ssm_qkv.data ? &next->ssm_qkv : &next->wq;
 }
 
 typedef struct {
     llk_ctx *c;
     enum ffn_act act;
-    int ff; /* the layer's FFN width */
+    int ff; /* the FFN's width */
 } gate_args;
 
 static void gate_step(const void *arg, int t) {
@@ -140,18 +167,23 @@ static void gate_step(const void *arg, int t) {
     else llk_kernels()->silu_mul(g, u, (int)ff);
 }
 
-void dense_ffn_block(llk_ctx *c, int il, int T, enum ffn_act act) {
-    const llk_model *m = &c->m;
-    const llk_layer *L = &c->layers[il];
-    const gate_args gate = {c, act, (int)L->w_gate.ne1};
+/* out = down(act(gate xn) * up xn) for the T rows of c->xn, an FFN ff wide; `then` read ahead after down. */
+static void gated_ffn(llk_ctx *c, const llk_tensor *gate, const llk_tensor *up, const llk_tensor *down, int ff,
+                      enum ffn_act act, int T, float *out, const llk_tensor *then) {
+    const gate_args args = {c, act, ff};
     new_input(c);
-    const llk_tensor *gate_up[] = {&L->w_gate, &L->w_up};
+    const llk_tensor *gate_up[] = {gate, up};
     float *gate_up_out[] = {c->g, c->u};
-    const int64_t ff_stride[] = {gate.ff, gate.ff};
-    matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride, &L->w_down);
-    each_token(c->pool, T, gate_step, &gate);
+    const int64_t ff_stride[] = {ff, ff};
+    matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride, down);
+    each_token(c->pool, T, gate_step, &args);
     new_input(c);
-    matmul(c, &L->w_down, c->g, T, c->o, m->n_embd, after_layer(c, il));
+    matmul(c, down, c->g, T, out, c->m.n_embd, then);
+}
+
+void dense_ffn_block(llk_ctx *c, int il, int T, enum ffn_act act) {
+    const llk_layer *L = &c->layers[il];
+    gated_ffn(c, &L->w_gate, &L->w_up, &L->w_down, (int)L->w_gate.ne1, act, T, c->o, after_layer(c, il));
 }
 
 void expert_ffn_block_into(llk_ctx *c, int il, int T, const expert_opts *opts, const float *router_x, float *out) {
@@ -175,6 +207,45 @@ void expert_ffn_block_into(llk_ctx *c, int il, int T, const expert_opts *opts, c
 
 void expert_ffn_block(llk_ctx *c, int il, int T, const expert_opts *opts) {
     expert_ffn_block_into(c, il, T, opts, NULL, c->o);
+}
+
+static void shared_expert_step(const void *arg, int t) {
+    const llk_ctx *c = arg;
+    const size_t E = (size_t)c->m.n_embd;
+    const float gate = 1.0f / (1.0f + llk_expf(-c->sh_gate[t]));
+    float *o = c->o + t * E;
+    const float *sh = c->sh + t * E;
+    for (size_t i = 0; i < E; i++) o[i] += sh[i] * gate;
+}
+
+void shared_expert_block(llk_ctx *c, int il, int T) {
+    const llk_layer *L = &c->layers[il];
+    gated_ffn(c, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, c->m.n_ff_shexp, FFN_SILU, T, c->sh,
+              &L->ffn_gate_inp_shexp);
+    new_input(c);
+    matmul(c, &L->ffn_gate_inp_shexp, c->xn, T, c->sh_gate, 1, after_layer(c, il));
+    each_token(c->pool, T, shared_expert_step, c);
+}
+
+/* ---- Gated DeltaNet ------------------------------------------------------------------ */
+
+void deltanet_block(llk_ctx *c, int il, int T) {
+    const llk_layer *L = &c->layers[il];
+    const deltanet_shape *dn = &c->dn;
+    new_input(c);
+    const llk_tensor *in[] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
+    float *in_out[] = {c->mix, c->z, c->beta, c->decay};
+    const int64_t in_stride[] = {dn->channels, dn->inner, dn->n_v, dn->n_v};
+    matmul_n(c, 4, in, c->xn, T, in_out, in_stride, &L->ssm_out);
+    for (int t = 0; t < T; t++) {
+        c->conv_of[t] = recurrent_state(c, c->seq_of[t], c->state_layer[il]);
+        c->ssm_of[t] = c->conv_of[t] + dn->conv_floats;
+    }
+    const deltanet_batch batch = {dn, L, T, c->pos_of, c->conv_of, c->ssm_of, c->mix, c->z, c->beta, c->decay, c->att,
+                                  c->m.eps};
+    deltanet_run(c->pool, &batch);
+    new_input(c);
+    matmul(c, &L->ssm_out, c->att, T, c->o, c->m.n_embd, ffn_first(L));
 }
 
 /* ---- layers ----------------------------------------------------------------------- */

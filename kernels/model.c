@@ -107,12 +107,18 @@ void llk_ctx_free(llk_ctx *c) {
     free(c->kv_alt_of);
     moe_scratch_free(c->moe);
     free(c->layers);
+    free(c->state_layer);
+    if (c->state) zfree(c->state, c->state_bytes * (size_t)c->n_seq);
+    free(c->next_pos);
+    free(c->conv_of);
+    free(c->ssm_of);
     free(c->rope_scale);
     free(c->yarn);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->ple, c->ple_gate,
-                     c->router_in, c->experts_out};
+                     c->router_in, c->experts_out, c->mix, c->z, c->beta, c->decay, c->qg, c->sh, c->sh_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(c->pos_of);
+    free(c->seq_of);
     free(c->table_of);
     for (int i = 0; i < 3; i++) free(c->act[i]);
     free(c);
@@ -124,7 +130,8 @@ static int max_i(int a, int b) { return a > b ? a : b; }
 
 /* Each layer's geometry where the model leaves it to the model's (llk_layer: 0), and where its KV lives: the
  * layers with KV of their own numbered in the layout of their head geometry (layer 0's, or the one other), a
- * shared layer reading its kv_source's. 0, or -1 for a model these do not fit. */
+ * shared layer reading its kv_source's, a recurrent layer (Gated DeltaNet) none (kv_slot -1). 0, or -1 for a
+ * model these do not fit. */
 static int place_kv(llk_ctx *c) {
     const llk_model *m = &c->m;
     const int n_kv = m->n_layer_kv ? m->n_layer_kv : m->n_layer;
@@ -136,6 +143,11 @@ static int place_kv(llk_ctx *c) {
         if (!L->n_head_kv) L->n_head_kv = m->n_head_kv;
         if (!L->rope_dim) L->rope_dim = m->rope_dim;
         if (L->n_head_kv < 1 || m->n_head % L->n_head_kv || L->rope_dim > L->head_dim) return -1;
+        if (L->ssm_qkv.data) { /* its state is per sequence (c->state), not in the blocks */
+            c->kv_alt_of[il] = 0;
+            c->kv_slot[il] = -1;
+            continue;
+        }
         const llk_layer *first = &c->layers[0];
         const int alt = L->head_dim != first->head_dim || L->n_head_kv != first->n_head_kv;
         if (alt && count[1] && (L->head_dim != c->kv_alt.head_dim || L->n_head_kv != c->kv_alt.n_head_kv)) return -1;
@@ -146,7 +158,7 @@ static int place_kv(llk_ctx *c) {
             continue;
         }
         const int src = L->kv_source;
-        if (src < 0 || src >= n_kv || c->kv_alt_of[src] != alt) return -1;
+        if (src < 0 || src >= n_kv || c->kv_slot[src] < 0 || c->kv_alt_of[src] != alt) return -1;
         c->kv_alt_of[il] = (int8_t)alt;
         c->kv_slot[il] = c->kv_slot[src];
     }
@@ -163,9 +175,14 @@ static int place_kv(llk_ctx *c) {
     return 0;
 }
 
+/* Bytes before a sequence's layers in its state: the count of positions it holds (uint64), padded to a cache line. */
+#define STATE_HEADER 64
+
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
-                     int n_threads, int kv_type) {
-    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1) return NULL;
+                     int n_threads, int kv_type, int n_seq) {
+    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 || n_seq < 1) return NULL;
+    int n_state_layers = 0;
+    for (int l = 0; l < model->n_layer; l++) n_state_layers += model->layers[l].ssm_qkv.data != NULL;
     llk_ctx *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->m = *model;
@@ -177,6 +194,7 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     while ((1 << c->block_shift) < block_size) c->block_shift++;
     c->max_seq_len = max_seq_len;
     c->n_batch = n_batch;
+    c->n_seq = n_seq;
     c->layers = malloc(sizeof(llk_layer) * (size_t)m->n_layer);
     c->kv_slot = malloc(sizeof(int32_t) * (size_t)m->n_layer);
     c->kv_alt_of = malloc((size_t)m->n_layer);
@@ -186,14 +204,16 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     }
     memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
     c->m.layers = c->layers;
-    if (place_kv(c)) {
+    c->state_layer = malloc(sizeof(int) * (size_t)m->n_layer);
+    if (!c->state_layer || place_kv(c)) {
         llk_ctx_free(c);
         return NULL;
     }
     int rope_dim = 0, router_own_input = 0; /* the widest of the layers' */
     c->q_dim = c->kv_dim = 0;
-    for (int il = 0; il < m->n_layer; il++) {
+    for (int il = 0, state_at = 0; il < m->n_layer; il++) {
         const llk_layer *L = &c->layers[il];
+        c->state_layer[il] = L->ssm_qkv.data ? state_at++ : -1;
         c->q_dim = max_i(c->q_dim, m->n_head * L->head_dim);
         c->kv_dim = max_i(c->kv_dim, L->n_head_kv * L->head_dim);
         rope_dim = max_i(rope_dim, L->rope_dim);
@@ -210,16 +230,36 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     if (m->n_expert) c->moe = moe_scratch_new(m, n_batch);
     if (m->rope_freq_scale != 0.0f) c->yarn = calloc((size_t)m->n_layer, sizeof(rope_yarn));
     size_t B = (size_t)n_batch;
-    int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
+    const int ff = max_i(m->n_ff, m->n_ff_shexp);
+    if (n_state_layers) {
+        c->dn = deltanet_shape_of(m);
+        c->state_layer_floats = c->dn.conv_floats + c->dn.ssm_floats;
+        c->state_bytes = STATE_HEADER + (size_t)n_state_layers * c->state_layer_floats * sizeof(float);
+        c->state = zalloc(c->state_bytes * (size_t)n_seq);
+        c->next_pos = malloc(sizeof(int32_t) * (size_t)n_seq);
+        c->conv_of = malloc(B * sizeof(float *));
+        c->ssm_of = malloc(B * sizeof(float *));
+        c->mix = malloc(B * (size_t)c->dn.channels * sizeof(float));
+        c->z = malloc(B * (size_t)c->dn.inner * sizeof(float));
+        c->beta = malloc(B * (size_t)c->dn.n_v * sizeof(float));
+        c->decay = malloc(B * (size_t)c->dn.n_v * sizeof(float));
+    }
+    const int output_gate = c->recipe && c->recipe->attn.output_gate;
+    if (output_gate) c->qg = malloc(B * 2 * (size_t)c->q_dim * sizeof(float));
+    if (m->n_ff_shexp) {
+        c->sh = malloc(B * (size_t)m->n_embd * sizeof(float));
+        c->sh_gate = malloc(B * sizeof(float));
+    }
+    int wide = max_i(max_i(m->n_embd, c->q_dim), max_i(ff, c->dn.inner));
     c->x = malloc(B * m->n_embd * sizeof(float));
     c->xn = malloc(B * wide * sizeof(float));
     c->q = malloc(B * c->q_dim * sizeof(float));
     c->k = malloc(B * c->kv_dim * sizeof(float));
     c->v = malloc(B * c->kv_dim * sizeof(float));
-    c->att = malloc(B * c->q_dim * sizeof(float));
+    c->att = malloc(B * max_i(c->q_dim, c->dn.inner) * sizeof(float));
     c->o = malloc(B * m->n_embd * sizeof(float));
-    c->g = malloc(B * m->n_ff * sizeof(float));
-    c->u = malloc(B * m->n_ff * sizeof(float));
+    c->g = malloc(B * ff * sizeof(float));
+    c->u = malloc(B * ff * sizeof(float));
     c->cs = malloc(B * (size_t)rope_dim * sizeof(float));
     if (m->n_embd_per_layer) {
         c->ple = malloc(B * (size_t)m->n_layer * m->n_embd_per_layer * sizeof(float));
@@ -230,13 +270,17 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
         c->experts_out = malloc(B * m->n_embd * sizeof(float));
     }
     c->pos_of = malloc(B * sizeof(int32_t));
+    c->seq_of = malloc(B * sizeof(int32_t));
     c->table_of = malloc(B * sizeof(int32_t *));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
     int ok = c->recipe && c->pool && c->kv.base && c->attn && (!c->kv_alt.n_layer || c->attn_alt) && c->rope_scale &&
              c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of &&
-             c->table_of && c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
+             c->seq_of && c->table_of && c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
              (m->rope_freq_scale == 0.0f || c->yarn) && (!m->n_embd_per_layer || (c->ple && c->ple_gate)) &&
-             (!router_own_input || (c->router_in && c->experts_out));
+             (!router_own_input || (c->router_in && c->experts_out)) &&
+             (!n_state_layers || (c->dn.channels && c->state && c->next_pos && c->conv_of && c->ssm_of && c->mix &&
+                                  c->z && c->beta && c->decay)) &&
+             (!output_gate || c->qg) && (!m->n_ff_shexp || (c->sh && c->sh_gate));
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
@@ -291,7 +335,7 @@ void each_token(llk_pool *pool, int n_tok, token_step step, const void *arg) {
 #ifndef MIN_CHUNK_BYTES
 #define MIN_CHUNK_BYTES (32 << 10)
 #endif
-#define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
+#define MAX_PARTS 4 /* q, k and v (gate and up; DeltaNet's four) share one pool run: fewer hand-overs per token */
 
 matmul_part matmul_part_of(const llk_tensor *w, const void *act, int n_tok, float *out, int64_t out_stride, int nth) {
     const kernel_table *k = llk_kernels();
@@ -429,6 +473,37 @@ static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
     return code;
 }
 
+static uint64_t state_positions(const llk_ctx *c, int seq) {
+    uint64_t n;
+    memcpy(&n, c->state + (size_t)seq * c->state_bytes, sizeof n);
+    return n;
+}
+
+static void set_state_positions(llk_ctx *c, int seq, uint64_t n) { memcpy(c->state + (size_t)seq * c->state_bytes, &n, sizeof n); }
+
+/* Whether each token continues its sequence's recurrent state (llk_decode); if all do, the states' position
+ * counts are advanced past the batch (the layers then bring the states there).  0, or -7 with c->error set. */
+static int check_state_positions(llk_ctx *c, int n, const int32_t *pos, int32_t *const *seq_ids) {
+    for (int i = 0; i < n; i++) {
+        const int s = seq_ids[i][0];
+        if (s >= c->n_seq) return fail(c, -7, "sequence id %ld out of range [0, %ld) of the recurrent states", s, c->n_seq);
+        c->next_pos[s] = (int32_t)state_positions(c, s);
+    }
+    for (int i = 0; i < n; i++) {
+        const int s = seq_ids[i][0];
+        if (pos[i] != 0 && pos[i] != c->next_pos[s]) {
+            snprintf(c->error, sizeof c->error,
+                     "position %d of sequence %d does not continue its recurrent state, which holds %d positions "
+                     "(it cannot go back: start again at position 0 or restore a saved state)",
+                     pos[i], s, c->next_pos[s]);
+            return -7;
+        }
+        c->next_pos[s] = pos[i] + 1;
+    }
+    for (int i = 0; i < n; i++) set_state_positions(c, seq_ids[i][0], (uint64_t)c->next_pos[seq_ids[i][0]]);
+    return 0;
+}
+
 /* The batch through every layer; the output-normed hidden states of the wanted rows, in their order, are
  * then c->xn [n_out][n_embd].  n_out, or <0 on bad input. */
 static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
@@ -449,10 +524,12 @@ static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos,
             if (table[b] < 0 || table[b] >= c->n_blocks)
                 return fail(c, -5, "block table entry %ld names no block (pool of %ld)", table[b], c->n_blocks);
     }
+    if (c->state && check_state_positions(c, n, pos, seq_ids)) return -7;
     const int E = m->n_embd;
     const size_t emb_row = llk_row_size(m->tok_embd.type, E);
     for (int i = 0; i < n; i++) {
         c->pos_of[i] = pos[i];
+        c->seq_of[i] = seq_ids[i][0];
         c->table_of[i] = tables + (size_t)seq_ids[i][0] * table_len;
         float *x = c->x + (size_t)i * E;
         llk_dequantize(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * emb_row, x, E);
@@ -509,6 +586,35 @@ int llk_kv_block_read(const llk_ctx *c, int block, void *dst) {
 int llk_kv_block_write(llk_ctx *c, int block, const void *src) {
     if (block < 0 || block >= c->n_blocks) return -1;
     memcpy(block_at(c, block), src, llk_kv_block_bytes(c));
+    return 0;
+}
+
+/* ---- recurrent state ------------------------------------------------------------ */
+
+float *recurrent_state(const llk_ctx *c, int seq, int state_il) {
+    return (float *)(c->state + (size_t)seq * c->state_bytes + STATE_HEADER) + (size_t)state_il * c->state_layer_floats;
+}
+
+size_t llk_state_bytes(const llk_ctx *c) { return c->state ? c->state_bytes : 0; }
+
+int llk_state_read(const llk_ctx *c, int seq, void *dst) {
+    if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
+    memcpy(dst, c->state + (size_t)seq * c->state_bytes, c->state_bytes);
+    return 0;
+}
+
+int llk_state_write(llk_ctx *c, int seq, const void *src) {
+    uint64_t n;
+    if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
+    memcpy(&n, src, sizeof n);
+    if (n > (uint64_t)c->max_seq_len) return -1;
+    memcpy(c->state + (size_t)seq * c->state_bytes, src, c->state_bytes);
+    return 0;
+}
+
+int llk_state_reset(llk_ctx *c, int seq) {
+    if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
+    memset(c->state + (size_t)seq * c->state_bytes, 0, c->state_bytes);
     return 0;
 }
 

@@ -30,6 +30,9 @@ typedef struct {
      * after the dot product (llama), as llama.cpp does each */
     int scale_q;
     int v_norm; /* V RMS-normed per head without a weight (Gemma 4) */
+    /* wq's rows are each head's query, then its output gate: the attention's output is multiplied by the
+     * gate's sigmoid before the output matrix (Qwen 3.5) */
+    int output_gate;
 } attn_opts;
 
 /* The dense FFN's activation of gate g and up u. */

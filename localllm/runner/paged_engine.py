@@ -57,6 +57,12 @@ class PagedEngine(Engine):
         super().__init__(model, ctx, [PagedSlot(seq_id=i) for i in range(n_parallel)], n_ctx_seq, pool.stats)
         self.pool = pool
         self._admissions = 0
+        # A hybrid model's sequences also carry a recurrent state (Gated DeltaNet), which the cached blocks do not
+        # hold and which cannot be cut back: until the prefix cache keeps snapshots of it, every prompt is
+        # evaluated from position 0 and no draft is verified (a rejected one could not be taken back).
+        self._fresh_only = ctx.state_bytes > 0
+        if self._fresh_only:
+            self.speculates = False
 
     @property
     def cache_tokens(self) -> int:
@@ -132,7 +138,7 @@ class PagedEngine(Engine):
         False (nothing held) when the sequence should wait: for blocks, or
         for a running prefill that will soon cache much more of ``feed``.
         """
-        found = self.pool.match(feed[:-1])  # evaluate at least one token: its logits start the answer
+        found = self._match(feed[:-1])  # evaluate at least one token: its logits start the answer
         needed = self.pool.blocks_for(len(feed) + 1) - len(found.blocks) + headroom
         if needed > self.pool.available or self._prefill_ahead(feed, found.tokens):
             self.pool.release(found.blocks, found.nodes, (), keep=False)
@@ -141,6 +147,10 @@ class PagedEngine(Engine):
         slot.tokens = list(feed[: found.tokens])
         self._sync_table(slot)
         return True
+
+    def _match(self, tokens: list[int]) -> Any:
+        """The pool's longest cached prefix of ``tokens`` (none where sequences carry a recurrent state)."""
+        return self.pool.match([] if self._fresh_only else tokens)
 
     def _prefill_ahead(self, feed: list[int], cached: int) -> bool:
         """Whether a running prefill is computing the next ``WAIT_FOR_PREFIX`` tokens of ``feed`` now."""
@@ -222,7 +232,7 @@ class PagedEngine(Engine):
         kept = slot.tokens[:keep] + slot.tokens[keep + discard :]
         log.info("context shift: seq=%d kept=%d discarded=%d", slot.seq_id, len(kept), discard)
         self.pool.release(slot.blocks, slot.nodes, slot.tokens, keep=True)
-        found = self.pool.match(kept)
+        found = self._match(kept)
         slot.blocks, slot.nodes = found.blocks, found.nodes
         slot.tokens = kept[: found.tokens]
         slot.feed = kept + [slot.pending]

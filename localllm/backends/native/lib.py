@@ -43,6 +43,8 @@ _LAYER_TENSORS_FIRST = (
     "ffn_norm", "w_gate", "w_up", "w_down", "post_ffn_norm",
     "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
     "bo", "attn_sinks", "ffn_gate_inp_b", "ffn_gate_exps_b", "ffn_up_exps_b", "ffn_down_exps_b",
+    "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_conv", "ssm_dt", "ssm_a", "ssm_norm", "ssm_out",
+    "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
 )  # fmt: skip
 _LAYER_TENSORS_GEMMA4 = (
     "out_scale", "per_layer_inp_gate", "per_layer_proj", "per_layer_post_norm",
@@ -86,6 +88,9 @@ class ModelParams(ctypes.Structure):
         ("per_layer_tok_embd", Tensor),
         ("per_layer_model_proj", Tensor),
         ("per_layer_proj_norm", Tensor),
+    ] + [
+        (name, ctypes.c_int32)
+        for name in ("ssm_d_conv", "ssm_d_state", "ssm_n_group", "ssm_dt_rank", "n_ff_shexp")
     ]
 
 
@@ -152,7 +157,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_map_file": (vp, [ctypes.c_char_p, ctypes.POINTER(c_i64)]),
         "llk_unmap_file": (None, [vp, c_i64]),
         "llk_arch_id": (c_int, [ctypes.c_char_p]),
-        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int]),
+        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int, c_int]),
         "llk_ctx_free": (None, [vp]),
         "llk_kv_populate": (None, [vp, ctypes.c_size_t, ctypes.c_size_t]),
         "llk_ctx_error": (ctypes.c_char_p, [vp]),
@@ -166,6 +171,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_kv_block_copy": (c_int, [vp, c_int, c_int]),
         "llk_kv_block_read": (c_int, [vp, c_int, vp]),
         "llk_kv_block_write": (c_int, [vp, c_int, ctypes.c_char_p]),
+        "llk_state_bytes": (ctypes.c_size_t, [vp]),
+        "llk_state_read": (c_int, [vp, c_int, vp]),
+        "llk_state_write": (c_int, [vp, c_int, ctypes.c_char_p]),
+        "llk_state_reset": (c_int, [vp, c_int]),
         "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
         "llk_gemm": (c_int, [ctypes.POINTER(Tensor), fp, c_int, fp]),
         "llk_repack_type": (c_int, [c_int, c_i64, c_i64]),

@@ -10,6 +10,7 @@ suggesting the llama.cpp engine; the C code then never reads out of bounds.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import math
 import os
@@ -52,6 +53,7 @@ _NEUTRAL_VALUES = {
     "expert_used_count": (0,),
     "norm_top_k_prob": (True,),  # Ollama's converter writes it; llama.cpp renormalises qwen3moe's k weights always
     "attention.causal": (True,),
+    "nextn_predict_layers": (0,),  # multi-token-prediction layers, which the native forward does not load
 }
 
 
@@ -97,13 +99,14 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     eps = g.arch_value("attention.layer_norm_rms_epsilon", 1e-6)
     base = g.arch_value("rope.freq_base", arch.default_rope_base)
     experts = _experts(g) if arch.mixture(g) else {}
-    return Hyper(
+    h = Hyper(
         arch=arch.name, n_embd=n_embd, n_layer=metadata_int(g, "block_count"), n_head=n_head, n_head_kv=n_head_kv,
         head_dim=head_dim, n_vocab=embd.shape[1],
         n_ff=metadata_int(g, "feed_forward_length", experts.get("n_ff_exp"), "feed_forward_length" in per_layer),
         n_ctx_train=metadata_int(g, "context_length", 4096), eps=float(eps), rope_base=float(base), rope_dim=rope_dim,
         rope=arch.rope_scaling(g), **experts,
     )  # fmt: skip
+    return dataclasses.replace(h, **arch.extra_hyper(g, h))
 
 
 def _experts(g: GGUFFile) -> dict[str, int]:
@@ -135,8 +138,8 @@ def check_tensor(info: TensorInfo, shape: tuple[int, ...], file_size: int) -> in
     """The bytes of ``info`` once its type, shape and extent are ones the kernels can read safely."""
     lib = library()
     type_name = GGML_TYPES[info.ggml_type][0]
-    if len(shape) == 1 and info.ggml_type != _F32:
-        raise UnsupportedModel(f"tensor {info.name!r} of type {type_name} (norms and biases must be F32)")
+    if (len(shape) == 1 or info.name.endswith(".ssm_conv1d.weight")) and info.ggml_type != _F32:
+        raise UnsupportedModel(f"tensor {info.name!r} of type {type_name} (norms, biases and convolutions must be F32)")
     if not lib.llk_type_supported(info.ggml_type):
         raise UnsupportedModel(f"tensor {info.name!r} of type {type_name}")
     if tuple(info.shape) != shape:
@@ -156,8 +159,9 @@ def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bo
     otherwise a :class:`NativeError` (an :class:`UnsupportedModel` when the file is sound)."""
     h = hyperparameters(g)
     expected = expected_tensors(g, h)
+    arch = ARCHITECTURES[h.arch]
     for info in g.tensors:
-        if info.name not in expected:
+        if info.name not in expected and not arch.unused_tensor(g, h, info.name):
             raise UnsupportedModel(f"tensor {info.name!r} in a {h.arch} model")
     for name, (shape, required) in expected.items():
         info = g.tensor(name)
@@ -168,22 +172,27 @@ def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bo
     return h, expected
 
 
-def native_support(path: str | Path) -> str | None:
+def native_support(path: str | Path, by_default: bool = False) -> str | None:
     """None when the native engine runs the model at ``path`` exactly, else a one-line reason
     naming the key, tensor or type it lacks.  Reads only the GGUF header, so the scheduler
-    can ask on every load."""
+    can ask on every load.  ``by_default``: whether the engine should get the model unasked, which
+    it does not for an architecture that is opt-in (``Architecture.opt_in`` says why)."""
     try:
-        check_model(read_gguf(Path(path), skip_arrays_over=256))
+        h, _ = check_model(read_gguf(Path(path), skip_arrays_over=256))
     except (InvalidGGUF, OSError) as exc:
         return f"cannot read {path}: {exc}"
     except UnsupportedModel as exc:
         return exc.reason
     except NativeError as exc:
         return str(exc)
+    opt_in = ARCHITECTURES[h.arch].opt_in
+    if by_default and opt_in:
+        return f"the native engine runs {h.arch} only when asked: {opt_in}"
     return None
 
 
-_MATRICES = ("wq", "wk", "wv", "wo", *DENSE_FFN, *EXPERT_FFN, "ffn_gate_up_exps", "per_layer_inp_gate", "per_layer_proj")
+_MATRICES = ("wq", "wk", "wv", "wo", *DENSE_FFN, *EXPERT_FFN, "ffn_gate_up_exps", "per_layer_inp_gate", "per_layer_proj",
+             "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_out", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
 
 
 def available_memory() -> int:
