@@ -1,5 +1,6 @@
-/* The native forward pass: llama-family, gemma3, qwen3moe and gpt-oss decoder layers over a paged KV cache (a
- * mixture-of-experts layer's feed-forward in moe.c, over the blocks this file shares through blocks.h).
+/* The native forward pass: llama-family, gemma3, qwen3moe, gpt-oss, qwen35 and qwen35moe decoder layers over a paged
+ * KV cache (a mixture-of-experts layer's feed-forward in moe.c, a Gated DeltaNet layer's recurrence in deltanet.c,
+ * over the blocks this file shares through blocks.h).
  *
  * One llk_decode call evaluates a whole batch (tokens of several sequences at
  * their positions) through every layer; Python is not involved per layer.
@@ -40,6 +41,7 @@
 #include "attention.h"
 #include "blocks.h"
 #include "common.h"
+#include "deltanet.h"
 #include "moe.h"
 #include "ops.h"
 #include "pool.h"
@@ -52,11 +54,22 @@ struct llk_ctx {
     kv_cache kv;                /* the blocks, laid out as attention.h says */
     attention *attn;
     moe_scratch *moe;           /* a mixture-of-experts model's expert FFN scratch, else NULL */
+    int n_seq;                  /* rows of the block tables (sequences) */
+    int *kv_layer;              /* [layer]: its index among the layers with KV (attention), or -1 */
+    int *state_layer;           /* [layer]: its index among the Gated DeltaNet layers, or -1 */
+    deltanet_shape dn;          /* the Gated DeltaNet's dimensions (dn.channels 0: none) */
+    uint8_t *state;             /* [n_seq][state_bytes]: each sequence's recurrent state (STATE_HEADER, then
+                                 * per DeltaNet layer its convolution window and its S states), or NULL */
+    size_t state_bytes, state_layer_floats;
+    int32_t *next_pos;          /* [n_seq] scratch: where each sequence's state stands while a batch is checked */
+    float **conv_of, **ssm_of;  /* [token]: its sequence's DeltaNet state in the layer at hand */
+    float *mix, *z, *beta, *decay, *qg, *sh, *sh_gate; /* DeltaNet, gated-query and shared-expert scratch */
     float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
     rope_yarn *yarn;            /* [layer]: YaRN's scaling of the angles (a model with rope_freq_scale), else NULL */
     /* scratch for n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
     int32_t *pos_of;            /* [token]: its position, the index of its cell in its sequence */
+    int32_t *seq_of;            /* [token]: its sequence (row of the block tables) */
     const int32_t **table_of;   /* [token]: its sequence's block table */
     void *act[3];               /* quantized activations per act_kind */
     int act_valid[3];
@@ -127,11 +140,19 @@ void llk_ctx_free(llk_ctx *c) {
     attention_free(c->attn);
     moe_scratch_free(c->moe);
     free(c->layers);
+    free(c->kv_layer);
+    free(c->state_layer);
+    if (c->state) zfree(c->state, c->state_bytes * (size_t)c->n_seq);
+    free(c->next_pos);
+    free(c->conv_of);
+    free(c->ssm_of);
     free(c->rope_scale);
     free(c->yarn);
-    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs};
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->mix, c->z, c->beta, c->decay,
+                     c->qg, c->sh, c->sh_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(c->pos_of);
+    free(c->seq_of);
     free(c->table_of);
     for (int i = 0; i < 3; i++) free(c->act[i]);
     free(c);
@@ -141,12 +162,20 @@ const char *llk_ctx_error(const llk_ctx *c) { return c ? c->error : "out of memo
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 
+/* Bytes before a sequence's layers in its state: the count of positions it holds (uint64), padded to a cache line. */
+#define STATE_HEADER 64
+
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
-                     int n_threads, int kv_type) {
+                     int n_threads, int kv_type, int n_seq) {
     const char *why;
     kv_cache kv;
-    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 ||
-        kv_cache_init(&kv, kv_type, model->n_layer, model->n_head_kv, model->head_dim, block_size, &why))
+    int n_kv_layers = 0, n_state_layers = 0;
+    for (int l = 0; l < model->n_layer; l++) {
+        if (model->layers[l].ssm_qkv.data) n_state_layers++;
+        else n_kv_layers++;
+    }
+    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 || n_seq < 1 ||
+        kv_cache_init(&kv, kv_type, n_kv_layers, model->n_head_kv, model->head_dim, block_size, &why))
         return NULL;
     llk_ctx *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -157,11 +186,19 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     while ((1 << c->block_shift) < block_size) c->block_shift++;
     c->max_seq_len = max_seq_len;
     c->n_batch = n_batch;
+    c->n_seq = n_seq;
     c->kv_dim = m->n_head_kv * m->head_dim;
     c->q_dim = m->n_head * m->head_dim;
     c->layers = malloc(sizeof(llk_layer) * (size_t)m->n_layer);
     if (c->layers) memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
     c->m.layers = c->layers;
+    c->kv_layer = malloc(sizeof(int) * (size_t)m->n_layer);
+    c->state_layer = malloc(sizeof(int) * (size_t)m->n_layer);
+    for (int l = 0, kv_at = 0, state_at = 0; c->kv_layer && c->state_layer && l < m->n_layer; l++) {
+        const int recurrent = model->layers[l].ssm_qkv.data != NULL;
+        c->kv_layer[l] = recurrent ? -1 : kv_at++;
+        c->state_layer[l] = recurrent ? state_at++ : -1;
+    }
     c->pool = llk_pool_new(n_threads);
     c->kv = kv;
     c->kv.base = zalloc(kv_bytes(c));
@@ -171,24 +208,47 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     if (m->n_expert && c->layers) c->moe = moe_scratch_new(m, n_batch);
     if (m->rope_freq_scale != 0.0f) c->yarn = calloc((size_t)m->n_layer, sizeof(rope_yarn));
     size_t B = (size_t)n_batch;
-    int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
+    const int ff = max_i(m->n_ff, m->n_ff_shexp);
+    if (n_state_layers) {
+        c->dn = deltanet_shape_of(m);
+        c->state_layer_floats = c->dn.conv_floats + c->dn.ssm_floats;
+        c->state_bytes = STATE_HEADER + (size_t)n_state_layers * c->state_layer_floats * sizeof(float);
+        c->state = zalloc(c->state_bytes * (size_t)n_seq);
+        c->next_pos = malloc(sizeof(int32_t) * (size_t)n_seq);
+        c->conv_of = malloc(B * sizeof(float *));
+        c->ssm_of = malloc(B * sizeof(float *));
+        c->mix = malloc(B * (size_t)c->dn.channels * sizeof(float));
+        c->z = malloc(B * (size_t)c->dn.inner * sizeof(float));
+        c->beta = malloc(B * (size_t)c->dn.n_v * sizeof(float));
+        c->decay = malloc(B * (size_t)c->dn.n_v * sizeof(float));
+    }
+    if (m->attn_output_gate) c->qg = malloc(B * 2 * (size_t)c->q_dim * sizeof(float));
+    if (m->n_ff_shexp) {
+        c->sh = malloc(B * (size_t)m->n_embd * sizeof(float));
+        c->sh_gate = malloc(B * sizeof(float));
+    }
+    int wide = max_i(max_i(m->n_embd, c->q_dim), max_i(ff, c->dn.inner));
     c->x = malloc(B * m->n_embd * sizeof(float));
     c->xn = malloc(B * wide * sizeof(float));
     c->q = malloc(B * c->q_dim * sizeof(float));
     c->k = malloc(B * c->kv_dim * sizeof(float));
     c->v = malloc(B * c->kv_dim * sizeof(float));
-    c->att = malloc(B * c->q_dim * sizeof(float));
+    c->att = malloc(B * max_i(c->q_dim, c->dn.inner) * sizeof(float));
     c->o = malloc(B * m->n_embd * sizeof(float));
-    c->g = malloc(B * m->n_ff * sizeof(float));
-    c->u = malloc(B * m->n_ff * sizeof(float));
+    c->g = malloc(B * ff * sizeof(float));
+    c->u = malloc(B * ff * sizeof(float));
     c->cs = malloc(B * (size_t)m->rope_dim * sizeof(float));
     c->pos_of = malloc(B * sizeof(int32_t));
+    c->seq_of = malloc(B * sizeof(int32_t));
     c->table_of = malloc(B * sizeof(int32_t *));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q && c->k && c->v && c->att &&
-             c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->act[0] &&
-             c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
-             (m->rope_freq_scale == 0.0f || c->yarn);
+    int ok = c->layers && c->kv_layer && c->state_layer && c->pool && c->kv.base && c->attn && c->rope_scale && c->x &&
+             c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of && c->seq_of && c->table_of &&
+             c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
+             (m->rope_freq_scale == 0.0f || c->yarn) &&
+             (!n_state_layers || (c->dn.channels && c->state && c->next_pos && c->conv_of && c->ssm_of && c->mix &&
+                                  c->z && c->beta && c->decay)) &&
+             (!m->attn_output_gate || c->qg) && (!m->n_ff_shexp || (c->sh && c->sh_gate));
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
@@ -242,7 +302,7 @@ void each_token(llk_pool *pool, int n_tok, token_step step, const void *arg) {
 #ifndef MIN_CHUNK_BYTES
 #define MIN_CHUNK_BYTES (32 << 10)
 #endif
-#define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
+#define MAX_PARTS 4 /* q, k and v (gate and up; DeltaNet's four) share one pool run: fewer hand-overs per token */
 
 matmul_part matmul_part_of(const llk_tensor *w, const void *act, int n_tok, float *out, int64_t out_stride, int nth) {
     const kernel_table *k = llk_kernels();
@@ -400,6 +460,7 @@ typedef struct {
     llk_ctx *c;
     const llk_layer *L;
     int il;
+    int ff; /* the width of the FFN at hand (gate_step) */
 } layer_step;
 
 static void attn_norm_step(const void *arg, int t) {
@@ -448,7 +509,7 @@ static void attn_out_step(const void *arg, int t) {
 
 static void gate_step(const void *arg, int t) {
     const layer_step *s = arg;
-    const size_t ff = (size_t)s->c->m.n_ff;
+    const size_t ff = (size_t)s->ff;
     float *g = s->c->g + t * ff, *u = s->c->u + t * ff;
     if (s->c->m.act_gelu) llk_kernels()->gelu_mul(g, u, (int)ff);
     else llk_kernels()->silu_mul(g, u, (int)ff);
@@ -459,46 +520,133 @@ static void ffn_out_step(const void *arg, int t) {
     add_residual(s->c, &s->L->post_ffn_norm, t);
 }
 
+/* qwen35's gated query: token t's rows of wq (each head's query, then its output gate) split, the queries to c->q
+ * (the gates stay in c->qg for gate_attention_step). */
+static void split_gated_query_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    llk_ctx *c = s->c;
+    const int hd = c->m.head_dim;
+    const float *qg = c->qg + (size_t)t * 2 * c->q_dim;
+    float *q = c->q + (size_t)t * c->q_dim;
+    for (int h = 0; h < c->m.n_head; h++) memcpy(q + (size_t)h * hd, qg + (size_t)h * 2 * hd, sizeof(float) * hd);
+}
+
+static void gate_attention_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    llk_ctx *c = s->c;
+    const int hd = c->m.head_dim;
+    const float *qg = c->qg + (size_t)t * 2 * c->q_dim;
+    float *att = c->att + (size_t)t * c->q_dim;
+    for (int h = 0; h < c->m.n_head; h++)
+        for (int d = 0; d < hd; d++) att[h * hd + d] *= 1.0f / (1.0f + llk_expf(-qg[(size_t)h * 2 * hd + hd + d]));
+}
+
+/* The attention block of layer il: x's norm through q, k and v, the KV cache, the output projection into c->o. */
+static int attention_block(llk_ctx *c, int il, int T, const layer_step *step) {
+    const llk_model *m = &c->m;
+    const llk_layer *L = &c->layers[il];
+    const int kv_il = c->kv_layer[il];
+    const int gated = m->attn_output_gate;
+    new_input(c);
+    const llk_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[] = {gated ? c->qg : c->q, c->k, c->v};
+    const int64_t qkv_stride[] = {gated ? 2 * c->q_dim : c->q_dim, c->kv_dim, c->kv_dim};
+    matmul_n(c, 3, qkv, c->xn, T, qkv_out, qkv_stride, &L->wo);
+    if (gated) each_token(c->pool, T, split_gated_query_step, step);
+    each_token(c->pool, T, qkv_step, step);
+    for (int t = 0; t < T; t++) /* on one thread: two tokens of a (malformed) batch may name one cell */
+        kv_store(&c->kv, c->table_of[t], kv_il, c->pos_of[t], c->k + (size_t)t * c->kv_dim, c->v + (size_t)t * c->kv_dim);
+    if (attention_run(c->attn, c->pool, &c->kv, kv_il, T, c->pos_of, c->table_of, c->q,
+                      L->sliding ? m->sliding_window : 0, scales_q(m) ? 1.0f : m->attn_scale, L->attn_sinks.data,
+                      c->att))
+        return -1;
+    if (gated) each_token(c->pool, T, gate_attention_step, step);
+    new_input(c);
+    matmul(c, &L->wo, c->att, T, c->o, m->n_embd, L->ffn_gate_inp.data ? &L->ffn_gate_inp : &L->w_gate);
+    return 0;
+}
+
+/* The state of sequence seq in DeltaNet layer number `state_il`: its convolution window, then its S states. */
+static float *state_of(const llk_ctx *c, int seq, int state_il) {
+    return (float *)(c->state + (size_t)seq * c->state_bytes + STATE_HEADER) + (size_t)state_il * c->state_layer_floats;
+}
+
+/* A Gated DeltaNet layer (deltanet.h): x's norm through its four projections, the recurrence over each token's
+ * sequence state, the output projection into c->o. */
+static void deltanet_block(llk_ctx *c, int il, int T) {
+    const llk_layer *L = &c->layers[il];
+    const deltanet_shape *dn = &c->dn;
+    new_input(c);
+    const llk_tensor *in[] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
+    float *in_out[] = {c->mix, c->z, c->beta, c->decay};
+    const int64_t in_stride[] = {dn->channels, dn->inner, dn->n_v, dn->n_v};
+    matmul_n(c, 4, in, c->xn, T, in_out, in_stride, &L->ssm_out);
+    for (int t = 0; t < T; t++) {
+        c->conv_of[t] = state_of(c, c->seq_of[t], c->state_layer[il]);
+        c->ssm_of[t] = c->conv_of[t] + dn->conv_floats;
+    }
+    const deltanet_batch batch = {dn, L, T, c->pos_of, c->conv_of, c->ssm_of, c->mix, c->z, c->beta, c->decay, c->att,
+                                  c->m.eps};
+    deltanet_run(c->pool, &batch);
+    new_input(c);
+    matmul(c, &L->ssm_out, c->att, T, c->o, c->m.n_embd, L->ffn_gate_inp.data ? &L->ffn_gate_inp : &L->w_gate);
+}
+
+/* qwen35moe's shared expert of token t (in c->sh) scaled by the sigmoid of its gate logit, added to the routed
+ * experts' sum in c->o. */
+static void shared_expert_step(const void *arg, int t) {
+    const layer_step *s = arg;
+    llk_ctx *c = s->c;
+    const size_t E = (size_t)c->m.n_embd;
+    const float gate = 1.0f / (1.0f + llk_expf(-c->sh_gate[t]));
+    float *o = c->o + t * E;
+    const float *sh = c->sh + t * E;
+    for (size_t i = 0; i < E; i++) o[i] += sh[i] * gate;
+}
+
+/* A gated FFN (gate, up, down) of width ff on c->xn: down's rows to out. */
+static void dense_ffn(llk_ctx *c, const layer_step *step, const llk_tensor *gate, const llk_tensor *up,
+                      const llk_tensor *down, int ff, int T, float *out, const llk_tensor *next) {
+    new_input(c);
+    const llk_tensor *gate_up[] = {gate, up};
+    float *gate_up_out[] = {c->g, c->u};
+    const int64_t ff_stride[] = {ff, ff};
+    matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride, down);
+    layer_step width = *step;
+    width.ff = ff;
+    each_token(c->pool, T, gate_step, &width);
+    new_input(c);
+    matmul(c, down, c->g, T, out, c->m.n_embd, next);
+}
+
 static int layer_forward(llk_ctx *c, int il, int T) {
     const llk_model *m = &c->m;
     const llk_layer *L = &c->layers[il];
     const int E = m->n_embd;
-    const layer_step step = {c, L, il};
+    const layer_step step = {c, L, il, m->n_ff};
 
     each_token(c->pool, T, attn_norm_step, &step);
-    new_input(c);
-    const llk_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
-    float *qkv_out[] = {c->q, c->k, c->v};
-    const int64_t qkv_stride[] = {c->q_dim, c->kv_dim, c->kv_dim};
-    matmul_n(c, 3, qkv, c->xn, T, qkv_out, qkv_stride, &L->wo);
-    each_token(c->pool, T, qkv_step, &step);
-    for (int t = 0; t < T; t++) /* on one thread: two tokens of a (malformed) batch may name one cell */
-        kv_store(&c->kv, c->table_of[t], il, c->pos_of[t], c->k + (size_t)t * c->kv_dim, c->v + (size_t)t * c->kv_dim);
-    if (attention_run(c->attn, c->pool, &c->kv, il, T, c->pos_of, c->table_of, c->q,
-                      L->sliding ? m->sliding_window : 0, scales_q(m) ? 1.0f : m->attn_scale, L->attn_sinks.data,
-                      c->att))
-        return -1;
-
-    new_input(c);
-    matmul(c, &L->wo, c->att, T, c->o, E, L->ffn_gate_inp.data ? &L->ffn_gate_inp : &L->w_gate);
+    if (L->ssm_qkv.data) deltanet_block(c, il, T);
+    else if (attention_block(c, il, T, &step)) return -1;
     each_token(c->pool, T, attn_out_step, &step);
-    const llk_tensor *next = il + 1 < m->n_layer ? &c->layers[il + 1].wq : output_head(c);
+    const llk_layer *after = il + 1 < m->n_layer ? &c->layers[il + 1] : NULL;
+    const llk_tensor *next = !after ? output_head(c) : after->ssm_qkv.data ? &after->ssm_qkv : &after->wq;
     if (L->ffn_gate_inp.data) {
+        if (L->ffn_up_shexp.data) { /* the shared expert first: the routed experts' sum then lands in c->o */
+            dense_ffn(c, &step, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, m->n_ff_shexp, T, c->sh,
+                      &L->ffn_gate_inp);
+            new_input(c);
+            matmul(c, &L->ffn_gate_inp_shexp, c->xn, T, c->sh_gate, 1, &L->ffn_gate_inp);
+        }
         const int oai = m->arch == LLK_ARCH_GPTOSS;
         const moe_ffn experts = {&L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
                                  m->n_expert, m->n_expert_used, oai ? MOE_TOPK_SOFTMAX : MOE_SOFTMAX, !oai,
                                  oai ? MOE_SWIGLU_OAI : MOE_SILU, L->ffn_gate_inp_b.data, L->ffn_gate_exps_b.data,
                                  L->ffn_up_exps_b.data, L->ffn_down_exps_b.data};
         moe_ffn_run(&experts, c->moe, c->pool, c->xn, T, c->o, E, next);
+        if (L->ffn_up_shexp.data) each_token(c->pool, T, shared_expert_step, &step);
     } else {
-        new_input(c);
-        const llk_tensor *gate_up[] = {&L->w_gate, &L->w_up};
-        float *gate_up_out[] = {c->g, c->u};
-        const int64_t ff_stride[] = {m->n_ff, m->n_ff};
-        matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride, &L->w_down);
-        each_token(c->pool, T, gate_step, &step);
-        new_input(c);
-        matmul(c, &L->w_down, c->g, T, c->o, E, next);
+        dense_ffn(c, &step, &L->w_gate, &L->w_up, &L->w_down, m->n_ff, T, c->o, next);
     }
     each_token(c->pool, T, ffn_out_step, &step);
     return 0;
@@ -507,6 +655,37 @@ static int layer_forward(llk_ctx *c, int il, int T) {
 static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
     snprintf(c->error, sizeof c->error, fmt, a, b);
     return code;
+}
+
+static uint64_t state_positions(const llk_ctx *c, int seq) {
+    uint64_t n;
+    memcpy(&n, c->state + (size_t)seq * c->state_bytes, sizeof n);
+    return n;
+}
+
+static void set_state_positions(llk_ctx *c, int seq, uint64_t n) { memcpy(c->state + (size_t)seq * c->state_bytes, &n, sizeof n); }
+
+/* Whether each token continues its sequence's recurrent state (llk_decode); if all do, the states' position
+ * counts are advanced past the batch (the layers then bring the states there).  0, or -7 with c->error set. */
+static int check_state_positions(llk_ctx *c, int n, const int32_t *pos, int32_t *const *seq_ids) {
+    for (int i = 0; i < n; i++) {
+        const int s = seq_ids[i][0];
+        if (s >= c->n_seq) return fail(c, -7, "sequence id %ld out of range [0, %ld) of the recurrent states", s, c->n_seq);
+        c->next_pos[s] = (int32_t)state_positions(c, s);
+    }
+    for (int i = 0; i < n; i++) {
+        const int s = seq_ids[i][0];
+        if (pos[i] != 0 && pos[i] != c->next_pos[s]) {
+            snprintf(c->error, sizeof c->error,
+                     "position %d of sequence %d does not continue its recurrent state, which holds %d positions "
+                     "(it cannot go back: start again at position 0 or restore a saved state)",
+                     pos[i], s, c->next_pos[s]);
+            return -7;
+        }
+        c->next_pos[s] = pos[i] + 1;
+    }
+    for (int i = 0; i < n; i++) set_state_positions(c, seq_ids[i][0], (uint64_t)c->next_pos[seq_ids[i][0]]);
+    return 0;
 }
 
 /* The batch through every layer; the output-normed hidden states of the wanted rows, in their order, are
@@ -529,10 +708,12 @@ static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos,
             if (table[b] < 0 || table[b] >= c->n_blocks)
                 return fail(c, -5, "block table entry %ld names no block (pool of %ld)", table[b], c->n_blocks);
     }
+    if (c->state && check_state_positions(c, n, pos, seq_ids)) return -7;
     const int E = m->n_embd;
     const size_t emb_row = llk_row_size(m->tok_embd.type, E);
     for (int i = 0; i < n; i++) {
         c->pos_of[i] = pos[i];
+        c->seq_of[i] = seq_ids[i][0];
         c->table_of[i] = tables + (size_t)seq_ids[i][0] * table_len;
         float *x = c->x + (size_t)i * E;
         llk_dequantize(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * emb_row, x, E);
@@ -585,6 +766,31 @@ int llk_kv_block_read(const llk_ctx *c, int block, void *dst) {
 int llk_kv_block_write(llk_ctx *c, int block, const void *src) {
     if (block < 0 || block >= c->n_blocks) return -1;
     memcpy(block_at(c, block), src, llk_kv_block_bytes(c));
+    return 0;
+}
+
+/* ---- recurrent state ------------------------------------------------------------ */
+
+size_t llk_state_bytes(const llk_ctx *c) { return c->state ? c->state_bytes : 0; }
+
+int llk_state_read(const llk_ctx *c, int seq, void *dst) {
+    if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
+    memcpy(dst, c->state + (size_t)seq * c->state_bytes, c->state_bytes);
+    return 0;
+}
+
+int llk_state_write(llk_ctx *c, int seq, const void *src) {
+    uint64_t n;
+    if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
+    memcpy(&n, src, sizeof n);
+    if (n > (uint64_t)c->max_seq_len) return -1;
+    memcpy(c->state + (size_t)seq * c->state_bytes, src, c->state_bytes);
+    return 0;
+}
+
+int llk_state_reset(llk_ctx *c, int seq) {
+    if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
+    memset(c->state + (size_t)seq * c->state_bytes, 0, c->state_bytes);
     return 0;
 }
 

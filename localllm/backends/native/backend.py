@@ -98,11 +98,13 @@ class Context:
         self._lib = library()
         self._ctx = self._lib.llk_ctx_new(
             ctypes.byref(model.weights.params), n_blocks, block_size, max_seq_len, n_batch, n_threads,
-            KV_TYPES[kv_cache_type],
+            KV_TYPES[kv_cache_type], n_seq,
         )
         if not self._ctx:
             raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: out of memory")
         self.block_bytes: int = self._lib.llk_kv_block_bytes(self._ctx)
+        #: bytes of one sequence's recurrent state (Gated DeltaNet layers), 0 for a model without one
+        self.state_bytes: int = self._lib.llk_state_bytes(self._ctx)
         self._populated = 0  # bytes of the pool faulted in from its start by populate_next
         self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
@@ -171,6 +173,24 @@ class Context:
     def write_block(self, block: int, data: bytes) -> None:
         if len(data) != self.block_bytes or self._lib.llk_kv_block_write(self._ctx, block, data) != 0:
             raise BackendError(f"cannot write KV block {block}: no such block or {len(data)} bytes")
+
+    def read_state(self, seq: int) -> bytes:
+        """Sequence ``seq``'s recurrent state (:attr:`state_bytes` bytes, with the count of positions it holds): a
+        snapshot that :meth:`write_state` puts back into any sequence, which then continues from there."""
+        buf = ctypes.create_string_buffer(self.state_bytes)
+        if self._lib.llk_state_read(self._ctx, seq, buf) != 0:
+            raise BackendError(f"cannot read the recurrent state of sequence {seq}: no such sequence or no state")
+        return buf.raw
+
+    def write_state(self, seq: int, data: bytes) -> None:
+        if len(data) != self.state_bytes or self._lib.llk_state_write(self._ctx, seq, data) != 0:
+            raise BackendError(f"cannot write the recurrent state of sequence {seq}: no such sequence, no state, "
+                               f"or {len(data)} bytes that are not one")
+
+    def reset_state(self, seq: int) -> None:
+        """Empty ``seq``'s recurrent state (as a token at position 0 does); nothing for a model without one."""
+        if self.state_bytes and self._lib.llk_state_reset(self._ctx, seq) != 0:
+            raise BackendError(f"cannot reset the recurrent state of sequence {seq}: no such sequence")
 
     def close(self) -> None:
         if self._ctx:

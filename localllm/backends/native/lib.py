@@ -43,6 +43,8 @@ LAYER_TENSORS = (
     "ffn_norm", "w_gate", "w_up", "w_down", "post_ffn_norm",
     "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
     "bo", "attn_sinks", "ffn_gate_inp_b", "ffn_gate_exps_b", "ffn_up_exps_b", "ffn_down_exps_b",
+    "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_conv", "ssm_dt", "ssm_a", "ssm_norm", "ssm_out",
+    "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
 )  # fmt: skip
 
 
@@ -72,6 +74,9 @@ class ModelParams(ctypes.Structure):
         ("yarn_beta_fast", ctypes.c_float),
         ("yarn_beta_slow", ctypes.c_float),
         ("yarn_orig_ctx", ctypes.c_int32),
+    ] + [
+        (name, ctypes.c_int32)
+        for name in ("ssm_d_conv", "ssm_d_state", "ssm_n_group", "ssm_dt_rank", "attn_output_gate", "n_ff_shexp")
     ]
 
 
@@ -137,7 +142,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_vec_dot_rows": (c_int, [c_int, c_int, vp, ctypes.c_size_t, vp, c_i64, fp]),
         "llk_map_file": (vp, [ctypes.c_char_p, ctypes.POINTER(c_i64)]),
         "llk_unmap_file": (None, [vp, c_i64]),
-        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int]),
+        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int, c_int]),
         "llk_ctx_free": (None, [vp]),
         "llk_kv_populate": (None, [vp, ctypes.c_size_t, ctypes.c_size_t]),
         "llk_ctx_error": (ctypes.c_char_p, [vp]),
@@ -151,6 +156,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_kv_block_copy": (c_int, [vp, c_int, c_int]),
         "llk_kv_block_read": (c_int, [vp, c_int, vp]),
         "llk_kv_block_write": (c_int, [vp, c_int, ctypes.c_char_p]),
+        "llk_state_bytes": (ctypes.c_size_t, [vp]),
+        "llk_state_read": (c_int, [vp, c_int, vp]),
+        "llk_state_write": (c_int, [vp, c_int, ctypes.c_char_p]),
+        "llk_state_reset": (c_int, [vp, c_int]),
         "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
         "llk_gemm": (c_int, [ctypes.POINTER(Tensor), fp, c_int, fp]),
         "llk_repack_type": (c_int, [c_int, c_i64, c_i64]),

@@ -28,7 +28,12 @@ from localllm.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gg
 log = logging.getLogger(__name__)
 
 HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
-ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4, "qwen3moe": 5, "gpt-oss": 6}
+ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4, "qwen3moe": 5, "gpt-oss": 6, "qwen35": 7,
+                 "qwen35moe": 8}
+# Architectures the native forward runs exactly but that it gets only when asked (the engine setting): the runner's
+# prefix cache shares KV blocks between requests, and these models' Gated DeltaNet state is not in those blocks.
+OPT_IN_ARCHITECTURES = {"qwen35": "the prefix cache keeps no recurrent state yet",
+                        "qwen35moe": "the prefix cache keeps no recurrent state yet"}
 _F32 = 0
 
 # our layer field -> GGUF tensor name suffix
@@ -43,14 +48,26 @@ _GGUF_NAMES = {
     "ffn_down_exps": "ffn_down_exps.weight", "bo": "attn_output.bias", "attn_sinks": "attn_sinks.weight",
     "ffn_gate_inp_b": "ffn_gate_inp.bias", "ffn_gate_exps_b": "ffn_gate_exps.bias",
     "ffn_up_exps_b": "ffn_up_exps.bias", "ffn_down_exps_b": "ffn_down_exps.bias",
+    "ssm_qkv": "attn_qkv.weight", "ssm_z": "attn_gate.weight", "ssm_beta": "ssm_beta.weight",
+    "ssm_alpha": "ssm_alpha.weight", "ssm_conv": "ssm_conv1d.weight", "ssm_dt": "ssm_dt.bias", "ssm_a": "ssm_a",
+    "ssm_norm": "ssm_norm.weight", "ssm_out": "ssm_out.weight", "ffn_gate_inp_shexp": "ffn_gate_inp_shexp.weight",
+    "ffn_gate_shexp": "ffn_gate_shexp.weight", "ffn_up_shexp": "ffn_up_shexp.weight",
+    "ffn_down_shexp": "ffn_down_shexp.weight",
 }  # fmt: skip
 # where an architecture names a field's tensor otherwise: gpt-oss's FFN norm is its "post-attention" norm
-_ARCH_GGUF_NAMES = {"gpt-oss": {"ffn_norm": "post_attention_norm.weight"}}
+# (and Qwen 3.5's, whose residual is taken before it)
+_ARCH_GGUF_NAMES = {"gpt-oss": {"ffn_norm": "post_attention_norm.weight"},
+                    "qwen35": {"ffn_norm": "post_attention_norm.weight"},
+                    "qwen35moe": {"ffn_norm": "post_attention_norm.weight"}}
 _ATTENTION = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm")
 _DENSE_FFN = ("w_gate", "w_up", "w_down")
 _EXPERT_FFN = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")  # a router and every expert's matrices
 _EXPERT_TENSORS = frozenset(_EXPERT_FFN[1:])  # 3-D: one (ne0, ne1) slice per expert
-_MOE_ARCHITECTURES = frozenset({"qwen3moe", "gpt-oss"})
+_MOE_ARCHITECTURES = frozenset({"qwen3moe", "gpt-oss", "qwen35moe"})
+_HYBRID_ARCHITECTURES = frozenset({"qwen35", "qwen35moe"})  # Gated DeltaNet layers between gated attention layers
+_DELTANET = ("ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_conv", "ssm_dt", "ssm_a", "ssm_norm", "ssm_out")
+_SHARED_EXPERT = ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+_F32_ONLY = frozenset({"ssm_conv"})  # read as floats by the forward (as ggml_ssm_conv reads it)
 # what each architecture adds to its attention and feed-forward: all of it required, anything else refused
 _ARCH_TENSORS = {
     "llama": (),
@@ -61,6 +78,8 @@ _ARCH_TENSORS = {
     "qwen3moe": ("q_norm", "k_norm"),
     "gpt-oss": ("bq", "bk", "bv", "bo", "attn_sinks", "ffn_gate_inp_b", "ffn_gate_exps_b", "ffn_up_exps_b",
                 "ffn_down_exps_b"),
+    "qwen35": ("q_norm", "k_norm"),  # on its attention layers (its DeltaNet layers: _DELTANET)
+    "qwen35moe": ("q_norm", "k_norm", *_SHARED_EXPERT),
 }
 
 
@@ -74,6 +93,16 @@ class RopeScaling:
     orig_ctx: int
     beta_fast: float = 32.0  # llama.cpp's defaults (only grok's files set them)
     beta_slow: float = 1.0
+
+
+@dataclass(frozen=True)
+class DeltaNet:
+    """A hybrid model's Gated DeltaNet: convolution taps, state (head) size, K heads, V heads."""
+
+    d_conv: int
+    d_state: int
+    n_group: int
+    dt_rank: int
 
 
 @dataclass(frozen=True)
@@ -94,6 +123,9 @@ class Hyper:
     n_expert: int = 0  # a mixture-of-experts model: experts a layer, of which n_expert_used a token, n_ff_exp wide
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    n_ff_shexp: int = 0  # qwen35moe's shared expert
+    ssm: DeltaNet | None = None  # a hybrid model's Gated DeltaNet, and which layers have one
+    recurrent: tuple[bool, ...] = ()
 
 
 class UnsupportedModel(NativeError):
@@ -126,7 +158,14 @@ _ARCH_READ_KEYS = {
     "gpt-oss": frozenset({"expert_count", "expert_used_count", "expert_feed_forward_length", "attention.sliding_window",
                           "attention.sliding_window_pattern", "rope.scaling.type", "rope.scaling.factor",
                           "rope.scaling.attn_factor", "rope.freq_base_swa"}),
+    # rope.dimension_sections: multi-section rope gives a text token every section the same position, so it
+    # rotates as NeoX rope over rope.dimension_count dimensions whatever the sections
+    "qwen35": frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
+                         "ssm.inner_size", "full_attention_interval", "attention.recurrent_layers",
+                         "rope.dimension_sections"}),
 }
+_ARCH_READ_KEYS["qwen35moe"] = _ARCH_READ_KEYS["qwen35"] | {
+    "expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"}
 _NEUTRAL_VALUES = {
     "rope.scaling.type": ("none",),
     "rope.scaling.factor": (0.0, 1.0),  # llama.cpp reads 0 as 1
@@ -134,6 +173,7 @@ _NEUTRAL_VALUES = {
     "expert_used_count": (0,),
     "norm_top_k_prob": (True,),  # Ollama's converter writes it; llama.cpp renormalises qwen3moe's k weights always
     "attention.causal": (True,),
+    "nextn_predict_layers": (0,),  # multi-token-prediction layers, which the native forward does not load
 }
 
 
@@ -183,12 +223,42 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     eps = g.arch_value("attention.layer_norm_rms_epsilon", 1e-6)
     base = g.arch_value("rope.freq_base", 1e6 if arch == "gemma3" else 10000.0)
     experts = _experts(g) if arch in _MOE_ARCHITECTURES else {}
+    if arch in _HYBRID_ARCHITECTURES:
+        experts.update(_hybrid(g, head_dim))
     return Hyper(
         arch=arch, n_embd=n_embd, n_layer=_int(g, "block_count"), n_head=n_head, n_head_kv=n_head_kv,
         head_dim=head_dim, n_ff=_int(g, "feed_forward_length", experts.get("n_ff_exp")), n_vocab=embd.shape[1],
         n_ctx_train=_int(g, "context_length", 4096), eps=float(eps), rope_base=float(base), rope_dim=rope_dim,
         rope=_rope_scaling(g) if arch == "gpt-oss" else None, **experts,
     )  # fmt: skip
+
+
+def _hybrid(g: GGUFFile, head_dim: int) -> dict:
+    """A Qwen 3.5 model's Gated DeltaNet (as llama.cpp's qwen35 loader reads it: recurrent layers from
+    attention.recurrent_layers, else all but every full_attention_interval-th) and shared expert width."""
+    n_layer = _int(g, "block_count")
+    ssm = DeltaNet(_int(g, "ssm.conv_kernel"), _int(g, "ssm.state_size"), _int(g, "ssm.group_count"),
+                   _int(g, "ssm.time_step_rank"))
+    if _int(g, "ssm.inner_size") != ssm.d_state * ssm.dt_rank:
+        raise _unsupported(f"{g.architecture}.ssm.inner_size other than ssm.state_size x ssm.time_step_rank")
+    if ssm.dt_rank % ssm.n_group:
+        raise NativeError(f"model metadata {g.architecture}.ssm.time_step_rank {ssm.dt_rank} is not a multiple of "
+                          f"ssm.group_count {ssm.n_group}")
+    if g.arch_value("rope.dimension_count", head_dim) > head_dim:
+        raise NativeError(f"rope.dimension_count does not fit heads of {head_dim}")
+    layers = g.arch_value("attention.recurrent_layers")
+    if layers is not None:
+        if not isinstance(layers, list) or len(layers) < n_layer:
+            raise NativeError(f"model metadata {g.architecture}.attention.recurrent_layers is invalid")
+        recurrent = tuple(bool(v) for v in layers[:n_layer])
+    else:
+        interval = _int(g, "full_attention_interval", 4)
+        recurrent = tuple((il + 1) % interval != 0 for il in range(n_layer))
+    extra: dict = {"ssm": ssm, "recurrent": recurrent}
+    if g.architecture == "qwen35moe":
+        n_ff = g.arch_value("feed_forward_length")
+        extra["n_ff_shexp"] = _int(g, "expert_shared_feed_forward_length", n_ff if isinstance(n_ff, int) else None)
+    return extra
 
 
 def _rope_scaling(g: GGUFFile) -> RopeScaling:
@@ -224,9 +294,12 @@ def _experts(g: GGUFFile) -> dict[str, int]:
             "n_ff_exp": _int(g, "expert_feed_forward_length", default)}
 
 
-def _layer_fields(h: Hyper) -> tuple[str, ...]:
-    """Our layer fields an ``h`` model's layers have (each a tensor of its own, but for phi3's fused ones)."""
-    return _ATTENTION + (_EXPERT_FFN if h.n_expert else _DENSE_FFN) + _ARCH_TENSORS[h.arch]
+def _layer_fields(h: Hyper, il: int = 0) -> tuple[str, ...]:
+    """Our layer fields layer ``il`` of an ``h`` model has (each a tensor of its own, but for phi3's fused ones)."""
+    ffn = _EXPERT_FFN if h.n_expert else _DENSE_FFN
+    if h.recurrent and h.recurrent[il]:  # a Gated DeltaNet layer: no attention of its own
+        return ("attn_norm", "ffn_norm", *_DELTANET, *ffn, *(f for f in _ARCH_TENSORS[h.arch] if f in _SHARED_EXPERT))
+    return _ATTENTION + ffn + _ARCH_TENSORS[h.arch]
 
 
 def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple[int, ...], bool]]:
@@ -234,8 +307,9 @@ def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple
     outside this table would change the model (e.g. a MoE router), so it is refused.  ``fused_qkv``:
     a phi3 model's q, k and v rows are one attn_qkv tensor."""
     q_dim, kv_dim = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
+    gated_q = 2 if h.arch in _HYBRID_ARCHITECTURES else 1  # each head's query, then its output gate
     shapes = {
-        "attn_norm": (h.n_embd,), "wq": (h.n_embd, q_dim), "wk": (h.n_embd, kv_dim), "wv": (h.n_embd, kv_dim),
+        "attn_norm": (h.n_embd,), "wq": (h.n_embd, gated_q * q_dim), "wk": (h.n_embd, kv_dim), "wv": (h.n_embd, kv_dim),
         "wo": (q_dim, h.n_embd), "bq": (q_dim,), "bk": (kv_dim,), "bv": (kv_dim,), "q_norm": (h.head_dim,),
         "k_norm": (h.head_dim,), "post_attn_norm": (h.n_embd,), "ffn_norm": (h.n_embd,),
         "w_gate": (h.n_embd, h.n_ff), "w_up": (h.n_embd, h.n_ff), "w_down": (h.n_ff, h.n_embd),
@@ -244,7 +318,16 @@ def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple
         "ffn_down_exps": (h.n_ff_exp, h.n_embd, h.n_expert), "bo": (h.n_embd,), "attn_sinks": (h.n_head,),
         "ffn_gate_inp_b": (h.n_expert,), "ffn_gate_exps_b": (h.n_ff_exp, h.n_expert),
         "ffn_up_exps_b": (h.n_ff_exp, h.n_expert), "ffn_down_exps_b": (h.n_embd, h.n_expert),
+        "ffn_gate_inp_shexp": (h.n_embd,), "ffn_gate_shexp": (h.n_embd, h.n_ff_shexp),
+        "ffn_up_shexp": (h.n_embd, h.n_ff_shexp), "ffn_down_shexp": (h.n_ff_shexp, h.n_embd),
     }  # fmt: skip
+    if h.ssm is not None:
+        s = h.ssm
+        inner, channels = s.d_state * s.dt_rank, 2 * s.d_state * s.n_group + s.d_state * s.dt_rank
+        shapes.update({
+            "ssm_qkv": (h.n_embd, channels), "ssm_z": (h.n_embd, inner), "ssm_beta": (h.n_embd, s.dt_rank),
+            "ssm_alpha": (h.n_embd, s.dt_rank), "ssm_conv": (s.d_conv, channels), "ssm_dt": (s.dt_rank,),
+            "ssm_a": (s.dt_rank,), "ssm_norm": (s.d_state,), "ssm_out": (inner, h.n_embd)})  # fmt: skip
     fields = _layer_fields(h)
     if h.arch == "phi3":
         shapes["w_up"] = (h.n_embd, 2 * h.n_ff)
@@ -257,6 +340,7 @@ def expected_tensors(h: Hyper, fused_qkv: bool = False) -> dict[str, tuple[tuple
     if h.arch == "llama":  # Llama 3.x's rope scaling: one divisor per rotary pair, as llama.cpp reads it
         expected["rope_freqs.weight"] = ((h.rope_dim // 2,), False)
     for il in range(h.n_layer):
+        fields = _layer_fields(h, il) if h.recurrent else fields
         expected.update({f"blk.{il}.{gguf_name(h.arch, field)}": (shapes[field], True) for field in fields})
         if fused_qkv:
             expected[f"blk.{il}.attn_qkv.weight"] = ((h.n_embd, q_dim + 2 * kv_dim), True)
@@ -272,8 +356,8 @@ def check_tensor(info: TensorInfo, shape: tuple[int, ...], file_size: int) -> in
     """The bytes of ``info`` once its type, shape and extent are ones the kernels can read safely."""
     lib = library()
     type_name = GGML_TYPES[info.ggml_type][0]
-    if len(shape) == 1 and info.ggml_type != _F32:
-        raise _unsupported(f"tensor {info.name!r} of type {type_name} (norms and biases must be F32)")
+    if (len(shape) == 1 or info.name.endswith(".ssm_conv1d.weight")) and info.ggml_type != _F32:
+        raise _unsupported(f"tensor {info.name!r} of type {type_name} (norms, biases and convolutions must be F32)")
     if not lib.llk_type_supported(info.ggml_type):
         raise _unsupported(f"tensor {info.name!r} of type {type_name}")
     if tuple(info.shape) != shape:
@@ -305,18 +389,21 @@ def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bo
     return h, expected
 
 
-def native_support(path: str | Path) -> str | None:
+def native_support(path: str | Path, by_default: bool = False) -> str | None:
     """None when the native engine runs the model at ``path`` exactly, else a one-line reason
     naming the key, tensor or type it lacks.  Reads only the GGUF header, so the scheduler
-    can ask on every load."""
+    can ask on every load.  ``by_default``: whether the engine should get the model unasked, which
+    it does not for the architectures of :data:`OPT_IN_ARCHITECTURES` (the reason says why)."""
     try:
-        check_model(read_gguf(Path(path), skip_arrays_over=256))
+        h, _ = check_model(read_gguf(Path(path), skip_arrays_over=256))
     except (InvalidGGUF, OSError) as exc:
         return f"cannot read {path}: {exc}"
     except UnsupportedModel as exc:
         return exc.reason
     except NativeError as exc:
         return str(exc)
+    if by_default and h.arch in OPT_IN_ARCHITECTURES:
+        return f"the native engine runs {h.arch} only when asked: {OPT_IN_ARCHITECTURES[h.arch]}"
     return None
 
 
@@ -339,7 +426,8 @@ def _rows(t: Tensor, first: int, count: int) -> Tensor:
     return Tensor(t.data + first * library().llk_row_size(t.type, t.ne0), t.type, t.ne0, count)
 
 
-_MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", *_EXPERT_FFN)
+_MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", *_EXPERT_FFN, "ssm_qkv", "ssm_z", "ssm_beta",
+             "ssm_alpha", "ssm_out", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
 
 
 def available_memory() -> int:
@@ -428,10 +516,9 @@ class NativeWeights:
         oss_sliding = _oss_sliding(g, h.n_layer) if oss else []
         window = g.arch_value("attention.sliding_window") if oss else window
         self._layers = (Layer * h.n_layer)()
-        fields = [f for f in LAYER_TENSORS if f in _layer_fields(h)]  # two fields may share a name across archs
         for il in range(h.n_layer):
             layer = self._layers[il]
-            for field in fields:
+            for field in [f for f in LAYER_TENSORS if f in _layer_fields(h, il)]:  # two may share a name across archs
                 name = f"blk.{il}.{gguf_name(h.arch, field)}"
                 if name in self._expected:
                     setattr(layer, field, self._tensor(name))
@@ -453,6 +540,11 @@ class NativeWeights:
         p.eps = h.eps
         p.attn_scale = 1.0 / math.sqrt(h.head_dim)
         p.embd_scale = math.sqrt(h.n_embd) if gemma else 1.0
+        if h.ssm is not None:
+            p.ssm_d_conv, p.ssm_d_state, p.ssm_n_group, p.ssm_dt_rank = (h.ssm.d_conv, h.ssm.d_state, h.ssm.n_group,
+                                                                          h.ssm.dt_rank)
+            p.attn_output_gate = 1
+        p.n_ff_shexp = h.n_ff_shexp
         p.tok_embd = self._tensor("token_embd.weight")
         p.output_norm = self._tensor("output_norm.weight")
         p.output = self._tensor("output.weight")
