@@ -151,7 +151,8 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
         model.close()
         raise
     pool = BlockPool(ctx, n_blocks, BLOCK_SIZE, host_budget=args.cache_ram_mb << 20,
-                     disk=_disk_tier(args, model, ctx))
+                     disk=_disk_tier(args, model, ctx), recurrent=ctx.state_bytes > 0,
+                     state_budget=args.cache_ram_mb << 20)
     rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=args.parallel, stream_interval=args.stream_interval)
     rt.engine = PagedEngine(model, ctx, args.parallel, n_ctx, pool)
     rt.drafts = DraftModels(model, n_ctx, args.parallel, args.batch, threads)
@@ -174,7 +175,8 @@ def _disk_tier(args: argparse.Namespace, model: Any, ctx: Any) -> Any:
     layout = (f"[layer {h.n_layer}][K [head {h.n_head_kv}][dim {h.head_dim}][cell {BLOCK_SIZE}], "
               f"V [cell {BLOCK_SIZE}][{h.n_head_kv * h.head_dim}]] (kernels/attention.h)")
     return DiskTier(args.kv_disk, weights_id(args.model), args.kv_disk_bytes, engine="native",
-                    kv_type=args.kv_cache_type, block_size=BLOCK_SIZE, layout=layout, block_bytes=ctx.block_bytes)
+                    kv_type=args.kv_cache_type, block_size=BLOCK_SIZE, layout=layout, block_bytes=ctx.block_bytes,
+                    state_bytes=ctx.state_bytes)
 
 
 def _fit_ctx(n_ctx: int, n_ctx_train: int) -> int:

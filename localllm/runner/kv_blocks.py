@@ -38,12 +38,14 @@ state that sums up every token so far and cannot be cut back. A pool made
 ``recurrent`` keeps *snapshots* of that whole state beside the blocks: a
 full node may hold the state a sequence had right after its run
 (:attr:`Node.state`, taken by the engine at the block boundaries it
-chooses). :meth:`BlockPool.match` then cuts what it found back to the
-deepest node with a snapshot (in RAM, or on disk under the node's key) and
-hands the snapshot over with the blocks; a run that cannot be resumed is
-not shared (no partial runs, no copy on write). Snapshots live in host RAM
-within their own budget (least recently used out first, to the disk tier),
-and go to disk with their node when it leaves RAM and when the runner stops.
+chooses), and a finished sequence's partial last run holds the state at
+its end (the next turn of a chat resumes there). :meth:`BlockPool.match`
+continues into such a partial run when the prompt holds all of it (copying
+its block), else cuts what it found back to the deepest full node with a
+snapshot (in RAM, or on disk under the node's key), and hands the snapshot
+over with the blocks. Snapshots live in host RAM within their own budget
+(least recently used out first, to the disk tier: full runs only), and go to
+disk with their node when it leaves RAM and when the runner stops.
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ class BlockPool:
             if from_disk is not None:
                 from_disk.close()
         if self.recurrent:
-            self._cut_to_snapshot(found)
+            self._resume_point(node, tokens, found)
         else:
             self._copy_partial(node, tokens, found)
         return found
@@ -183,7 +185,7 @@ class BlockPool:
     def keep_state(self, node: Node, data: bytes) -> None:
         """Keep ``data``, the recurrent state right after ``node``'s run, as its snapshot (in RAM within the
         budget; the least recently used ones go to the disk tier to make room)."""
-        assert self.recurrent and len(node.run) == self.block_size, "a snapshot ends a full run of a recurrent pool"
+        assert self.recurrent, "a snapshot of a pool without recurrent state"
         if node.state is not None:
             return
         if len(data) > self.state_budget:
@@ -215,7 +217,9 @@ class BlockPool:
         """Index the sequence's blocks that ``tokens`` (all it holds now) fill completely.
 
         A run someone else indexed first keeps their block: this sequence's
-        equal copy stays private and is freed with it.
+        equal copy stays private and is freed with it (a recurrent pool's
+        sequence, which recomputes runs after the snapshot it resumed from,
+        takes the indexed block in its place: ``blocks`` changes).
         """
         bs = self.block_size
         parent = self.root
@@ -232,18 +236,27 @@ class BlockPool:
                 node.block = blocks[i]
                 self._node_of[blocks[i]] = node
                 nodes[i] = node
+            elif node.block != blocks[i] and self.recurrent:  # recomputed after a snapshot: take the indexed block,
+                self._take(node.block)  # equal bit for bit (batch invariance), so that later blocks index under it
+                self.release([blocks[i]], [None], (), keep=False)
+                blocks[i], nodes[i] = node.block, node
             elif node.block != blocks[i]:
                 return  # an equal path already indexed: later blocks of ours stay private
             parent = node
 
-    def release(self, blocks: list[int], nodes: list[Node | None], tokens: Sequence[int], keep: bool) -> None:
-        """Drop a sequence's hold on its blocks; with ``keep`` its partial last block is indexed too.
+    def release(self, blocks: list[int], nodes: list[Node | None], tokens: Sequence[int], keep: bool,
+                state: bytes | None = None) -> None:
+        """Drop a sequence's hold on its blocks; with ``keep`` its partial last block is indexed too, and
+        ``state`` (recurrent pools: the state after ``tokens``) kept as the snapshot of its end.
 
         Blocks are queued for eviction last-first, so a conversation's tail
         leaves before its shared head.
         """
         if keep:
             self._index_partial(blocks, nodes, tokens)
+            end = nodes[-(-len(tokens) // self.block_size) - 1] if tokens and state is not None else None
+            if end is not None:
+                self.keep_state(end, state)
         for block in reversed(blocks):
             self.ref[block] -= 1
             if self.ref[block] == 1:
@@ -299,7 +312,6 @@ class BlockPool:
                 if child.block is not None:
                     assert self._node_of.get(child.block) is child
                 assert (child.state is not None) == (child in self._states), "a snapshot outside the books"
-                assert child.state is None or len(child.run) == self.block_size, "a snapshot inside a run"
                 reachable.add(id(child))
                 walk(child)
 
@@ -368,10 +380,20 @@ class BlockPool:
         found.restored += 1
         return True
 
-    def _cut_to_snapshot(self, found: Placement) -> None:
-        """Keep only the blocks up to the deepest found node with a snapshot (in RAM, else on disk), and hand
-        that snapshot over; the blocks after it go back (they are cached)."""
+    def _resume_point(self, node: Node, tokens: Sequence[int], found: Placement) -> None:
+        """Where a recurrent sequence resumes: in the partial run after ``node`` that ``tokens`` hold whole and
+        that has a snapshot (a copy of its block), else at the deepest found node with a snapshot (in RAM,
+        else on disk); that snapshot is handed over, and the blocks after it go back (they are cached)."""
         found.matched = found.tokens
+        rest = tuple(tokens[found.tokens : found.tokens + self.block_size])
+        ends = [c for c in node.children.values()
+                if c.state is not None and c.block is not None and len(c.run) < self.block_size
+                and rest[: len(c.run)] == c.run]
+        end = max(ends, key=lambda c: len(c.run), default=None)
+        if end is not None and self._copy_into(end, len(end.run), found):
+            self._states.move_to_end(end)
+            found.state = end.state
+            return
         depth, state = len(found.nodes), None
         while depth and state is None:
             state = self._snapshot(found.nodes[depth - 1])
@@ -393,7 +415,7 @@ class BlockPool:
         return data
 
     def _state_to_disk(self, node: Node, data: bytes) -> None:
-        if self.disk is not None:
+        if self.disk is not None and len(node.run) == self.block_size:  # a partial run has no key
             self.disk.write_state(node.key, data)
 
     def _drop_state(self, node: Node) -> None:
@@ -414,25 +436,30 @@ class BlockPool:
             n = _common(child.run, rest)
             if n > best_n:
                 best, best_n = child, n
-        if best is None:
-            return
-        source = best.block
+        if best is not None:
+            self._copy_into(best, best_n, found)
+
+    def _copy_into(self, node: Node, n: int, found: Placement) -> bool:
+        """Continue ``found`` with the first ``n`` tokens of ``node``'s run in a private copy of its block;
+        False when the pool has no block for it."""
+        source = node.block
         self._take(source)  # pinned: allocating may evict cached blocks
         target = self.allocate()
-        self.release([source], [best], (), keep=False)
+        self.release([source], [node], (), keep=False)
         if target is None:
-            return
+            return False
         self.store.copy_block(target, source)
         self.stats.copies += 1
         found.blocks.append(target)
         found.nodes.append(None)
-        found.tokens += best_n
+        found.tokens += n
+        return True
 
     def _index_partial(self, blocks: list[int], nodes: list[Node | None], tokens: Sequence[int]) -> None:
         """Index the partly filled last block of a finished sequence under its parent run."""
         bs = self.block_size
         full, tail = divmod(len(tokens), bs)
-        if not tail or len(blocks) <= full or nodes[full] is not None or self.recurrent:  # no snapshot inside a run
+        if not tail or len(blocks) <= full or nodes[full] is not None:
             return
         parent = self.root if full == 0 else nodes[full - 1]
         if parent is None:  # its path is not indexed (an equal one was): nothing can find it
