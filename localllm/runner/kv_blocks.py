@@ -177,7 +177,7 @@ class BlockPool:
             if from_disk is not None:
                 from_disk.close()
         if self.recurrent:
-            self._resume_point(node, tokens, found)
+            self._resume_point(tokens, found)
         else:
             self._copy_partial(node, tokens, found)
         return found
@@ -380,29 +380,38 @@ class BlockPool:
         found.restored += 1
         return True
 
-    def _resume_point(self, node: Node, tokens: Sequence[int], found: Placement) -> None:
-        """Where a recurrent sequence resumes: in the partial run after ``node`` that ``tokens`` hold whole and
-        that has a snapshot (a copy of its block), else at the deepest found node with a snapshot (in RAM,
-        else on disk); that snapshot is handed over, and the blocks after it go back (they are cached)."""
+    def _resume_point(self, tokens: Sequence[int], found: Placement) -> None:
+        """Cut ``found`` back to where a recurrent sequence can resume, deepest first: a partial run with a
+        snapshot (a finished sequence's end) that ``tokens`` hold whole, continued in a copy of its block, or
+        a found full run with a snapshot (in RAM, else on disk); the snapshot is handed over, and the blocks
+        after it go back (they stay cached)."""
         found.matched = found.tokens
-        rest = tuple(tokens[found.tokens : found.tokens + self.block_size])
-        ends = [c for c in node.children.values()
-                if c.state is not None and c.block is not None and len(c.run) < self.block_size
-                and rest[: len(c.run)] == c.run]
-        end = max(ends, key=lambda c: len(c.run), default=None)
-        if end is not None and self._copy_into(end, len(end.run), found):
-            self._states.move_to_end(end)
-            found.state = end.state
-            return
-        depth, state = len(found.nodes), None
-        while depth and state is None:
-            state = self._snapshot(found.nodes[depth - 1])
-            depth -= state is None
+        bs = self.block_size
+        for depth in range(len(found.nodes), -1, -1):
+            parent = found.nodes[depth - 1] if depth else self.root
+            rest = tuple(tokens[depth * bs : (depth + 1) * bs])
+            ends = [c for c in parent.children.values() if c.state is not None and c.block is not None
+                    and len(c.run) < bs and rest[: len(c.run)] == c.run]
+            end = max(ends, key=lambda c: len(c.run), default=None)
+            state = self._snapshot(parent) if depth and end is None else None
+            if end is not None or state is not None or not depth:
+                self._cut(found, depth)
+            if end is not None and self._copy_into(end, len(end.run), found):
+                self._states.move_to_end(end)
+                found.state = end.state
+                return
+            if end is not None and depth:  # no block for the copy: the full run's snapshot, if any
+                state = self._snapshot(parent)
+            if state is not None:
+                found.state = state
+                return
+
+    def _cut(self, found: Placement, depth: int) -> None:
+        """Keep the first ``depth`` blocks of ``found``; the others go back."""
         if depth < len(found.blocks):
             self.release(found.blocks[depth:], found.nodes[depth:], (), keep=False)
             del found.blocks[depth:], found.nodes[depth:]
         found.tokens = depth * self.block_size
-        found.state = state
 
     def _snapshot(self, node: Node) -> bytes | None:
         """``node``'s snapshot: from RAM (now the most recently used), else read from disk and kept in RAM."""

@@ -178,7 +178,8 @@ class PagedEngine(Engine):
         if needed > self.pool.available or ahead is not None:
             self.pool.release(found.blocks, found.nodes, (), keep=False)
             if ahead is not None and self._recurrent:  # it snapshots where this prompt leaves it: resumed there
-                shared = next((i for i, (a, b) in enumerate(zip(feed, ahead.feed)) if a != b), len(feed))
+                shared = next((i for i, (a, b) in enumerate(zip(feed, ahead.feed)) if a != b),
+                              min(len(feed), len(ahead.feed)) - 1)
                 ahead.snapshot_at = sorted({*ahead.snapshot_at, shared // self.pool.block_size * self.pool.block_size})
             return False
         self._hold(slot, feed, found)

@@ -116,6 +116,18 @@ def test_eight_conversations_sharing_a_system_prompt_compute_it_once(warm: Daemo
     assert max(computed) >= shared
 
 
+def test_n_choices_fork_from_the_snapshot_of_their_shared_prompt(warm: Daemon, fresh) -> None:
+    client = openai.OpenAI(base_url=f"{warm.url}/v1", api_key="unused", timeout=300)
+    messages = [{"role": "system", "content": "Forks: " + SYSTEM}, {"role": "user", "content": "Name a bridge."}]
+    got = client.chat.completions.create(model="hy", messages=messages, temperature=0, max_tokens=8, n=3)
+    want = fresh_chat(fresh, messages)
+    assert [c.message.content for c in got.choices] == [want.message.content] * 3
+    # the first choice computed the prompt; the others resumed from its snapshot before the last token
+    assert got.usage.prompt_tokens_details.cached_tokens >= got.usage.prompt_tokens - BS - 1, got.usage
+    ps = httpx.get(f"{warm.url}/api/ps").json()["models"][0]
+    assert ps["kv_blocks"]["snapshots"] > 0, ps
+
+
 def test_a_restarted_daemon_answers_from_the_snapshots_on_disk_and_drops_damaged_ones(model: Path, fresh,
                                                                                      tmp_path: Path) -> None:
     prompt = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nName a river.<|im_end|>\n<|im_start|>assistant\n"
