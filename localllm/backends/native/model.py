@@ -30,10 +30,9 @@ log = logging.getLogger(__name__)
 HINT = "use the llama.cpp engine (LOCALLLM_ENGINE=llama.cpp or PARAMETER engine llama.cpp)"
 ARCHITECTURES = {"llama": 0, "qwen2": 1, "qwen3": 2, "gemma3": 3, "phi3": 4, "qwen3moe": 5, "gpt-oss": 6, "qwen35": 7,
                  "qwen35moe": 8}
-# Architectures the native forward runs exactly but that it gets only when asked (the engine setting): the runner's
-# prefix cache shares KV blocks between requests, and these models' Gated DeltaNet state is not in those blocks.
-OPT_IN_ARCHITECTURES = {"qwen35": "the prefix cache keeps no recurrent state yet",
-                        "qwen35moe": "the prefix cache keeps no recurrent state yet"}
+# Architectures the native forward runs exactly but that it gets only when asked (the engine setting), with the
+# reason; none now (qwen35 and qwen35moe came off it when the prefix cache took their recurrent state).
+OPT_IN_ARCHITECTURES: dict[str, str] = {}
 _F32 = 0
 
 # our layer field -> GGUF tensor name suffix
