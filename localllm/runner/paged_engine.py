@@ -74,7 +74,7 @@ class PagedSlot(Slot):
     admitted: int = 0  # admission order: the newest running sequence is preempted first
     snapshot_at: list[int] = field(default_factory=list)  # recurrent: token counts to stop prefill and snapshot at
     verify_at: int = -1  # recurrent: the tokens held when a drafting step began (-1: none is verifying)
-    verify_state: bytes = b""  # recurrent: the state then
+    verify_state: bytearray = field(default_factory=bytearray)  # recurrent: the state then (the buffer is reused)
 
 
 class PagedEngine(Engine):
@@ -253,7 +253,8 @@ class PagedEngine(Engine):
                 slot.nodes.append(None)
             self._sync_table(slot)
             if self._recurrent and step.draft:  # the state a cut draft goes back to
-                slot.verify_at, slot.verify_state = len(slot.tokens), self.ctx.read_state(slot.seq_id)
+                slot.verify_at = len(slot.tokens)
+                slot.verify_state = self.ctx.read_state(slot.seq_id, into=slot.verify_state)
         return plan
 
     def _fail_outgrown(self, slot: PagedSlot, n_tokens: int) -> None:
@@ -301,12 +302,12 @@ class PagedEngine(Engine):
                 for pos in range(slot.verify_at, len(slot.tokens)):
                     batch.add(slot.tokens[pos], pos, slot.seq_id, False)
                 rewound.append(slot)
-            slot.verify_at, slot.verify_state = -1, b""
+            slot.verify_at = -1
         if rewound and self.ctx.decode(batch) != 0:
             for slot in rewound:  # its state is not its tokens': it cannot go on
                 self._fail(slot, f"generation failed: recomputing the accepted draft: {self.ctx.last_error}")
 
-    def _end_state(self, slot: PagedSlot) -> bytes | None:
+    def _end_state(self, slot: PagedSlot) -> bytearray | None:
         """The state after all ``slot`` holds, kept with its blocks when it lets them go (recurrent models)."""
         return self.ctx.read_state(slot.seq_id) if self._recurrent and slot.tokens else None
 
@@ -348,7 +349,7 @@ class PagedEngine(Engine):
         self.pool.release(slot.blocks, slot.nodes, slot.tokens, keep=keep, state=self._end_state(slot) if keep else None)
         slot.blocks, slot.nodes, slot.tokens = [], [], []
         slot.parked = False
-        slot.snapshot_at, slot.verify_at, slot.verify_state = [], -1, b""
+        slot.snapshot_at, slot.verify_at = [], -1
 
     def _check_kv(self) -> None:
         self.pool.check()

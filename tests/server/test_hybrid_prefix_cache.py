@@ -72,6 +72,7 @@ def fresh_generate(fresh: ollama.Client, prompt: str, **options: Any) -> ollama.
     return fresh.generate("hy", prompt, raw=True, options={**GREEDY, **options}, keep_alive=0)
 
 
+@pytest.mark.slow  # a fresh runner for every turn
 def test_every_turn_of_a_chat_reuses_the_last_and_answers_as_a_fresh_runner(warm: Daemon, fresh) -> None:
     client = openai.OpenAI(base_url=f"{warm.url}/v1", api_key="unused", timeout=300)
     messages = [{"role": "system", "content": "You answer briefly."}]
@@ -128,6 +129,7 @@ def test_n_choices_fork_from_the_snapshot_of_their_shared_prompt(warm: Daemon, f
     assert ps["kv_blocks"]["snapshots"] > 0, ps
 
 
+@pytest.mark.slow  # three daemon starts
 def test_a_restarted_daemon_answers_from_the_snapshots_on_disk_and_drops_damaged_ones(model: Path, fresh,
                                                                                      tmp_path: Path) -> None:
     prompt = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nName a river.<|im_end|>\n<|im_start|>assistant\n"
