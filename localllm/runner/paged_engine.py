@@ -29,10 +29,13 @@ back into its row, and computes the rest. Its prefill stops (and a snapshot
 is taken) at
 
 - every ``n_batch`` tokens (rounded down to blocks): prefill chunks are that
-  long anyway, so the stops cost no batch width, a snapshot's copy is a
+  long anyway, so the stops cost no batch width; a snapshot's copy is a
   small fraction of computing the chunk before it (Qwen 3.6 35B-A3B: a 66 MB
-  state against 512 tokens through 40 layers), and a prompt that leaves a
-  cached one anywhere recomputes less than a chunk;
+  state, 0.6 s into a new buffer and 0.09 s into a reused one on a loaded
+  2-core EPYC, against 512 tokens through 40 layers of 3B active weights);
+  its memory (13 times the KV of the 512 tokens for that model) is bounded by
+  the snapshots' RAM budget, past which they go to disk; and a prompt that
+  leaves a cached one anywhere recomputes less than a chunk;
 - the last block boundary before its prompt's last token: the same prompt
   again, the next turn of a chat and ``n`` > 1 forks resume there;
 - the last block boundary where its prompt left the cached path, and where
