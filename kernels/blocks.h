@@ -1,4 +1,4 @@
-/* Building blocks of the forward pass that its parts share (model.c defines them, moe.c uses them too):
+/* Building blocks of the forward pass that its parts share (model.c defines them; layers.c and moe.c use them):
  * per-token steps over the pool, and matrix products cut into chunks of rows that the threads take. */
 #ifndef LLK_BLOCKS_H
 #define LLK_BLOCKS_H

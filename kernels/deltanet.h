@@ -43,7 +43,7 @@ typedef struct {
     float *const *conv; /* [T]: the convolution window of token t's sequence in this layer */
     float *const *ssm;  /* [T]: the S states of token t's sequence in this layer */
     float *mix;         /* [T][channels]: x W_qkv in; convolved, SiLU'd, q and k L2-normed out */
-    const float *z;     /* [T][inner]: x W_z */
+    float *z;           /* [T][inner]: x W_z (used up) */
     float *beta, *g;    /* [T][n_v]: x W_beta and x W_alpha in; beta and the decay g out */
     float *out;         /* [T][inner]: RMSNorm(o) * silu(z) */
     float eps;

@@ -95,14 +95,10 @@ typedef struct llk_layer {
     float rope_base;
 } llk_layer;
 
-enum llk_arch {
-    LLK_ARCH_LLAMA = 0, LLK_ARCH_QWEN2 = 1, LLK_ARCH_QWEN3 = 2, LLK_ARCH_GEMMA3 = 3, LLK_ARCH_PHI3 = 4, LLK_ARCH_QWEN3MOE = 5,
-    LLK_ARCH_GPTOSS = 6, LLK_ARCH_QWEN35 = 7, LLK_ARCH_QWEN35MOE = 8
-};
-
 typedef struct llk_model {
-    int32_t arch, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
-    int32_t rope_neox, rope_dim, act_gelu, sliding_window;
+    int32_t arch; /* the architecture's recipe: llk_arch_id of its name */
+    int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    int32_t rope_dim, sliding_window;
     int32_t n_expert, n_expert_used; /* 0 0: a dense model; else each layer routes a token to n_expert_used */
     float eps, attn_scale, embd_scale;
     llk_tensor tok_embd, output_norm, output;
@@ -117,11 +113,14 @@ typedef struct llk_model {
      * width; a V head's state is S x S), K heads (ssm_n_group) and V heads (ssm_dt_rank, a multiple of the K
      * heads: V head h reads K head h % ssm_n_group, as llama.cpp tiles them) */
     int32_t ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank;
-    int32_t attn_output_gate; /* 1: wq's rows are each head's query then its output gate (sigmoid, times attention) */
-    int32_t n_ff_shexp;       /* the shared expert's width (0: none) */
+    int32_t n_ff_shexp; /* the shared expert's width (0: none) */
 } llk_model;
 
 typedef struct llk_ctx llk_ctx;
+
+/* The number of the architecture GGUF files name `name` (general.architecture) for llk_model.arch; -1: the
+ * native forward has no recipe for it. */
+int llk_arch_id(const char *name);
 
 /* Map a file read-only; returns its base and size, NULL on error (errno set). */
 const void *llk_map_file(const char *path, int64_t *size);

@@ -1,6 +1,6 @@
-/* The native forward pass: llama-family, gemma3, qwen3moe, gpt-oss, qwen35 and qwen35moe decoder layers over a paged
- * KV cache (a mixture-of-experts layer's feed-forward in moe.c, a Gated DeltaNet layer's recurrence in deltanet.c,
- * over the blocks this file shares through blocks.h).
+/* The native forward pass over a paged KV cache: the embedding, each layer by its architecture's recipe
+ * (recipe.h: arch_*.c over the blocks of layers.c; a mixture-of-experts feed-forward in moe.c, over the
+ * products this file shares through blocks.h and forward.h), the output norm and head.
  *
  * One llk_decode call evaluates a whole batch (tokens of several sequences at
  * their positions) through every layer; Python is not involved per layer.
@@ -38,43 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "attention.h"
-#include "blocks.h"
-#include "common.h"
-#include "deltanet.h"
-#include "moe.h"
-#include "ops.h"
-#include "pool.h"
-
-struct llk_ctx {
-    llk_model m;
-    llk_layer *layers;
-    int n_blocks, block_size, block_shift, max_seq_len, n_batch, kv_dim, q_dim;
-    llk_pool *pool;
-    kv_cache kv;                /* the blocks, laid out as attention.h says */
-    attention *attn;
-    moe_scratch *moe;           /* a mixture-of-experts model's expert FFN scratch, else NULL */
-    int n_seq;                  /* rows of the block tables (sequences) */
-    int *kv_layer;              /* [layer]: its index among the layers with KV (attention), or -1 */
-    int *state_layer;           /* [layer]: its index among the Gated DeltaNet layers, or -1 */
-    deltanet_shape dn;          /* the Gated DeltaNet's dimensions (dn.channels 0: none) */
-    uint8_t *state;             /* [n_seq][state_bytes]: each sequence's recurrent state (STATE_HEADER, then
-                                 * per DeltaNet layer its convolution window and its S states), or NULL */
-    size_t state_bytes, state_layer_floats;
-    int32_t *next_pos;          /* [n_seq] scratch: where each sequence's state stands while a batch is checked */
-    float **conv_of, **ssm_of;  /* [token]: its sequence's DeltaNet state in the layer at hand */
-    float *mix, *z, *beta, *decay, *qg, *sh, *sh_gate; /* DeltaNet, gated-query and shared-expert scratch */
-    float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
-    rope_yarn *yarn;            /* [layer]: YaRN's scaling of the angles (a model with rope_freq_scale), else NULL */
-    /* scratch for n_batch rows */
-    float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
-    int32_t *pos_of;            /* [token]: its position, the index of its cell in its sequence */
-    int32_t *seq_of;            /* [token]: its sequence (row of the block tables) */
-    const int32_t **table_of;   /* [token]: its sequence's block table */
-    void *act[3];               /* quantized activations per act_kind */
-    int act_valid[3];
-    char error[256];
-};
+#include "forward.h"
 
 /* ---- mapping ------------------------------------------------------------ */
 
@@ -180,6 +144,7 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     llk_ctx *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->m = *model;
+    c->recipe = llk_recipe_of(model->arch);
     const llk_model *m = &c->m;
     c->n_blocks = n_blocks;
     c->block_size = block_size;
@@ -222,7 +187,8 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
         c->beta = malloc(B * (size_t)c->dn.n_v * sizeof(float));
         c->decay = malloc(B * (size_t)c->dn.n_v * sizeof(float));
     }
-    if (m->attn_output_gate) c->qg = malloc(B * 2 * (size_t)c->q_dim * sizeof(float));
+    const int output_gate = c->recipe && c->recipe->attn.output_gate;
+    if (output_gate) c->qg = malloc(B * 2 * (size_t)c->q_dim * sizeof(float));
     if (m->n_ff_shexp) {
         c->sh = malloc(B * (size_t)m->n_embd * sizeof(float));
         c->sh_gate = malloc(B * sizeof(float));
@@ -242,13 +208,13 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->seq_of = malloc(B * sizeof(int32_t));
     c->table_of = malloc(B * sizeof(int32_t *));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->layers && c->kv_layer && c->state_layer && c->pool && c->kv.base && c->attn && c->rope_scale && c->x &&
+    int ok = c->recipe && c->layers && c->kv_layer && c->state_layer && c->pool && c->kv.base && c->attn && c->rope_scale && c->x &&
              c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of && c->seq_of && c->table_of &&
              c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
              (m->rope_freq_scale == 0.0f || c->yarn) &&
              (!n_state_layers || (c->dn.channels && c->state && c->next_pos && c->conv_of && c->ssm_of && c->mix &&
                                   c->z && c->beta && c->decay)) &&
-             (!m->attn_output_gate || c->qg) && (!m->n_ff_shexp || (c->sh && c->sh_gate));
+             (!output_gate || c->qg) && (!m->n_ff_shexp || (c->sh && c->sh_gate));
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
@@ -416,13 +382,10 @@ static const void *activations(llk_ctx *c, const float *x, int n_tok, int64_t ne
     return c->act[kind];
 }
 
-static void new_input(llk_ctx *c) { c->act_valid[0] = c->act_valid[1] = c->act_valid[2] = 0; }
+void new_input(llk_ctx *c) { c->act_valid[0] = c->act_valid[1] = c->act_valid[2] = 0; }
 
-/* out_i[t][r] = W_i[r] . x[t] for the n_tok rows of x and each of the n weight matrices, in one pool
- * run (x quantized once per kind; call new_input when it changes); `then`: the matrix of the product
- * after this one, read ahead in decode (or NULL). */
-static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float *x, int n_tok, float *const *out,
-                     const int64_t *out_stride, const llk_tensor *then) {
+void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float *x, int n_tok, float *const *out,
+              const int64_t *out_stride, const llk_tensor *then) {
     matmul_part parts[MAX_PARTS];
     const int nth = llk_pool_size(c->pool);
     for (int i = 0; i < n; i++)
@@ -431,226 +394,12 @@ static void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float 
     matmul_parts_run(c->pool, parts, n, then);
 }
 
-static void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride,
-                   const llk_tensor *then) {
+void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride,
+            const llk_tensor *then) {
     matmul_n(c, 1, &w, x, n_tok, &out, &out_stride, then);
 }
 
-static const llk_tensor *output_head(const llk_ctx *c) { return c->m.output.data ? &c->m.output : &c->m.tok_embd; }
-
-/* ---- forward -------------------------------------------------------------- */
-
-static void add_bias(float *x, const llk_tensor *b, int n) {
-    if (!b->data) return;
-    const float *bias = b->data;
-    for (int i = 0; i < n; i++) x[i] += bias[i];
-}
-
-static void head_norm(float *x, const llk_tensor *w, int n_heads, int hd, float eps) {
-    if (!w->data) return;
-    for (int h = 0; h < n_heads; h++) llk_rmsnorm(x + (size_t)h * hd, w->data, x + (size_t)h * hd, hd, eps);
-}
-
-/* As llama.cpp: Q meets the half-precision K cache as half-precision values; Gemma 3 and Phi-3 scale Q
- * before that, llama scales the scores after the dot product. */
-static int scales_q(const llk_model *m) { return m->arch == LLK_ARCH_GEMMA3 || m->arch == LLK_ARCH_PHI3; }
-
-/* The steps of a layer between its matrix products, each one token's row (see each_token). */
-typedef struct {
-    llk_ctx *c;
-    const llk_layer *L;
-    int il;
-    int ff; /* the width of the FFN at hand (gate_step) */
-} layer_step;
-
-static void attn_norm_step(const void *arg, int t) {
-    const layer_step *s = arg;
-    const size_t E = (size_t)s->c->m.n_embd;
-    llk_rmsnorm(s->c->x + t * E, s->L->attn_norm.data, s->c->xn + t * E, (int)E, s->c->m.eps);
-}
-
-/* Token t's q, k and v out of their matrices: biases, head norms, the rotary embedding; q scaled and
- * rounded to half precision. */
-static void qkv_step(const void *arg, int t) {
-    const layer_step *s = arg;
-    llk_ctx *c = s->c;
-    const llk_model *m = &c->m;
-    const llk_layer *L = s->L;
-    const int hd = m->head_dim;
-    float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->kv_dim, *cs = c->cs + (size_t)t * m->rope_dim;
-    add_bias(q, &L->bq, c->q_dim);
-    add_bias(k, &L->bk, c->kv_dim);
-    add_bias(c->v + (size_t)t * c->kv_dim, &L->bv, c->kv_dim);
-    head_norm(q, &L->q_norm, m->n_head, hd, m->eps);
-    head_norm(k, &L->k_norm, m->n_head_kv, hd, m->eps);
-    if (c->yarn) llk_rope_angles_yarn(cs, c->rope_scale[s->il], m->rope_dim, (float)c->pos_of[t], &c->yarn[s->il]);
-    else llk_rope_angles(cs, c->rope_scale[s->il], m->rope_dim, (float)c->pos_of[t], m->rope_freqs.data);
-    llk_rope(q, m->n_head, hd, m->rope_dim, cs, m->rope_neox);
-    llk_rope(k, m->n_head_kv, hd, m->rope_dim, cs, m->rope_neox);
-    llk_kernels()->scale_round_f16(q, scales_q(m) ? m->attn_scale : 1.0f, c->q_dim);
-}
-
-/* Token t's output row o of a block, normed where the layer has a norm there (Gemma 3), added to its x. */
-static void add_residual(llk_ctx *c, const llk_tensor *norm, int t) {
-    const size_t E = (size_t)c->m.n_embd;
-    float *o = c->o + t * E, *x = c->x + t * E;
-    if (norm->data) llk_rmsnorm(o, norm->data, o, (int)E, c->m.eps);
-    for (size_t i = 0; i < E; i++) x[i] += o[i];
-}
-
-/* Token t after attention's output matrix: its bias, the residual, then the feed-forward's norm. */
-static void attn_out_step(const void *arg, int t) {
-    const layer_step *s = arg;
-    const size_t E = (size_t)s->c->m.n_embd;
-    add_bias(s->c->o + t * E, &s->L->bo, (int)E);
-    add_residual(s->c, &s->L->post_attn_norm, t);
-    llk_rmsnorm(s->c->x + t * E, s->L->ffn_norm.data, s->c->xn + t * E, (int)E, s->c->m.eps);
-}
-
-static void gate_step(const void *arg, int t) {
-    const layer_step *s = arg;
-    const size_t ff = (size_t)s->ff;
-    float *g = s->c->g + t * ff, *u = s->c->u + t * ff;
-    if (s->c->m.act_gelu) llk_kernels()->gelu_mul(g, u, (int)ff);
-    else llk_kernels()->silu_mul(g, u, (int)ff);
-}
-
-static void ffn_out_step(const void *arg, int t) {
-    const layer_step *s = arg;
-    add_residual(s->c, &s->L->post_ffn_norm, t);
-}
-
-/* qwen35's gated query: token t's rows of wq (each head's query, then its output gate) split, the queries to c->q
- * (the gates stay in c->qg for gate_attention_step). */
-static void split_gated_query_step(const void *arg, int t) {
-    const layer_step *s = arg;
-    llk_ctx *c = s->c;
-    const int hd = c->m.head_dim;
-    const float *qg = c->qg + (size_t)t * 2 * c->q_dim;
-    float *q = c->q + (size_t)t * c->q_dim;
-    for (int h = 0; h < c->m.n_head; h++) memcpy(q + (size_t)h * hd, qg + (size_t)h * 2 * hd, sizeof(float) * hd);
-}
-
-static void gate_attention_step(const void *arg, int t) {
-    const layer_step *s = arg;
-    llk_ctx *c = s->c;
-    const int hd = c->m.head_dim;
-    const float *qg = c->qg + (size_t)t * 2 * c->q_dim;
-    float *att = c->att + (size_t)t * c->q_dim;
-    for (int h = 0; h < c->m.n_head; h++)
-        for (int d = 0; d < hd; d++) att[h * hd + d] *= 1.0f / (1.0f + llk_expf(-qg[(size_t)h * 2 * hd + hd + d]));
-}
-
-/* The attention block of layer il: x's norm through q, k and v, the KV cache, the output projection into c->o. */
-static int attention_block(llk_ctx *c, int il, int T, const layer_step *step) {
-    const llk_model *m = &c->m;
-    const llk_layer *L = &c->layers[il];
-    const int kv_il = c->kv_layer[il];
-    const int gated = m->attn_output_gate;
-    new_input(c);
-    const llk_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
-    float *qkv_out[] = {gated ? c->qg : c->q, c->k, c->v};
-    const int64_t qkv_stride[] = {gated ? 2 * c->q_dim : c->q_dim, c->kv_dim, c->kv_dim};
-    matmul_n(c, 3, qkv, c->xn, T, qkv_out, qkv_stride, &L->wo);
-    if (gated) each_token(c->pool, T, split_gated_query_step, step);
-    each_token(c->pool, T, qkv_step, step);
-    for (int t = 0; t < T; t++) /* on one thread: two tokens of a (malformed) batch may name one cell */
-        kv_store(&c->kv, c->table_of[t], kv_il, c->pos_of[t], c->k + (size_t)t * c->kv_dim, c->v + (size_t)t * c->kv_dim);
-    if (attention_run(c->attn, c->pool, &c->kv, kv_il, T, c->pos_of, c->table_of, c->q,
-                      L->sliding ? m->sliding_window : 0, scales_q(m) ? 1.0f : m->attn_scale, L->attn_sinks.data,
-                      c->att))
-        return -1;
-    if (gated) each_token(c->pool, T, gate_attention_step, step);
-    new_input(c);
-    matmul(c, &L->wo, c->att, T, c->o, m->n_embd, L->ffn_gate_inp.data ? &L->ffn_gate_inp : &L->w_gate);
-    return 0;
-}
-
-/* The state of sequence seq in DeltaNet layer number `state_il`: its convolution window, then its S states. */
-static float *state_of(const llk_ctx *c, int seq, int state_il) {
-    return (float *)(c->state + (size_t)seq * c->state_bytes + STATE_HEADER) + (size_t)state_il * c->state_layer_floats;
-}
-
-/* A Gated DeltaNet layer (deltanet.h): x's norm through its four projections, the recurrence over each token's
- * sequence state, the output projection into c->o. */
-static void deltanet_block(llk_ctx *c, int il, int T) {
-    const llk_layer *L = &c->layers[il];
-    const deltanet_shape *dn = &c->dn;
-    new_input(c);
-    const llk_tensor *in[] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
-    float *in_out[] = {c->mix, c->z, c->beta, c->decay};
-    const int64_t in_stride[] = {dn->channels, dn->inner, dn->n_v, dn->n_v};
-    matmul_n(c, 4, in, c->xn, T, in_out, in_stride, &L->ssm_out);
-    for (int t = 0; t < T; t++) {
-        c->conv_of[t] = state_of(c, c->seq_of[t], c->state_layer[il]);
-        c->ssm_of[t] = c->conv_of[t] + dn->conv_floats;
-    }
-    const deltanet_batch batch = {dn, L, T, c->pos_of, c->conv_of, c->ssm_of, c->mix, c->z, c->beta, c->decay, c->att,
-                                  c->m.eps};
-    deltanet_run(c->pool, &batch);
-    new_input(c);
-    matmul(c, &L->ssm_out, c->att, T, c->o, c->m.n_embd, L->ffn_gate_inp.data ? &L->ffn_gate_inp : &L->w_gate);
-}
-
-/* qwen35moe's shared expert of token t (in c->sh) scaled by the sigmoid of its gate logit, added to the routed
- * experts' sum in c->o. */
-static void shared_expert_step(const void *arg, int t) {
-    const layer_step *s = arg;
-    llk_ctx *c = s->c;
-    const size_t E = (size_t)c->m.n_embd;
-    const float gate = 1.0f / (1.0f + llk_expf(-c->sh_gate[t]));
-    float *o = c->o + t * E;
-    const float *sh = c->sh + t * E;
-    for (size_t i = 0; i < E; i++) o[i] += sh[i] * gate;
-}
-
-/* A gated FFN (gate, up, down) of width ff on c->xn: down's rows to out. */
-static void dense_ffn(llk_ctx *c, const layer_step *step, const llk_tensor *gate, const llk_tensor *up,
-                      const llk_tensor *down, int ff, int T, float *out, const llk_tensor *next) {
-    new_input(c);
-    const llk_tensor *gate_up[] = {gate, up};
-    float *gate_up_out[] = {c->g, c->u};
-    const int64_t ff_stride[] = {ff, ff};
-    matmul_n(c, 2, gate_up, c->xn, T, gate_up_out, ff_stride, down);
-    layer_step width = *step;
-    width.ff = ff;
-    each_token(c->pool, T, gate_step, &width);
-    new_input(c);
-    matmul(c, down, c->g, T, out, c->m.n_embd, next);
-}
-
-static int layer_forward(llk_ctx *c, int il, int T) {
-    const llk_model *m = &c->m;
-    const llk_layer *L = &c->layers[il];
-    const int E = m->n_embd;
-    const layer_step step = {c, L, il, m->n_ff};
-
-    each_token(c->pool, T, attn_norm_step, &step);
-    if (L->ssm_qkv.data) deltanet_block(c, il, T);
-    else if (attention_block(c, il, T, &step)) return -1;
-    each_token(c->pool, T, attn_out_step, &step);
-    const llk_layer *after = il + 1 < m->n_layer ? &c->layers[il + 1] : NULL;
-    const llk_tensor *next = !after ? output_head(c) : after->ssm_qkv.data ? &after->ssm_qkv : &after->wq;
-    if (L->ffn_gate_inp.data) {
-        if (L->ffn_up_shexp.data) { /* the shared expert first: the routed experts' sum then lands in c->o */
-            dense_ffn(c, &step, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, m->n_ff_shexp, T, c->sh,
-                      &L->ffn_gate_inp);
-            new_input(c);
-            matmul(c, &L->ffn_gate_inp_shexp, c->xn, T, c->sh_gate, 1, &L->ffn_gate_inp);
-        }
-        const int oai = m->arch == LLK_ARCH_GPTOSS;
-        const moe_ffn experts = {&L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
-                                 m->n_expert, m->n_expert_used, oai ? MOE_TOPK_SOFTMAX : MOE_SOFTMAX, !oai,
-                                 oai ? MOE_SWIGLU_OAI : MOE_SILU, L->ffn_gate_inp_b.data, L->ffn_gate_exps_b.data,
-                                 L->ffn_up_exps_b.data, L->ffn_down_exps_b.data};
-        moe_ffn_run(&experts, c->moe, c->pool, c->xn, T, c->o, E, next);
-        if (L->ffn_up_shexp.data) each_token(c->pool, T, shared_expert_step, &step);
-    } else {
-        dense_ffn(c, &step, &L->w_gate, &L->w_up, &L->w_down, m->n_ff, T, c->o, next);
-    }
-    each_token(c->pool, T, ffn_out_step, &step);
-    return 0;
-}
+const llk_tensor *output_head(const llk_ctx *c) { return c->m.output.data ? &c->m.output : &c->m.tok_embd; }
 
 static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
     snprintf(c->error, sizeof c->error, fmt, a, b);
@@ -721,7 +470,7 @@ static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos,
             for (int e = 0; e < E; e++) x[e] *= m->embd_scale;
     }
     for (int il = 0; il < m->n_layer; il++)
-        if (layer_forward(c, il, n)) return fail(c, -6, "out of memory for attention over %ld tokens (layer %ld)", n, il);
+        if (c->recipe->layer(c, il, n)) return fail(c, -6, "out of memory for attention over %ld tokens (layer %ld)", n, il);
     int n_out = 0;
     for (int i = 0; i < n; i++)
         if (want[i]) llk_rmsnorm(c->x + (size_t)i * E, m->output_norm.data, c->xn + (size_t)n_out++ * E, E, m->eps);
@@ -770,6 +519,10 @@ int llk_kv_block_write(llk_ctx *c, int block, const void *src) {
 }
 
 /* ---- recurrent state ------------------------------------------------------------ */
+
+float *recurrent_state(const llk_ctx *c, int seq, int state_il) {
+    return (float *)(c->state + (size_t)seq * c->state_bytes + STATE_HEADER) + (size_t)state_il * c->state_layer_floats;
+}
 
 size_t llk_state_bytes(const llk_ctx *c) { return c->state ? c->state_bytes : 0; }
 

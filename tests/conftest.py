@@ -76,14 +76,14 @@ def qwen35_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) ->
 
 @pytest.fixture(scope="session")
 def qwen35moe_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny ``qwen35moe`` (4 experts of which 2 a token, a gated shared expert) 256 wide in llama.cpp's Q4_K_M
-    mix (Q4_K, Q5_0, Q6_K, Q8_0), with a byte vocabulary."""
+    """A tiny ``qwen35moe`` (4 experts of which 2 a token, a gated shared expert) 256 wide, DeltaNet heads of 64, in
+    llama.cpp's Q4_K_M mix (Q4_K, Q5_0, Q6_K, Q8_0), with a byte vocabulary."""
     from support.arch_models import byte_vocabulary, quantized_qwen_hybrid
     from support.moe_models import MOSTLY_Q4_K_M
 
     directory = tmp_path_factory.mktemp("qwen35moe")
     return quantized_qwen_hybrid(directory, byte_vocabulary(directory / "bytes.gguf"), "qwen35moe", MOSTLY_Q4_K_M,
-                                 n_embd=256)
+                                 n_embd=256, d_state=64)
 
 
 @pytest.fixture(scope="session")

@@ -175,7 +175,7 @@ def _disk_tier(args: argparse.Namespace, model: Any, ctx: Any) -> Any:
     if args.kv_disk is None or not args.kv_disk_bytes:
         return None
     h = model.weights.hyper
-    layout = (f"[layer {h.n_layer}][K [head {h.n_head_kv}][dim {h.head_dim}][cell {BLOCK_SIZE}], "
+    layout = (f"[layer {h.n_layer - sum(h.recurrent)}][K [head {h.n_head_kv}][dim {h.head_dim}][cell {BLOCK_SIZE}], "
               f"V [cell {BLOCK_SIZE}][{h.n_head_kv * h.head_dim}]] (kernels/attention.h)")
     return DiskTier(args.kv_disk, weights_id(args.model), args.kv_disk_bytes, engine="native",
                     kv_type=args.kv_cache_type, block_size=BLOCK_SIZE, layout=layout, block_bytes=ctx.block_bytes,

@@ -19,8 +19,9 @@ from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Batch, init_backend
 from localllm.backends.native import backend as native
 from localllm.backends.native.model import native_support
-from localllm.server.engine_choice import choose_engine
-from support.arch_models import quantized_qwen_hybrid
+from localllm.backends.native import kernels
+from localllm.server.engine_choice import MEASURED_ISAS, choose_engine
+from support.arch_models import quantized_qwen_hybrid, qwen_hybrid
 from support.gguf_builders import F32, tiny_model
 from support.native import against_llama_cpp, assert_matches_llama_cpp
 
@@ -46,12 +47,28 @@ def test_first_step_logits_and_greedy_continuation_match_llama_cpp(first_steps, 
 
 def test_qwen35_runs_natively_by_default(qwen35_path: Path, qwen35moe_path: Path) -> None:
     """The prefix cache keeps their recurrent state (tests/server/test_hybrid_prefix_cache.py): the native engine
-    gets them unasked, and when asked; llama.cpp when asked."""
+    gets them unasked where it is measured faster, and whenever asked."""
     for path in (qwen35_path, qwen35moe_path):
         assert native_support(path) is None and native_support(path, by_default=True) is None
         assert choose_engine(path, NATIVE, adapters=False, embedding=False, gpu_layers=0).engine == NATIVE
-        assert choose_engine(path, None, adapters=False, embedding=False, gpu_layers=0).engine == NATIVE
         assert choose_engine(path, LLAMA_CPP, adapters=False, embedding=False, gpu_layers=0).engine == LLAMA_CPP
+        default = choose_engine(path, None, adapters=False, embedding=False, gpu_layers=0)
+        assert default.engine == (NATIVE if kernels.isa() in MEASURED_ISAS else LLAMA_CPP), default
+
+
+def test_multi_token_prediction_layers_are_left_alone_as_llama_cpp_does(tmp_path: Path, smollm2_path: Path) -> None:
+    """llama.cpp's converter writes Qwen 3.5's draft (MTP) layer after the trunk (nextn_predict_layers 1); neither
+    engine runs it in the main pass, so the file gives the same trunk's logits as one without it."""
+    with_mtp = qwen_hybrid(tmp_path / "mtp.gguf", smollm2_path, "qwen35", mtp=True)
+    assert native_support(with_mtp) is None
+    assert_matches_llama_cpp(*against_llama_cpp(with_mtp, PROMPT, steps=8), all_f32=True)
+    plain, drafted = Sequences(qwen_hybrid(tmp_path / "plain.gguf", smollm2_path, "qwen35")), Sequences(with_mtp)
+    try:
+        assert drafted.model.weights.hyper.n_layer == 4
+        assert np.array_equal(drafted.run(0, TOKENS, 0), plain.run(0, TOKENS, 0))
+    finally:
+        plain.close()
+        drafted.close()
 
 
 class Sequences:
@@ -145,3 +162,4 @@ def test_a_transformer_has_no_recurrent_state(tmp_path: Path) -> None:
     finally:
         ctx.close()
         model.close()
+

@@ -477,17 +477,19 @@ def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[
 
 
 def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23,
-                context: int = 256, n_embd: int = 64) -> Path:
+                context: int = 256, n_embd: int = 64, d_state: int = 16, mtp: bool = False) -> Path:
     """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
     every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
     expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
     ``.bias``, and for Qwen 3.5 three M-RoPE sections and a multi-token-prediction layer (``mtp.*``) in the file
     (its vision tower: :func:`qwen3vl_encoder`). ``n_embd``: 256 or more makes the matrices that read the
-    embedding K-quantizable."""
+    embedding K-quantizable; ``d_state``: the width of each DeltaNet head (and of its state's rows); ``mtp``: a
+    multi-token-prediction layer after the four (``nextn_predict_layers`` 1, as llama.cpp's converter writes
+    Qwen 3.5's), the trunk's weights unchanged."""
     assert layout in LAYOUTS and arch in ("qwen35", "qwen35moe", "qwen3next")
     ollama, qwen35 = layout == "ollama", arch.startswith("qwen35")
     e, n_layer, n_head, n_kv, head, conv = n_embd, 4, 4, 2, 16, 4
-    k_head, n_k, v_head, n_v = 16, 2, 16, 4
+    k_head, n_k, v_head, n_v = d_state, 2, d_state, 4
     n_exp, ff_exp, ff = 4, 32, 96
     keys: dict[str, Any] = {
         "@block_count": n_layer, "@context_length": context, "@embedding_length": e, "@attention.head_count": n_head,
@@ -496,6 +498,9 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
         "@rope.freq_base": 10000000.0, "@rope.dimension_count": head // 2, "@ssm.conv_kernel": conv,
         "@ssm.state_size": k_head, "@ssm.group_count": n_k, "@ssm.time_step_rank": n_v, "@ssm.inner_size": v_head * n_v,
         "@full_attention_interval": 4}
+    if mtp:
+        assert qwen35 and not ollama
+        keys.update({"@block_count": n_layer + 1, "@nextn_predict_layers": 1})
     if qwen35:
         keys["@rope.dimension_sections"] = np.array([2, 3, 3] if ollama else [2, 3, 3, 0], np.int32)
     if ollama and arch == "qwen35moe":
@@ -514,6 +519,13 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
                     else _gated_delta_net(b, e, k_head, n_k, v_head, n_v, conv, fused=arch == "qwen3next"))
         tensors += _dense_ffn(b, e, ff) if arch == "qwen35" else _moe(b, e, n_exp, ff_exp, ff_exp)
     extras = [("mtp.0.eh_proj.weight", (2 * e, e))] if qwen35 else []
+    if mtp:  # after every trunk tensor: the same draws give the trunk the same weights
+        b = f"blk.{n_layer}."
+        extras += [(b + "attn_norm.weight", (e,)), (b + "post_attention_norm.weight", (e,)),
+                   *_attention(b, e, n_head, n_kv, head, gated=True),
+                   *(_dense_ffn(b, e, ff) if arch == "qwen35" else _moe(b, e, n_exp, ff_exp, ff_exp)),
+                   (b + "nextn.eh_proj.weight", (2 * e, e)), (b + "nextn.enorm.weight", (e,)),
+                   (b + "nextn.hnorm.weight", (e,))]
     rng = np.random.default_rng(seed + 1)  # negative, as -exp(A_log): a state that decays, finite over long prompts
     decays = {f"blk.{il}.ssm_a": -np.exp(rng.standard_normal(n_v) * 0.3) for il in range(n_layer) if il % 4 != 3}
     return _tiny(path, arch, vocab_from, keys, tensors + extras, seed, pre="qwen35" if qwen35 else "qwen2",
@@ -522,18 +534,18 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
 
 
 def quantized_qwen_hybrid(directory: Path, vocab_from: Path, arch: str, ftype: int, n_embd: int = 64,
-                          context: int = 1024) -> Path:
+                          d_state: int = 16, context: int = 1024) -> Path:
     """:func:`qwen_hybrid` (upstream layout) written once in ``directory`` and quantized to ``ftype`` (a
     llama_ftype; 0: F32 as written) by llama.cpp's own quantizer: Q8_0 everywhere, or Q4_K_M's mix (Q4_K where
     rows are 256 wide, Q5_0/Q6_K/Q8_0 elsewhere); norms, convolutions and the DeltaNet's vectors stay F32."""
     from support.gguf_builders import quantized
 
-    source = directory / f"{arch}-{n_embd}-f32.gguf"
+    source = directory / f"{arch}-{n_embd}-s{d_state}-f32.gguf"
     if not source.exists():
-        qwen_hybrid(source, vocab_from, arch, context=context, n_embd=n_embd)
+        qwen_hybrid(source, vocab_from, arch, context=context, n_embd=n_embd, d_state=d_state)
     if not ftype:
         return source
-    path = directory / f"{arch}-{n_embd}-ftype{ftype}.gguf"
+    path = directory / f"{arch}-{n_embd}-s{d_state}-ftype{ftype}.gguf"
     return path if path.exists() else quantized(source, path, ftype)
 
 

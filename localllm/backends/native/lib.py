@@ -57,7 +57,7 @@ class ModelParams(ctypes.Structure):
         (name, ctypes.c_int32)
         for name in (
             "arch", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab",
-            "rope_neox", "rope_dim", "act_gelu", "sliding_window", "n_expert", "n_expert_used",
+            "rope_dim", "sliding_window", "n_expert", "n_expert_used",
         )  # fmt: skip
     ] + [
         ("eps", ctypes.c_float),
@@ -76,7 +76,7 @@ class ModelParams(ctypes.Structure):
         ("yarn_orig_ctx", ctypes.c_int32),
     ] + [
         (name, ctypes.c_int32)
-        for name in ("ssm_d_conv", "ssm_d_state", "ssm_n_group", "ssm_dt_rank", "attn_output_gate", "n_ff_shexp")
+        for name in ("ssm_d_conv", "ssm_d_state", "ssm_n_group", "ssm_dt_rank", "n_ff_shexp")
     ]
 
 
@@ -142,6 +142,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_vec_dot_rows": (c_int, [c_int, c_int, vp, ctypes.c_size_t, vp, c_i64, fp]),
         "llk_map_file": (vp, [ctypes.c_char_p, ctypes.POINTER(c_i64)]),
         "llk_unmap_file": (None, [vp, c_i64]),
+        "llk_arch_id": (c_int, [ctypes.c_char_p]),
         "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int, c_int]),
         "llk_ctx_free": (None, [vp]),
         "llk_kv_populate": (None, [vp, ctypes.c_size_t, ctypes.c_size_t]),

@@ -1,0 +1,61 @@
+/* What the forward pass (model.c), its layer blocks (layers.c) and the architectures' recipes (arch_*.c) share:
+ * the context a batch runs through and the products over its pool (internal to the library). */
+#ifndef LLK_FORWARD_H
+#define LLK_FORWARD_H
+
+#include "attention.h"
+#include "blocks.h"
+#include "common.h"
+#include "deltanet.h"
+#include "moe.h"
+#include "ops.h"
+#include "pool.h"
+#include "recipe.h"
+
+struct llk_ctx {
+    llk_model m;
+    const llk_recipe *recipe;   /* m.arch's */
+    llk_layer *layers;
+    int n_blocks, block_size, block_shift, max_seq_len, n_batch, kv_dim, q_dim;
+    llk_pool *pool;
+    kv_cache kv;                /* the blocks, laid out as attention.h says */
+    attention *attn;
+    moe_scratch *moe;           /* a mixture-of-experts model's expert FFN scratch, else NULL */
+    int n_seq;                  /* rows of the block tables (sequences) */
+    int *kv_layer;              /* [layer]: its index among the layers with KV (attention), or -1 */
+    int *state_layer;           /* [layer]: its index among the Gated DeltaNet layers, or -1 */
+    deltanet_shape dn;          /* the Gated DeltaNet's dimensions (dn.channels 0: none) */
+    uint8_t *state;             /* [n_seq][state_bytes]: each sequence's recurrent state (STATE_HEADER, then
+                                 * per DeltaNet layer its convolution window and its S states), or NULL */
+    size_t state_bytes, state_layer_floats;
+    int32_t *next_pos;          /* [n_seq] scratch: where each sequence's state stands while a batch is checked */
+    float **conv_of, **ssm_of;  /* [token]: its sequence's DeltaNet state in the layer at hand */
+    float *mix, *z, *beta, *decay, *qg, *sh, *sh_gate; /* DeltaNet, gated-query and shared-expert scratch */
+    float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
+    rope_yarn *yarn;            /* [layer]: YaRN's scaling of the angles (a model with rope_freq_scale), else NULL */
+    /* scratch for n_batch rows */
+    float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
+    int32_t *pos_of;            /* [token]: its position, the index of its cell in its sequence */
+    int32_t *seq_of;            /* [token]: its sequence (row of the block tables) */
+    const int32_t **table_of;   /* [token]: its sequence's block table */
+    void *act[3];               /* quantized activations per act_kind */
+    int act_valid[3];
+    char error[256];
+};
+
+/* The rows a product reads are new: quantize them again at the next product (see matmul_n). */
+void new_input(llk_ctx *c);
+/* out_i[t][r] = W_i[r] . x[t] for the n_tok rows of x and each of the n (at most 4) weight matrices, in one
+ * pool run (x quantized once per kind; call new_input when it changes); `then`: the matrix of the product
+ * after this one, read ahead in decode (or NULL). */
+void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float *x, int n_tok, float *const *out,
+              const int64_t *out_stride, const llk_tensor *then);
+void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *out, int64_t out_stride,
+            const llk_tensor *then);
+/* The matrix the logits are read from: the output head, or the token embedding where they are tied. */
+const llk_tensor *output_head(const llk_ctx *c);
+/* Sequence seq's recurrent state in Gated DeltaNet layer number state_il: its convolution window ([channels]
+ * [d_conv - 1]), then its S states ([n_v][S][S]). */
+float *recurrent_state(const llk_ctx *c, int seq, int state_il);
+
+#endif
