@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,21 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from support import fixtures  # noqa: E402
+
+
+def _bytecode_in_the_test_cache() -> None:
+    """Where bytecode may not be written (PYTHONDONTWRITEBYTECODE), every daemon, runner and CLI process the
+    tests start compiled localllm from source again (0.15-0.3 s of CPU each, hundreds of them a run):
+    their bytecode, and the rewritten test modules', go to the test cache instead, never into the tree."""
+    if not (sys.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE")):
+        return
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or str(fixtures.cache_dir() / "pycache")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+
+
+_bytecode_in_the_test_cache()
 
 
 @pytest.fixture(scope="session")
@@ -35,20 +51,20 @@ def gemma3_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def qwen3moe_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+def qwen3moe_path(smollm2_path: Path) -> Path:
     """A tiny ``qwen3moe`` (3 layers, 16 experts of which 4 a token) in llama.cpp's Q4_K_M mix, with SmolLM2's
-    vocabulary (support.moe_models.tiny_qwen3moe)."""
-    from support.moe_models import MOSTLY_Q4_K_M, tiny_qwen3moe
+    vocabulary (support.moe_models.tiny_qwen3moe), kept in the test cache: llama.cpp's quantizer takes seconds."""
+    from support.moe_models import MOSTLY_Q4_K_M, cache_folder, tiny_qwen3moe
 
-    return tiny_qwen3moe(tmp_path_factory.mktemp("qwen3moe"), smollm2_path, MOSTLY_Q4_K_M)
+    return tiny_qwen3moe(cache_folder(), smollm2_path, MOSTLY_Q4_K_M)
 
 
 @pytest.fixture(scope="session")
-def qwen3moe_q8_0_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+def qwen3moe_q8_0_path(smollm2_path: Path) -> Path:
     """The same tiny ``qwen3moe`` in Q8_0 (its experts read in place where a CPU level has no repacked Q8_0)."""
-    from support.moe_models import MOSTLY_Q8_0, tiny_qwen3moe
+    from support.moe_models import MOSTLY_Q8_0, cache_folder, tiny_qwen3moe
 
-    return tiny_qwen3moe(tmp_path_factory.mktemp("qwen3moe"), smollm2_path, MOSTLY_Q8_0)
+    return tiny_qwen3moe(cache_folder(), smollm2_path, MOSTLY_Q8_0)
 
 
 @pytest.fixture(scope="session")

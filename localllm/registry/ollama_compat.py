@@ -42,7 +42,7 @@ _SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?
 GGML_F32, GGML_F16 = 0, 1
 
 #: Bumped when a translation changes, so files derived by an older one are made again.
-TRANSLATION_VERSION = 2
+TRANSLATION_VERSION = 3
 MODEL_FILE, PROJECTOR_FILE = "model.gguf", "projector.gguf"
 
 
@@ -692,6 +692,40 @@ def _llama4_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
     return projector
 
 
+#: The linears of a Gemma 4 vision block that clamp their input and output (Gemma4ClippableLinear), in the order
+#: of Ollama's packed ``v.clamp_data``: each block's, then the projection's, four floats a linear.
+GEMMA4_CLAMPED = ("attn_q", "attn_k", "attn_v", "attn_out", "ffn_gate", "ffn_up", "ffn_down")
+CLAMP_BOUNDS = ("input_min", "input_max", "output_min", "output_max")
+FLT_MAX = 3.4028234663852886e38
+
+
+def _clamp_bound(index: int) -> Callable[[bytes], bytes]:
+    """Bound ``index`` of a linear's row of four; a row of zeros is a linear Ollama had no clamp for (its table
+    is zero-filled): no bound, as llama.cpp takes a missing one."""
+    def convert(row: bytes) -> bytes:
+        values = struct.unpack("<4f", row)
+        return struct.pack("<f", values[index] if any(values) else (-FLT_MAX, FLT_MAX)[index % 2])
+
+    return convert
+
+
+def _gemma4_vision_clamps(projector: Draft, n_blocks: int) -> None:
+    """Ollama's packed ``v.clamp_data`` as the scalars llama.cpp's gemma4v reads by name beside each linear
+    (``v.blk.0.attn_q.input_min`` ...): without them libmtmd would not clamp, and images would read otherwise."""
+    packed = projector.take(("v.clamp_data",)).get("v.clamp_data")
+    if packed is None:
+        return
+    linears = [f"v.blk.{b}.{linear}" for b in range(n_blocks) for linear in GEMMA4_CLAMPED] + ["mm.input_projection"]
+    if packed.ggml_type != GGML_F32 or packed.shape != (4 * len(linears),) or len(packed.parts) != 1:
+        raise IncompatibleModel(f"its v.clamp_data has shape {list(packed.shape)} (type {packed.ggml_type}), not "
+                                f"four F32 bounds for each of {len(linears)} linears")
+    start = packed.parts[0][0]
+    for row, linear in enumerate(linears):
+        for index, bound in enumerate(CLAMP_BOUNDS):
+            name = f"{linear}.{bound}"
+            projector.tensors[name] = OutTensor(name, (1,), GGML_F32, ((start + 16 * row, 16),), _clamp_bound(index))
+
+
 def _gemma4_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
     """Gemma 4's SigLIP encoder (``gemma4v``, llama.cpp's names already) and its conformer audio encoder
     (``gemma4a``, a few leaves renamed) as one projector with both."""
@@ -707,6 +741,7 @@ def _gemma4_clip(model: Draft, tensors: dict[str, OutTensor]) -> Draft:
         projector.inject("clip.vision.image_mean", [0.0, 0.0, 0.0], ARRAY, F32)  # the encoder normalises itself
         projector.inject("clip.vision.image_std", [1.0, 1.0, 1.0], ARRAY, F32)
         promote_to_f32(projector, "v.patch_embd.weight")
+        _gemma4_vision_clamps(projector, int(model.get(model.key("vision.block_count"), 0)))
     if any(name.startswith("a.") for name in tensors):
         projector.set("clip.has_audio_encoder", True, BOOL)
         projector.set("clip.audio.projector_type", "gemma4a", STRING)

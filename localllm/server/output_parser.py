@@ -196,18 +196,23 @@ class OutputParser:
         if not self._past_leading_space() or not self._past_label(final):
             return False
         closing = self.setup.thinking_tags.closing
-        index = self._buffer.find(closing)
-        if index >= 0:
+        ends = [closing]
+        if self._calls_syntax and self.setup.format.calls_end_thinking:
+            ends += self._calls_syntax.opening
+        if first := self._first_marker(self._buffer, ends):
+            index, marker = first
             if index:
                 out.append(Thinking(self._buffer[:index].rstrip()))
-            self._buffer = self._buffer[index + len(closing):]
+            self._buffer = self._buffer[index + len(marker):]
             self._state, self._strip_leading = _CONTENT, True
             self._answered = True  # one thinking block an answer
+            if marker != closing:
+                self._enter(_CALL, marker)
             return True
         # spaces at the end wait: the block's text ends before the spaces in front of its closing tag
         keep = 0
         if not final:
-            keep = _held_suffix(self._buffer, [closing])
+            keep = _held_suffix(self._buffer, ends)
             before = self._buffer[:len(self._buffer) - keep]
             keep += len(before) - len(before.rstrip())
         ready, self._buffer = self._buffer[:len(self._buffer) - keep], self._buffer[len(self._buffer) - keep:]

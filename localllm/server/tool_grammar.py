@@ -34,13 +34,13 @@ def _prefixed(grammar: str, prefix: str) -> str:
     return "".join(f"{prefix}-{t}" if t in names else t for t in _GBNF_TOKEN.findall(grammar))
 
 
-def _forced_call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """JSON schema of one ``{"name", "arguments"}`` call to one of ``tools``."""
+def _forced_call_schema(tools: list[dict[str, Any]], keys: tuple[str, str] = ("name", "arguments")) -> dict[str, Any]:
+    """JSON schema of one ``{"name", "arguments"}`` call (``keys``: the syntax's names for the two) to one of ``tools``."""
     options = [{
         "type": "object",
-        "properties": {"name": {"const": t["function"]["name"]},
-                       "arguments": t["function"].get("parameters") or {"type": "object"}},
-        "required": ["name", "arguments"], "additionalProperties": False,
+        "properties": {keys[0]: {"const": t["function"]["name"]},
+                       keys[1]: t["function"].get("parameters") or {"type": "object"}},
+        "required": list(keys), "additionalProperties": False,
     } for t in tools]
     return options[0] if len(options) == 1 else {"oneOf": options}
 
@@ -63,6 +63,9 @@ _PARAMETER_CALLS = {
                       ("<escape>", "<escape>")),
     "lfm2": ("<|tool_call_start|>[{name}(", ")]<|tool_call_end|>", "{key}={value}", ", ", None),
     "olmo3": ("<function_calls>{name}(", ")</function_calls>", "{key}={value}", ", ", None),
+    "glimmer": ('<|start|>assistant to={name}<|message|><atem:function_calls>\n<atem:invoke name="{name}">\n',
+                "</atem:invoke>\n</atem:function_calls>", '<atem:parameter name="{key}">{value}</atem:parameter>\n', "",
+                ("", "")),
 }
 
 
@@ -104,7 +107,10 @@ _JSON_CALLS = {
     "granite": ('"<|tool_call|>" toolcall-ws "[" toolcall-ws', 'toolcall-ws "]"'),
     "mistral": ('"[TOOL_CALLS]" toolcall-ws "[" toolcall-ws', 'toolcall-ws "]"'),
     "llama3": ("", ""),  # a bare call; the lazy grammar starts at <|python_tag|>
+    "cohere": ('"<|START_ACTION|>[" toolcall-ws', 'toolcall-ws "]<|END_ACTION|>"'),
 }
+#: The JSON-object syntaxes whose calls name their two keys otherwise.
+_JSON_KEYS = {"cohere": ("tool_name", "parameters")}
 
 
 def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]]) -> str:
@@ -112,7 +118,8 @@ def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]]) -> str:
     spaces = "toolcall-ws ::= [ \\t\\n]{0,4}\n"
     if syntax.body == "json":
         opening, closing = _JSON_CALLS[syntax.name]
-        inner = _prefixed(schema_grammar(_forced_call_schema(tools)), "call")
+        inner = _prefixed(schema_grammar(_forced_call_schema(tools, _JSON_KEYS.get(syntax.name, ("name", "arguments")))),
+                          "call")
         return f"toolcall ::= {opening} call-root {closing}\n{spaces}{inner}"
     alternatives, rules = [], []
     for index, tool in enumerate(tools):

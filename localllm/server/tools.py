@@ -8,7 +8,8 @@ syntax's decoder: JSON objects ``{"name", "arguments"}`` (Hermes, Llama 3,
 Granite, Mistral's old lists), ``NAME[ARGS]{…}`` (Ministral), Qwen's XML
 ``<function=NAME><parameter=P>…``, GLM's ``<arg_key>``/``<arg_value>`` pairs,
 Gemma 4's ``call:NAME{key:<|"|>text<|"|>}`` (FunctionGemma's with ``<escape>``), DeepSeek's ``NAME<｜tool▁sep｜>{…}``,
-LFM2's Python-style ``[f(a=1)]`` (Olmo 3's one call a line) and Harmony's ``functions.NAME … <|message|>{…}``.
+LFM2's Python-style ``[f(a=1)]`` (Olmo 3's one call a line), Harmony's ``functions.NAME … <|message|>{…}``
+and Glimmer's ``NAME<|message|><atem:function_calls><atem:invoke name="NAME">…``.
 A text that does not decode whole into calls to offered tools, with object
 arguments, is no call: the caller passes it on as text.
 """
@@ -112,7 +113,8 @@ def _call(name: Any, arguments: Any, tools: Schemas) -> ToolCall | None:
 
 
 def _json_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
-    """``{"name", "arguments"|"parameters"}`` objects (or ``{"function": {…}}``), alone or in lists."""
+    """``{"name", "arguments"|"parameters"}`` objects (or ``{"function": {…}}``, or Cohere's ``{"tool_name",
+    "parameters"}``), alone or in lists."""
     values = _json_values(text)
     if not values:
         return None
@@ -123,7 +125,8 @@ def _json_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
                 item = item["function"]
             if not isinstance(item, dict):
                 return None
-            call = _call(item.get("name"), item.get("arguments", item.get("parameters", {})), tools)
+            call = _call(item.get("name", item.get("tool_name")), item.get("arguments", item.get("parameters", {})),
+                         tools)
             if call is None:
                 return None
             calls.append(call)
@@ -295,9 +298,39 @@ def _harmony_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
     return _named_json_call(recipient.group(1), arguments, tools) if found and recipient else None
 
 
+_ATEM_CALLS = re.compile(r"\s*<atem:function_calls>\s*(.*?)\s*\Z", re.DOTALL)
+_ATEM_INVOKE = re.compile(r'<atem:invoke name="([^"]*)">\n?(.*?)</atem:invoke>', re.DOTALL)
+_ATEM_PARAMETER = re.compile(r'<atem:parameter name="([^"]*)">(.*?)</atem:parameter>\n?', re.DOTALL)
+
+
+def _atem_calls(text: str, tools: Schemas) -> list[ToolCall] | None:
+    """``NAME<|message|><atem:function_calls><atem:invoke name="NAME"><atem:parameter name="P">value…`` (Glimmer):
+    the message's recipient, which its one invoke names (a ``namespace.`` before it allowed), values typed as
+    Qwen's XML is; or a bare block's invoke (its opening marker already read), in a message to the user."""
+    recipient, found, body = text.partition("<|message|>")
+    calls = _ATEM_CALLS.fullmatch(body) if found else None
+    invokes = _whole(_ATEM_INVOKE, calls.group(1) if calls else text if not found else "")
+    if not invokes or len(invokes) != 1:
+        return None
+    name = _glimmer_tool((recipient if found else invokes[0].group(1)).strip(), tools)
+    parameters = _whole(_ATEM_PARAMETER, invokes[0].group(2))
+    if name is None or _glimmer_tool(invokes[0].group(1), tools) != name or parameters is None:
+        return None
+    return _typed_arguments(name, [(p.group(1), p.group(2)) for p in parameters], tools)
+
+
+def _glimmer_tool(name: str, tools: Schemas) -> str | None:
+    """An offered tool by the name a Glimmer message gives it: its own, or under its namespace."""
+    if name in tools:
+        return name
+    namespace, _, function = name.partition(".")
+    return function if function in tools and function.split(".")[0] == namespace else None
+
+
 _DECODERS = {
     "json": _json_calls, "mistral": _mistral_calls, "qwen-xml": _qwen_xml_calls, "glm": _glm_calls,
     "gemma4": _gemma_calls('<|"|>'), "functiongemma": _gemma_calls("<escape>"), "pythonic": _pythonic_calls, "deepseek": _deepseek_calls, "harmony": _harmony_calls,
+    "atem": _atem_calls,
 }
 
 

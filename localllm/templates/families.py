@@ -50,6 +50,7 @@ class ChatFormat:
     answer_start: str = ""  # a prompt ending in this leaves it to the answer (Harmony's role header)
     # named by a Modelfile: whether a model of this format thinks (None: as its template shows)
     thinks: bool | None = None
+    calls_end_thinking: bool = False  # a call may open inside the thinking block, which it closes (Laguna)
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -80,6 +81,11 @@ LFM2_CALLS = CallSyntax("lfm2", ("<|tool_call_start|>",), "<|tool_call_end|>", "
 OLMO3_CALLS = CallSyntax("olmo3", ("<function_calls>",), "</function_calls>", "pythonic")  # one call a line
 DEEPSEEK_CALLS = CallSyntax("deepseek", ("<｜tool▁call▁begin｜>",), "<｜tool▁call▁end｜>", "deepseek",
                             wrappers=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), inner=("<｜tool▁sep｜>",))
+COHERE_CALLS = CallSyntax("cohere", ("<|START_ACTION|>",), "<|END_ACTION|>", "json")  # [{"tool_name", "parameters"}, …]
+# Glimmer: a message to the tool, ``<|start|>assistant to=NAME<|message|><atem:function_calls>…``, or the bare
+# block in a message to the user
+GLIMMER_CALLS = CallSyntax("glimmer", ("<|start|>assistant to=", "<atem:function_calls>"), "</atem:function_calls>",
+                           "atem", inner=("<|message|>",))
 # Harmony: a message to ``functions.NAME``, its recipient after the channel or in the role header.
 HARMONY_CALLS = CallSyntax("harmony", ("<|channel|>commentary to=", "<|start|>assistant to="), "<|call|>", "harmony",
                            inner=("<|start|>", "<|channel|>", "<|constrain|>", "<|message|>"))
@@ -92,6 +98,15 @@ HARMONY = ChatFormat(
     answer_start="<|start|>assistant", thinks=True,
 )
 
+# Glimmer: messages by recipient, ``to=self`` its thinking, ``to=user`` its answer
+GLIMMER = ChatFormat(
+    "glimmer", GLIMMER_CALLS,
+    thinking=ThinkingTags("<|start|>assistant to=self<|message|>", "<|eom|>"),
+    dropped=("<|start|>assistant to=user<|message|>", "<|start|>assistant<|message|>", "<|start|>assistant",
+             "<|eom|>", "<|eot|>"),
+    answer_start="<|start|>assistant", thinks=True,
+)
+
 #: Every format by its name: Ollama's ``PARSER`` names, and ours for the older syntaxes.
 FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("hermes", HERMES_CALLS),  # Qwen 2.5/3, SmolLM, Hermes: JSON in <tool_call>
@@ -101,7 +116,9 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("qwen3-vl-thinking", HERMES_CALLS, THINK, thinks=True),
     ChatFormat("qwen3-coder", QWEN_XML_CALLS, thinks=False),
     ChatFormat("qwen3.5", QWEN_XML_CALLS, THINK, thinks=True),
+    ChatFormat("ornith", QWEN_XML_CALLS, THINK, thinks=True),
     HARMONY,
+    GLIMMER,
     ChatFormat("gemma4", GEMMA4_CALLS, ThinkingTags("<|channel>", "<channel|>"), thinking_label="thought",
                thinks=True),
     ChatFormat("gemma4-no-thinking", GEMMA4_CALLS, thinks=False),
@@ -110,6 +127,12 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     ChatFormat("deepseek3", DEEPSEEK_CALLS, THINK, thinks=True),
     ChatFormat("cogito", DEEPSEEK_CALLS, THINK, thinks=True),  # Cogito v2: DeepSeek R1's calls
     ChatFormat("nemotron-3-nano", QWEN_XML_CALLS, THINK, thinks=True),
+    ChatFormat("nemotron-3.5-nano", QWEN_XML_CALLS, THINK, thinks=True),
+    ChatFormat("laguna", GLM_CALLS, THINK, thinks=True, calls_end_thinking=True),  # Poolside's: GLM's calls
+    ChatFormat("poolside-v1", GLM_CALLS, THINK, thinks=True, calls_end_thinking=True),
+    ChatFormat("cohere", COHERE_CALLS, ThinkingTags("<|START_THINKING|>", "<|END_THINKING|>"),
+               dropped=("<|START_TEXT|>", "<|END_TEXT|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+                        "<|END_OF_TURN_TOKEN|>"), thinks=True),
     ChatFormat("glm-4.7", GLM_CALLS, THINK, thinks=True),
     ChatFormat("glm-ocr", GLM_CALLS, thinks=False),
     ChatFormat("olmo3", OLMO3_CALLS, thinks=False),
@@ -128,7 +151,7 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
 RENDERERS: dict[str, str] = {
     **{name: name for name in FORMATS},
     "deepseek3.1": "deepseek3", "gemma4-small": "gemma4", "gemma4-large": "gemma4",
-    "olmo3.1": "olmo3", "olmo3-32b-think": "olmo3-think",
+    "olmo3.1": "olmo3", "olmo3-32b-think": "olmo3-think", "qwen3.8": "qwen3.5",
 }
 
 

@@ -199,7 +199,10 @@ def render_chat_prompt(
         msgs.insert(0, {"role": "system", "content": system})
     built_in = built_in_renderer(renderer)
     if built_in is not None:  # a Modelfile RENDERER we write prompts with (renderers.py)
-        return built_in(msgs, tools or [], think)
+        try:
+            return built_in(msgs, tools or [], think)
+        except ValueError as exc:  # a conversation the renderer's format cannot hold
+            raise PromptError(str(exc)) from None
     if model_template:
         return render_ollama_template(model_template, messages=msgs, tools=tools, think=think)
     if gguf_chat_template:

@@ -9,12 +9,13 @@ names choose only the output format (``families.RENDERERS``), and the model's
 template writes the prompt.
 
 Built in (as Ollama writes them, checked against the cases of Ollama's own
-``*_test.go``): ``qwen3-coder`` and ``qwen3.5`` (ChatML, calls as
+``*_test.go``): ``qwen3-coder`` and ``qwen3.5`` / ``ornith`` / ``qwen3.8`` (ChatML, calls as
 ``<tool_call><function=NAME><parameter=P>`` XML), ``qwen3-vl-instruct`` /
 ``qwen3-vl-thinking`` (ChatML, Hermes JSON calls), ``deepseek3.1`` and
 ``cogito`` (DeepSeek's full-width tokens), ``glm-4.7`` and ``glm-ocr`` (``<arg_key>`` pairs),
-``lfm2`` / ``lfm2-thinking`` (Python-list calls), ``nemotron-3-nano``
-(Qwen XML calls, ``/think`` switches), ``olmo3`` / ``olmo3.1`` /
+``lfm2`` / ``lfm2-thinking`` (Python-list calls), ``nemotron-3-nano`` / ``nemotron-3.5-nano``
+(Qwen XML calls), ``laguna`` / ``poolside-v1`` (Poolside's, ``<arg_key>`` calls), ``cohere`` (Command A's
+``<|START_ACTION|>`` JSON), ``glimmer`` (messages by recipient, ``<atem:invoke>`` calls), ``olmo3`` / ``olmo3.1`` /
 ``olmo3-think`` / ``olmo3-32b-think``, and ``gemma4`` / ``gemma4-small`` /
 ``gemma4-large`` (Gemma 4's ``<|"|>``-quoted notation), ``functiongemma`` (the same
 with ``<escape>``). Tools are written as Go
@@ -24,6 +25,7 @@ escapes them. Images are not marked in these prompts.
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable
 from typing import Any
@@ -122,11 +124,13 @@ def _calls(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return calls
 
 
-def _tool_result(out: list[str], messages: list[dict[str, Any]], i: int) -> None:
-    """Consecutive tool results share one user turn, each in its ``<tool_response>``."""
+def _tool_result(out: list[str], messages: list[dict[str, Any]], i: int, content: str | None = None) -> None:
+    """Consecutive tool results share one user turn, each in its ``<tool_response>`` (``content``: the result's
+    text as the renderer shapes it, else as sent)."""
     if i == 0 or messages[i - 1]["role"] != "tool":
         out.append(START + "user")
-    out.append("\n<tool_response>\n" + messages[i].get("content", "") + "\n</tool_response>")
+    out.append("\n<tool_response>\n" + (messages[i].get("content", "") if content is None else content)
+               + "\n</tool_response>")
     if i == len(messages) - 1 or messages[i + 1]["role"] != "tool":
         out.append(END + "\n")
 
@@ -194,55 +198,103 @@ def _extra_keys(spec: dict[str, Any], handled: tuple[str, ...]) -> str:
     return "".join(parts)
 
 
-def _qwen35(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
-    thinking = True if think is None else bool(think)
-    out: list[str] = []
-    first_system = messages[0].get("content", "").strip() if messages and messages[0]["role"] == "system" else None
-    if tools:
-        out.append(START + "system\n# Tools\n\nYou have access to the following functions:\n\n<tools>")
-        out.extend("\n" + json.dumps(tool, ensure_ascii=False) for tool in tools)
-        out.append("\n</tools>\n\n" + QWEN_CALL_FORMAT)
-        if first_system:
-            out.append("\n\n" + first_system)
-        out.append(END + "\n")
-    elif first_system is not None:
-        out.append(START + "system\n" + first_system + END + "\n")
-    last_query = _last_query(messages, strip=True)
-    for i, message in enumerate(messages):
-        content = message.get("content", "").strip()
-        last = i == len(messages) - 1
-        prefill = last and message["role"] == "assistant"
-        if message["role"] == "user" or (message["role"] == "system" and i != 0):
-            out.append(START + message["role"] + "\n" + content + END + "\n")
-        elif message["role"] == "assistant":
-            if thinking and i > last_query:  # this turn's own reasoning goes back in, older turns' does not
-                reasoning = (message.get("thinking") or "").strip()
-                out.append(START + "assistant\n<think>\n" + reasoning + "\n</think>\n\n" + content)
-            else:
-                out.append(START + "assistant\n" + content)
-            for j, (name, arguments) in enumerate(_calls(message)):
-                out.append(("\n\n" if content else "") if j == 0 else "\n")
-                out.append("<tool_call>\n<function=" + name + ">\n")
-                out.extend(f"<parameter={key}>\n{_argument(value)}\n</parameter>\n" for key, value in arguments.items())
-                out.append("</function>\n</tool_call>")
-            if not prefill:
-                out.append(END + "\n")
-        elif message["role"] == "tool":
-            _tool_result(out, messages, i)
-        if last and not prefill:
-            out.append(START + "assistant\n" + ("<think>\n" if thinking else "<think>\n\n</think>\n\n"))
-    return "".join(out)
+QWEN38_XHIGH = ("Reasoning effort is set to xhigh. Please think carefully through the task, validate key assumptions, "
+                "consider plausible alternatives, and prioritize correctness, consistency, and clarity in the final "
+                "answer.")
+QWEN38_LOW = ("Reasoning effort is set to low. Keep your thinking brief and focused, moving directly to the conclusion "
+              "without unnecessary elaboration.")
 
 
-def _last_query(messages: list[dict[str, Any]], strip: bool) -> int:
-    """The last user message that is not tool output (the turn whose reasoning Qwen keeps)."""
+def _qwen38_instructions(think: Think) -> str:
+    """Qwen3.8's effort sentence in its system turn: xhigh unless asked (``true`` is Ollama's "medium": none)."""
+    if think is None or think == "high":
+        return QWEN38_XHIGH
+    return QWEN38_LOW if think == "low" else ""
+
+
+def _qwen38_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Qwen3.8 takes one leading system turn: every system message folds into it, in order. A conversation
+    without a user query (only tool results) is refused, as Ollama refuses it."""
+    systems = [m for m in messages if m["role"] == "system"]
+    if len(systems) > 1 or (systems and messages[0]["role"] != "system"):
+        joined = "\n\n".join(text for m in systems if (text := m.get("content", "").strip()))
+        messages = [{"role": "system", "content": joined}, *(m for m in messages if m["role"] != "system")]
+    if _last_query(messages, strip=True, found_only=True) < 0:
+        raise ValueError("no user query found in messages")
+    return messages
+
+
+def _qwen35_reasoning(content: str, thinking: str, block: bool, from_content: bool) -> tuple[str, str]:
+    """An assistant turn's reasoning and answer: its ``thinking`` when the turn's block is written, else (older
+    Qwen 3.5 turns) the text before a ``</think>`` in its content, taken out of the answer."""
+    if block and thinking:
+        return thinking.strip(), content
+    if not from_content or (end := content.find("</think>")) < 0:
+        return "", content
+    before = content[:end]
+    opening = before.rfind("<think>")
+    reasoning = before[opening + len("<think>"):] if opening >= 0 else before
+    return reasoning.strip(), content[end + len("</think>"):].lstrip("\n")
+
+
+def _qwen35(always_think_block: bool = False, qwen38: bool = False) -> Renderer:
+    """Qwen 3.5 (and its kin: ``ornith`` writes every assistant turn's think block, ``qwen3.8`` also states the
+    reasoning effort in the system turn): ChatML, XML calls, an open ``<think>`` (an empty block when not thinking)."""
+    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+        if qwen38:
+            messages = _qwen38_messages(messages)
+        thinking = True if think is None else bool(think)
+        instructions = _qwen38_instructions(think) if qwen38 else ""
+        out: list[str] = []
+        system = messages[0].get("content", "").strip() if messages and messages[0]["role"] == "system" else None
+        if tools:
+            out.append(START + "system\n" + (instructions + "\n\n" if instructions else "")
+                       + "# Tools\n\nYou have access to the following functions:\n\n<tools>")
+            out.extend("\n" + _compact(_go_tool(tool), spaced=True) for tool in tools)
+            out.append("\n</tools>\n\n" + QWEN_CALL_FORMAT + ("\n\n" + system if system else "") + END + "\n")
+        elif system is not None and (not qwen38 or system or instructions):
+            out.append(START + "system\n" + instructions + ("\n\n" if instructions and system else "") + system
+                       + END + "\n")
+        elif instructions:
+            out.append(START + "system\n" + instructions + END + "\n")
+        last_query = _last_query(messages, strip=True)
+        for i, message in enumerate(messages):
+            content = message.get("content", "").strip()
+            last = i == len(messages) - 1
+            prefill = last and message["role"] == "assistant"
+            if message["role"] == "user" or (message["role"] == "system" and i != 0):
+                out.append(START + message["role"] + "\n" + content + END + "\n")
+            elif message["role"] == "assistant":
+                block = always_think_block or (thinking and i > last_query)  # older turns' reasoning is left out
+                reasoning, content = _qwen35_reasoning(content, message.get("thinking") or "", block, not qwen38)
+                out.append(START + "assistant\n" + ("<think>\n" + reasoning + "\n</think>\n\n" if block else "")
+                           + content)
+                for j, (name, arguments) in enumerate(_calls(message)):
+                    out.append(("\n\n" if content.strip() else "") if j == 0 else "\n")
+                    out.append("<tool_call>\n<function=" + name + ">\n")
+                    out.extend(f"<parameter={key}>\n{_argument(value)}\n</parameter>\n"
+                               for key, value in arguments.items())
+                    out.append("</function>\n</tool_call>")
+                if not prefill:
+                    out.append(END + "\n")
+            elif message["role"] == "tool":
+                _tool_result(out, messages, i, content)
+            if last and not prefill:
+                out.append(START + "assistant\n" + ("<think>\n" if thinking else "<think>\n\n</think>\n\n"))
+        return "".join(out)
+    return render
+
+
+def _last_query(messages: list[dict[str, Any]], strip: bool, found_only: bool = False) -> int:
+    """The last user message that is not tool output (the turn whose reasoning Qwen keeps); without one, the
+    last message (-1 when ``found_only``)."""
     for i in range(len(messages) - 1, -1, -1):
         content = messages[i].get("content", "")
         content = content.strip() if strip else content
         if messages[i]["role"] == "user" and not (content.startswith("<tool_response>")
                                                   and content.endswith("</tool_response>")):
             return i
-    return len(messages) - 1
+    return -1 if found_only else len(messages) - 1
 
 
 QWEN_VL_TOOLS = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -824,61 +876,70 @@ def _strip_think_toggles(text: str) -> str:
         "<_end_think>", "</think>")
 
 
-def _nemotron3_nano(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+def _nemotron(v35: bool) -> Renderer:
     """Nemotron 3 Nano: Qwen-style XML calls, an empty ``<think></think>`` marking turns without reasoning, and
-    ``/think`` or ``/no_think`` in a user or system message overriding the request."""
-    thinking = think is None or bool(think)
-    for message in messages:
-        if message["role"] in ("user", "system"):
+    ``/think`` or ``/no_think`` in a user or system message overriding the request. Nemotron 3.5 (``v35``): only
+    the request decides, messages pass unaltered, an assistant's reasoning closes without a newline, and
+    ``think: "medium"`` asks for efficient reasoning at the last user message."""
+    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+        thinking = think is None or bool(think)
+        for message in messages if not v35 else ():
+            if message["role"] in ("user", "system"):
+                content = message.get("content", "")
+                if "/think" in content.replace("</think>", ""):
+                    thinking = True
+                elif "/no_think" in content:
+                    thinking = False
+        has_system = bool(messages) and messages[0]["role"] == "system"
+        system = messages[0].get("content", "") if has_system else ""
+        system = system if v35 else _strip_think_toggles(system)
+        turns = messages[1:] if has_system else messages
+        last_user = max((i for i, m in enumerate(turns) if m["role"] == "user"), default=-1)
+        out = [START + "system\n" + system + ("\n\n" if system and tools else "")
+               + (_nemotron_tools(tools) if tools else "") + END + "\n"]
+        for i, message in enumerate(turns):
             content = message.get("content", "")
-            if "/think" in content.replace("</think>", ""):
-                thinking = True
-            elif "/no_think" in content:
-                thinking = False
-    has_system = bool(messages) and messages[0]["role"] == "system"
-    system = _strip_think_toggles(messages[0].get("content", "")) if has_system else ""
-    turns = messages[1:] if has_system else messages
-    last_user = max((i for i, m in enumerate(turns) if m["role"] == "user"), default=-1)
-    out = [START + "system\n" + system + ("\n\n" if system and tools else "")
-           + (_nemotron_tools(tools) if tools else "") + END + "\n"]
-    for i, message in enumerate(turns):
-        content = message.get("content", "")
-        if message["role"] == "assistant":
-            if message.get("thinking"):
-                content = "<think>\n" + message["thinking"] + "\n</think>\n" + content
-            elif "<think>" not in content and "</think>" not in content:
-                content = "<think></think>" + content
-            older = i < last_user
-            if message.get("tool_calls"):
-                if not content.strip():
-                    content = "<think></think>"
-                elif older:
-                    kept = (content.split("</think>")[-1] if "</think>" in content
-                            else content.split("<think>")[0] if "<think>" in content else content)
-                    content = ("<think></think>" + kept.strip()).strip() + "\n"
+            if message["role"] == "assistant":
+                if message.get("thinking"):
+                    content = "<think>\n" + message["thinking"] + ("</think>" if v35 else "\n</think>\n") + content
+                elif "<think>" not in content and "</think>" not in content:
+                    content = "<think></think>" + content
+                older = i < last_user
+                if message.get("tool_calls"):
+                    if not content.strip():
+                        content = "<think></think>"
+                    elif older:
+                        kept = (content.split("</think>")[-1] if "</think>" in content
+                                else content.split("<think>")[0] if "<think>" in content else content)
+                        content = ("<think></think>" + kept.strip()).strip() + "\n"
+                    else:
+                        content = content.strip() + "\n"
+                    out.append(START + "assistant\n" + content)
+                    for name, arguments in _calls(message):
+                        out.append("<tool_call>\n<function=" + name + ">\n" + "".join(
+                            f"<parameter={key}>\n{_nemotron_value(value)}\n</parameter>\n"
+                            for key, value in arguments.items()) + "</function>\n</tool_call>\n")
+                    out.append(END + "\n")
                 else:
-                    content = content.strip() + "\n"
-                out.append(START + "assistant\n" + content)
-                for name, arguments in _calls(message):
-                    out.append("<tool_call>\n<function=" + name + ">\n" + "".join(
-                        f"<parameter={key}>\n{_nemotron_value(value)}\n</parameter>\n"
-                        for key, value in arguments.items()) + "</function>\n</tool_call>\n")
-                out.append(END + "\n")
+                    if older and "<think>" in content and "</think>" in content:
+                        content = "<think></think>" + content.split("</think>")[-1]
+                    out.append(START + "assistant\n" + content.strip() + END + "\n")
+            elif message["role"] in ("user", "system"):
+                if not v35:
+                    content = _strip_think_toggles(content).strip()
+                elif message["role"] == "user" and i == last_user and think == "medium":
+                    content += "\n\n{reasoning effort: efficient}"
+                out.append(START + message["role"] + "\n" + content + END + "\n")
+            elif message["role"] == "tool":
+                if i > 0 and turns[i - 1]["role"] != "tool":
+                    out.append(START + "user\n")
+                out.append("<tool_response>\n" + content + "\n</tool_response>\n")
+                if not (i + 1 < len(turns) and turns[i + 1]["role"] == "tool"):
+                    out.append(END + "\n")
             else:
-                if older and "<think>" in content and "</think>" in content:
-                    content = "<think></think>" + content.split("</think>")[-1]
-                out.append(START + "assistant\n" + content.strip() + END + "\n")
-        elif message["role"] in ("user", "system"):
-            out.append(START + message["role"] + "\n" + _strip_think_toggles(content).strip() + END + "\n")
-        elif message["role"] == "tool":
-            if i > 0 and turns[i - 1]["role"] != "tool":
-                out.append(START + "user\n")
-            out.append("<tool_response>\n" + content + "\n</tool_response>\n")
-            if not (i + 1 < len(turns) and turns[i + 1]["role"] == "tool"):
-                out.append(END + "\n")
-        else:
-            out.append(START + message["role"] + "\n" + content + END + "\n")
-    return "".join(out) + START + "assistant\n" + ("<think>\n" if thinking else "<think></think>")
+                out.append(START + message["role"] + "\n" + content + END + "\n")
+        return "".join(out) + START + "assistant\n" + ("<think>\n" if thinking else "<think></think>")
+    return render
 
 
 FUNCTIONGEMMA_QUOTE = "<escape>"
@@ -961,17 +1022,305 @@ def _functiongemma(messages: list[dict[str, Any]], tools: list[dict[str, Any]], 
     return "".join(out)
 
 
+LAGUNA_BOS = "〈|EOS|〉"
+LAGUNA_SYSTEM = ("You are a helpful, conversationally-fluent assistant made by Poolside. You are here to be helpful to "
+                 "users through natural language conversations.")
+LAGUNA_TOOLS = ("### Tools\n\nYou may call functions to assist with the user query.\n"
+                "All available function signatures are listed below:\n<available_tools>\n")
+LAGUNA_CALL_FORMAT = ("For each function call, return an unescaped XML-like object with function name and arguments "
+                      "within '<tool_call>' and '</tool_call>' tags, like here:\n")
+
+
+def _laguna_value(value: Any) -> str:
+    """A call argument as Laguna's template writes it: strings raw, everything else spaced JSON."""
+    return value if isinstance(value, str) else _compact(value, spaced=True)
+
+
+def _laguna_tools(tools: list[dict[str, Any]]) -> str:
+    return LAGUNA_TOOLS + "".join(_compact(_go_tool(tool), spaced=True) + "\n" for tool in tools) + "</available_tools>"
+
+
+def _laguna_turn(content: str, reasoning: str) -> tuple[str, str]:
+    """An assistant turn's answer and reasoning: a ``<think>…</think>`` in its content gives the reasoning when
+    the message has none, and is taken out of the answer."""
+    parts = content.split("</think>")
+    if len(parts) == 1:
+        return content, reasoning
+    if not reasoning:
+        before = parts[0].rstrip("\n")
+        if (opening := before.rfind("<think>")) >= 0:
+            before = before[opening + len("<think>"):]
+        reasoning = before.lstrip("\n")
+    return parts[-1].lstrip("\n"), reasoning
+
+
+def _laguna(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """Poolside's Laguna: ``<system>``/``<user>``/``<assistant>`` blocks, GLM-style ``<arg_key>`` calls, and
+    thinking only when asked (the answer opens with ``<think>``, else with ``</think>``)."""
+    thinking = bool(think)
+    has_system = bool(messages) and messages[0]["role"] == "system"
+    system = messages[0].get("content", "") if has_system else LAGUNA_SYSTEM
+    out = [LAGUNA_BOS]
+    if system.strip() or tools:
+        out.append("<system>\n" + ("\n" + system.rstrip() if system.strip() else ""))
+        if tools:
+            out.append("\n\n" + _laguna_tools(tools) + "\n\n")
+            out.append("Wrap your thinking in '<think>', '</think>' tags, followed by a function call. " + LAGUNA_CALL_FORMAT
+                       + "<think> your thoughts here </think>\n" if thinking else LAGUNA_CALL_FORMAT)
+            out.append("<tool_call>function-name\n<arg_key>argument-key</arg_key>\n"
+                       "<arg_value>value-of-argument-key</arg_value>\n</tool_call>")
+        out.append("\n</system>\n")
+    for i, message in enumerate(messages[1:] if has_system else messages, start=int(has_system)):
+        role, content = message["role"], message.get("content", "")
+        if role == "assistant":
+            content, reasoning = _laguna_turn(content, message.get("thinking") or "")
+            prefill = i == len(messages) - 1 and bool(content.strip() or reasoning.strip() or message.get("tool_calls"))
+            out.append("<assistant>\n" + ("<think>\n" + reasoning.strip() + "\n</think>\n" if reasoning.strip()
+                                          else "</think>\n") + (content.strip() + "\n" if content.strip() else ""))
+            out.extend("<tool_call>" + name + "\n" + "".join(
+                f"<arg_key>{key}</arg_key>\n<arg_value>{_laguna_value(value)}</arg_value>\n"
+                for key, value in arguments.items()) + "</tool_call>\n" for name, arguments in _calls(message))
+            out.append("" if prefill else "</assistant>\n")
+        else:
+            tag = "tool_response" if role == "tool" else role
+            out.append(f"<{tag}>\n{content}\n</{tag}>\n")
+    if not messages or messages[-1]["role"] != "assistant":
+        out.append("<assistant>\n" + ("<think>" if thinking else "</think>"))
+    return "".join(out)
+
+
+def _poolside_v1(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """Laguna's later template (Ollama's ``poolside-v1``): the same blocks without newlines, every assistant turn
+    opening with its reasoning in ``<think>…</think>`` when thinking, else with ``</think>``."""
+    thinking = bool(think)
+    has_system = bool(messages) and messages[0]["role"] == "system"
+    system = messages[0].get("content", "") if has_system else LAGUNA_SYSTEM
+    out = [LAGUNA_BOS]
+    if system.strip() or tools or thinking:
+        out.append("<system>" + (system.rstrip() + ("\n\n" if tools else "") if system.strip() else "")
+                   + (_laguna_tools(tools) if tools else "") + "</system>\n")
+    for message in messages[1:] if has_system else messages:
+        role, content = message["role"], message.get("content", "")
+        if role == "assistant":
+            out.append("<assistant>" + ("<think>" + (message.get("thinking") or "") + "</think>" if thinking
+                                        else "</think>") + content)
+            out.extend("<tool_call>" + name + "".join(
+                f"<arg_key>{key}</arg_key><arg_value>{_laguna_value(value)}</arg_value>"
+                for key, value in arguments.items()) + "</tool_call>" for name, arguments in _calls(message))
+            out.append("</assistant>\n")
+        else:
+            tag = "tool_response" if role == "tool" else role
+            out.append(f"<{tag}>{content}</{tag}>\n")
+    return "".join(out) + "<assistant>" + ("<think>" if thinking else "</think>")
+
+
+COHERE_TURN = "<|START_OF_TURN_TOKEN|>"
+COHERE_END = "<|END_OF_TURN_TOKEN|>"
+
+
+def _cohere_tools(tools: list[dict[str, Any]]) -> str:
+    """The "Available Tools" JSON list, with the whitespace Cohere's template leaves (also when empty)."""
+    entries = []
+    for tool in tools:
+        function = _go_tool(tool)["function"]
+        entries.append('\n    {"name": ' + _compact(function["name"]) + ', "description": '
+                       + _compact(function.get("description", "")) + ', "parameters": '
+                       + _compact(function["parameters"], spaced=True) + ', "responses": null}')
+    return "# Available Tools\n```json\n[\n" + (",\n\n".join(entries) + "\n\n" if entries else "\n\n") + "\n]\n```"
+
+
+def _cohere(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """Cohere North / Command A (2026): a system turn with the tools, ``<|START_TEXT|>`` bodies,
+    ``<|START_THINKING|>`` reasoning, ``<|START_ACTION|>`` JSON calls whose ids are renumbered across the
+    conversation, and results in ``<|START_TOOL_RESULT|>``; reasoning is on unless ``think`` is false."""
+    reasoning = think is None or bool(think)
+    has_system = bool(messages) and messages[0]["role"] == "system"
+    rest = messages[1:] if has_system else messages
+    out = [COHERE_TURN + "<|SYSTEM_TOKEN|><|START_TEXT|>"]
+    if has_system and messages[0].get("content"):
+        out.append(messages[0]["content"] + "\n\n\n\n")
+    out.append(_cohere_tools(tools) + "<|END_TEXT|>" + COHERE_END)
+    numbers: dict[str, str] = {}  # a call's id -> its number in the prompt
+    calls_written = 0
+    prefill = False
+    i = 0
+    while i < len(rest):
+        message = rest[i]
+        role, content = message["role"], message.get("content", "")
+        if role in ("system", "user"):
+            out.append(COHERE_TURN + ("<|SYSTEM_TOKEN|>" if role == "system" else "<|USER_TOKEN|>") + "<|START_TEXT|>"
+                       + content + "<|END_TEXT|>" + COHERE_END)
+        elif role == "assistant":
+            thought = ("<|START_THINKING|>" + message["thinking"] + "<|END_THINKING|>") if message.get("thinking") else ""
+            out.append(COHERE_TURN + "<|CHATBOT_TOKEN|>")
+            if message.get("tool_calls"):
+                written = []
+                for call in message["tool_calls"]:
+                    number = str(calls_written)
+                    calls_written += 1
+                    if call.get("id"):
+                        numbers.setdefault(call["id"], number)
+                    function = call.get("function", {})
+                    arguments = function.get("arguments") if isinstance(function.get("arguments"), dict) else {}
+                    written.append('\n\n    {"tool_call_id": "' + number + '", "tool_name": "' + str(function.get("name", ""))
+                                   + '", "parameters": ' + _compact(arguments, spaced=True) + "}")
+                out.append("\n            \n                " + thought + "<|START_ACTION|>[" + ",".join(written)
+                           + "\n\n]<|END_ACTION|>" + COHERE_END)
+            else:
+                out.append(thought + "<|START_TEXT|>" + content)
+                prefill = i == len(rest) - 1  # the answer goes on in place
+                out.append("" if prefill else "<|END_TEXT|>" + COHERE_END)
+        elif role == "tool":  # consecutive results share one turn
+            results = [message]
+            while i + 1 < len(rest) and rest[i + 1]["role"] == "tool":
+                i += 1
+                results.append(rest[i])
+            out.append(COHERE_TURN + "<|SYSTEM_TOKEN|><|START_TOOL_RESULT|>[" + ",".join(
+                '\n    {\n        "tool_call_id": "' + numbers.get(r.get("tool_call_id") or "", r.get("tool_call_id") or "")
+                + '",\n        "results": {\n\n            \n            "0": '
+                + _compact({"content": r.get("content", "")}, spaced=True)
+                + '\n\n        },\n        "is_error": null\n    }' for r in results)
+                + "\n\n]<|END_TOOL_RESULT|>" + COHERE_END)
+        i += 1
+    if not prefill:
+        out.append(COHERE_TURN + "<|CHATBOT_TOKEN|><|START_THINKING|>" + ("" if reasoning else "<|END_THINKING|>"))
+    return "".join(out)
+
+
+GLIMMER_BOS = "<|begin_of_text|>"
+GLIMMER_SYSTEM = "You are a helpful AI assistant."
+GLIMMER_CUTOFF = "2026-01-04"
+GLIMMER_TOOLS = """In this environment you have access to a set of tools you can use to answer the user's question.
+
+You can invoke a function by writing a "<atem:function_calls>" block like the following:
+<atem:function_calls>
+<atem:invoke name="$FUNCTION_NAME">
+<atem:parameter name="$PARAMETER_NAME">$PARAMETER_VALUE</atem:parameter>
+...
+</atem:invoke>
+</atem:function_calls>
+
+String and scalar parameters should be specified as is, while lists and objects should use JSON format. Note that \
+spaces for string values are not stripped. The output is not expected to be valid XML and is parsed with regular \
+expressions.
+Here are the functions available in JSONSchema format:
+// Tool metadata
+"""
+GLIMMER_TOOLS_EXAMPLE = """
+
+Here's an example of how to call a function in the tool set:
+(If the tool namespace is not specified, invoke the function directly as `example_function_name` rather than \
+`example_tool_name.example_function_name`)
+
+to=example_tool_name.example_function_name
+
+<atem:function_calls>
+<atem:invoke name="example_tool_name.example_function_name">
+<atem:parameter name="example_parameter_1">value_1</atem:parameter>
+<atem:parameter name="example_parameter_2">This is the value for the second parameter
+that can span
+"multiple" lines
+</atem:parameter>
+</atem:invoke>
+</atem:function_calls>"""
+
+
+def _glimmer_json(value: Any) -> str:
+    """Transformers' ``tojson``: spaced, nothing escaped but what JSON must."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _glimmer_value(value: Any) -> str:
+    """A call argument as Glimmer's template writes it: lists and objects as JSON, the rest as Go prints it."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (dict, list)):
+        return _glimmer_json(value)
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _glimmer_namespaces(tools: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(str(_function(tool).get("name", "")).split(".")[0] for tool in tools))
+
+
+def _glimmer_system(content: str, tools: list[dict[str, Any]], strength: str, default: bool) -> str:
+    """A system turn: its text (the default one with the knowledge cutoff and today's date), the reasoning
+    strength unless the text states one, the tools, and the valid recipients."""
+    if not default:
+        for old, new in (("Reasoning effort", "Reasoning strength"), ("Reasoning Effort", "Reasoning Strength"),
+                         ("reasoning effort", "reasoning strength"), ("REASONING EFFORT", "REASONING STRENGTH")):
+            content = content.replace(old, new)
+    out = ["<|start|>system<|message|>" + content]
+    if default:
+        out.append(f"\nKnowledge cutoff: {GLIMMER_CUTOFF}.\nCurrent date: {datetime.date.today().isoformat()}.")
+    if default or "reasoning strength" not in content.lower():
+        out.append(f"\n\nReasoning strength: {strength}.")
+    if tools:
+        out.append("\n\n" + GLIMMER_TOOLS + "".join('{"name": ' + _glimmer_json(ns) + ', "description": ""}\n'
+                                                     for ns in _glimmer_namespaces(tools)) + "// Function schemas")
+        for tool in tools:
+            function = _go_tool(tool)["function"]
+            out.append('\n{"name": ' + _glimmer_json(function["name"]) + ', "description": '
+                       + _glimmer_json(function.get("description", "")) + ', "parameters": '
+                       + _glimmer_json(function["parameters"]) + "}")
+        out.append(GLIMMER_TOOLS_EXAMPLE)
+    out.append('\n\n# Valid recipients: "self"' + "".join(f', "{ns}.*"' for ns in _glimmer_namespaces(tools))
+               + ', "user".<|eot|>')
+    return "".join(out)
+
+
+def _glimmer_call(name: str, arguments: dict[str, Any]) -> str:
+    return ('<atem:function_calls>\n<atem:invoke name="' + name + '">\n' + "".join(
+        f'<atem:parameter name="{key}">{_glimmer_value(value)}</atem:parameter>\n' for key, value in arguments.items())
+        + "</atem:invoke>\n</atem:function_calls>")
+
+
+def _glimmer(messages: list[dict[str, Any]], tools: list[dict[str, Any]], think: Think) -> str:
+    """Glimmer: Harmony-like messages addressed by recipient (``to=self`` thinking, ``to=user`` answers,
+    ``to=TOOL`` calls as ``<atem:function_calls>`` XML); ``think`` sets the system turn's reasoning strength."""
+    strength = "high" if think is None or think is True else think if think else "none"
+    out = [GLIMMER_BOS]
+    if not any(m["role"] == "system" for m in messages):
+        out.append(_glimmer_system(GLIMMER_SYSTEM, tools, strength, default=True))
+    names = {call["id"]: call.get("function", {}).get("name", "") for m in messages
+             for call in m.get("tool_calls") or [] if call.get("id")}
+    for i, message in enumerate(messages):
+        role, content = message["role"], message.get("content", "")
+        same_role_next = i + 1 < len(messages) and messages[i + 1]["role"] == role
+        if role == "system":
+            out.append(_glimmer_system(content, tools, strength, default=False))
+        elif role == "user":
+            out.append("<|start|>user<|message|>" + content + "<|eot|>")
+        elif role == "tool":
+            name = message.get("tool_name") or names.get(message.get("tool_call_id") or "",
+                                                         message.get("tool_call_id") or "")
+            out.append(f'<|start|>tool {name}<|message|><tool_output name="{name}">\n{content}\n</tool_output><|eot|>')
+        elif role == "assistant":
+            if message.get("thinking"):
+                out.append("<|start|>assistant to=self<|message|>" + message["thinking"] + "<|eom|>")
+            calls = _calls(message)
+            for j, (name, arguments) in enumerate(calls):
+                last_call = j == len(calls) - 1
+                out.append(f"<|start|>assistant to={name}<|message|>" + _glimmer_call(name, arguments)
+                           + ("<|eom|>" if not last_call or same_role_next else "<|eot|>"))
+            if not calls and (content or not message.get("thinking")):
+                out.append("<|start|>assistant to=user<|message|>" + content + "<|eot|>")
+    return "".join(out) + "<|start|>assistant"
+
+
 #: Ollama's renderer names that we render built in.
 BUILT_IN: dict[str, Renderer] = {
-    "qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35,
+    "qwen3-coder": _qwen3_coder, "qwen3.5": _qwen35(), "ornith": _qwen35(always_think_block=True),
+    "qwen3.8": _qwen35(always_think_block=True, qwen38=True),
     "gemma4": _gemma4(False), "gemma4-small": _gemma4(False), "gemma4-large": _gemma4(True),
     "qwen3-vl-instruct": _qwen3_vl(thinks=False), "qwen3-vl-thinking": _qwen3_vl(thinks=True),
     "deepseek3.1": _deepseek31, "cogito": _cogito, "glm-4.7": _glm47, "glm-ocr": _glm_ocr,
     "olmo3": _olmo3(OLMO3_SYSTEM), "olmo3.1": _olmo3(OLMO31_SYSTEM),
-    "functiongemma": _functiongemma, "nemotron-3-nano": _nemotron3_nano,
+    "functiongemma": _functiongemma, "nemotron-3-nano": _nemotron(v35=False), "nemotron-3.5-nano": _nemotron(v35=True),
     "lfm2": _lfm2(thinks=False), "lfm2-thinking": _lfm2(thinks=True),
     "olmo3-think": _olmo3_think(OLMO31_SYSTEM.rstrip()),
     "olmo3-32b-think": _olmo3_think("You are a helpful AI assistant."),
+    "laguna": _laguna, "poolside-v1": _poolside_v1, "cohere": _cohere, "glimmer": _glimmer,
 }
 
 

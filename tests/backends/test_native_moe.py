@@ -20,7 +20,8 @@ from localllm.backends.native.lib import NativeError
 from localllm.backends.native.model import NativeWeights, native_support
 from support.arch_models import byte_vocabulary
 from support.gguf_builders import F32
-from support.moe_models import MOSTLY_Q4_K_M, MOSTLY_Q8_0, TINY, MoeShape, qwen3moe_model, tiny_qwen3moe
+from support.moe_models import (MOSTLY_Q4_K_M, MOSTLY_Q8_0, TINY, MoeShape, cache_folder, qwen3moe_model,
+                                tiny_qwen3moe)
 from support.native import Side, against_llama_cpp, assert_matches_llama_cpp, cosine
 
 PROMPT = "The lighthouse keeper climbed the stairs every evening and"
@@ -31,8 +32,8 @@ MODELS = {  # id: (llama_ftype, shape)
 
 
 @pytest.fixture(scope="module")
-def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("moe")
+def moe_dir() -> Path:
+    return cache_folder()  # llama.cpp's quantizer takes seconds over them: kept from one run to the next
 
 
 @pytest.fixture(scope="module")

@@ -343,3 +343,41 @@ def test_an_embedded_encoder_becomes_the_upstream_mmproj_and_sees_images_alike(t
     assert np.array_equal(ours, arch_models.libmtmd_logits(model, mmproj, "look <__media__> here", image, side, side))
     other = bytes(255 - b for b in image)
     assert not np.allclose(ours, arch_models.libmtmd_logits(files.model, files.projector, "look <__media__> here", other, side, side))
+
+
+def test_gemma4s_audio_encoder_inside_becomes_the_upstream_mmproj_and_hears_alike(tmp_path):
+    """Ollama's gemma4 file with the conformer audio encoder beside the vision encoder: the translated projector
+    is the upstream mmproj holding both (Ollama's audio leaf names renamed, the audio keys as ``clip.audio.*``),
+    and libmtmd's logits after an audio clip are the same through either pair, and others for another clip."""
+    from support.audio import chirp, tone, wav
+
+    model, mmproj, one = arch_models.gemma4_hearing(tmp_path)
+    files = translated(tmp_path, one)
+    assert tensors_of(files.model) == tensors_of(model) and fields_of(files.model) == fields_of(model)
+    assert tensors_of(files.projector) == tensors_of(mmproj) and fields_of(files.projector) == fields_of(mmproj)
+    low, sweep = wav(tone(300, 0.6)), wav(chirp(200, 4000, 0.6))
+    ours = arch_models.libmtmd_logits(files.model, files.projector, "<__media__>listen", media_file=low)
+    assert np.array_equal(ours, arch_models.libmtmd_logits(model, mmproj, "<__media__>listen", media_file=low))
+    assert not np.allclose(ours, arch_models.libmtmd_logits(files.model, files.projector, "<__media__>listen",
+                                                             media_file=sweep))
+
+
+def test_gemma4s_packed_vision_clamps_become_llama_cpps_scalars(tmp_path):
+    """Ollama's ``v.clamp_data`` (four bounds a linear, each vision block's seven linears then the projection's)
+    becomes the ``<linear>.input_min`` ... scalars gemma4v reads; a row Ollama zero-filled (no clamp) bounds
+    nothing; a table of another size is an error naming it."""
+    table = np.arange(1, 33, dtype=np.float32)
+    table[4:8] = 0  # attn_k: Ollama had no clamp for it
+    keys = {"gemma4.block_count": 1, "gemma4.embedding_length": 8, "gemma4.vision.block_count": 1}
+    src = ollama_file(tmp_path / "g4.gguf", "gemma4", keys, {"v.blk.0.w.weight": rand(8), "v.clamp_data": table})
+    scalars = {name: np.frombuffer(data, np.float32)[0] for name, (_s, _t, data) in
+               tensors_of(translated(tmp_path, src).projector).items() if name != "v.blk.0.w.weight"}
+    assert len(scalars) == 32 and "v.clamp_data" not in scalars
+    assert [scalars[f"v.blk.0.attn_q.{b}"] for b in ollama_compat.CLAMP_BOUNDS] == [1, 2, 3, 4]
+    assert [scalars[f"mm.input_projection.{b}"] for b in ollama_compat.CLAMP_BOUNDS] == [29, 30, 31, 32]
+    assert [scalars[f"v.blk.0.attn_k.{b}"] for b in ollama_compat.CLAMP_BOUNDS] == [
+        -ollama_compat.FLT_MAX, ollama_compat.FLT_MAX, -ollama_compat.FLT_MAX, ollama_compat.FLT_MAX]
+    short = ollama_file(tmp_path / "short.gguf", "gemma4", keys, {"v.blk.0.w.weight": rand(8),
+                                                                  "v.clamp_data": table[:28]})
+    with pytest.raises(IncompatibleModel, match="v.clamp_data has shape \\[28\\]"):
+        translated(tmp_path / "other", short)

@@ -17,7 +17,7 @@ import httpx
 import ollama
 import openai
 import pytest
-from support.chat_formats import BY_NAME, FAMILIES, OSLO, PARIS, TOOLS, Family, grammar, modelfile
+from support.chat_formats import BY_NAME, FAMILIES, OSLO, PARIS, RENDERED, TOOLS, Family, grammar, modelfile
 
 from localllm.server.conversation import Message, template_messages
 from localllm.server.tools import ToolCall
@@ -265,12 +265,14 @@ def test_unknown_parser_names_are_refused_at_create(daemon, modelfile_text, need
 MORE_OLLAMA_PARSERS = {
     "qwen3-vl-instruct": (True, False), "qwen3-vl-thinking": (True, True), "cogito": (True, True),
     "nemotron-3-nano": (True, True), "glm-ocr": (True, False), "olmo3": (True, False),
-    "olmo3-think": (False, True), "functiongemma": (True, False),
+    "olmo3-think": (False, True), "functiongemma": (True, False), "ornith": (True, True),
+    "nemotron-3.5-nano": (True, True), "laguna": (True, True), "poolside-v1": (True, True), "cohere": (True, True),
+    "glimmer": (True, True),
 }
 
 
 def test_every_ollama_parser_and_renderer_name_is_created_and_shown(daemon):
-    renderers = {"olmo3.1": "olmo3", "olmo3-32b-think": "olmo3-think"}
+    renderers = {"olmo3.1": "olmo3", "olmo3-32b-think": "olmo3-think", "qwen3.8": "ornith"}  # (Qwen 3.5's format)
     for name, (tools, thinking) in {**MORE_OLLAMA_PARSERS, **{r: MORE_OLLAMA_PARSERS[p] for r, p in renderers.items()}}.items():
         line = f"RENDERER {name}" if name in renderers else f"PARSER {name}\nRENDERER {name}"
         daemon.create("fmt-named", f"FROM smollm2:135m\n{line}\n")
@@ -281,12 +283,25 @@ def test_every_ollama_parser_and_renderer_name_is_created_and_shown(daemon):
     httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "fmt-named"})
 
 
-@pytest.mark.slow  # some 2,300 tokens held to a grammar
-def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url):
+@pytest.fixture(scope="module")
+def tiny_granite(daemon, tmp_path_factory) -> str:
+    """The granite format on a one-layer model of 64 dimensions with a byte vocabulary: a reply of thousands of
+    tokens held to a grammar takes seconds, not SmolLM2's minute (what the model weighs plays no part in it)."""
+    from support.arch_models import byte_vocabulary
+    from support.gguf_builders import tiny_model
+
+    directory = tmp_path_factory.mktemp("tiny-granite")
+    model = tiny_model(directory / "tiny.gguf", vocab_from=byte_vocabulary(directory / "bytes.gguf"),
+                       context_length=8192)
+    daemon.create("fmt-granite-tiny", modelfile(BY_NAME["granite"], base=str(model)))
+    return "fmt-granite-tiny"
+
+
+def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url, tiny_granite):
     """JSON nested past Python's recursion limit is no call: the answer streams it as text, never a 500."""
     deep = '<|tool_call|>[{"name": "get_weather", "arguments": {"city": ' + "[" * 1100 + "]" * 1100 + "}}]"
     chunks = list(oai(url).chat.completions.create(
-        model=model_of(BY_NAME["granite"]), messages=user(), tools=TOOLS, stream=True, max_tokens=2500,
+        model=tiny_granite, messages=user(), tools=TOOLS, stream=True, max_tokens=2500,
         extra_body={"grammar": grammar(deep)}))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == deep
     assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
@@ -382,3 +397,47 @@ def test_tool_properties_that_are_not_an_object_are_a_400(daemon):
                                                        "tools": [tool], "stream": False}, timeout=120)
     httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "rnd-bad-props"})
     assert reply.status_code == 400 and "properties" in reply.json()["error"], reply.text
+
+
+@pytest.fixture(scope="module")
+def rendered_url(daemon) -> str:
+    for family in RENDERED:
+        daemon.create(f"rnd-{family.renderer.replace('.', '')}", 'FROM smollm2:135m\nTEMPLATE """{{ .Prompt }}"""\n'
+                                                                 f"RENDERER {family.renderer}\nPARSER {family.parser}\n")
+    return daemon.url
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f.renderer in ("cohere", "glimmer")
+                                    else f for f in RENDERED], ids=lambda f: f.renderer)  # their prompts are long
+def test_a_built_in_renderers_model_thinks_calls_and_reads_its_results(rendered_url, family):
+    """Each of Ollama's later built-in formats through the daemon (the prompt its renderer's, the model's output
+    forced into the format): thinking apart from the answer (ollama, streamed), two calls with ids (openai,
+    streamed), the calls and their results written back for the next turn, and a forced ``tool_choice`` answered
+    in the family's syntax."""
+    model = f"rnd-{family.renderer.replace('.', '')}"
+    client = ollama.Client(host=rendered_url)
+    parts = list(client.chat(model=model, messages=user("Say hi."), think=True, stream=True,
+                             options={"num_predict": 80, "grammar": grammar(family.think_answer())}))
+    assert "".join(p.message.thinking or "" for p in parts) == "Plan it."
+    assert "".join(p.message.content for p in parts) == "Hello there."
+    chunks = list(oai(rendered_url).chat.completions.create(
+        model=model, messages=user(), tools=TOOLS, stream=True, max_tokens=300, reasoning_effort="medium",
+        extra_body={"grammar": grammar(family.two_calls)}))
+    calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
+    assert [(c.index, c.function.name, json.loads(c.function.arguments)) for c in calls] == [(0, *PARIS), (1, *OSLO)]
+    assert len({c.id for c in calls}) == 2
+    history = user() + [{"role": "assistant", "content": "", "thinking": "Plan it.", "tool_calls": [
+        {"function": {"name": n, "arguments": a}} for n, a in (PARIS, OSLO)]},
+        {"role": "tool", "tool_name": "get_weather", "content": "Sunny, 21 C"},
+        {"role": "tool", "tool_name": "get_time", "content": "10:00"}]
+    final = client.chat(model=model, messages=history, tools=TOOLS, think=True, options={
+        "num_predict": 80, "grammar": grammar(family.think_answer("Got it.", "Sunny in Paris."))})
+    assert (final.message.thinking, final.message.content) == ("Got it.", "Sunny in Paris.")
+    prompt = build_prompt(messages=history, system=None, model_template=None, gguf_chat_template=None, bos_token="",
+                          eos_token="", tools=TOOLS, think=True, renderer=family.renderer)
+    assert all(text in prompt for text in ("Paris", "Oslo", "Sunny, 21 C", "10:00", "get_time"))
+    forced = oai(rendered_url).chat.completions.create(
+        model=model, messages=user("What time is it in Oslo?"), tools=TOOLS, max_tokens=150, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert forced.choices[0].finish_reason == "tool_calls", forced.choices[0].message.content
+    assert [c.function.name for c in forced.choices[0].message.tool_calls] == ["get_time"]

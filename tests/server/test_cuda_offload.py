@@ -15,11 +15,13 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from support.daemon import Daemon
 from support.engine_builds import EngineBuildUnavailable, cuda_env
-from support.offload import (generate, layers_by_device, loaded_model, runner_command, start_daemon, top_cosine,
+from support.offload import (check_experts_stay_on_the_cpu, check_the_last_layers_experts_fit, generate,
+                             layers_by_device, loaded_model, moe_model, runner_command, start_daemon, top_cosine,
                              wait_for_log)
 
 LAYERS = 30  # SmolLM2-135M's repeating layers; num_gpu counts the output head as one more
@@ -111,3 +113,18 @@ def test_a_memory_cap_on_the_device_gets_the_layers_that_fit_their_kv_counted(cu
         print("\n".join(re.findall(r".*on CUDA0 took .*", log)))
     finally:
         daemon.stop()
+
+
+# --- a mixture-of-experts model over the cap: the experts on the CPU, the rest on the device ---------------------
+
+@pytest.fixture(scope="module")
+def moe_path(smollm2_path, tmp_path_factory) -> Path:
+    return moe_model(tmp_path_factory.mktemp("moe"), smollm2_path)
+
+
+def test_a_moe_model_over_the_cap_keeps_its_experts_on_the_cpu_and_the_rest_on_the_device(cuda, moe_path, tmp_path):
+    check_experts_stay_on_the_cpu(tmp_path, moe_path, "CUDA0", cuda)
+
+
+def test_a_cap_with_room_for_some_experts_puts_the_last_layers_experts_on_the_device(cuda, moe_path, tmp_path):
+    check_the_last_layers_experts_fit(tmp_path, moe_path, "CUDA0", cuda)

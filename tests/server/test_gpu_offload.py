@@ -21,14 +21,12 @@ import httpx
 import pytest
 from support.daemon import Daemon
 from support.engine_builds import LLVMPIPE_ICD, EngineBuildUnavailable, vulkan_env, vulkan_site
-from support.moe_models import qwen3moe_model, room_for
-from support.offload import (generate, layers_by_device, loaded_model, runner_command, start_daemon, top_cosine,
-                             wait_for_log)
+from support.offload import (MOE_OPTIONS, check_experts_stay_on_the_cpu, check_the_last_layers_experts_fit,
+                             cpu_experts, generate, layers_by_device, loaded_model, moe_model, moe_room,
+                             runner_command, start_daemon, top_cosine, wait_for_log)
 from support.workers import Worker
 
 from localllm.config import SettingsError, parse_gpu_memory
-from localllm.gguf import read_gguf
-from localllm.server.memory import footprint
 
 # The first test builds the Vulkan engine (minutes on 2 cores) in its fixture: more than the suite's 300 s.
 pytestmark = pytest.mark.timeout(1800)
@@ -219,60 +217,17 @@ def test_a_malformed_gpu_memory_cap_stops_the_daemon_naming_the_setting(tmp_path
 
 # --- mixture-of-experts models: experts on the CPU, the rest on the device ------------------------------------
 
-MOE_OPTIONS = {"num_ctx": 512, "num_batch": 32}  # a small compute buffer: the experts are most of the bytes
-
-
 @pytest.fixture(scope="module")
 def moe_path(smollm2_path, tmp_path_factory) -> Path:
-    """A six-layer qwen3moe model with SmolLM2's vocabulary: 25 MiB of experts a layer, 26 MiB for the rest."""
-    return qwen3moe_model(tmp_path_factory.mktemp("moe") / "moe.gguf", smollm2_path, n_ff_exp=2048)
-
-
-def _moe_room(model: Path, expert_layers: float) -> int:
-    """A memory cap for all of ``model`` but its experts, and ``expert_layers`` layers' experts, at MOE_OPTIONS
-    (the daemon's four sequences)."""
-    return room_for(footprint(read_gguf(model), MOE_OPTIONS["num_ctx"], 4, MOE_OPTIONS["num_batch"]), expert_layers)
-
-
-def _cpu_experts(daemon: Daemon) -> str | None:
-    command = runner_command(daemon)
-    return command[command.index("--cpu-experts") + 1] if "--cpu-experts" in command else None
+    return moe_model(tmp_path_factory.mktemp("moe"), smollm2_path)
 
 
 def test_a_moe_model_over_the_cap_keeps_its_experts_on_the_cpu_and_the_rest_on_the_device(vulkan, moe_path, tmp_path):
-    daemon = start_daemon(tmp_path, moe_path, LOCALLLM_GPU_MEMORY=f"Vulkan0={_moe_room(moe_path, 0.5)}", **vulkan)
-    try:
-        split = generate(daemon, **MOE_OPTIONS)
-        model = loaded_model(daemon)
-        assert model["placement"] == "GPU: attention all 6 layers, experts 0 of 6; CPU: experts 6 of 6"
-        assert layers_by_device(model) == {"Vulkan0": 6} and model["engine"] == "llama.cpp"
-        assert model["placement"] in model["engine_reason"] and "the experts that still fit" in model["engine_reason"]
-        assert _cpu_experts(daemon) == "0,1,2,3,4,5"
-        # what llama.cpp allocated on the device: within the estimate, which has no expert in it
-        measured = wait_for_log(daemon, r"smol:latest on Vulkan0 took ([0-9]+) MiB, estimated ([0-9]+) MiB")
-        experts = sum(footprint(read_gguf(moe_path), 512, 4).expert_weights)
-        assert 0 < int(measured.group(1)) <= model["size_vram"] >> 20 < experts >> 20
-        ps = subprocess.run([sys.executable, "-m", "localllm", "ps"], capture_output=True, text=True, timeout=60,
-                            env={**daemon.env})
-        assert "6 Vulkan0" in ps.stdout and "experts 0 of 6; CPU: experts 6 of 6" in ps.stdout, ps.stdout
-        cpu = generate(daemon, engine="llama.cpp", num_gpu=0, **MOE_OPTIONS)
-        assert loaded_model(daemon)["size_vram"] == 0
-        assert split["response"] == cpu["response"]
-    finally:
-        daemon.stop()
+    check_experts_stay_on_the_cpu(tmp_path, moe_path, "Vulkan0", vulkan)
 
 
 def test_a_cap_with_room_for_some_experts_puts_the_last_layers_experts_on_the_device(vulkan, moe_path, tmp_path):
-    daemon = start_daemon(tmp_path, moe_path, LOCALLLM_GPU_MEMORY=f"Vulkan0={_moe_room(moe_path, 2.5)}", **vulkan)
-    try:
-        generate(daemon, **MOE_OPTIONS)
-        model = loaded_model(daemon)
-        assert model["placement"] == "GPU: attention all 6 layers, experts 2 of 6; CPU: experts 4 of 6"
-        assert _cpu_experts(daemon) == "0,1,2,3"  # as llama.cpp's --n-cpu-moe 4
-        measured = wait_for_log(daemon, r"smol:latest on Vulkan0 took ([0-9]+) MiB")
-        assert 0 < int(measured.group(1)) <= model["size_vram"] >> 20
-    finally:
-        daemon.stop()
+    check_the_last_layers_experts_fit(tmp_path, moe_path, "Vulkan0", vulkan)
 
 
 def test_n_cpu_moe_in_a_modelfile_or_a_request_fixes_the_first_layers_experts_on_the_cpu(vulkan, moe_path, tmp_path):
@@ -282,10 +237,10 @@ def test_n_cpu_moe_in_a_modelfile_or_a_request_fixes_the_first_layers_experts_on
         generate(daemon, model="moe4", **MOE_OPTIONS)
         model = loaded_model(daemon)
         assert model["placement"] == "GPU: attention all 6 layers, experts 2 of 6; CPU: experts 4 of 6"
-        assert _cpu_experts(daemon) == "0,1,2,3" and "(n_cpu_moe 4)" in model["engine_reason"]
+        assert cpu_experts(daemon) == "0,1,2,3" and "(n_cpu_moe 4)" in model["engine_reason"]
         generate(daemon, model="moe4", n_cpu_moe=0, **MOE_OPTIONS)  # the request's over the Modelfile's: a reload
         assert loaded_model(daemon)["placement"] == "GPU: attention all 6 layers, experts all 6"
-        assert _cpu_experts(daemon) is None
+        assert cpu_experts(daemon) is None
     finally:
         daemon.stop()
 
@@ -293,14 +248,14 @@ def test_n_cpu_moe_in_a_modelfile_or_a_request_fixes_the_first_layers_experts_on
 def test_a_moe_model_that_needs_a_worker_splits_whole_layers(vulkan, moe_path, tmp_path):
     worker = Worker(tmp_path)
     daemon = start_daemon(tmp_path / "d", moe_path, LOCALLLM_WORKERS=worker.address,
-                          LOCALLLM_GPU_MEMORY=f"Vulkan0={_moe_room(moe_path, 0.5)}", **vulkan)
+                          LOCALLLM_GPU_MEMORY=f"Vulkan0={moe_room(moe_path, 0.5)}", **vulkan)
     try:
         cpu = generate(daemon, engine="llama.cpp", num_gpu=0, num_worker_layers=0, **MOE_OPTIONS)
         split = generate(daemon, num_worker_layers=2, **MOE_OPTIONS)
         model = loaded_model(daemon)
         layers = layers_by_device(model)
         assert layers[f"{worker.address}#0"] == 2 and layers["Vulkan0"] >= 1 and sum(layers.values()) == 6
-        assert _cpu_experts(daemon) is None and "the experts stay with their layers" in model["engine_reason"]
+        assert cpu_experts(daemon) is None and "the experts stay with their layers" in model["engine_reason"]
         assert split["response"] == cpu["response"]
     finally:
         daemon.stop()

@@ -281,3 +281,47 @@ def test_an_encoder_inside_the_file_sees_images_as_libmtmd_does(daemon, tmp_path
     assert evaluated[1] < evaluated[2] // 2  # the image came from the cache
     assert not np.allclose(ours, top("look here", "blue"), atol=1e-3)
     httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})
+
+
+def test_gemma4_hears_through_the_audio_encoder_inside_its_file(daemon, tmp_path):
+    """Ollama's gemma4 file carrying its vision and audio encoders: both are split out into one projector, so
+    the model lists both; a clip's next-token logprobs are libmtmd's through the upstream pair (mmproj with the
+    conformer), another clip gives others, and the chat (OpenAI ``input_audio``) and transcription APIs answer
+    from what the clip holds."""
+    import numpy as np
+
+    from support.audio import b64, chirp, tone, wav
+
+    model, mmproj, one = arch_models.gemma4_hearing(tmp_path / "gemma4-audio")
+    name = "hearing-gemma4"
+    daemon.create(name, f"FROM {one}\n{CHATML}")
+    client = ollama.Client(host=daemon.url)
+    assert {"audio", "vision"} <= set(client.show(name).capabilities)
+    low, sweep = wav(tone(300, 0.6)), wav(chirp(200, 4000, 0.6))
+
+    def top(clip: bytes) -> list[float]:
+        answer = client.generate(model=name, prompt="listen", images=[clip], raw=True, logprobs=True, top_logprobs=5,
+                                 options={"temperature": 0, "num_predict": 1, "repeat_penalty": 1.0})
+        return sorted((t.logprob for t in answer.logprobs[0].top_logprobs), reverse=True)
+
+    logits = arch_models.libmtmd_logits(model, mmproj, "<__media__>listen", media_file=low).astype(np.float64)
+    logprobs = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+    heard = top(low)
+    assert np.allclose(heard, sorted(logprobs, reverse=True)[:5], atol=2e-3), heard
+    assert not np.allclose(heard, top(sweep), atol=1e-3)
+
+    oai = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", max_retries=0)
+
+    def first_token(clip: bytes) -> dict[str, float]:
+        answer = oai.chat.completions.create(model=name, max_tokens=4, temperature=0, logprobs=True, top_logprobs=5,
+                                             messages=[{"role": "user", "content": [
+                                                 {"type": "input_audio", "input_audio": {"data": b64(clip), "format": "wav"}},
+                                                 {"type": "text", "text": "What do you hear?"}]}])
+        return {t.token: t.logprob for t in answer.choices[0].logprobs.content[0].top_logprobs}
+
+    assert first_token(low) != first_token(sweep)
+    transcripts = [oai.audio.transcriptions.create(model=name, file=("clip.wav", clip), response_format="verbose_json")
+                   for clip in (low, sweep)]
+    assert all(t.segments for t in transcripts)
+    assert transcripts[0].segments[0].avg_logprob != transcripts[1].segments[0].avg_logprob
+    httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": name})

@@ -143,3 +143,28 @@ def test_a_call_nested_too_deep_to_parse_is_passed_on_as_text():
     steps = run(tools_of("lfm2", "add"), ["Sum: ", text[:100], text[100:], " done"])
     assert calls(steps) == []
     assert joined(steps, Content).startswith("Sum: " + text) and joined(steps, Content).endswith("done")
+
+
+def test_a_laguna_call_inside_its_thinking_ends_the_thinking():
+    """Laguna may open a call before closing its thinking (Ollama's parser reads it so): the call ends the
+    block; where the format does not allow it (Qwen), the same text stays thinking."""
+    text = ["Need the weather.\n<tool_", "call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n",
+            "</tool_call>"]
+    steps = run(tools_of("laguna", "get_weather", thinking_tags=THINK, starts_thinking=True), text)
+    assert joined(steps, Thinking) == "Need the weather." and joined(steps, Content) == ""
+    assert [(c.call.name, c.call.arguments) for c in calls(steps)] == [("get_weather", {"city": "Paris"})]
+    qwen = run(tools_of("glm-4.7", "get_weather", thinking_tags=THINK, starts_thinking=True), text)
+    assert joined(qwen, Thinking) == "".join(text) and not calls(qwen)
+
+
+def test_a_glimmer_call_block_in_a_message_to_the_user_is_a_call():
+    """Glimmer sometimes writes the ATEM block in its answer instead of a message to the tool: it is the call
+    its invoke names (Ollama's fallback); an invoke of a tool not offered stays text."""
+    block = ('<atem:function_calls>\n<atem:invoke name="get_time">\n<atem:parameter name="city">Oslo'
+             "</atem:parameter>\n</atem:invoke>\n</atem:function_calls>")
+    setup = tools_of("glimmer", "get_time", continues_header=True)
+    steps = run(setup, [" to=user<|message|>", block[:30], block[30:], "<|eot|>"])
+    assert [(c.call.name, c.call.arguments) for c in calls(steps)] == [("get_time", {"city": "Oslo"})]
+    assert joined(steps, Content) == ""
+    other = run(tools_of("glimmer", "get_weather", continues_header=True), [" to=user<|message|>" + block + "<|eot|>"])
+    assert not calls(other) and joined(other, Content) == block

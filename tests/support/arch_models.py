@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, RopeScalingTyp
 from gguf.quants import quantize
 
 from localllm.gguf import read_gguf
+from localllm.registry.ollama_compat import CLAMP_BOUNDS, GEMMA4_CLAMPED
 
 CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -960,8 +961,9 @@ def glm4v_encoder(n_embd: int = 64, seed: int = 41) -> Encoder:
 
 def gemma4_encoder(n_embd: int = 64, seed: int = 43) -> Encoder:
     """A one-block Gemma 4 vision encoder (``gemma4v``: RMS-normed ViT with per-head Q/K norms, x and y
-    position tables, average pooling, a projection after an RMS norm), by llama.cpp's names in both layouts;
-    Ollama's file holds the patch embedding in F16 and leaves the image size and normalisation to defaults."""
+    position tables, average pooling, a projection after an RMS norm, every linear clamped), by llama.cpp's names
+    in both layouts; Ollama's file holds the patch embedding in F16, the clamps packed in ``v.clamp_data``, and
+    leaves the image size and normalisation to defaults."""
     hidden, ff, n_head, patch = 16, 32, 2, 4
     vision = {"block_count": 1, "embedding_length": hidden, "feed_forward_length": ff, "attention.head_count": n_head,
               "patch_size": patch, "attention.layer_norm_epsilon": 1e-6}
@@ -980,7 +982,70 @@ def gemma4_encoder(n_embd: int = 64, seed: int = 43) -> Encoder:
                         ("ffn_down.weight", (hidden, ff))):
         enc.add(b + name, *shape, norm=name.endswith("norm.weight") or name.startswith("ln"))
     enc.add("mm.input_projection.weight", n_embd, hidden)
+    rows = []  # each linear clamps its input and output: llama.cpp's scalars by name, Ollama's packed table
+    for linear in [b + name for name in GEMMA4_CLAMPED] + ["mm.input_projection"]:
+        rows.append((enc.rng.uniform(1.0, 3.0, 4) * [-1, 1, -1, 1]).astype(np.float32))
+        for bound, value in zip(CLAMP_BOUNDS, rows[-1]):
+            enc.upstream[f"{linear}.{bound}"] = np.array([value], np.float32)
+    enc.ollama["v.clamp_data"] = np.concatenate(rows)
     return enc
+
+
+def gemma4_audio(enc: Encoder, n_embd: int = 64) -> Encoder:
+    """Gemma 4's conformer audio encoder (``gemma4a``) added to ``enc``: two stride-2 convolutions over 128 mel
+    bins with channel norms, one conformer block (half-step FFNs, chunked attention with relative positions,
+    a gated depthwise convolution), the output projection and the embedder into the language model. llama.cpp's
+    names, and Ollama's where its converter writes others (``ln1``, ``ln2``, ``layer_pre_norm``,
+    ``linear_pos``, the SSCP projection as ``a.pre_encode.out`` and the output projection as ``mm.a.fc``);
+    the query projection clamps its input and output (a ClippableLinear's scalars, in both files by name).
+    One block, 16 wide in 2 heads: the smallest that runs every part of the graph."""
+    hidden, n_head, channels, out_dims = 16, 2, (4, 4), 24
+    audio = {"block_count": 1, "embedding_length": hidden, "feed_forward_length": 4 * hidden,
+             "attention.head_count": n_head, "attention.layer_norm_epsilon": 1e-6}
+    enc.projector_keys |= {"@has_audio_encoder": True, "@audio.projector_type": "gemma4a",
+                           **{f"@audio.{k}": v for k, v in audio.items()}, "@audio.num_mel_bins": 128,
+                           "@audio.projection_dim": n_embd}
+    enc.ollama_keys |= {f"@audio.{k}": v for k, v in audio.items()} | {"@audio.conv_kernel_size": 5}
+    enc.add("a.conv1d.0.weight", channels[0], 1, 3, 3)
+    enc.add("a.conv1d.0.norm.weight", channels[0], norm=True)
+    enc.add("a.conv1d.1.weight", channels[1], channels[0], 3, 3)
+    enc.add("a.conv1d.1.norm.weight", channels[1], norm=True)
+    enc.add("a.input_projection.weight", hidden, channels[1] * 32, ollama="a.pre_encode.out.weight")
+    b = "a.blk.0."
+    for ffn in ("", "_1"):
+        enc.add(f"{b}ffn_norm{ffn}.weight", hidden, norm=True)
+        enc.add(f"{b}ffn_up{ffn}.weight", 4 * hidden, hidden)
+        enc.add(f"{b}ffn_down{ffn}.weight", hidden, 4 * hidden)
+        enc.add(f"{b}ffn_post_norm{ffn}.weight", hidden, norm=True)
+    enc.add(b + "attn_pre_norm.weight", hidden, norm=True, ollama=b + "ln1.weight")
+    for x in ("q", "k", "v", "out"):
+        enc.add(f"{b}attn_{x}.weight", hidden, hidden)
+    for bound, value in (("input_min", -0.5), ("input_max", 0.5), ("output_min", -0.4), ("output_max", 0.4)):
+        enc.upstream[f"{b}attn_q.{bound}"] = enc.ollama[f"{b}attn_q.{bound}"] = np.array([value], np.float32)
+    enc.add(b + "per_dim_scale.weight", hidden // n_head, norm=True)
+    enc.add(b + "attn_k_rel.weight", hidden, hidden, ollama=b + "linear_pos.weight")
+    enc.add(b + "attn_post_norm.weight", hidden, norm=True, ollama=b + "ln2.weight")
+    enc.add(b + "conv_norm.weight", hidden, norm=True)  # before the convolution module (its names are swapped)
+    enc.add(b + "conv_pw1.weight", 2 * hidden, hidden)
+    enc.add(b + "conv_dw.weight", hidden, 5)
+    enc.add(b + "norm_conv.weight", hidden, norm=True)
+    enc.add(b + "conv_pw2.weight", hidden, hidden)
+    enc.add(b + "ln2.weight", hidden, norm=True, ollama=b + "layer_pre_norm.weight")
+    enc.add("a.pre_encode.out.weight", out_dims, hidden, ollama="mm.a.fc.weight")
+    enc.add("a.pre_encode.out.bias", out_dims, ollama="mm.a.fc.bias")
+    enc.add("mm.a.input_projection.weight", n_embd, out_dims)
+    return enc
+
+
+def gemma4_hearing(directory: Path) -> tuple[Path, Path, Path]:
+    """Gemma 4 with its vision and audio encoders: the upstream pair (language model, mmproj with both) and
+    Ollama's one file that carries them, the same weights."""
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = byte_vocabulary(directory / "vocab.gguf")
+    encoder = gemma4_audio(gemma4_encoder())
+    model = gemma4(directory / "lm.gguf", vocab)
+    one = encoder.inside(gemma4(directory / "lm-ollama.gguf", vocab, layout="ollama"), directory / "one.gguf", "gemma4")
+    return model, encoder.mmproj(directory / "mmproj.gguf"), one
 
 
 def vision_family(directory: Path, family: str) -> tuple[Path, Path, Path]:
@@ -1010,9 +1075,11 @@ def vision_family(directory: Path, family: str) -> tuple[Path, Path, Path]:
     return model, encoder.mmproj(directory / "mmproj.gguf"), one
 
 
-def libmtmd_logits(model: Path, projector: Path, prompt: str, rgb: bytes, width: int, height: int) -> np.ndarray:
-    """The next-token logits after ``prompt`` with one image (RGB bytes) at its ``<__media__>`` marker, as
-    llama-cpp-python's libmtmd path computes them (libmtmd lays out M-RoPE positions itself)."""
+def libmtmd_logits(model: Path, projector: Path, prompt: str, rgb: bytes = b"", width: int = 0, height: int = 0,
+                   media_file: bytes | None = None) -> np.ndarray:
+    """The next-token logits after ``prompt`` with one image (RGB bytes), or one ``media_file`` (an audio or
+    image file, decoded by libmtmd's helper), at its ``<__media__>`` marker, as llama-cpp-python's libmtmd path
+    computes them (libmtmd lays out M-RoPE positions itself)."""
     import ctypes
 
     import llama_cpp
@@ -1023,7 +1090,12 @@ def libmtmd_logits(model: Path, projector: Path, prompt: str, rgb: bytes, width:
     params.use_gpu, params.n_threads, params.warmup, params.media_marker = False, 1, False, b"<__media__>"
     ctx = mtmd.mtmd_init_from_file(str(projector).encode(), llm.model, params)
     assert ctx, f"libmtmd refused {projector}"
-    bitmap = mtmd.mtmd_bitmap_init(width, height, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
+    if media_file is None:
+        bitmap = mtmd.mtmd_bitmap_init(width, height, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
+    else:
+        buf = (ctypes.c_uint8 * len(media_file)).from_buffer_copy(media_file)
+        bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(media_file), False)
+    assert bitmap, "libmtmd refused the medium"
     chunks = mtmd.mtmd_input_chunks_init()
     try:
         text = prompt.encode()

@@ -210,3 +210,52 @@ def modelfile(family: Family, parser: str | None = None, base: str = "smollm2:13
     """A Modelfile for ``base`` (SmolLM2 unless told) with the family's template (and a PARSER line, when given)."""
     lines = [f"FROM {base}", f'TEMPLATE """{family.template}"""', "PARAMETER temperature 0"]
     return "\n".join(lines + ([f"PARSER {parser}"] if parser else [])) + "\n"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A format whose prompt a built-in renderer writes (a Modelfile's ``RENDERER`` and ``PARSER``, Ollama's
+    names), and what the tests force a model to write in it with thinking on: ``thought`` and ``answer`` around
+    their text ({}), and PARIS then OSLO as two calls after a thought."""
+
+    renderer: str
+    parser: str
+    thought: str
+    answer: str
+    calls: str
+
+    def think_answer(self, thinking: str = "Plan it.", text: str = "Hello there.") -> str:
+        return self.thought.format(thinking) + self.answer.format(text)
+
+    @property
+    def two_calls(self) -> str:
+        return self.thought.format("Plan it.") + self.calls
+
+
+_QWEN_XML_TWO = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+                 "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=city>\nOslo\n"
+                 "</parameter>\n</function>\n</tool_call>")
+_ATEM = ('<|start|>assistant to={0}<|message|><atem:function_calls>\n<atem:invoke name="{0}">\n{1}</atem:invoke>\n'
+         "</atem:function_calls>")
+
+RENDERED = [
+    Rendered("qwen3.8", "qwen3.5", "{}\n</think>\n\n", "{}", _QWEN_XML_TWO),
+    Rendered("ornith", "ornith", "{}\n</think>\n\n", "{}", _QWEN_XML_TWO),
+    Rendered("nemotron-3.5-nano", "nemotron-3.5-nano", "{}\n</think>\n", "{}", _QWEN_XML_TWO),
+    Rendered("laguna", "laguna", "{}\n</think>\n", "{}",
+             "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
+             "<arg_value>3</arg_value>\n</tool_call>\n<tool_call>get_time\n<arg_key>city</arg_key>\n"
+             "<arg_value>Oslo</arg_value>\n</tool_call>\n"),
+    Rendered("poolside-v1", "poolside-v1", "{}</think>", "{}",
+             "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
+             "<arg_value>3</arg_value></tool_call><tool_call>get_time<arg_key>city</arg_key><arg_value>Oslo</arg_value>"
+             "</tool_call>"),
+    Rendered("cohere", "cohere", "{}<|END_THINKING|>", "<|START_TEXT|>{}<|END_TEXT|><|END_OF_TURN_TOKEN|>",
+             '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris", '
+             '"days": 3}},\n    {"tool_call_id": "1", "tool_name": "get_time", "parameters": {"city": "Oslo"}}\n]'
+             "<|END_ACTION|><|END_OF_TURN_TOKEN|>"),
+    Rendered("glimmer", "glimmer", " to=self<|message|>{}<|eom|>", "<|start|>assistant to=user<|message|>{}<|eot|>",
+             _ATEM.format("get_weather", '<atem:parameter name="city">Paris</atem:parameter>\n'
+                                         '<atem:parameter name="days">3</atem:parameter>\n') + "<|eom|>"
+             + _ATEM.format("get_time", '<atem:parameter name="city">Oslo</atem:parameter>\n') + "<|eot|>"),
+]

@@ -13,9 +13,11 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
-import gguf
+from localllm.gguf import read_gguf
 
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -84,8 +86,39 @@ def gemma3_gguf() -> Path:
 
 
 def metadata_string(path: Path, key: str) -> str:
-    field = gguf.GGUFReader(path).fields[key]
-    return bytes(field.parts[field.data[0]]).decode("utf-8")
+    """A string key of ``path``'s header, read by localllm's reader (gguf-py's parses SmolLM2's 49k-token
+    vocabulary for seconds)."""
+    value = read_gguf(path).metadata[key]
+    assert isinstance(value, str), f"{key} is not a string: {value!r}"
+    return value
+
+
+def builds_dir(name: str, *modules: ModuleType) -> Path:
+    """A folder of the test cache for the files ``modules`` write (tiny models that take seconds to quantize),
+    kept from one run to the next: named by a digest of the modules' source and the gguf and llama_cpp
+    versions, so that a change to any of them writes the files afresh. Whoever writes there writes under
+    another name and renames (:func:`written_atomically`): runs side by side never read half a file."""
+    import importlib.metadata
+
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(Path(module.__file__).read_bytes())
+    for package in ("gguf", "llama_cpp_python"):
+        digest.update(importlib.metadata.version(package).encode())
+    folder = cache_dir() / f"{name}-{digest.hexdigest()[:12]}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def written_atomically(target: Path, write: Callable[[Path], object]) -> Path:
+    """``target``, written by ``write(partial)`` under a name of this process's first and then renamed."""
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    try:
+        write(partial)
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
 
 
 def _built_once(prefix: str, builder) -> Path:

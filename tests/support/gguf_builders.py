@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, quants
 
+from localllm.gguf import read_gguf
+
 F32, F16 = 0, 1  # general.file_type values
 
 
@@ -146,16 +148,15 @@ def _copy_tokenizer(source: Path, w: GGUFWriter) -> int:
 
 @functools.cache
 def _tokenizer_fields(source: Path) -> tuple[tuple[str, Any, Any, Any], ...]:
-    """``source``'s ``tokenizer.*`` keys (name, contents, type, item type), read once: gguf-py parses a
-    49k-token vocabulary for seconds."""
-    from gguf import GGUFReader, GGUFValueType
+    """``source``'s ``tokenizer.*`` keys (name, contents, type, item type), read once by localllm's reader
+    (gguf-py's parses a 49k-token vocabulary for seconds)."""
+    from gguf import GGUFValueType
 
-    fields = []
-    for field in GGUFReader(source).fields.values():
-        if field.name.startswith("tokenizer.") and field.name != "tokenizer.chat_template":
-            kind = field.types[0]
-            fields.append((field.name, field.contents(), kind, field.types[-1] if kind == GGUFValueType.ARRAY else None))
-    return tuple(fields)
+    header = read_gguf(source)
+    return tuple((name, value, GGUFValueType(kind), None if item is None else GGUFValueType(item))
+                 for name, value in header.metadata.items()
+                 if name.startswith("tokenizer.") and name != "tokenizer.chat_template"
+                 for kind, item in [header.value_types[name]])
 
 
 def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: float = 0.05) -> Path:
@@ -182,29 +183,30 @@ def lora_adapter(path: Path, n_embd: int, layers: int, rank: int = 8, scale: flo
 def fewer_layers(source: Path, path: Path, layers: int, context_length: int | None = None) -> Path:
     """``source`` with only its first ``layers`` blocks (its vocabulary, embeddings and output head
     unchanged): a smaller model that shares the source's vocabulary, as a draft model does.
-    ``context_length`` other than None replaces the training context."""
-    from gguf import GGUFReader, GGUFValueType, Keys
+    ``context_length`` other than None replaces the training context. The header is read by localllm's
+    reader (gguf-py's parses a 49k-token vocabulary for seconds) and the tensors' bytes copied as they are."""
+    from gguf import GGUFValueType
 
-    reader = GGUFReader(source)
-    arch = reader.fields[Keys.General.ARCHITECTURE].contents()
+    header = read_gguf(source)
+    arch = header.architecture
     w = GGUFWriter(str(path), arch)
     replaced = {f"{arch}.block_count": layers}
     if context_length is not None:
         replaced[f"{arch}.context_length"] = context_length
-    for field in reader.fields.values():
-        if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue
-        kind = field.types[0]
-        sub_type = field.types[-1] if kind == GGUFValueType.ARRAY else None
-        w.add_key_value(field.name, replaced.get(field.name, field.contents()), kind, sub_type=sub_type)
-    kept = [t for t in reader.tensors if not t.name.startswith("blk.") or int(t.name.split(".")[1]) < layers]
-    for t in kept:
-        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    for key, value in header.metadata.items():
+        if key != "general.architecture":
+            kind, item = header.value_types[key]
+            w.add_key_value(key, replaced.get(key, value), GGUFValueType(kind),
+                            sub_type=None if item is None else GGUFValueType(item))
+    kept = [t for t in header.tensors if not t.name.startswith("blk.") or int(t.name.split(".")[1]) < layers]
+    for t in kept:  # numpy's shape (outermost first) in elements, the type as it is
+        w.add_tensor_info(t.name, t.shape[::-1], np.dtype(np.float32), t.nbytes, GGMLQuantizationType(t.ggml_type))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
+    data = np.memmap(source, np.uint8, mode="r")
     for t in kept:
-        w.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+        w.write_tensor_data(data[t.offset:t.offset + t.nbytes])
     w.close()
     return path
 

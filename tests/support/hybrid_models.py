@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader, GGUFWriter
+from gguf import GGUFWriter
 
+from localllm.gguf import read_gguf
 from support.gguf_builders import _copy_tokenizer
 
 N_EMBD = 64
@@ -41,9 +42,9 @@ def _writer(path: Path, arch: str, vocab_from: Path, n_layer: int, context_lengt
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(0)
     n_vocab = _copy_tokenizer(vocab_from, w)
-    template = GGUFReader(vocab_from).fields.get("tokenizer.chat_template")
+    template = read_gguf(vocab_from).metadata.get("tokenizer.chat_template")
     if template is not None:
-        w.add_chat_template(template.contents())
+        w.add_chat_template(template)
     return w, n_vocab
 
 

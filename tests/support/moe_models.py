@@ -146,18 +146,31 @@ TINY = MoeShape(n_layer=3, n_expert=16, n_expert_used=4, n_embd=256, n_ff_exp=25
 def tiny_qwen3moe(directory: Path, vocab_from: Path, ftype: int = F32, shape: MoeShape = TINY, seed: int = 0) -> Path:
     """A small ``qwen3moe`` (:data:`TINY`: widths that every K-format's blocks divide) in ``directory``: F32, or
     quantized to ``ftype`` by llama.cpp's own quantizer (Q8_0 everywhere, or the Q4_K/Q6_K mix of Q4_K_M; the
-    router stays F32 as in real files). Written once per directory and arguments."""
+    router stays F32 as in real files). Written once per directory and arguments, atomically (``directory`` may be
+    the test cache's, :func:`support.fixtures.builds_dir`, shared by runs side by side)."""
+    from support.fixtures import written_atomically
     from support.gguf_builders import quantized
 
     stem = (f"qwen3moe-{shape.n_layer}x{shape.n_expert}e{shape.n_expert_used}-{shape.n_embd}-{shape.n_ff_exp}"
             f"-s{seed}")
     source = directory / f"{stem}-f32.gguf"
     if not source.exists():
-        qwen3moe_model(source, vocab_from, shape, seed=seed)
+        written_atomically(source, lambda partial: qwen3moe_model(partial, vocab_from, shape, seed=seed))
     if ftype == F32:
         return source
     path = directory / f"{stem}-ftype{ftype}.gguf"
-    return path if path.exists() else quantized(source, path, ftype)
+    return path if path.exists() else written_atomically(path, lambda partial: quantized(source, partial, ftype))
+
+
+def cache_folder() -> Path:
+    """The test cache's folder for :func:`tiny_qwen3moe`'s models with SmolLM2's vocabulary, kept from one run to
+    the next while this module's and the builders' code stay the same (:func:`support.fixtures.builds_dir`)."""
+    import sys
+
+    from support import gguf_builders
+    from support.fixtures import builds_dir
+
+    return builds_dir("qwen3moe", sys.modules[__name__], gguf_builders)
 
 
 def _more_bits(layer: int, n_layer: int) -> bool:

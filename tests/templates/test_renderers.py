@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from localllm.templates.prompt import build_prompt
+import pytest
+
+from localllm.templates.prompt import PromptError, build_prompt
 from localllm.templates.renderers import QWEN_CALL_FORMAT
 
 WEATHER = {"type": "function", "function": {
@@ -408,3 +410,274 @@ def test_glm_ocr_writes_ollamas_prompt():
         "<|assistant|>\n")
     assert render("glm-ocr", [{"role": "user", "content": "Read it"}], think=False) == (
         "[gMASK]<sop><|user|>\nRead it/nothink<|assistant|>\n<think></think>\n")
+
+
+QWEN38_XHIGH = ("Reasoning effort is set to xhigh. Please think carefully through the task, validate key assumptions, "
+                "consider plausible alternatives, and prioritize correctness, consistency, and clarity in the final "
+                "answer.")
+QWEN38_TOOLS = [_tool("get_weather", "Get weather", {"city": {"type": "string"}}, ["city"]),
+                _tool("get_uv", "Get UV index", {"city": {"type": "string"}}, ["city"])]
+QWEN38_TOOL_HEADER = (
+    "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n"
+    '{"type": "function", "function": {"name": "get_weather", "description": "Get weather", "parameters": {"type": '
+    '"object", "required": ["city"], "properties": {"city": {"type": "string"}}}}}\n'
+    '{"type": "function", "function": {"name": "get_uv", "description": "Get UV index", "parameters": {"type": '
+    '"object", "required": ["city"], "properties": {"city": {"type": "string"}}}}}\n</tools>\n\n' + QWEN_CALL_FORMAT
+    + "<|im_end|>\n")
+
+
+def test_qwen38_writes_ollamas_prompt():
+    """Ollama's qwen38_test.go flows "default xhigh injects system guidance", "request system after base
+    conversation merges with base policy", "boolean true uses API medium effort", "low effort injects concise
+    guidance", "preserves reasoning metadata without extracting content tags" and "tool call result and next
+    generation prompt", byte for byte; a conversation with no user query is refused."""
+    hello = [{"role": "user", "content": "Hello"}]
+    assert render("qwen3.8", hello) == (
+        f"<|im_start|>system\n{QWEN38_XHIGH}<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("qwen3.8", [{"role": "system", "content": "Base policy."}, {"role": "user", "content": "Base question"},
+                              {"role": "assistant", "content": "Base answer"},
+                              {"role": "system", "content": "Request policy."},
+                              {"role": "user", "content": "Current question"}]) == (
+        f"<|im_start|>system\n{QWEN38_XHIGH}\n\nBase policy.\n\nRequest policy.<|im_end|>\n<|im_start|>user\n"
+        "Base question<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nBase answer<|im_end|>\n"
+        "<|im_start|>user\nCurrent question<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("qwen3.8", [{"role": "system", "content": " Be concise. \n"}, *hello], think=True) == (
+        "<|im_start|>system\nBe concise.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("qwen3.8", hello, think="low").startswith(
+        "<|im_start|>system\nReasoning effort is set to low. Keep your thinking brief")
+    assert render("qwen3.8", hello, think=False) == (
+        "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert render("qwen3.8", [{"role": "user", "content": "First"},
+                              {"role": "assistant", "thinking": "Plan", "content": "<think>literal</think>\nAnswer"},
+                              {"role": "user", "content": "Next"}]) == (
+        f"<|im_start|>system\n{QWEN38_XHIGH}<|im_end|>\n<|im_start|>user\nFirst<|im_end|>\n<|im_start|>assistant\n"
+        "<think>\nPlan\n</think>\n\n<think>literal</think>\nAnswer<|im_end|>\n<|im_start|>user\nNext<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n")
+    called = [{"role": "user", "content": "Weather?"},
+              {"role": "assistant", "thinking": "Need current data.", "content": "I'll check.",
+               "tool_calls": [_call("get_weather", city="Montréal")]},
+              {"role": "tool", "content": '{"temp": 18}'}]
+    assert render("qwen3.8", called, QWEN38_TOOLS, think=True) == QWEN38_TOOL_HEADER + (
+        "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think>\nNeed current data.\n</think>\n\n"
+        "I'll check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nMontréal\n</parameter>\n</function>\n"
+        "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{\"temp\": 18}\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n")
+    with pytest.raises(PromptError, match="no user query"):
+        render("qwen3.8", [{"role": "tool", "content": "x"}])
+
+
+def test_ornith_writes_every_assistant_turns_think_block():
+    """Ollama's ornith_test.go, byte for byte: Qwen 3.5's prompt with each assistant turn's block kept, also with
+    thinking off."""
+    turns = [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello."},
+             {"role": "user", "content": "Now say bye."}]
+    assert render("ornith", turns) == (
+        "<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello.<|im_end|>\n"
+        "<|im_start|>user\nNow say bye.<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    turns[1]["thinking"] = "Keep it short."
+    assert render("ornith", turns, think=False) == (
+        "<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n<think>\nKeep it short.\n</think>\n\n"
+        "Hello.<|im_end|>\n<|im_start|>user\nNow say bye.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_nemotron35_nano_writes_ollamas_prompt():
+    """Ollama's nemotron35_reference_test.go cases "medium effort", "user no think toggle", "system think toggle
+    overrides false", "assistant reasoning content" and "assistant tool call with content", byte for byte."""
+    hello = [{"role": "user", "content": "Hello"}]
+    empty = "<|im_start|>system\n<|im_end|>\n"
+    assert render("nemotron-3.5-nano", hello, think="medium") == (
+        empty + "<|im_start|>user\nHello\n\n{reasoning effort: efficient}<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("nemotron-3.5-nano", [{"role": "user", "content": "Hello /no_think"}]) == (
+        empty + "<|im_start|>user\nHello /no_think<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("nemotron-3.5-nano", [{"role": "system", "content": "Policy /think"}, *hello], think=False) == (
+        "<|im_start|>system\nPolicy /think<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
+        "<think></think>")
+    assert render("nemotron-3.5-nano", [{"role": "user", "content": "Hi"},
+                                        {"role": "assistant", "thinking": "Need to think", "content": "Answer"}]) == (
+        empty + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nNeed to think</think>Answer"
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert render("nemotron-3.5-nano", [{"role": "user", "content": "Weather?"},
+                                        {"role": "assistant", "content": "Checking now.",
+                                         "tool_calls": [_call("get_weather", city="Paris")]}]) == (
+        empty + "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think></think>Checking now.\n"
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>\n"
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n")
+
+
+LAGUNA_SYSTEM = ("You are a helpful, conversationally-fluent assistant made by Poolside. You are here to be helpful "
+                 "to users through natural language conversations.")
+LAGUNA_TOOL = [_tool("get_weather", "Get weather", {"location": {"type": "string", "description": "City"}},
+                     ["location"])]
+LAGUNA_TOOL_JSON = ('{"type": "function", "function": {"name": "get_weather", "description": "Get weather", '
+                    '"parameters": {"type": "object", "required": ["location"], "properties": {"location": {"type": '
+                    '"string", "description": "City"}}}}}')
+LAGUNA_HISTORY = [{"role": "user", "content": "Add these."},
+                  {"role": "assistant", "content": "\nCalling the tool.\n", "thinking": "Need addition.",
+                   "tool_calls": [_call("add", a=2, b=3)]},
+                  {"role": "tool", "content": "5"}, {"role": "user", "content": "Thanks"}]
+
+
+def test_laguna_writes_ollamas_prompt():
+    """Ollama's laguna_test.go (v2 template) cases "tools_in_header", "assistant_history",
+    "assistant_extracts_thinking_from_content" and "assistant_multiple_tool_calls_mixed_args", byte for byte."""
+    assert render("laguna", [{"role": "system", "content": "Stay concise."}, {"role": "user", "content": "Weather?"}],
+                  LAGUNA_TOOL, think=True) == (
+        "〈|EOS|〉<system>\n\nStay concise.\n\n### Tools\n\nYou may call functions to assist with the user query.\n"
+        "All available function signatures are listed below:\n<available_tools>\n" + LAGUNA_TOOL_JSON
+        + "\n</available_tools>\n\nWrap your thinking in '<think>', '</think>' tags, followed by a function call. For "
+        "each function call, return an unescaped XML-like object with function name and arguments within "
+        "'<tool_call>' and '</tool_call>' tags, like here:\n<think> your thoughts here </think>\n<tool_call>"
+        "function-name\n<arg_key>argument-key</arg_key>\n<arg_value>value-of-argument-key</arg_value>\n</tool_call>"
+        "\n</system>\n<user>\nWeather?\n</user>\n<assistant>\n<think>")
+    header = f"〈|EOS|〉<system>\n\n{LAGUNA_SYSTEM}\n</system>\n"
+    assert render("laguna", LAGUNA_HISTORY, think=True) == header + (
+        "<user>\nAdd these.\n</user>\n<assistant>\n<think>\nNeed addition.\n</think>\nCalling the tool.\n<tool_call>add\n"
+        "<arg_key>a</arg_key>\n<arg_value>2</arg_value>\n<arg_key>b</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n"
+        "</assistant>\n<tool_response>\n5\n</tool_response>\n<user>\nThanks\n</user>\n<assistant>\n<think>")
+    assert render("laguna", [{"role": "user", "content": "Explain"},
+                             {"role": "assistant", "content": "<think>\nPlan\n</think>\nAnswer\n\n"},
+                             {"role": "user", "content": "Next"}], think=True) == header + (
+        "<user>\nExplain\n</user>\n<assistant>\n<think>\nPlan\n</think>\nAnswer\n</assistant>\n<user>\nNext\n</user>\n"
+        "<assistant>\n<think>")
+    assert render("laguna", [{"role": "user", "content": "Do calls"},
+                             {"role": "assistant", "content": "", "tool_calls": [
+                                 _call("echo", text="hello", count=2),
+                                 _call("configure", flag=True, options={"mode": "fast"})]},
+                             {"role": "user", "content": "Done?"}]) == header + (
+        "<user>\nDo calls\n</user>\n<assistant>\n</think>\n<tool_call>echo\n<arg_key>text</arg_key>\n"
+        "<arg_value>hello</arg_value>\n<arg_key>count</arg_key>\n<arg_value>2</arg_value>\n</tool_call>\n"
+        "<tool_call>configure\n<arg_key>flag</arg_key>\n<arg_value>true</arg_value>\n<arg_key>options</arg_key>\n"
+        '<arg_value>{"mode": "fast"}</arg_value>\n</tool_call>\n</assistant>\n<user>\nDone?\n</user>\n<assistant>\n'
+        "</think>")
+
+
+def test_poolside_v1_writes_ollamas_prompt():
+    """Ollama's laguna_test.go (v8 template, ``poolside-v1``) cases "tools_in_header", "assistant_history" and
+    "final_assistant_closes_then_generation_prompt", byte for byte."""
+    assert render("poolside-v1", [{"role": "system", "content": "Stay concise."}, {"role": "user", "content": "Weather?"}],
+                  LAGUNA_TOOL, think=True) == (
+        "〈|EOS|〉<system>Stay concise.\n\n### Tools\n\nYou may call functions to assist with the user query.\n"
+        "All available function signatures are listed below:\n<available_tools>\n" + LAGUNA_TOOL_JSON
+        + "\n</available_tools></system>\n<user>Weather?</user>\n<assistant><think>")
+    header = f"〈|EOS|〉<system>{LAGUNA_SYSTEM}</system>\n"
+    assert render("poolside-v1", LAGUNA_HISTORY, think=True) == header + (
+        "<user>Add these.</user>\n<assistant><think>Need addition.</think>\nCalling the tool.\n<tool_call>add"
+        "<arg_key>a</arg_key><arg_value>2</arg_value><arg_key>b</arg_key><arg_value>3</arg_value></tool_call>"
+        "</assistant>\n<tool_response>5</tool_response>\n<user>Thanks</user>\n<assistant><think>")
+    assert render("poolside-v1", [{"role": "user", "content": "Complete this"},
+                                  {"role": "assistant", "content": "Partial"}]) == header + (
+        "<user>Complete this</user>\n<assistant></think>Partial</assistant>\n<assistant></think>")
+
+
+COHERE_NO_TOOLS = ("<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TEXT|># Available Tools\n```json\n[\n\n\n\n]\n```"
+                   "<|END_TEXT|><|END_OF_TURN_TOKEN|>")
+
+
+def test_cohere_writes_ollamas_prompt():
+    """Ollama's cohere_test.go (user only, system with history and thinking, reasoning off, the tool flow, two
+    calls and their results, prefill), byte for byte: call ids renumbered across the conversation."""
+    assert render("cohere", [{"role": "user", "content": "USERMSG"}]) == COHERE_NO_TOOLS + (
+        "<|START_OF_TURN_TOKEN|><|USER_TOKEN|><|START_TEXT|>USERMSG<|END_TEXT|><|END_OF_TURN_TOKEN|>"
+        "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>")
+    assert render("cohere", [{"role": "system", "content": "DEVPREAMBLE"}, {"role": "user", "content": "Q1"},
+                             {"role": "assistant", "content": "A1", "thinking": "THINK1"},
+                             {"role": "user", "content": "Q2"}]) == (
+        "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TEXT|>DEVPREAMBLE\n\n\n\n# Available Tools\n```json\n[\n\n\n\n]\n"
+        "```<|END_TEXT|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|><|START_TEXT|>Q1<|END_TEXT|>"
+        "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>THINK1<|END_THINKING|>"
+        "<|START_TEXT|>A1<|END_TEXT|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|><|START_TEXT|>Q2"
+        "<|END_TEXT|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>")
+    assert render("cohere", [{"role": "user", "content": "Q"}], think=False).endswith(
+        "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>")
+    tools = [_tool("get_weather", "Get weather", {"city": {"type": "string"}}, ["city"])]
+    flow = render("cohere", [{"role": "user", "content": "weather in Paris?"},
+                             {"role": "assistant", "content": "", "thinking": "I should call the tool",
+                              "tool_calls": [{**_call("get_weather", city="Paris"), "id": "call_x"}]},
+                             {"role": "tool", "tool_call_id": "call_x", "content": "15C sunny"},
+                             {"role": "user", "content": "thanks"}], tools)
+    assert ('# Available Tools\n```json\n[\n\n    {"name": "get_weather", "description": "Get weather", "parameters": '
+            '{"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}, "responses": null}'
+            '\n\n\n]\n```') in flow
+    assert ("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>\n            \n                <|START_THINKING|>I should call "
+            'the tool<|END_THINKING|><|START_ACTION|>[\n\n    {"tool_call_id": "0", "tool_name": "get_weather", '
+            '"parameters": {"city": "Paris"}}\n\n]<|END_ACTION|><|END_OF_TURN_TOKEN|>') in flow
+    assert ('<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TOOL_RESULT|>[\n    {\n        "tool_call_id": "0",\n'
+            '        "results": {\n\n            \n            "0": {"content": "15C sunny"}\n\n        },\n'
+            '        "is_error": null\n    }\n\n]<|END_TOOL_RESULT|><|END_OF_TURN_TOKEN|>') in flow
+    two = render("cohere", [{"role": "user", "content": "go"},
+                            {"role": "assistant", "content": "", "tool_calls": [
+                                {**_call("t1"), "id": "a"}, {**_call("t2", x=1), "id": "b"}]},
+                            {"role": "tool", "tool_call_id": "a", "content": "r1"},
+                            {"role": "tool", "tool_call_id": "b", "content": "r2"}])
+    assert ('<|START_ACTION|>[\n\n    {"tool_call_id": "0", "tool_name": "t1", "parameters": {}},\n\n    '
+            '{"tool_call_id": "1", "tool_name": "t2", "parameters": {"x": 1}}\n\n]<|END_ACTION|>') in two
+    assert ('<|START_TOOL_RESULT|>[\n    {\n        "tool_call_id": "0",\n        "results": {\n\n            \n'
+            '            "0": {"content": "r1"}\n\n        },\n        "is_error": null\n    },\n    {\n        '
+            '"tool_call_id": "1",\n        "results": {\n\n            \n            "0": {"content": "r2"}\n\n        },\n'
+            '        "is_error": null\n    }\n\n]<|END_TOOL_RESULT|>') in two
+    assert render("cohere", [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "partial"}]).endswith(
+        "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_TEXT|>partial")
+
+
+def test_glimmer_writes_ollamas_prompt():
+    """Ollama's glimmer_reference_test.go cases "tool call and result", "adjacent assistant tool calls use message
+    boundary" and "explicit reasoning level" (today's date where its test fixes one), and glimmer_test.go's ATEM
+    values and tool result names, byte for byte."""
+    import datetime
+
+    weather = [_tool("get_weather", "Get the weather", {"city": {"type": "string"}, "units": {"type": "string"}},
+                     ["city"])]
+    args = {"city": "SF", "units": "fahrenheit"}
+    called = ('<atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">SF</atem:parameter>\n'
+              '<atem:parameter name="units">fahrenheit</atem:parameter>\n</atem:invoke>\n</atem:function_calls>')
+    system = (f"You are a helpful AI assistant.\nKnowledge cutoff: 2026-01-04.\nCurrent date: "
+              f"{datetime.date.today().isoformat()}.\n\nReasoning strength: high.")
+    definitions = (
+        "In this environment you have access to a set of tools you can use to answer the user's question.\n\n"
+        'You can invoke a function by writing a "<atem:function_calls>" block like the following:\n'
+        '<atem:function_calls>\n<atem:invoke name="$FUNCTION_NAME">\n<atem:parameter name="$PARAMETER_NAME">'
+        "$PARAMETER_VALUE</atem:parameter>\n...\n</atem:invoke>\n</atem:function_calls>\n\nString and scalar "
+        "parameters should be specified as is, while lists and objects should use JSON format. Note that spaces for "
+        "string values are not stripped. The output is not expected to be valid XML and is parsed with regular "
+        "expressions.\nHere are the functions available in JSONSchema format:\n// Tool metadata\n"
+        '{"name": "get_weather", "description": ""}\n// Function schemas\n{"name": "get_weather", "description": '
+        '"Get the weather", "parameters": {"type": "object", "required": ["city"], "properties": {"city": {"type": '
+        '"string"}, "units": {"type": "string"}}}}\n\nHere\'s an example of how to call a function in the tool set:\n'
+        "(If the tool namespace is not specified, invoke the function directly as `example_function_name` rather than "
+        "`example_tool_name.example_function_name`)\n\nto=example_tool_name.example_function_name\n\n"
+        '<atem:function_calls>\n<atem:invoke name="example_tool_name.example_function_name">\n'
+        '<atem:parameter name="example_parameter_1">value_1</atem:parameter>\n<atem:parameter '
+        'name="example_parameter_2">This is the value for the second parameter\nthat can span\n"multiple" lines\n'
+        "</atem:parameter>\n</atem:invoke>\n</atem:function_calls>")
+    assert render("glimmer", [{"role": "user", "content": "Weather?"},
+                              {"role": "assistant", "content": "", "thinking": "Need current data.",
+                               "tool_calls": [{**_call("get_weather", **args), "id": "call_weather"}]},
+                              {"role": "tool", "tool_call_id": "call_weather", "content": '{"temp":65}'},
+                              {"role": "assistant", "content": "It is 65F."}], weather) == (
+        f"<|begin_of_text|><|start|>system<|message|>{system}\n\n{definitions}\n\n"
+        '# Valid recipients: "self", "get_weather.*", "user".<|eot|><|start|>user<|message|>Weather?<|eot|>'
+        "<|start|>assistant to=self<|message|>Need current data.<|eom|><|start|>assistant to=get_weather<|message|>"
+        + called + '<|eot|><|start|>tool get_weather<|message|><tool_output name="get_weather">\n{"temp":65}\n'
+        "</tool_output><|eot|><|start|>assistant to=user<|message|>It is 65F.<|eot|><|start|>assistant")
+    default = f'<|begin_of_text|><|start|>system<|message|>{system}\n\n# Valid recipients: "self", "user".<|eot|>'
+    twice = {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", **args)]}
+    assert render("glimmer", [{"role": "user", "content": "Run twice."}, twice, twice,
+                              {"role": "user", "content": "Continue."}]) == default + (
+        "<|start|>user<|message|>Run twice.<|eot|><|start|>assistant to=get_weather<|message|>" + called
+        + "<|eom|><|start|>assistant to=get_weather<|message|>" + called + "<|eot|><|start|>user<|message|>Continue."
+        "<|eot|><|start|>assistant")
+    assert render("glimmer", [{"role": "user", "content": "Solve."}], think="low") == default.replace(
+        "high", "low", 1) + "<|start|>user<|message|>Solve.<|eot|><|start|>assistant"
+    assert "Reasoning strength: none." in render("glimmer", [{"role": "user", "content": "Hi"}], think=False)
+    values = render("glimmer", [{"role": "user", "content": "Run it."}, {"role": "assistant", "content": "", "tool_calls": [
+        _call("tools.run", text="keep  spaces", count=3, enabled=True, fallback=None, items=["one", "two"],
+              config={"mode": "fast"})]}])
+    assert ('<atem:invoke name="tools.run">\n<atem:parameter name="text">keep  spaces</atem:parameter>\n'
+            '<atem:parameter name="count">3</atem:parameter>\n<atem:parameter name="enabled">true</atem:parameter>\n'
+            '<atem:parameter name="fallback">null</atem:parameter>\n<atem:parameter name="items">["one", "two"]'
+            '</atem:parameter>\n<atem:parameter name="config">{"mode": "fast"}</atem:parameter>\n</atem:invoke>') in values
+    results = render("glimmer", [{"role": "assistant", "content": "", "tool_calls": [
+        {**_call("get_weather"), "id": "call_1"}]}, {"role": "tool", "tool_call_id": "call_1", "content": '{"temp":65}'},
+        {"role": "tool", "tool_call_id": "missing", "content": "not found"}])
+    assert ('<|start|>tool get_weather<|message|><tool_output name="get_weather">\n{"temp":65}\n</tool_output><|eot|>'
+            '<|start|>tool missing<|message|><tool_output name="missing">\nnot found\n</tool_output><|eot|>') in results
