@@ -349,7 +349,8 @@ class PagedEngine(Engine):
 
     def _free_kv(self, slot: PagedSlot, keep: bool) -> None:
         """A failed request's full blocks were complete before the failure; its partial last block is not kept."""
-        self.pool.release(slot.blocks, slot.nodes, slot.tokens, keep=keep, state=self._end_state(slot) if keep else None)
+        end_state = self._end_state(slot) if keep else None
+        self.pool.release(slot.blocks, slot.nodes, slot.tokens, keep=keep, state=end_state)
         slot.blocks, slot.nodes, slot.tokens = [], [], []
         slot.parked = False
         slot.snapshot_at, slot.verify_at = [], -1

@@ -132,7 +132,8 @@ def test_n_choices_fork_from_the_snapshot_of_their_shared_prompt(warm: Daemon, f
 @pytest.mark.slow  # three daemon starts
 def test_a_restarted_daemon_answers_from_the_snapshots_on_disk_and_drops_damaged_ones(model: Path, fresh,
                                                                                      tmp_path: Path) -> None:
-    prompt = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nName a river.<|im_end|>\n<|im_start|>assistant\n"
+    prompt = (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nName a river.<|im_end|>\n"
+              "<|im_start|>assistant\n")
     body = {"model": "hy", "prompt": prompt, "raw": True, "stream": False, "options": GREEDY}
     want = fresh_generate(fresh, prompt)
     daemon = native_daemon(tmp_path, model)
