@@ -125,8 +125,9 @@ class DiskTier:
         header = (kind.header[:-1] + f', "key": "{key.hex()}"}}').encode()
         return MAGIC + _U32.pack(len(header)) + header
 
-    def _path(self, key: bytes, kind: _Kind) -> Path:
-        return self.dir / f"{key.hex()}{kind.suffix}"
+    def _path(self, key: bytes, kind: _Kind | None = None) -> Path:
+        """The file of the block (or of the snapshot: ``kind``) named ``key``."""
+        return self.dir / f"{key.hex()}{(kind or self._kv).suffix}"
 
     # -- reading -------------------------------------------------------------
 
