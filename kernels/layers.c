@@ -77,7 +77,7 @@ static void qkv_step(const void *arg, int t) {
 }
 
 /* A gated query's token t: wq's rows (each head's query, then its output gate) split, the queries to c->q (the
- * gates stay in c->qg for gate_step). */
+ * gates stay in c->qg for output_gate_step). */
 static void split_query_step(const void *arg, int t) {
     const layer_step *s = arg;
     llk_ctx *c = s->c;

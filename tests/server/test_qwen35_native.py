@@ -40,6 +40,7 @@ def engine_of(daemon: Daemon, name: str) -> dict[str, Any]:
     return next(m for m in models if m["name"].startswith(name))
 
 
+@pytest.mark.slow  # six chats, a runner for each engine
 def test_every_turn_of_a_chat_equals_llama_cpp_s_answer(daemon: Daemon) -> None:
     client = ollama.Client(host=daemon.url)
     histories: dict[str, list[dict[str, str]]] = {"q35-native": [], "q35-llama": []}
