@@ -45,16 +45,15 @@ def test_first_step_logits_and_greedy_continuation_match_llama_cpp(first_steps, 
     assert_matches_llama_cpp(*first_steps[name], all_f32=name.endswith("f32"))
 
 
-def test_qwen35_runs_natively_only_when_asked(qwen35_path: Path, qwen35moe_path: Path) -> None:
-    """Until the prefix cache keeps recurrent state, the engine setting picks the native engine, the default does not."""
+def test_qwen35_runs_natively_by_default(qwen35_path: Path, qwen35moe_path: Path) -> None:
+    """The prefix cache keeps their recurrent state (tests/server/test_hybrid_prefix_cache.py): the native engine
+    gets them unasked where it is measured faster, and whenever asked."""
     for path in (qwen35_path, qwen35moe_path):
-        assert native_support(path) is None
-        assert "only when asked" in native_support(path, by_default=True)
+        assert native_support(path) is None and native_support(path, by_default=True) is None
         assert choose_engine(path, NATIVE, adapters=False, embedding=False, gpu_layers=0).engine == NATIVE
+        assert choose_engine(path, LLAMA_CPP, adapters=False, embedding=False, gpu_layers=0).engine == LLAMA_CPP
         default = choose_engine(path, None, adapters=False, embedding=False, gpu_layers=0)
-        assert default.engine == LLAMA_CPP
-        if kernels.isa() in MEASURED_ISAS:  # elsewhere the CPU's SIMD level is the reason
-            assert "only when asked" in default.reason
+        assert default.engine == (NATIVE if kernels.isa() in MEASURED_ISAS else LLAMA_CPP), default
 
 
 def test_multi_token_prediction_layers_are_left_alone_as_llama_cpp_does(tmp_path: Path, smollm2_path: Path) -> None:

@@ -174,16 +174,18 @@ class Context:
         if len(data) != self.block_bytes or self._lib.llk_kv_block_write(self._ctx, block, data) != 0:
             raise BackendError(f"cannot write KV block {block}: no such block or {len(data)} bytes")
 
-    def read_state(self, seq: int) -> bytes:
+    def read_state(self, seq: int, into: bytearray | None = None) -> bytearray:
         """Sequence ``seq``'s recurrent state (:attr:`state_bytes` bytes, with the count of positions it holds): a
-        snapshot that :meth:`write_state` puts back into any sequence, which then continues from there."""
-        buf = ctypes.create_string_buffer(self.state_bytes)
-        if self._lib.llk_state_read(self._ctx, seq, buf) != 0:
+        snapshot that :meth:`write_state` puts back into any sequence, which then continues from there. Copied
+        once, into ``into`` where given (a buffer of the size, reused: a state can be tens of MB, and a fresh
+        buffer's pages cost more than the copy) or a new buffer."""
+        buf = into if into is not None and len(into) == self.state_bytes else bytearray(self.state_bytes)
+        if self._lib.llk_state_read(self._ctx, seq, _address(buf)) != 0:
             raise BackendError(f"cannot read the recurrent state of sequence {seq}: no such sequence or no state")
-        return buf.raw
+        return buf
 
-    def write_state(self, seq: int, data: bytes) -> None:
-        if len(data) != self.state_bytes or self._lib.llk_state_write(self._ctx, seq, data) != 0:
+    def write_state(self, seq: int, data: bytes | bytearray) -> None:
+        if len(data) != self.state_bytes or self._lib.llk_state_write(self._ctx, seq, _address(data)) != 0:
             raise BackendError(f"cannot write the recurrent state of sequence {seq}: no such sequence, no state, "
                                f"or {len(data)} bytes that are not one")
 
@@ -196,3 +198,8 @@ class Context:
         if self._ctx:
             self._lib.llk_ctx_free(self._ctx)
             self._ctx = None
+
+
+def _address(data: bytes | bytearray) -> bytes | ctypes.Array:
+    """``data`` as a pointer argument, without a copy (a bytearray through its buffer)."""
+    return (ctypes.c_char * len(data)).from_buffer(data) if isinstance(data, bytearray) else data

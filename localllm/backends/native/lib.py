@@ -173,7 +173,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_kv_block_write": (c_int, [vp, c_int, ctypes.c_char_p]),
         "llk_state_bytes": (ctypes.c_size_t, [vp]),
         "llk_state_read": (c_int, [vp, c_int, vp]),
-        "llk_state_write": (c_int, [vp, c_int, ctypes.c_char_p]),
+        "llk_state_write": (c_int, [vp, c_int, vp]),
         "llk_state_reset": (c_int, [vp, c_int]),
         "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
         "llk_gemm": (c_int, [ctypes.POINTER(Tensor), fp, c_int, fp]),

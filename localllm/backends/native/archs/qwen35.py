@@ -27,7 +27,6 @@ class Qwen35(Architecture):
     name = "qwen35"
     read_keys = _KEYS
     gguf_names = {"ffn_norm": "post_attention_norm.weight"}  # its residual is taken before that norm
-    opt_in = "the prefix cache keeps no recurrent state yet"
 
     def extra_hyper(self, g: GGUFFile, h: Hyper) -> dict:
         """The Gated DeltaNet and which layers have one, as llama.cpp's qwen35 loader reads them (the recurrent
