@@ -4,10 +4,11 @@
 #include "recipe.h"
 
 extern const llk_recipe recipe_llama, recipe_qwen2, recipe_qwen3, recipe_gemma3, recipe_phi3, recipe_qwen3moe,
-    recipe_gptoss;
+    recipe_gptoss, recipe_gemma4, recipe_qwen35, recipe_qwen35moe;
 
 static const llk_recipe *const recipes[] = {
     &recipe_llama, &recipe_qwen2, &recipe_qwen3, &recipe_gemma3, &recipe_phi3, &recipe_qwen3moe, &recipe_gptoss,
+    &recipe_gemma4, &recipe_qwen35, &recipe_qwen35moe,
 };
 #define N_RECIPES ((int)(sizeof recipes / sizeof *recipes))
 

@@ -51,7 +51,8 @@ int kv_cache_init(kv_cache *kv, int type, int n_layer, int n_head_kv, int head_d
 
 /* Where `layer` of the block holding `pos` of the sequence `table` starts. */
 static inline uint8_t *kv_layer(const kv_cache *kv, const int32_t *table, int layer, int pos) {
-    return kv->base + (size_t)table[pos >> kv->block_shift] * kv->block_bytes + (size_t)layer * kv->layer_bytes;
+    return kv->base + (size_t)table[pos >> kv->block_shift] * kv->block_bytes + kv->offset +
+           (size_t)layer * kv->layer_bytes;
 }
 
 static inline int kv_cell(const kv_cache *kv, int pos) { return pos & (kv->block_size - 1); }

@@ -19,6 +19,9 @@ typedef struct {
     size_t k_head_bytes; /* one block's K of one KV head in one layer */
     size_t v_row_bytes;  /* one cell's V (all KV heads) */
     size_t layer_bytes, block_bytes;
+    /* where this layout's layers start in a block: a model whose layers have two head geometries (Gemma 4's
+     * sliding and global layers) keeps two layouts in one block, the second's after the first's layers */
+    size_t offset;
 } kv_cache;
 
 /* The layout for these dimensions; 0, or -1 (with *why set) for a type or shape it cannot hold. */

@@ -6,6 +6,7 @@
 #include "attention.h"
 #include "blocks.h"
 #include "common.h"
+#include "deltanet.h"
 #include "moe.h"
 #include "ops.h"
 #include "pool.h"
@@ -15,16 +16,34 @@ struct llk_ctx {
     llk_model m;
     const llk_recipe *recipe;   /* m.arch's */
     llk_layer *layers;
-    int n_blocks, block_size, block_shift, max_seq_len, n_batch, kv_dim, q_dim;
+    int n_blocks, block_size, block_shift, max_seq_len, n_batch, kv_type;
+    int kv_dim, q_dim;          /* the widest layer's: the strides of the scratch rows q, k, v and att */
     llk_pool *pool;
-    kv_cache kv;                /* the blocks, laid out as attention.h says */
-    attention *attn;
+    kv_cache kv, kv_alt;        /* the blocks, laid out as attention.h says: the layers of layer 0's head geometry,
+                                 * then (kv_alt, its block_bytes the same) those of the other one, if any */
+    attention *attn, *attn_alt; /* over kv and kv_alt */
+    int32_t *kv_slot;           /* [layer]: the layer whose KV it reads (itself, or a shared layer's kv_source)
+                                 * as numbered in its layout */
+    int8_t *kv_alt_of;          /* [layer]: 1 when its KV is in kv_alt */
     moe_scratch *moe;           /* a mixture-of-experts model's expert FFN scratch, else NULL */
+    int n_seq;                  /* rows of the block tables (sequences) */
+    int *state_layer;           /* [layer]: its index among the Gated DeltaNet layers, or -1 */
+    deltanet_shape dn;          /* the Gated DeltaNet's dimensions (dn.channels 0: none) */
+    uint8_t *state;             /* [n_seq][state_bytes]: each sequence's recurrent state (STATE_HEADER, then
+                                 * per DeltaNet layer its convolution window and its S states), or NULL */
+    size_t state_bytes, state_layer_floats;
+    int32_t *next_pos;          /* [n_seq] scratch: where each sequence's state stands while a batch is checked */
+    float **conv_of, **ssm_of;  /* [token]: its sequence's DeltaNet state in the layer at hand */
+    float *mix, *z, *beta, *decay, *qg, *sh, *sh_gate; /* DeltaNet, gated-query and shared-expert scratch */
     float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
     rope_yarn *yarn;            /* [layer]: YaRN's scaling of the angles (a model with rope_freq_scale), else NULL */
     /* scratch for n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
+    float *ple;                 /* Gemma 4's per-layer embeddings: [token][layer][n_embd_per_layer], else NULL */
+    float *ple_gate;            /* [token][n_embd_per_layer] */
+    float *router_in, *experts_out; /* [token][n_embd]: a router input and expert output of their own (Gemma 4) */
     int32_t *pos_of;            /* [token]: its position, the index of its cell in its sequence */
+    int32_t *seq_of;            /* [token]: its sequence (row of the block tables) */
     const int32_t **table_of;   /* [token]: its sequence's block table */
     void *act[3];               /* quantized activations per act_kind */
     int act_valid[3];
@@ -33,7 +52,7 @@ struct llk_ctx {
 
 /* The rows a product reads are new: quantize them again at the next product (see matmul_n). */
 void new_input(llk_ctx *c);
-/* out_i[t][r] = W_i[r] . x[t] for the n_tok rows of x and each of the n (at most 3) weight matrices, in one
+/* out_i[t][r] = W_i[r] . x[t] for the n_tok rows of x and each of the n (at most 4) weight matrices, in one
  * pool run (x quantized once per kind; call new_input when it changes); `then`: the matrix of the product
  * after this one, read ahead in decode (or NULL). */
 void matmul_n(llk_ctx *c, int n, const llk_tensor *const *w, const float *x, int n_tok, float *const *out,
@@ -42,5 +61,8 @@ void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *o
             const llk_tensor *then);
 /* The matrix the logits are read from: the output head, or the token embedding where they are tied. */
 const llk_tensor *output_head(const llk_ctx *c);
+/* Sequence seq's recurrent state in Gated DeltaNet layer number state_il: its convolution window ([channels]
+ * [d_conv - 1]), then its S states ([n_v][S][S]). */
+float *recurrent_state(const llk_ctx *c, int seq, int state_il);
 
 #endif

@@ -20,6 +20,14 @@ void residual_block(llk_ctx *c, const llk_tensor *post_norm, const llk_tensor *n
 void dense_ffn_block(llk_ctx *c, int il, int T, enum ffn_act act);
 /* c->o = layer il's mixture-of-experts FFN of c->xn (moe.h). */
 void expert_ffn_block(llk_ctx *c, int il, int T, const expert_opts *opts);
+/* The same into out (n_embd a row), the router reading router_x where it is not NULL (else c->xn). */
+void expert_ffn_block_into(llk_ctx *c, int il, int T, const expert_opts *opts, const float *router_x, float *out);
+/* c->o += layer il's shared expert of c->xn (a gated FFN n_ff_shexp wide) times the sigmoid of its gate logit
+ * (ffn_gate_inp_shexp . xn), as Qwen 3.5's MoE adds it to the routed experts' sum. */
+void shared_expert_block(llk_ctx *c, int il, int T);
+/* c->o = layer il's Gated DeltaNet of c->xn (deltanet.h): its four input projections, the recurrence over each
+ * token's sequence state (advanced in place), the output projection. */
+void deltanet_block(llk_ctx *c, int il, int T);
 
 /* The pre-norm decoder layer: attention, then the recipe's FFN (dense or experts), each normed first and
  * added to the residual stream (Gemma 3: normed after too). */

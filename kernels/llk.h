@@ -81,8 +81,31 @@ typedef struct llk_layer {
      * enters each head's softmax max and denominator, never the output), the router's bias and the experts'
      * biases (F32, [n_expert][width], expert e's row after expert e-1's) */
     llk_tensor bo, attn_sinks, ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
+    /* A Gated DeltaNet layer (qwen35, qwen35moe; ssm_qkv present, and wq..wo, q_norm, k_norm absent): the mixed
+     * q/k/v projection (ne1 = 2 * ssm_n_group * ssm_d_state + ssm_dt_rank * ssm_d_state channels, q's then k's
+     * then v's), the output gate z (ne1 = ssm_dt_rank * ssm_d_state), beta's and alpha's projections (ne1 =
+     * ssm_dt_rank), the depthwise causal convolution (F32, ne0 = ssm_d_conv taps, ne1 = channels, the newest
+     * input's tap last), dt's bias and a = -exp(A_log) (F32 [ssm_dt_rank]), the output's RMS norm (F32
+     * [ssm_d_state], shared by the heads) and the output projection. */
+    llk_tensor ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_conv, ssm_dt, ssm_a, ssm_norm, ssm_out;
+    /* qwen35moe's shared expert beside the routed ones: its gate logit's row (F32 [n_embd], ne1 = 1; the
+     * expert's output is scaled by its sigmoid) and its gated FFN (n_ff_shexp wide) */
+    llk_tensor ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
     int32_t sliding;      /* 1: sliding-window attention layer */
     float rope_base;
+    /* Gemma 4 (absent or 0 elsewhere). Attention of its own geometry (0: the model's head_dim, n_head_kv and
+     * rope_dim), rotated with its own frequency factors (F32 [rope_dim / 2], or absent: the model's); a layer
+     * at or past llk_model.n_layer_kv has no KV of its own and attends over layer kv_source's. */
+    int32_t head_dim, n_head_kv, rope_dim, kv_source;
+    llk_tensor rope_freqs;
+    /* the output scaled by out_scale (F32 [1]); a per-layer embedding's gate (n_embd -> n_embd_per_layer),
+     * projection back and its norm; a mixture-of-experts layer's dense FFN beside the experts (w_gate, w_up,
+     * w_down) with the norms around both (post_ffn_norm_1 after the dense one, ffn_pre_norm_2 before and
+     * ffn_post_norm_2 after the experts), the router's input scale (F32 [n_embd]) and each expert's output
+     * scale (F32 [n_expert]); the experts' gate and up matrices as one (each expert's gate rows, then its up
+     * rows), ffn_gate_exps and ffn_up_exps then absent */
+    llk_tensor out_scale, per_layer_inp_gate, per_layer_proj, per_layer_post_norm;
+    llk_tensor ffn_post_norm_1, ffn_pre_norm_2, ffn_post_norm_2, ffn_gate_inp_s, ffn_down_exps_s, ffn_gate_up_exps;
 } llk_layer;
 
 typedef struct llk_model {
@@ -99,6 +122,19 @@ typedef struct llk_model {
      * that yarn_orig_ctx and the betas give, cos and sin times yarn_attn_factor * (1 + 0.1 ln(1/freq_scale)) */
     float rope_freq_scale, yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     int32_t yarn_orig_ctx;
+    /* Gemma 4 (0 elsewhere): layers with KV of their own (0: all), the final logits' soft cap (cap *
+     * tanh(logit / cap); 0: none), and the per-layer embeddings: n_embd_per_layer of each layer for each token
+     * (per_layer_tok_embd [n_vocab] rows of n_layer * n_embd_per_layer) plus a projection of the embedding
+     * (per_layer_model_proj, n_embd -> n_layer * n_embd_per_layer, each layer's part normed by
+     * per_layer_proj_norm) */
+    int32_t n_layer_kv, n_embd_per_layer;
+    float final_logit_softcap;
+    llk_tensor per_layer_tok_embd, per_layer_model_proj, per_layer_proj_norm;
+    /* Gated DeltaNet (0 where no layer has one): taps of the convolution, the state size S (each K and V head's
+     * width; a V head's state is S x S), K heads (ssm_n_group) and V heads (ssm_dt_rank, a multiple of the K
+     * heads: V head h reads K head h % ssm_n_group, as llama.cpp tiles them) */
+    int32_t ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank;
+    int32_t n_ff_shexp; /* the shared expert's width (0: none) */
 } llk_model;
 
 typedef struct llk_ctx llk_ctx;
@@ -112,10 +148,12 @@ const void *llk_map_file(const char *path, int64_t *size);
 void llk_unmap_file(const void *base, int64_t size);
 
 /* A context over a pool of n_blocks KV blocks of block_size cells (a power of two, at least 16) in
- * kv_type (LLK_F16, or LLK_Q8_0 for heads of a multiple of 32 dimensions) for sequences of at most
- * max_seq_len positions; NULL on bad arguments or no memory. */
+ * kv_type (LLK_F16, or LLK_Q8_0 for heads of a multiple of 32 dimensions) for n_seq sequences (rows of the
+ * block tables) of at most max_seq_len positions; NULL on bad arguments or no memory.  Only the layers with
+ * attention hold KV in the blocks; a model with Gated DeltaNet layers also keeps each sequence's recurrent
+ * state (see llk_state_bytes). */
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
-                     int n_threads, int kv_type);
+                     int n_threads, int kv_type, int n_seq);
 void llk_ctx_free(llk_ctx *ctx);
 /* Fault in len bytes of the KV pool from offset (the memory the planner counted, so that it is held before
  * blocks are first used), leaving what pages hold alone; a range past the pool is nothing to do. */
@@ -126,7 +164,14 @@ const char *llk_ctx_error(const llk_ctx *ctx);
  * used): row seq_ids[i][0] of `tables` ([n_tables][table_len] block ids) is token i's sequence, and
  * pos[i] is its position there, the cell it writes; it attends to positions 0..pos[i] of that
  * sequence, which must already be written (or be in this batch).  want[i] != 0 asks for token i's
- * logits, written to logits_out in the order of the asked rows.  0 ok, <0 bad input. */
+ * logits, written to logits_out in the order of the asked rows.  0 ok, <0 bad input.
+ *
+ * A model with a recurrent state (llk_state_bytes > 0) also needs each sequence's tokens to continue its
+ * state: a token at position 0 starts the sequence afresh (its state zeroed first), and any other token of
+ * a sequence must be at the position after the last one its state holds (the tokens of one sequence in a
+ * batch in position order).  A batch with a token that does not is refused whole (-7, nothing written):
+ * the state cannot be cut back to an earlier position, so to go back, write a state saved there
+ * (llk_state_write) or start again from position 0. */
 int llk_decode(llk_ctx *ctx, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
                const int8_t *want, float *logits_out, const int32_t *tables, int n_tables, int table_len);
 /* llk_decode without the output head, for embeddings: the final-normed hidden states of the wanted
@@ -139,6 +184,17 @@ size_t llk_kv_block_bytes(const llk_ctx *ctx);
 int llk_kv_block_copy(llk_ctx *ctx, int dst, int src);
 int llk_kv_block_read(const llk_ctx *ctx, int block, void *dst);
 int llk_kv_block_write(llk_ctx *ctx, int block, const void *src);
+
+/* A sequence's recurrent state (the convolution window and the S x S state of each V head, of every Gated
+ * DeltaNet layer, and how many positions it holds), as bytes: their size (the same for every sequence; 0 for
+ * a model without such layers), a copy of sequence seq's to dst, seq's set from src (as read from any
+ * sequence of a context of the same model; seq then continues at the position it held), and seq's emptied
+ * (as at position 0).  0 ok, -1 no such sequence, a model without state, or src's position count past the
+ * context's max_seq_len. */
+size_t llk_state_bytes(const llk_ctx *ctx);
+int llk_state_read(const llk_ctx *ctx, int seq, void *dst);
+int llk_state_write(llk_ctx *ctx, int seq, const void *src);
+int llk_state_reset(llk_ctx *ctx, int seq);
 
 /* Thread pool on its own, for benchmarks: parallel matvec y[rows] = W x. */
 int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);

@@ -102,13 +102,23 @@ void llk_ctx_free(llk_ctx *c) {
     llk_pool_free(c->pool);
     zfree(c->kv.base, kv_bytes(c));
     attention_free(c->attn);
+    attention_free(c->attn_alt);
+    free(c->kv_slot);
+    free(c->kv_alt_of);
     moe_scratch_free(c->moe);
     free(c->layers);
+    free(c->state_layer);
+    if (c->state) zfree(c->state, c->state_bytes * (size_t)c->n_seq);
+    free(c->next_pos);
+    free(c->conv_of);
+    free(c->ssm_of);
     free(c->rope_scale);
     free(c->yarn);
-    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs};
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->ple, c->ple_gate,
+                     c->router_in, c->experts_out, c->mix, c->z, c->beta, c->decay, c->qg, c->sh, c->sh_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(c->pos_of);
+    free(c->seq_of);
     free(c->table_of);
     for (int i = 0; i < 3; i++) free(c->act[i]);
     free(c);
@@ -118,13 +128,61 @@ const char *llk_ctx_error(const llk_ctx *c) { return c ? c->error : "out of memo
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 
-llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
-                     int n_threads, int kv_type) {
+/* Each layer's geometry where the model leaves it to the model's (llk_layer: 0), and where its KV lives: the
+ * layers with KV of their own numbered in the layout of their head geometry (layer 0's, or the one other), a
+ * shared layer reading its kv_source's, a recurrent layer (Gated DeltaNet) none (kv_slot -1). 0, or -1 for a
+ * model these do not fit. */
+static int place_kv(llk_ctx *c) {
+    const llk_model *m = &c->m;
+    const int n_kv = m->n_layer_kv ? m->n_layer_kv : m->n_layer;
+    int count[2] = {0, 0};
+    if (n_kv < 1 || n_kv > m->n_layer) return -1;
+    for (int il = 0; il < m->n_layer; il++) {
+        llk_layer *L = &c->layers[il];
+        if (!L->head_dim) L->head_dim = m->head_dim;
+        if (!L->n_head_kv) L->n_head_kv = m->n_head_kv;
+        if (!L->rope_dim) L->rope_dim = m->rope_dim;
+        if (L->n_head_kv < 1 || m->n_head % L->n_head_kv || L->rope_dim > L->head_dim) return -1;
+        if (L->ssm_qkv.data) { /* its state is per sequence (c->state), not in the blocks */
+            c->kv_alt_of[il] = 0;
+            c->kv_slot[il] = -1;
+            continue;
+        }
+        const llk_layer *first = &c->layers[0];
+        const int alt = L->head_dim != first->head_dim || L->n_head_kv != first->n_head_kv;
+        if (alt && count[1] && (L->head_dim != c->kv_alt.head_dim || L->n_head_kv != c->kv_alt.n_head_kv)) return -1;
+        if (il < n_kv) {
+            c->kv_alt_of[il] = (int8_t)alt;
+            c->kv_slot[il] = count[alt]++;
+            if (alt) c->kv_alt.head_dim = L->head_dim, c->kv_alt.n_head_kv = L->n_head_kv;
+            continue;
+        }
+        const int src = L->kv_source;
+        if (src < 0 || src >= n_kv || c->kv_slot[src] < 0 || c->kv_alt_of[src] != alt) return -1;
+        c->kv_alt_of[il] = (int8_t)alt;
+        c->kv_slot[il] = c->kv_slot[src];
+    }
     const char *why;
-    kv_cache kv;
-    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 ||
-        kv_cache_init(&kv, kv_type, model->n_layer, model->n_head_kv, model->head_dim, block_size, &why))
-        return NULL;
+    const llk_layer *first = &c->layers[0];
+    const int alt_hd = c->kv_alt.head_dim, alt_kv = c->kv_alt.n_head_kv;
+    if (kv_cache_init(&c->kv, c->kv_type, count[0], first->n_head_kv, first->head_dim, c->block_size, &why) ||
+        (count[1] && kv_cache_init(&c->kv_alt, c->kv_type, count[1], alt_kv, alt_hd, c->block_size, &why)))
+        return -1;
+    if (count[1]) { /* one block: the first layout's layers, then the other's */
+        c->kv_alt.offset = c->kv.block_bytes;
+        c->kv.block_bytes = c->kv_alt.block_bytes = c->kv.block_bytes + c->kv_alt.block_bytes;
+    }
+    return 0;
+}
+
+/* Bytes before a sequence's layers in its state: the count of positions it holds (uint64), padded to a cache line. */
+#define STATE_HEADER 64
+
+llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
+                     int n_threads, int kv_type, int n_seq) {
+    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 || n_seq < 1) return NULL;
+    int n_state_layers = 0;
+    for (int l = 0; l < model->n_layer; l++) n_state_layers += model->layers[l].ssm_qkv.data != NULL;
     llk_ctx *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->m = *model;
@@ -132,50 +190,107 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     const llk_model *m = &c->m;
     c->n_blocks = n_blocks;
     c->block_size = block_size;
+    c->kv_type = kv_type;
     while ((1 << c->block_shift) < block_size) c->block_shift++;
     c->max_seq_len = max_seq_len;
     c->n_batch = n_batch;
-    c->kv_dim = m->n_head_kv * m->head_dim;
-    c->q_dim = m->n_head * m->head_dim;
+    c->n_seq = n_seq;
     c->layers = malloc(sizeof(llk_layer) * (size_t)m->n_layer);
-    if (c->layers) memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
+    c->kv_slot = malloc(sizeof(int32_t) * (size_t)m->n_layer);
+    c->kv_alt_of = malloc((size_t)m->n_layer);
+    if (!c->layers || !c->kv_slot || !c->kv_alt_of) {
+        llk_ctx_free(c);
+        return NULL;
+    }
+    memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
     c->m.layers = c->layers;
+    c->state_layer = malloc(sizeof(int) * (size_t)m->n_layer);
+    if (!c->state_layer || place_kv(c)) {
+        llk_ctx_free(c);
+        return NULL;
+    }
+    int rope_dim = 0, router_own_input = 0; /* the widest of the layers' */
+    c->q_dim = c->kv_dim = 0;
+    for (int il = 0, state_at = 0; il < m->n_layer; il++) {
+        const llk_layer *L = &c->layers[il];
+        c->state_layer[il] = L->ssm_qkv.data ? state_at++ : -1;
+        c->q_dim = max_i(c->q_dim, m->n_head * L->head_dim);
+        c->kv_dim = max_i(c->kv_dim, L->n_head_kv * L->head_dim);
+        rope_dim = max_i(rope_dim, L->rope_dim);
+        router_own_input |= L->ffn_gate_inp_s.data != NULL;
+    }
     c->pool = llk_pool_new(n_threads);
-    c->kv = kv;
     c->kv.base = zalloc(kv_bytes(c));
-    c->attn = attention_new(c->pool ? llk_pool_size(c->pool) : 1, m->n_head, m->n_head_kv, m->head_dim, n_batch,
-                            max_seq_len);
+    c->kv_alt.base = c->kv.base;
+    const int nth = c->pool ? llk_pool_size(c->pool) : 1;
+    c->attn = attention_new(nth, m->n_head, c->kv.n_head_kv, c->kv.head_dim, n_batch, max_seq_len);
+    if (c->kv_alt.n_layer)
+        c->attn_alt = attention_new(nth, m->n_head, c->kv_alt.n_head_kv, c->kv_alt.head_dim, n_batch, max_seq_len);
     c->rope_scale = calloc((size_t)m->n_layer, sizeof(float));
-    if (m->n_expert && c->layers) c->moe = moe_scratch_new(m, n_batch);
+    if (m->n_expert) c->moe = moe_scratch_new(m, n_batch);
     if (m->rope_freq_scale != 0.0f) c->yarn = calloc((size_t)m->n_layer, sizeof(rope_yarn));
     size_t B = (size_t)n_batch;
-    int wide = max_i(max_i(m->n_embd, c->q_dim), m->n_ff);
+    const int ff = max_i(m->n_ff, m->n_ff_shexp);
+    if (n_state_layers) {
+        c->dn = deltanet_shape_of(m);
+        c->state_layer_floats = c->dn.conv_floats + c->dn.ssm_floats;
+        c->state_bytes = STATE_HEADER + (size_t)n_state_layers * c->state_layer_floats * sizeof(float);
+        c->state = zalloc(c->state_bytes * (size_t)n_seq);
+        c->next_pos = malloc(sizeof(int32_t) * (size_t)n_seq);
+        c->conv_of = malloc(B * sizeof(float *));
+        c->ssm_of = malloc(B * sizeof(float *));
+        c->mix = malloc(B * (size_t)c->dn.channels * sizeof(float));
+        c->z = malloc(B * (size_t)c->dn.inner * sizeof(float));
+        c->beta = malloc(B * (size_t)c->dn.n_v * sizeof(float));
+        c->decay = malloc(B * (size_t)c->dn.n_v * sizeof(float));
+    }
+    const int output_gate = c->recipe && c->recipe->attn.output_gate;
+    if (output_gate) c->qg = malloc(B * 2 * (size_t)c->q_dim * sizeof(float));
+    if (m->n_ff_shexp) {
+        c->sh = malloc(B * (size_t)m->n_embd * sizeof(float));
+        c->sh_gate = malloc(B * sizeof(float));
+    }
+    int wide = max_i(max_i(m->n_embd, c->q_dim), max_i(ff, c->dn.inner));
     c->x = malloc(B * m->n_embd * sizeof(float));
     c->xn = malloc(B * wide * sizeof(float));
     c->q = malloc(B * c->q_dim * sizeof(float));
     c->k = malloc(B * c->kv_dim * sizeof(float));
     c->v = malloc(B * c->kv_dim * sizeof(float));
-    c->att = malloc(B * c->q_dim * sizeof(float));
+    c->att = malloc(B * max_i(c->q_dim, c->dn.inner) * sizeof(float));
     c->o = malloc(B * m->n_embd * sizeof(float));
-    c->g = malloc(B * m->n_ff * sizeof(float));
-    c->u = malloc(B * m->n_ff * sizeof(float));
-    c->cs = malloc(B * (size_t)m->rope_dim * sizeof(float));
+    c->g = malloc(B * ff * sizeof(float));
+    c->u = malloc(B * ff * sizeof(float));
+    c->cs = malloc(B * (size_t)rope_dim * sizeof(float));
+    if (m->n_embd_per_layer) {
+        c->ple = malloc(B * (size_t)m->n_layer * m->n_embd_per_layer * sizeof(float));
+        c->ple_gate = malloc(B * (size_t)m->n_embd_per_layer * sizeof(float));
+    }
+    if (router_own_input) {
+        c->router_in = malloc(B * m->n_embd * sizeof(float));
+        c->experts_out = malloc(B * m->n_embd * sizeof(float));
+    }
     c->pos_of = malloc(B * sizeof(int32_t));
+    c->seq_of = malloc(B * sizeof(int32_t));
     c->table_of = malloc(B * sizeof(int32_t *));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->recipe && c->layers && c->pool && c->kv.base && c->attn && c->rope_scale && c->x && c->xn && c->q &&
-             c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of && c->table_of && c->act[0] &&
-             c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
-             (m->rope_freq_scale == 0.0f || c->yarn);
+    int ok = c->recipe && c->pool && c->kv.base && c->attn && (!c->kv_alt.n_layer || c->attn_alt) && c->rope_scale &&
+             c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of &&
+             c->seq_of && c->table_of && c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
+             (m->rope_freq_scale == 0.0f || c->yarn) && (!m->n_embd_per_layer || (c->ple && c->ple_gate)) &&
+             (!router_own_input || (c->router_in && c->experts_out)) &&
+             (!n_state_layers || (c->dn.channels && c->state && c->next_pos && c->conv_of && c->ssm_of && c->mix &&
+                                  c->z && c->beta && c->decay)) &&
+             (!output_gate || c->qg) && (!m->n_ff_shexp || (c->sh && c->sh_gate));
     if (!ok) {
         llk_ctx_free(c);
         return NULL;
     }
-    for (int l = 0; l < m->n_layer; l++) c->rope_scale[l] = powf(c->layers[l].rope_base, -2.0f / (float)m->rope_dim);
+    for (int l = 0; l < m->n_layer; l++)
+        c->rope_scale[l] = powf(c->layers[l].rope_base, -2.0f / (float)c->layers[l].rope_dim);
     for (int l = 0; c->yarn && l < m->n_layer; l++) {
         c->yarn[l] = (rope_yarn){m->rope_freq_scale, m->yarn_ext_factor, m->yarn_attn_factor, {0, 0}};
-        llk_rope_yarn_corr(&c->yarn[l], m->rope_dim, m->yarn_orig_ctx, c->layers[l].rope_base, m->yarn_beta_fast,
-                           m->yarn_beta_slow);
+        llk_rope_yarn_corr(&c->yarn[l], c->layers[l].rope_dim, m->yarn_orig_ctx, c->layers[l].rope_base,
+                           m->yarn_beta_fast, m->yarn_beta_slow);
     }
     return c;
 }
@@ -223,7 +338,7 @@ void each_token(llk_pool *pool, int n_tok, token_step step, const void *arg) {
 #ifndef GROUP_TILE_BYTES
 #define GROUP_TILE_BYTES ((size_t)128 << 10) /* activations a token tile of matmul_chunk holds: a share of L2 */
 #endif
-#define MAX_PARTS 3 /* q, k and v (or gate and up) share one pool run: fewer hand-overs per token */
+#define MAX_PARTS 4 /* q, k and v (gate and up; DeltaNet's four) share one pool run: fewer hand-overs per token */
 
 matmul_part matmul_part_of(const llk_tensor *w, const void *act, int n_tok, float *out, int64_t out_stride, int nth) {
     const kernel_table *k = llk_kernels();
@@ -368,6 +483,37 @@ static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
     return code;
 }
 
+static uint64_t state_positions(const llk_ctx *c, int seq) {
+    uint64_t n;
+    memcpy(&n, c->state + (size_t)seq * c->state_bytes, sizeof n);
+    return n;
+}
+
+static void set_state_positions(llk_ctx *c, int seq, uint64_t n) { memcpy(c->state + (size_t)seq * c->state_bytes, &n, sizeof n); }
+
+/* Whether each token continues its sequence's recurrent state (llk_decode); if all do, the states' position
+ * counts are advanced past the batch (the layers then bring the states there).  0, or -7 with c->error set. */
+static int check_state_positions(llk_ctx *c, int n, const int32_t *pos, int32_t *const *seq_ids) {
+    for (int i = 0; i < n; i++) {
+        const int s = seq_ids[i][0];
+        if (s >= c->n_seq) return fail(c, -7, "sequence id %ld out of range [0, %ld) of the recurrent states", s, c->n_seq);
+        c->next_pos[s] = (int32_t)state_positions(c, s);
+    }
+    for (int i = 0; i < n; i++) {
+        const int s = seq_ids[i][0];
+        if (pos[i] != 0 && pos[i] != c->next_pos[s]) {
+            snprintf(c->error, sizeof c->error,
+                     "position %d of sequence %d does not continue its recurrent state, which holds %d positions "
+                     "(it cannot go back: start again at position 0 or restore a saved state)",
+                     pos[i], s, c->next_pos[s]);
+            return -7;
+        }
+        c->next_pos[s] = pos[i] + 1;
+    }
+    for (int i = 0; i < n; i++) set_state_positions(c, seq_ids[i][0], (uint64_t)c->next_pos[seq_ids[i][0]]);
+    return 0;
+}
+
 /* The batch through every layer; the output-normed hidden states of the wanted rows, in their order, are
  * then c->xn [n_out][n_embd].  n_out, or <0 on bad input. */
 static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
@@ -388,16 +534,19 @@ static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos,
             if (table[b] < 0 || table[b] >= c->n_blocks)
                 return fail(c, -5, "block table entry %ld names no block (pool of %ld)", table[b], c->n_blocks);
     }
+    if (c->state && check_state_positions(c, n, pos, seq_ids)) return -7;
     const int E = m->n_embd;
     const size_t emb_row = llk_row_size(m->tok_embd.type, E);
     for (int i = 0; i < n; i++) {
         c->pos_of[i] = pos[i];
+        c->seq_of[i] = seq_ids[i][0];
         c->table_of[i] = tables + (size_t)seq_ids[i][0] * table_len;
         float *x = c->x + (size_t)i * E;
         llk_dequantize(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * emb_row, x, E);
         if (m->embd_scale != 1.0f)
             for (int e = 0; e < E; e++) x[e] *= m->embd_scale;
     }
+    if (c->recipe->inputs) c->recipe->inputs(c, tokens, n);
     for (int il = 0; il < m->n_layer; il++)
         if (c->recipe->layer(c, il, n)) return fail(c, -6, "out of memory for attention over %ld tokens (layer %ld)", n, il);
     int n_out = 0;
@@ -412,6 +561,9 @@ int llk_decode(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int
     if (n_out > 0) {
         new_input(c);
         matmul(c, output_head(c), c->xn, n_out, logits_out, c->m.n_vocab, NULL);
+        const float cap = c->m.final_logit_softcap, inv = 1.0f / cap;
+        if (cap != 0.0f) /* as ggml: scaled by the inverse, tanh, scaled back */
+            for (size_t i = 0; i < (size_t)n_out * c->m.n_vocab; i++) logits_out[i] = tanhf(logits_out[i] * inv) * cap;
     }
     return n_out < 0 ? n_out : 0;
 }
@@ -444,6 +596,35 @@ int llk_kv_block_read(const llk_ctx *c, int block, void *dst) {
 int llk_kv_block_write(llk_ctx *c, int block, const void *src) {
     if (block < 0 || block >= c->n_blocks) return -1;
     memcpy(block_at(c, block), src, llk_kv_block_bytes(c));
+    return 0;
+}
+
+/* ---- recurrent state ------------------------------------------------------------ */
+
+float *recurrent_state(const llk_ctx *c, int seq, int state_il) {
+    return (float *)(c->state + (size_t)seq * c->state_bytes + STATE_HEADER) + (size_t)state_il * c->state_layer_floats;
+}
+
+size_t llk_state_bytes(const llk_ctx *c) { return c->state ? c->state_bytes : 0; }
+
+int llk_state_read(const llk_ctx *c, int seq, void *dst) {
+    if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
+    memcpy(dst, c->state + (size_t)seq * c->state_bytes, c->state_bytes);
+    return 0;
+}
+
+int llk_state_write(llk_ctx *c, int seq, const void *src) {
+    uint64_t n;
+    if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
+    memcpy(&n, src, sizeof n);
+    if (n > (uint64_t)c->max_seq_len) return -1;
+    memcpy(c->state + (size_t)seq * c->state_bytes, src, c->state_bytes);
+    return 0;
+}
+
+int llk_state_reset(llk_ctx *c, int seq) {
+    if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
+    memset(c->state + (size_t)seq * c->state_bytes, 0, c->state_bytes);
     return 0;
 }
 

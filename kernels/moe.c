@@ -41,11 +41,16 @@ moe_scratch *moe_scratch_new(const llk_model *m, int n_batch) {
     int separate_up = 0; /* some layer's up matrices take other activations than its gate matrices */
     for (int il = 0; il < m->n_layer; il++) {
         const llk_layer *L = &m->layers[il];
-        separate_up |= llk_act_kind(L->ffn_gate_exps.type) != llk_act_kind(L->ffn_up_exps.type);
+        if (L->ffn_gate_up_exps.data) { /* gate and up: the halves of one matrix, one kind of activations */
+            s->act_in_row = max_act(s->act_in_row, &L->ffn_gate_up_exps, m->n_embd);
+            if (L->ffn_gate_up_exps.ne1 / 2 > n_ff) n_ff = L->ffn_gate_up_exps.ne1 / 2;
+        } else {
+            separate_up |= llk_act_kind(L->ffn_gate_exps.type) != llk_act_kind(L->ffn_up_exps.type);
+            s->act_in_row = max_act(s->act_in_row, &L->ffn_gate_exps, m->n_embd);
+            s->act_in_row = max_act(s->act_in_row, &L->ffn_up_exps, m->n_embd);
+            if (L->ffn_gate_exps.ne1 > n_ff) n_ff = L->ffn_gate_exps.ne1;
+        }
         s->act_router_row = max_act(s->act_router_row, &L->ffn_gate_inp, m->n_embd);
-        s->act_in_row = max_act(s->act_in_row, &L->ffn_gate_exps, m->n_embd);
-        s->act_in_row = max_act(s->act_in_row, &L->ffn_up_exps, m->n_embd);
-        if (L->ffn_gate_exps.ne1 > n_ff) n_ff = L->ffn_gate_exps.ne1;
     }
     for (int il = 0; il < m->n_layer; il++)
         s->act_hidden_row = max_act(s->act_hidden_row, &m->layers[il].ffn_down_exps, n_ff);
@@ -104,7 +109,8 @@ static void quantize_in_step(const void *arg, int t) {
     const moe_ffn *f = r->f;
     moe_scratch *s = r->s;
     const float *x = r->x + (size_t)t * r->n_embd;
-    llk_quantize_act(f->router->type, x, s->act_router + (size_t)t * s->act_router_row, r->n_embd);
+    const float *router_x = f->router_x ? f->router_x + (size_t)t * r->n_embd : x;
+    llk_quantize_act(f->router->type, router_x, s->act_router + (size_t)t * s->act_router_row, r->n_embd);
     llk_quantize_act(f->gate->type, x, s->act_gate + (size_t)t * s->act_in_row, r->n_embd);
     if (!r->gate_up_share) llk_quantize_act(f->up->type, x, s->act_up + (size_t)t * s->act_in_row, r->n_embd);
 }
@@ -193,6 +199,7 @@ static void hidden_step(const void *arg, int t) {
         add_row(g, f->gate_b, e, r->n_ff);
         add_row(u, f->up_b, e, r->n_ff);
         if (f->act == MOE_SWIGLU_OAI) swiglu_oai(g, u, r->n_ff);
+        else if (f->act == MOE_GELU) llk_kernels()->gelu_mul(g, u, r->n_ff);
         else llk_kernels()->silu_mul(g, u, r->n_ff);
         llk_quantize_act(r->f->down->type, g, s->act_hidden + p * s->act_hidden_row, r->n_ff);
     }
@@ -208,6 +215,10 @@ static void sum_step(const void *arg, int t) {
     for (int i = 0; i < k; i++) {
         const float w = s->weight[(size_t)t * k + i];
         float *d = s->down + (size_t)s->pair[(size_t)t * k + i] * E;
+        if (r->f->down_scale) { /* as ggml: the product times the expert's scale, then its bias and weight */
+            const float scale = r->f->down_scale[s->chosen[(size_t)t * k + i]];
+            for (int j = 0; j < E; j++) d[j] *= scale;
+        }
         add_row(d, r->f->down_b, s->chosen[(size_t)t * k + i], E);
         if (i == 0)
             for (int j = 0; j < E; j++) out[j] = d[j] * w;
@@ -219,20 +230,22 @@ static void sum_step(const void *arg, int t) {
     }
 }
 
-static llk_tensor expert_view(const llk_tensor *all, int e) {
-    const size_t bytes = llk_row_size(all->type, all->ne0) * (size_t)all->ne1;
+/* Expert e's matrix of `all`, whose experts start `rows` rows apart. */
+static llk_tensor expert_view(const llk_tensor *all, int e, int64_t rows) {
+    const size_t bytes = llk_row_size(all->type, all->ne0) * (size_t)rows;
     return (llk_tensor){(const uint8_t *)all->data + (size_t)e * bytes, all->type, all->ne0, all->ne1};
 }
 
-/* The parts of one run over the experts that tokens chose: expert e's matrix of each of `mats` against
- * its group's activations (acts[i] + first[e] rows of act_row[i]), into outs[i] + first[e] rows of width. */
-static int expert_parts(moe_scratch *s, int n_mats, const llk_tensor *const *mats, uint8_t *const *acts,
+/* The parts of one run over the experts that tokens chose: expert e's matrix of each of `mats` (their experts
+ * `rows` rows apart) against its group's activations (acts[i] + first[e] rows of act_row[i]), into outs[i] +
+ * first[e] rows of width. */
+static int expert_parts(moe_scratch *s, int n_mats, const llk_tensor *const *mats, int64_t rows, uint8_t *const *acts,
                         const size_t *act_row, float *const *outs, int64_t width, int nth) {
     int n = 0;
     for (int e = 0; e < s->n_expert; e++) {
         if (!s->count[e]) continue;
         for (int i = 0; i < n_mats; i++) {
-            s->views[n] = expert_view(mats[i], e);
+            s->views[n] = expert_view(mats[i], e, rows);
             s->parts[n] = matmul_part_of(&s->views[n], acts[i] + (size_t)s->first[e] * act_row[i], s->count[e],
                                          outs[i] + (size_t)s->first[e] * width, width, nth);
             s->parts[n].act_row = act_row[i];
@@ -262,15 +275,16 @@ void moe_ffn_run(const moe_ffn *f, moe_scratch *s, llk_pool *pool, const float *
     each_token(pool, T, gather_step, &r);
 
     const int decode = T < 2; /* read ahead only where one token's products leave threads idle */
-    const llk_tensor first_down = expert_view(f->down, s->chosen[0]);
+    const llk_tensor first_down = expert_view(f->down, s->chosen[0], f->down->ne1);
     const llk_tensor *gate_up[] = {f->gate, f->up};
     uint8_t *gate_up_act[] = {s->grouped_gate, r.gate_up_share ? s->grouped_gate : s->grouped_up};
     const size_t in_rows[] = {s->act_in_row, s->act_in_row};
     float *gate_up_out[] = {s->g, s->u};
-    int n = expert_parts(s, 2, gate_up, gate_up_act, in_rows, gate_up_out, r.n_ff, nth);
+    int n = expert_parts(s, 2, gate_up, f->expert_rows ? f->expert_rows : f->gate->ne1, gate_up_act, in_rows,
+                         gate_up_out, r.n_ff, nth);
     matmul_parts_run(pool, s->parts, n, decode ? &first_down : NULL);
     each_token(pool, T, hidden_step, &r);
-    n = expert_parts(s, 1, &f->down, &s->act_hidden, &s->act_hidden_row, &s->down, r.n_embd, nth);
+    n = expert_parts(s, 1, &f->down, f->down->ne1, &s->act_hidden, &s->act_hidden_row, &s->down, r.n_embd, nth);
     matmul_parts_run(pool, s->parts, n, decode ? then : NULL);
     each_token(pool, T, sum_step, &r);
 }

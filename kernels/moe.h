@@ -26,6 +26,7 @@ enum moe_gating {
 enum moe_act {
     MOE_SILU = 0,       /* silu(g) * u */
     MOE_SWIGLU_OAI = 1, /* gpt-oss: x = min(g, 7), y = clamp(u, -7, 7), x * sigmoid(1.702 x) * (y + 1) */
+    MOE_GELU = 2,       /* gelu_tanh(g) * u (Gemma 4) */
 };
 
 /* One layer's expert FFN: the router (F32 or quantized, n_expert rows) and the experts' matrices, one
@@ -39,6 +40,13 @@ typedef struct {
     /* F32 biases or NULL: the router's [n_expert], and each expert's row of the gate's, up's and down's
      * ([n_expert][n_ff] and [n_expert][n_embd]) added to its products */
     const float *router_b, *gate_b, *up_b, *down_b;
+    /* The router's own input rows (n_embd each), or NULL: x (Gemma 4 routes a scaled norm of the residual) */
+    const float *router_x;
+    /* F32 [n_expert] or NULL: each expert's output scaled by its entry before it is weighted (Gemma 4) */
+    const float *down_scale;
+    /* rows from one expert's gate (and up) matrix to the next: their ne1, or more where each expert's gate and
+     * up rows are one matrix (Gemma 4's ffn_gate_up_exps: gate and up are views of its halves) */
+    int64_t expert_rows;
 } moe_ffn;
 
 typedef struct moe_scratch moe_scratch;

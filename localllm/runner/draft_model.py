@@ -66,6 +66,10 @@ class DraftModel:
             self.n_ctx = min(n_ctx, self.model.n_ctx_train)
             n_blocks = -(-native_pool_tokens(self.n_ctx) // BLOCK_SIZE)
             self.ctx = Context(self.model, n_blocks, BLOCK_SIZE, self.n_ctx, n_seq, n_batch, n_threads)
+            if self.ctx.state_bytes:  # its lanes are cut back to where they agree with the target: KV only
+                self.ctx.close()
+                raise DraftRefused("it keeps a recurrent state (Gated DeltaNet layers); a draft model must be a "
+                                   "transformer")
         except BaseException:
             self.model.close()
             raise

@@ -32,6 +32,20 @@ Below host RAM, the disk tier (:mod:`localllm.runner.kv_disk`) takes full
 blocks that leave RAM, and every full block when the runner stops
 (:meth:`BlockPool.persist`); a prompt walking past the end of the tree looks
 its next blocks up there by their chained token hash (:attr:`Node.key`).
+
+A model with recurrent layers (Gated DeltaNet) also keeps a per-sequence
+state that sums up every token so far and cannot be cut back. A pool made
+``recurrent`` keeps *snapshots* of that whole state beside the blocks: a
+full node may hold the state a sequence had right after its run
+(:attr:`Node.state`, taken by the engine at the block boundaries it
+chooses), and a finished sequence's partial last run holds the state at
+its end (the next turn of a chat resumes there). :meth:`BlockPool.match`
+continues into such a partial run when the prompt holds all of it (copying
+its block), else cuts what it found back to the deepest full node with a
+snapshot (in RAM, or on disk under the node's key), and hands the snapshot
+over with the blocks. Snapshots live in host RAM within their own budget
+(least recently used out first, to the disk tier: full runs only), and go to
+disk with their node when it leaves RAM and when the runner stops.
 """
 
 from __future__ import annotations
@@ -69,6 +83,7 @@ class Node:
     spilled: bytes | None = None  # the block's bytes in host RAM, or None
     children: dict[tuple[int, ...], Node] = field(default_factory=dict)
     key: bytes = ROOT_KEY  # chained token hash of a full run: the disk tier's name for it
+    state: bytes | None = None  # recurrent pools: a snapshot of the state right after ``run``, or None
 
 
 @dataclass
@@ -79,14 +94,19 @@ class Placement:
     nodes: list[Node | None]  # the indexed node of each block; None for a private (copied) block
     tokens: int
     restored: int = 0  # blocks copied back from host RAM
+    matched: int = 0  # recurrent pools: the tokens the blocks matched before the cut back to a snapshot
+    state: bytes | None = None  # recurrent pools: the state after ``tokens`` (None: start from nothing)
 
 
 class BlockPool:
     """Reference-counted KV blocks, their prefix index and the host-RAM tier; see the module docstring."""
 
     def __init__(self, store: BlockStore, n_blocks: int, block_size: int, host_budget: int = 0,
-                 disk: DiskTier | None = None) -> None:
+                 disk: DiskTier | None = None, recurrent: bool = False, state_budget: int = 0) -> None:
         self.store = store
+        self.recurrent = recurrent
+        self.state_budget = state_budget  # host RAM for snapshots, apart from ``host_budget``
+        self.state_used = 0
         self.disk = disk
         self.n_blocks = n_blocks
         self.block_size = block_size
@@ -99,6 +119,7 @@ class BlockPool:
         self._node_of: dict[int, Node] = {}  # indexed block -> its node
         self._evictable: OrderedDict[int, None] = OrderedDict()  # cached blocks, least recently released first
         self._host: OrderedDict[Node, None] = OrderedDict()  # spilled nodes, least recently used first
+        self._states: OrderedDict[Node, None] = OrderedDict()  # nodes with a snapshot in RAM, least recently used first
         self.root = Node(run=(), parent=None)
 
     # -- sizes ----------------------------------------------------------------
@@ -119,6 +140,7 @@ class BlockPool:
             "shared": self._shared,
             "cached": len(self._evictable),
             "spilled": len(self._host),
+            **({"snapshots": len(self._states)} if self.recurrent else {}),
         }
 
     # -- taking and growing ---------------------------------------------------
@@ -127,8 +149,10 @@ class BlockPool:
         """Hold the blocks of the longest indexed prefix of ``tokens`` (restoring spilled ones).
 
         Full runs are shared as they are; where ``tokens`` continue into a
-        block only in part, that block is copied into a private one. The
-        caller owns the returned blocks (release them with :meth:`release`).
+        block only in part, that block is copied into a private one. A
+        recurrent pool cuts that back to its deepest snapshot instead
+        (:attr:`Placement.state`). The caller owns the returned blocks
+        (release them with :meth:`release`).
         """
         bs = self.block_size
         found = Placement(blocks=[], nodes=[], tokens=0)
@@ -152,8 +176,26 @@ class BlockPool:
         finally:
             if from_disk is not None:
                 from_disk.close()
-        self._copy_partial(node, tokens, found)
+        if self.recurrent:
+            self._resume_point(tokens, found)
+        else:
+            self._copy_partial(node, tokens, found)
         return found
+
+    def keep_state(self, node: Node, data: bytes) -> None:
+        """Keep ``data``, the recurrent state right after ``node``'s run, as its snapshot (in RAM within the
+        budget; the least recently used ones go to the disk tier to make room)."""
+        assert self.recurrent, "a snapshot of a pool without recurrent state"
+        if node.state is not None:
+            return
+        if len(data) > self.state_budget:
+            self._state_to_disk(node, data)
+            return
+        while self.state_used + len(data) > self.state_budget:
+            self._drop_state(next(iter(self._states)))
+        node.state = data
+        self._states[node] = None
+        self.state_used += len(data)
 
     def _chain(self, key: bytes, tokens: Sequence[int], start: int) -> list[bytes]:
         """The keys of the full runs of ``tokens`` from ``start`` on, after the block whose key is ``key``."""
@@ -175,7 +217,9 @@ class BlockPool:
         """Index the sequence's blocks that ``tokens`` (all it holds now) fill completely.
 
         A run someone else indexed first keeps their block: this sequence's
-        equal copy stays private and is freed with it.
+        equal copy stays private and is freed with it (a recurrent pool's
+        sequence, which recomputes runs after the snapshot it resumed from,
+        takes the indexed block in its place: ``blocks`` changes).
         """
         bs = self.block_size
         parent = self.root
@@ -192,18 +236,27 @@ class BlockPool:
                 node.block = blocks[i]
                 self._node_of[blocks[i]] = node
                 nodes[i] = node
+            elif node.block != blocks[i] and self.recurrent:  # recomputed after a snapshot: take the indexed block,
+                self._take(node.block)  # equal bit for bit (batch invariance), so that later blocks index under it
+                self.release([blocks[i]], [None], (), keep=False)
+                blocks[i], nodes[i] = node.block, node
             elif node.block != blocks[i]:
                 return  # an equal path already indexed: later blocks of ours stay private
             parent = node
 
-    def release(self, blocks: list[int], nodes: list[Node | None], tokens: Sequence[int], keep: bool) -> None:
-        """Drop a sequence's hold on its blocks; with ``keep`` its partial last block is indexed too.
+    def release(self, blocks: list[int], nodes: list[Node | None], tokens: Sequence[int], keep: bool,
+                state: bytes | None = None) -> None:
+        """Drop a sequence's hold on its blocks; with ``keep`` its partial last block is indexed too, and
+        ``state`` (recurrent pools: the state after ``tokens``) kept as the snapshot of its end.
 
         Blocks are queued for eviction last-first, so a conversation's tail
         leaves before its shared head.
         """
         if keep:
             self._index_partial(blocks, nodes, tokens)
+            end = nodes[-(-len(tokens) // self.block_size) - 1] if tokens and state is not None else None
+            if end is not None:
+                self.keep_state(end, state)
         for block in reversed(blocks):
             self.ref[block] -= 1
             if self.ref[block] == 1:
@@ -230,6 +283,8 @@ class BlockPool:
                 data = node.spilled if node.block is None else self.store.read_block(node.block)
                 if data is not None and self._to_disk(node, data):
                     kept += 1
+                if node.state is not None:
+                    self._state_to_disk(node, node.state)
             level = [child for node in level for child in node.children.values()]
         return kept
 
@@ -245,6 +300,8 @@ class BlockPool:
             assert (block in self._evictable) <= (block in self._node_of), f"cached block {block} is not indexed"
         assert self.host_used == sum(len(n.spilled or b"") for n in self._host), "host bytes miscounted"
         assert self._shared == sum(1 for r in self.ref if r > 1), "shared blocks miscounted"
+        assert self.state_used == sum(len(n.state or b"") for n in self._states), "snapshot bytes miscounted"
+        assert self.state_used <= self.state_budget, "snapshots over their budget"
 
         reachable: set[int] = set()
 
@@ -254,12 +311,14 @@ class BlockPool:
                 assert child.block is not None or child.spilled is not None or child.children, "a dead node"
                 if child.block is not None:
                     assert self._node_of.get(child.block) is child
+                assert (child.state is not None) == (child in self._states), "a snapshot outside the books"
                 reachable.add(id(child))
                 walk(child)
 
         walk(self.root)
         assert all(id(n) in reachable for n in self._node_of.values()), "an indexed block outside the tree"
         assert all(id(n) in reachable for n in self._host), "a spilled block outside the tree"
+        assert all(id(n) in reachable for n in self._states), "a snapshot outside the tree"
 
     # -- helpers ----------------------------------------------------------------
 
@@ -321,6 +380,61 @@ class BlockPool:
         found.restored += 1
         return True
 
+    def _resume_point(self, tokens: Sequence[int], found: Placement) -> None:
+        """Cut ``found`` back to where a recurrent sequence can resume, deepest first: a partial run with a
+        snapshot (a finished sequence's end) that ``tokens`` hold whole, continued in a copy of its block, or
+        a found full run with a snapshot (in RAM, else on disk); the snapshot is handed over, and the blocks
+        after it go back (they stay cached)."""
+        found.matched = found.tokens
+        bs = self.block_size
+        for depth in range(len(found.nodes), -1, -1):
+            parent = found.nodes[depth - 1] if depth else self.root
+            rest = tuple(tokens[depth * bs : (depth + 1) * bs])
+            ends = [c for c in parent.children.values() if c.state is not None and c.block is not None
+                    and len(c.run) < bs and rest[: len(c.run)] == c.run]
+            end = max(ends, key=lambda c: len(c.run), default=None)
+            state = self._snapshot(parent) if depth and end is None else None
+            if end is not None or state is not None or not depth:
+                self._cut(found, depth)
+            if end is not None and self._copy_into(end, len(end.run), found):
+                self._states.move_to_end(end)
+                found.state = end.state
+                return
+            if end is not None and depth:  # no block for the copy: the full run's snapshot, if any
+                state = self._snapshot(parent)
+            if state is not None:
+                found.state = state
+                return
+
+    def _cut(self, found: Placement, depth: int) -> None:
+        """Keep the first ``depth`` blocks of ``found``; the others go back."""
+        if depth < len(found.blocks):
+            self.release(found.blocks[depth:], found.nodes[depth:], (), keep=False)
+            del found.blocks[depth:], found.nodes[depth:]
+        found.tokens = depth * self.block_size
+
+    def _snapshot(self, node: Node) -> bytes | None:
+        """``node``'s snapshot: from RAM (now the most recently used), else read from disk and kept in RAM."""
+        if node.state is not None:
+            self._states.move_to_end(node)
+            return node.state
+        data = self.disk.read_state(node.key) if self.disk is not None else None
+        if data is not None:
+            self.keep_state(node, data)
+        return data
+
+    def _state_to_disk(self, node: Node, data: bytes) -> None:
+        if self.disk is not None and len(node.run) == self.block_size:  # a partial run has no key
+            self.disk.write_state(node.key, data)
+
+    def _drop_state(self, node: Node) -> None:
+        """Take ``node``'s snapshot out of RAM, to the disk tier if there is one."""
+        if node.state is not None:
+            del self._states[node]
+            self.state_used -= len(node.state)
+            self._state_to_disk(node, node.state)
+            node.state = None
+
     def _copy_partial(self, node: Node, tokens: Sequence[int], found: Placement) -> None:
         """Continue into the child of ``node`` sharing the most tokens with what follows, by copying it."""
         rest = tokens[found.tokens : found.tokens + self.block_size]
@@ -331,19 +445,24 @@ class BlockPool:
             n = _common(child.run, rest)
             if n > best_n:
                 best, best_n = child, n
-        if best is None:
-            return
-        source = best.block
+        if best is not None:
+            self._copy_into(best, best_n, found)
+
+    def _copy_into(self, node: Node, n: int, found: Placement) -> bool:
+        """Continue ``found`` with the first ``n`` tokens of ``node``'s run in a private copy of its block;
+        False when the pool has no block for it."""
+        source = node.block
         self._take(source)  # pinned: allocating may evict cached blocks
         target = self.allocate()
-        self.release([source], [best], (), keep=False)
+        self.release([source], [node], (), keep=False)
         if target is None:
-            return
+            return False
         self.store.copy_block(target, source)
         self.stats.copies += 1
         found.blocks.append(target)
         found.nodes.append(None)
-        found.tokens += best_n
+        found.tokens += n
+        return True
 
     def _index_partial(self, blocks: list[int], nodes: list[Node | None], tokens: Sequence[int]) -> None:
         """Index the partly filled last block of a finished sequence under its parent run."""
@@ -410,6 +529,7 @@ class BlockPool:
                     return
                 for child in list(node.children.values()):
                     self._forget(child)
+            self._drop_state(node)
             del node.parent.children[node.run]
             node = node.parent
 
@@ -419,6 +539,7 @@ class BlockPool:
         if node.spilled is not None:
             self._to_disk(node, node.spilled)
         self._drop_spilled(node)
+        self._drop_state(node)
         node.children.clear()
 
 

@@ -22,6 +22,11 @@ bytes: the least recently used files go first (a read refreshes a file's
 modification time). A failed write (a full disk, a read-only directory)
 stops the tier writing for the rest of the runner's life; requests go on.
 Files are mode 0600: KV reveals the prompt.
+
+A model with a recurrent state (Gated DeltaNet layers) also keeps state
+snapshots here, one file per snapshot named by the key of the block it ends
+(``<key>.state``): the same format, checks and budget, with ``"kind":
+"state"`` and the state's size in the header.
 """
 
 from __future__ import annotations
@@ -38,12 +43,14 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("localllm.runner")
 
 MAGIC = b"LLKVBLK1"
 SUFFIX = ".kv"
+STATE_SUFFIX = ".state"
 _U32 = struct.Struct("<I")
 ROOT_KEY = b"\0" * 16  # the key "before" the first block
 READ_THREADS = 2  # reading and checking a block lets go of the GIL: two read while the engine copies them in
@@ -79,22 +86,32 @@ def clear(root: Path, model_dir: str | None = None) -> int:
     return freed
 
 
+@dataclass(frozen=True)
+class _Kind:
+    """One kind of file the tier keeps: KV blocks or recurrent state snapshots."""
+
+    suffix: str
+    header: str  # the JSON header without the key
+    nbytes: int  # the payload's exact size
+
+
 class DiskTier:
-    """One runner's view of its model's block files; see the module docstring."""
+    """One runner's view of its model's block (and state snapshot) files; see the module docstring."""
 
     def __init__(self, root: Path, model_dir: str, budget: int, *, engine: str, kv_type: str, block_size: int,
-                 layout: str, block_bytes: int) -> None:
+                 layout: str, block_bytes: int, state_bytes: int = 0) -> None:
         self.root = root
         self.dir = root / model_dir / f"{engine}-{kv_type}-{block_size}"
         self.budget = budget
-        self.block_bytes = block_bytes
         self.writing = True
         self.reads = 0
         self.writes = 0
         self.dropped = 0  # files found unusable and deleted
-        self._header = json.dumps({"digest": model_dir, "engine": engine, "kv_type": kv_type,
-                                   "block_size": block_size, "layout": layout, "bytes": block_bytes},
-                                  sort_keys=True)
+        header = {"digest": model_dir, "engine": engine, "kv_type": kv_type, "block_size": block_size,
+                  "layout": layout}
+        self._kv = _Kind(SUFFIX, json.dumps({**header, "bytes": block_bytes}, sort_keys=True), block_bytes)
+        self._state = _Kind(STATE_SUFFIX, json.dumps({**header, "kind": "state", "bytes": state_bytes},
+                                                     sort_keys=True), state_bytes)
         try:
             for directory in (root, self.dir.parent, self.dir):
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -103,18 +120,24 @@ class DiskTier:
             self._stop_writing(exc)
         self._used: int | None = None  # bytes of every model's block files; scanned at the first write, not at load
 
-    def _prefix(self, key: bytes) -> bytes:
-        header = (self._header[:-1] + f', "key": "{key.hex()}"}}').encode()
+    @staticmethod
+    def _prefix(key: bytes, kind: _Kind) -> bytes:
+        header = (kind.header[:-1] + f', "key": "{key.hex()}"}}').encode()
         return MAGIC + _U32.pack(len(header)) + header
 
-    def _path(self, key: bytes) -> Path:
-        return self.dir / f"{key.hex()}{SUFFIX}"
+    def _path(self, key: bytes, kind: _Kind | None = None) -> Path:
+        """The file of the block (or of the snapshot: ``kind``) named ``key``."""
+        return self.dir / f"{key.hex()}{(kind or self._kv).suffix}"
 
     # -- reading -------------------------------------------------------------
 
     def read(self, key: bytes) -> bytes | None:
         """The block named ``key``, checked; None when there is none or it is unusable (then it is deleted)."""
         return self._counted(*self._load(key))
+
+    def read_state(self, key: bytes) -> bytes | None:
+        """The state snapshot taken after the block named ``key``, checked as :meth:`read` checks a block."""
+        return self._counted(*self._load(key, self._state)) if self._state.nbytes else None
 
     def read_ahead(self, keys: Sequence[bytes]) -> Iterator[bytes | None]:
         """The blocks named ``keys`` in order, as :meth:`read` gives them, read (and checked) up to READ_AHEAD
@@ -132,22 +155,23 @@ class DiskTier:
                 for future in pending:
                     future.cancel()
 
-    def _load(self, key: bytes) -> tuple[bytes | None, bool]:
-        """The checked block named ``key`` (None if absent or unusable) and whether an unusable file was deleted;
-        it touches only that file (reading threads call it)."""
-        path = self._path(key)
+    def _load(self, key: bytes, kind: _Kind | None = None) -> tuple[bytes | None, bool]:
+        """The checked block (or snapshot: ``kind``) named ``key`` (None if absent or unusable) and whether an
+        unusable file was deleted; it touches only that file (reading threads call it)."""
+        kind = kind or self._kv
+        path = self._path(key, kind)
         try:
             with open(path, "rb", buffering=0) as f:
                 data = f.read()
         except OSError:
             return None, False
-        prefix = self._prefix(key)
-        n = len(prefix) + self.block_bytes
+        prefix = self._prefix(key, kind)
+        n = len(prefix) + kind.nbytes
         ok = (len(data) == n + _U32.size and data.startswith(prefix)
               and _U32.unpack_from(data, n)[0] == zlib.crc32(memoryview(data)[len(prefix):n]))
         if not ok:
-            log.warning("KV disk tier: dropping unusable block file %s (truncated, corrupt, or another model's "
-                        "or KV type's)", path.name)
+            log.warning("KV disk tier: dropping unusable %s file %s (truncated, corrupt, or another model's "
+                        "or KV type's)", "block" if kind is self._kv else "state snapshot", path.name)
             self._unlink(path)
             return None, True
         try:
@@ -165,13 +189,20 @@ class DiskTier:
 
     def write(self, key: bytes, data: bytes) -> bool:
         """Store a block (whole, then renamed); False when the tier does not write (off, full, failing)."""
-        if not self.writing or len(data) != self.block_bytes:
+        return self._store(key, data, self._kv)
+
+    def write_state(self, key: bytes, data: bytes) -> bool:
+        """Store the state snapshot taken after the block named ``key``, as :meth:`write` stores a block."""
+        return self._store(key, data, self._state)
+
+    def _store(self, key: bytes, data: bytes, kind: _Kind) -> bool:
+        if not self.writing or not kind.nbytes or len(data) != kind.nbytes:
             return False
-        prefix = self._prefix(key)
+        prefix = self._prefix(key, kind)
         size = len(prefix) + len(data) + _U32.size
         if size > self.budget:
             return False
-        path = self._path(key)
+        path = self._path(key, kind)
         if path.exists():
             return True
         if self._used is None:
@@ -218,9 +249,9 @@ class DiskTier:
         return sum(size for _, size, _ in self._block_files())
 
     def _block_files(self) -> list[tuple[int, int, Path]]:
-        """(modification time, size, path) of every model's block files under the root."""
+        """(modification time, size, path) of every model's block and snapshot files under the root."""
         files = []
-        for path in self.root.glob(f"*/*/*{SUFFIX}"):
+        for path in itertools.chain(self.root.glob(f"*/*/*{SUFFIX}"), self.root.glob(f"*/*/*{STATE_SUFFIX}")):
             try:
                 st = path.stat()
             except OSError:

@@ -44,7 +44,7 @@ def choose_engine(
         return EngineChoice(LLAMA_CPP, "forced by the engine setting")
     if forced == NATIVE:
         blocker = (llama_cpp_settings or _workers_blocker(workers) or _images_blocker(images)
-                   or _native_blocker(model_path, adapters))
+                   or _native_blocker(model_path, adapters, by_default=False))
         if blocker:
             raise EngineRefused(f"the native engine cannot run this model: {blocker}; use the llama.cpp engine")
         return EngineChoice(NATIVE, "forced by the engine setting")
@@ -96,12 +96,13 @@ def _images_blocker(images: bool) -> str | None:
     return None
 
 
-def _native_blocker(model_path: Path, adapters: bool) -> str | None:
+def _native_blocker(model_path: Path, adapters: bool, by_default: bool = True) -> str | None:
+    """Why the native engine does not get the model (``by_default``: unasked), or None."""
     if adapters and not CAPABILITIES[NATIVE].lora:
         return "LoRA adapters are not supported by the native engine"
     from localllm.backends.native.model import native_support
 
-    return native_support(model_path)
+    return native_support(model_path, by_default=by_default)
 
 
 def _cpu_isa() -> str:

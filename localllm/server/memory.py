@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..backends.capabilities import NATIVE_BLOCK_SIZE
 from ..config import ALL_DEVICES
 from ..gguf import EXPERT_TENSORS, GGUFFile
 from ..workers.probe import WorkerDevice
@@ -41,6 +42,7 @@ class ModelFootprint:
     # "-" neither (a feed-forward-only layer); "" when every layer is attention
     layer_kinds: str = ""
     state_per_layer: int = 0  # a recurrent layer's state for all sequences (independent of the context)
+    snapshots: int = 0  # native engine: host RAM its prefix cache may give to copies of a sequence's state
 
     @property
     def n_layers(self) -> int:
@@ -68,14 +70,15 @@ class ModelFootprint:
     @property
     def total(self) -> int:
         return (sum(self.layer_weights) + self.other_weights + sum(self.cache(i) for i in range(self.n_layers))
-                + self.compute_buffer)
+                + self.compute_buffer + self.snapshots)
 
 
 def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
-              kv_cache_type: str = "f16", kv_tokens: int = 0) -> ModelFootprint:
+              kv_cache_type: str = "f16", kv_tokens: int = 0, snapshot_budget: int = 0) -> ModelFootprint:
     """Estimate weights per layer, KV = positions (``kv_tokens``, else ctx x parallel) x (K+V dims) x type size
     for each attention layer, a recurrent state a sequence for each recurrent layer (:func:`layer_kinds`),
-    compute buffer."""
+    compute buffer; and for the native engine's pool of ``kv_tokens``, the snapshots of a hybrid model's state
+    its prefix cache keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds fewer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
     experts = [0] * n_layers
@@ -104,9 +107,12 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     logits = 4 * n_batch * n_vocab
     compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
     kinds = layer_kinds(gguf, n_layers)
-    state = recurrent_state_bytes(gguf) * n_parallel if "r" in kinds else 0
+    one_state = recurrent_state_bytes(gguf) * kinds.count("r")  # all recurrent layers of one sequence
+    blocks = -(-(kv_tokens or n_ctx * n_parallel) // NATIVE_BLOCK_SIZE)
+    snapshots = min(snapshot_budget, one_state * blocks)
     return ModelFootprint(tuple(layers), other, kv_per_layer, compute, logits, tuple(experts) if any(experts) else (),
-                          kinds if kinds != "a" * n_layers else "", state)
+                          kinds if kinds != "a" * n_layers else "", recurrent_state_bytes(gguf) * n_parallel
+                          if "r" in kinds else 0, snapshots)
 
 
 #: Architectures whose every layer is recurrent (no KV at all).

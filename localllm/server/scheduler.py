@@ -48,7 +48,9 @@ from .memory import (
     shortfall,
     worker_offload,
 )
-from ..backends.capabilities import CAPABILITIES, LLAMA_CPP, NATIVE, native_parallel, native_pool_tokens
+from ..backends.capabilities import (
+    CAPABILITIES, HOST_CACHE_MB, LLAMA_CPP, NATIVE, native_parallel, native_pool_tokens,
+)
 from ..runner import kv_disk
 from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
@@ -575,8 +577,9 @@ class Scheduler:
         """The memory a generating runner of ``n_ctx`` takes: the native engine's one pool, however many
         sequences share it, or llama.cpp's streams of ``n_ctx`` each."""
         n_batch, kv_cache_type = request.num_batch or 512, self._kv_cache_type(request)
-        if engine == NATIVE:
-            return footprint(summary, n_ctx, 1, n_batch, kv_cache_type, kv_tokens=self.pool_tokens(n_ctx))
+        if engine == NATIVE:  # every sequence's state, and its snapshots in the host-RAM tier
+            return footprint(summary, n_ctx, self.num_parallel(NATIVE, n_ctx), n_batch, kv_cache_type,
+                             kv_tokens=self.pool_tokens(n_ctx), snapshot_budget=HOST_CACHE_MB << 20)
         return footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
 
     def _fits_context(self, summary: GGUFFile, engine: str, gpu: GpuPlan,

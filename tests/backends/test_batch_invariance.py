@@ -8,7 +8,11 @@ prompt longer than their window, and on SmolLM2 with a q8_0 cache and a prompt
 of three attention segments (merged in place for a prefill chunk, split over
 threads for a decode step); and on a tiny qwen3moe (Q4_K_M and Q8_0), whose tokens' experts are
 grouped by expert across the batch (each token's experts and sum its own), and a tiny gpt-oss (MXFP4
-experts, attention sinks, a 16-position window on every other layer).
+experts, attention sinks, a 16-position window on every other layer); two tiny Gemma 4s: 26B-A4B's dense
+FFN beside experts with layers of two head geometries, and E4B's per-layer embeddings and layers reading earlier
+layers' KV; and tiny qwen35 (Q8_0) and qwen35moe (Q4_K_M), whose Gated DeltaNet layers carry each sequence's
+recurrent state from step to step: where a sequence continues from shared or restored blocks, its state saved at
+the same position comes with them.
 """
 
 from __future__ import annotations
@@ -55,6 +59,14 @@ class Pool:
             logits = self.run([(seq, tokens[start : start + chunk], start)])[0]
         return logits
 
+    def state(self, seq: int) -> bytes | None:
+        """The sequence's recurrent state where the model has one (to continue it elsewhere), else None."""
+        return self.ctx.read_state(seq) if self.ctx.state_bytes else None
+
+    def restore(self, seq: int, state: bytes | None) -> None:
+        if state is not None:
+            self.ctx.write_state(seq, state)
+
     def greedy(self, seq: int, prompt: Sequence[int], first: np.ndarray, n: int) -> list[np.ndarray]:
         steps, logits = [first], first
         for i in range(n):
@@ -76,11 +88,14 @@ def prompt_tokens(model: native.Model, n: int, salt: str) -> list[int]:
 
 CASES = [("smollm2_path", 200, 1024, "f16"), ("gemma3_path", 560, 1024, "f16"),  # Gemma 3's window: 512 positions
          ("smollm2_path", 1100, 1280, "q8_0"), ("qwen3moe_path", 200, 1024, "f16"),
-         ("qwen3moe_q8_0_path", 200, 1024, "f16"), ("gpt_oss_path", 200, 1024, "f16")]  # gpt-oss's window: 16
+         ("qwen3moe_q8_0_path", 200, 1024, "f16"), ("gpt_oss_path", 200, 1024, "f16"),  # gpt-oss's window: 16
+         ("gemma4_path", 200, 1024, "f16"), ("gemma4_e_path", 200, 1024, "f16"),  # Gemma 4's tiny ones' window: 8
+         ("qwen35_path", 200, 1024, "f16"), ("qwen35moe_path", 200, 1024, "f16")]
 
 
 @pytest.fixture(scope="module", params=CASES,
-                ids=["smollm2", "gemma3", "smollm2-q8_0", "qwen3moe", "qwen3moe-q8_0", "gpt-oss"])
+                ids=["smollm2", "gemma3", "smollm2-q8_0", "qwen3moe", "qwen3moe-q8_0", "gpt-oss", "gemma4-moe",
+                     "gemma4-e", "qwen35", "qwen35moe"])
 def pool(request: pytest.FixtureRequest):
     name, prompt_len, max_len, kv_cache_type = request.param
     p = Pool(request.getfixturevalue(name), max_len, kv_cache_type)
@@ -114,13 +129,14 @@ def test_batched_with_seven_others_in_prefill_and_decode(pool: Pool, reference) 
     others = {s: prompt_tokens(pool.model, rng.randrange(20, 120), f"other {s}") for s in range(2, N_SEQ)}
     for s in (2, 3, 4):  # these are decoding while ours prefills
         pool.prefill(s, others[s], 512)
-    work = [(1, prompt[:300], 0)] + [(s, [5], len(others[s])) for s in (2, 3, 4)]
+    head = prompt[:-1]  # all but the last prompt token, which comes last
+    work = [(1, head[:300], 0)] + [(s, [5], len(others[s])) for s in (2, 3, 4)]
     work += [(s, others[s][:50], 0) for s in (5, 6, 7)]  # and these prefill beside it
     pool.run(work)
-    if len(prompt) > 300:
-        pool.run([(1, prompt[300:700], 300), (5, others[5][50:], 50), (6, [9], 0)])
-    if len(prompt) > 700:
-        pool.run([(1, prompt[700:], 700), (6, [10], 1)])
+    if len(head) > 300:
+        pool.run([(1, head[300:700], 300), (5, others[5][50:], 50), (6, [9], 0)])
+    if len(head) > 700:
+        pool.run([(1, head[700:], 700), (6, [10], 1)])
     # the last prompt token, batched with decoding and prefilling neighbours
     got = pool.run([(2, [7], len(others[2]) + 1), (1, prompt[-1:], len(prompt) - 1), (7, others[7][50:], 50)])[1]
     assert np.array_equal(got, expected[0])
@@ -132,11 +148,12 @@ def test_batched_with_seven_others_in_prefill_and_decode(pool: Pool, reference) 
 def test_shared_blocks_continue_the_same(pool: Pool, reference) -> None:
     """Sequence 1 points at sequence 0's full blocks (no copy) and evaluates only the rest."""
     prompt, expected = reference
-    pool.prefill(0, prompt, 512)
     shared = (len(prompt) - 1) // BLOCK
+    pool.prefill(0, prompt[: shared * BLOCK], 512)
     saved = pool.ctx.tables[1].copy()
     try:
         pool.ctx.tables[1, :shared] = pool.ctx.tables[0, :shared]
+        pool.restore(1, pool.state(0))
         got = pool.run([(1, prompt[shared * BLOCK :], shared * BLOCK)])[0]
         assert np.array_equal(got, expected[0])
     finally:
@@ -146,12 +163,14 @@ def test_shared_blocks_continue_the_same(pool: Pool, reference) -> None:
 def test_blocks_restored_from_host_ram_continue_the_same(pool: Pool, reference) -> None:
     """Blocks saved as bytes and written into other blocks (another sequence's) give the same logits."""
     prompt, expected = reference
-    pool.prefill(0, prompt, 512)
     full = (len(prompt) - 1) // BLOCK
+    pool.prefill(0, prompt[: full * BLOCK], 512)
     saved = [pool.ctx.read_block(int(b)) for b in pool.ctx.tables[0, :full]]
+    state = pool.state(0)
     pool.prefill(0, prompt_tokens(pool.model, len(prompt), "something else"), 512)  # overwrite the originals
     for block, data in zip(pool.ctx.tables[2, :full], saved):
         pool.ctx.write_block(int(block), data)
+    pool.restore(2, state)
     got = pool.run([(2, prompt[full * BLOCK :], full * BLOCK)])[0]
     assert np.array_equal(got, expected[0])
 

@@ -274,3 +274,28 @@ def test_a_hybrid_models_estimate_counts_attention_kv_and_recurrent_states(tmp_p
     assert states <= before_any <= states + 256
     assert sum(need.cache(i) for i in range(need.n_layers)) == need.kv_bytes + states
     assert footprint(read_gguf(path), n_ctx=1, n_parallel=4).state_per_layer == 4 * need.state_per_layer  # a sequence each
+
+
+def test_the_native_plan_of_a_hybrid_model_counts_each_sequences_state_and_the_snapshots(tmp_path, smollm2_path):
+    """The native runner keeps a state for each of its sequences, and its prefix cache copies of states in host
+    RAM up to a budget (or one a block where the pool holds fewer): the plan counts both, at the size the
+    native context reports."""
+    from localllm.backends.native.backend import Context, Model
+    from support import arch_models
+
+    path = arch_models.qwen_hybrid(tmp_path / "m.gguf", smollm2_path, "qwen35")
+    model = Model(path)
+    try:
+        ctx = Context(model, n_blocks=4, block_size=16, max_seq_len=64, n_seq=3, n_batch=16, n_threads=1)
+        one = ctx.state_bytes
+        ctx.close()
+    finally:
+        model.close()
+    g = read_gguf(path)
+    need = footprint(g, n_ctx=256, n_parallel=3, kv_tokens=1024, snapshot_budget=1 << 30)
+    states = need.state_per_layer * need.layer_kinds.count("r")
+    assert 3 * one - 3 * 64 <= states <= 3 * one  # the native state also holds its position count
+    assert need.snapshots == states // 3 * (1024 // 16)  # one a block: fewer than the budget holds
+    small = footprint(g, n_ctx=256, n_parallel=3, kv_tokens=1024, snapshot_budget=MIB // 2)
+    assert small.snapshots == MIB // 2 and small.total - need.total == MIB // 2 - need.snapshots
+    assert footprint(read_gguf(smollm2_path), 256, 3, kv_tokens=1024, snapshot_budget=GIB).snapshots == 0

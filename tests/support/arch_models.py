@@ -387,24 +387,29 @@ def _add_keys(w: GGUFWriter, arch: str, keys: dict[str, Any]) -> None:
 def _tiny(path: Path, arch: str, vocab_from: Path, keys: dict[str, Any], tensors: list[tuple[str, Shape]],
           seed: int, pre: str | None = None, rename: Callable[[str], str] = lambda name: name,
           skip: Callable[[str], bool] = lambda name: False, tokenizer_model: str | None = None,
-          given: dict[str, np.ndarray] | None = None) -> Path:
+          given: dict[str, np.ndarray] | None = None, matrix_type: GGMLQuantizationType | None = None) -> Path:
     """A model of ``arch``: ``keys``, ``vocab_from``'s tokenizer, and random ``tensors`` (ggml shapes, the
     vocabulary's size as ``-1``) drawn in their order, so that two layouts of one model hold the same weights
     under ``rename``d names; a ``skip``ped tensor is drawn but not written (what Ollama leaves out). ``given``
-    tensors (numpy shapes) follow as they are: weights one layout holds rearranged."""
+    tensors (numpy shapes) follow as they are: weights one layout holds rearranged. ``matrix_type``: the matrices
+    (2-D and more) quantized to it, the rest F32."""
     w = GGUFWriter(str(path), arch)
     _add_keys(w, arch, keys)
     w.add_file_type(0)
     vocab = _copy_tokenizer(vocab_from, w, pre, tokenizer_model)
-    t = _Weights(w, seed, rename)
+    t = _Weights(w, seed, rename, {"matrix": matrix_type} if matrix_type is not None else None)
     for name, shape in tensors:
         shape = tuple(vocab if d == -1 else d for d in shape)
         if skip(name):
             t.rng.standard_normal(int(np.prod(shape)))
         else:
-            t(name, *shape)
+            t(name, *shape, kind="matrix" if len(shape) > 1 else None)
     for name, data in (given or {}).items():
-        w.add_tensor(name, data.astype(np.float32))
+        data = data.astype(np.float32)
+        if matrix_type is not None and data.ndim > 1:
+            w.add_tensor(name, quantize(data, matrix_type), raw_dtype=matrix_type)
+        else:
+            w.add_tensor(name, data)
     return _finish(w, path)
 
 
@@ -478,16 +483,20 @@ def _moe(b: str, e: int, n_exp: int, ff_exp: int, ff_shared: int) -> list[tuple[
 
 
 def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream", seed: int = 23,
-                context: int = 256) -> Path:
+                context: int = 256, split_experts: bool = False, extra_keys: dict[str, Any] | None = None,
+                n_embd: int = 64, d_state: int = 16, mtp: bool = False) -> Path:
     """A four-layer Qwen hybrid: three Gated DeltaNet layers, then a gated full-attention layer (Qwen 3.5's
     every fourth). ``arch`` is ``qwen35`` (dense), ``qwen35moe`` or ``qwen3next`` (both MoE with a shared
     expert). Ollama's layout: ``head_count_kv`` per layer (0 for recurrent layers), ``ssm_dt`` without its
     ``.bias``, and for Qwen 3.5 three M-RoPE sections and a multi-token-prediction layer (``mtp.*``) in the file
-    (its vision tower: :func:`qwen3vl_encoder`)."""
+    (its vision tower: :func:`qwen3vl_encoder`). ``n_embd``: 256 or more makes the matrices that read the
+    embedding K-quantizable; ``d_state``: the width of each DeltaNet head (and of its state's rows); ``mtp``: a
+    multi-token-prediction layer after the four (``nextn_predict_layers`` 1, as llama.cpp's converter writes
+    Qwen 3.5's), the trunk's weights unchanged."""
     assert layout in LAYOUTS and arch in ("qwen35", "qwen35moe", "qwen3next")
     ollama, qwen35 = layout == "ollama", arch.startswith("qwen35")
-    e, n_layer, n_head, n_kv, head, conv = 64, 4, 4, 2, 16, 4
-    k_head, n_k, v_head, n_v = 16, 2, 16, 4
+    e, n_layer, n_head, n_kv, head, conv = n_embd, 4, 4, 2, 16, 4
+    k_head, n_k, v_head, n_v = d_state, 2, d_state, 4
     n_exp, ff_exp, ff = 4, 32, 96
     keys: dict[str, Any] = {
         "@block_count": n_layer, "@context_length": context, "@embedding_length": e, "@attention.head_count": n_head,
@@ -496,6 +505,9 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
         "@rope.freq_base": 10000000.0, "@rope.dimension_count": head // 2, "@ssm.conv_kernel": conv,
         "@ssm.state_size": k_head, "@ssm.group_count": n_k, "@ssm.time_step_rank": n_v, "@ssm.inner_size": v_head * n_v,
         "@full_attention_interval": 4}
+    if mtp:
+        assert qwen35 and not ollama
+        keys.update({"@block_count": n_layer + 1, "@nextn_predict_layers": 1})
     if qwen35:
         keys["@rope.dimension_sections"] = np.array([2, 3, 3] if ollama else [2, 3, 3, 0], np.int32)
     if ollama and arch == "qwen35moe":
@@ -514,11 +526,34 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
                     else _gated_delta_net(b, e, k_head, n_k, v_head, n_v, conv, fused=arch == "qwen3next"))
         tensors += _dense_ffn(b, e, ff) if arch == "qwen35" else _moe(b, e, n_exp, ff_exp, ff_exp)
     extras = [("mtp.0.eh_proj.weight", (2 * e, e))] if qwen35 else []
+    if mtp:  # after every trunk tensor: the same draws give the trunk the same weights
+        b = f"blk.{n_layer}."
+        extras += [(b + "attn_norm.weight", (e,)), (b + "post_attention_norm.weight", (e,)),
+                   *_attention(b, e, n_head, n_kv, head, gated=True),
+                   *(_dense_ffn(b, e, ff) if arch == "qwen35" else _moe(b, e, n_exp, ff_exp, ff_exp)),
+                   (b + "nextn.eh_proj.weight", (2 * e, e)), (b + "nextn.enorm.weight", (e,)),
+                   (b + "nextn.hnorm.weight", (e,))]
     rng = np.random.default_rng(seed + 1)  # negative, as -exp(A_log): a state that decays, finite over long prompts
     decays = {f"blk.{il}.ssm_a": -np.exp(rng.standard_normal(n_v) * 0.3) for il in range(n_layer) if il % 4 != 3}
     return _tiny(path, arch, vocab_from, keys, tensors + extras, seed, pre="qwen35" if qwen35 else "qwen2",
                  rename=_renamer({".ssm_dt.bias": ".ssm_dt"}, ollama),
                  skip=lambda name: not ollama and name.startswith("mtp."), given=decays)
+
+
+def quantized_qwen_hybrid(directory: Path, vocab_from: Path, arch: str, ftype: int, n_embd: int = 64,
+                          d_state: int = 16, context: int = 1024) -> Path:
+    """:func:`qwen_hybrid` (upstream layout) written once in ``directory`` and quantized to ``ftype`` (a
+    llama_ftype; 0: F32 as written) by llama.cpp's own quantizer: Q8_0 everywhere, or Q4_K_M's mix (Q4_K where
+    rows are 256 wide, Q5_0/Q6_K/Q8_0 elsewhere); norms, convolutions and the DeltaNet's vectors stay F32."""
+    from support.gguf_builders import quantized
+
+    source = directory / f"{arch}-{n_embd}-s{d_state}-f32.gguf"
+    if not source.exists():
+        qwen_hybrid(source, vocab_from, arch, context=context, n_embd=n_embd, d_state=d_state)
+    if not ftype:
+        return source
+    path = directory / f"{arch}-{n_embd}-s{d_state}-ftype{ftype}.gguf"
+    return path if path.exists() else quantized(source, path, ftype)
 
 
 def _llama_block(b: str, e: int, ff: int, n_head: int, n_kv: int, head: int) -> list[tuple[str, Shape]]:
@@ -675,42 +710,68 @@ def nemotron_h(path: Path, vocab_from: Path, arch: str = "nemotron_h", layout: s
                  skip=lambda name: not ollama and name.startswith("mtp."))
 
 
-def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 33) -> Path:
-    """A two-layer Gemma 4 26B-A4B in small: sliding-window then global attention (proportional RoPE by
-    ``rope_freqs``), each layer a dense FFN beside routed experts. llama.cpp's layout holds each expert's gate
-    and up rows in one ``ffn_gate_up_exps`` and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds
-    gate and up apart, the scale as ``ffn_gate_inp.per_expert_scale`` and tokenizer model ``llama`` (its vision
-    encoder: :func:`gemma4_encoder`)."""
+def gemma4(path: Path, vocab_from: Path, layout: str = "upstream", seed: int = 33, *, n_layer: int = 2,
+           moe: bool = True, per_layer: int = 0, shared_kv: int = 0, global_head: int = 16, global_kv: int = 2,
+           k_eq_v: bool = False, window: int = 8, matrix_type: GGMLQuantizationType | None = None,
+           context: int = 256, split_experts: bool = False, extra_keys: dict[str, Any] | None = None) -> Path:
+    """A Gemma 4 in small: sliding-window and global layers (every third global, and the last; global ones with
+    proportional RoPE by ``rope_freqs``, ``global_head`` dimensions and ``global_kv`` KV heads, without V matrix
+    where ``k_eq_v``), by default two layers of 26B-A4B (``moe``: a dense FFN beside routed experts). E2B/E4B-style:
+    ``per_layer`` embeddings a layer and the last ``shared_kv`` layers reading earlier layers' KV.
+    ``matrix_type``: the matrices quantized to it (else F32). llama.cpp's layout holds each expert's gate and up
+    rows in one ``ffn_gate_up_exps`` (apart where ``split_experts``, as llama.cpp also reads them) and the per-expert scale as ``ffn_down_exps.scale``; Ollama's holds gate and
+    up apart, the scale as ``ffn_gate_inp.per_expert_scale`` and tokenizer model ``llama`` (its vision encoder:
+    :func:`gemma4_encoder`). ``extra_keys``: keys added or replaced (``@`` for ``gemma4.``)."""
     assert layout in LAYOUTS
     ollama = layout == "ollama"
     e, n_head, n_kv, head, ff, n_exp, ff_exp = 64, 4, 2, 16, 96, 4, 32
+    n_kv_layers = n_layer - shared_kv  # every third layer global, counted back from the last with KV (as Gemma 4's)
+    sliding = [(il - n_kv_layers + 1) % 3 != 0 and il != n_layer - 1 for il in range(n_layer)]
+    kv_heads = [n_kv if s else global_kv for s in sliding]
     keys: dict[str, Any] = {
-        "@block_count": 2, "@context_length": 256, "@embedding_length": e, "@feed_forward_length": ff,
-        "@attention.head_count": n_head, "@attention.head_count_kv": n_kv, "@attention.key_length": head,
-        "@attention.value_length": head, "@attention.key_length_swa": head, "@attention.value_length_swa": head,
+        "@block_count": n_layer, "@context_length": context, "@embedding_length": e, "@feed_forward_length": ff,
+        "@attention.head_count": n_head,
+        "@attention.head_count_kv": n_kv if global_kv == n_kv else np.array(kv_heads, np.uint32),
+        "@attention.key_length": global_head, "@attention.value_length": global_head,
+        "@attention.key_length_swa": head, "@attention.value_length_swa": head,
         "@attention.layer_norm_rms_epsilon": 1e-6, "@rope.freq_base": 1e6, "@rope.freq_base_swa": 1e4,
-        "@rope.dimension_count": head, "@rope.dimension_count_swa": head, "@attention.sliding_window": 8,
-        "@attention.sliding_window_pattern": np.array([True, False]), "@final_logit_softcapping": 30.0, "@embedding_length_per_layer_input": 0, "@attention.shared_kv_layers": 0,
-        "@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp}
-    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
-                                        ("rope_freqs.weight", (head // 2,))]
-    for il in range(2):
-        b = f"blk.{il}."
-        tensors += [(b + "attn_norm.weight", (e,)), *_attention(b, e, n_head, n_kv, head),
+        "@rope.dimension_count": global_head, "@rope.dimension_count_swa": head, "@attention.sliding_window": window,
+        "@attention.sliding_window_pattern": np.array(sliding), "@final_logit_softcapping": 30.0,
+        "@embedding_length_per_layer_input": per_layer, "@attention.shared_kv_layers": shared_kv}
+    if moe:
+        keys |= {"@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp}
+    keys |= extra_keys or {}
+    # proportional RoPE: the first quarter of each global head's rotary pairs turn, the rest stand still
+    factors = np.array([1.0] * (global_head // 8) + [1e30] * (global_head // 2 - global_head // 8), np.float32)
+    tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,))]
+    if per_layer:
+        tensors += [("per_layer_token_embd.weight", (per_layer * n_layer, -1)),
+                    ("per_layer_model_proj.weight", (e, per_layer * n_layer)), ("per_layer_proj_norm.weight", (per_layer,))]
+    for il in range(n_layer):
+        b, hd = f"blk.{il}.", head if sliding[il] else global_head
+        attention = _attention(b, e, n_head, kv_heads[il], hd)
+        if k_eq_v and not sliding[il]:
+            attention = [(name, shape) for name, shape in attention if not name.endswith("attn_v.weight")]
+        tensors += [(b + "attn_norm.weight", (e,)), *attention,
                     (b + "post_attention_norm.weight", (e,)), (b + "ffn_norm.weight", (e,)), *_dense_ffn(b, e, ff),
-                    (b + "post_ffw_norm.weight", (e,)), (b + "layer_output_scale.weight", (1,)),
-                    (b + "ffn_gate_inp.weight", (e, n_exp)), (b + "ffn_gate_inp.scale", (e,)),
-                    (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), (b + "ffn_down_exps.scale", (n_exp,)),
-                    (b + "pre_ffw_norm_2.weight", (e,)), (b + "post_ffw_norm_1.weight", (e,)),
-                    (b + "post_ffw_norm_2.weight", (e,))]
+                    (b + "post_ffw_norm.weight", (e,)), (b + "layer_output_scale.weight", (1,))]
+        if moe:
+            tensors += [(b + "ffn_gate_inp.weight", (e, n_exp)), (b + "ffn_gate_inp.scale", (e,)),
+                        (b + "ffn_down_exps.weight", (ff_exp, e, n_exp)), (b + "ffn_down_exps.scale", (n_exp,)),
+                        (b + "pre_ffw_norm_2.weight", (e,)), (b + "post_ffw_norm_1.weight", (e,)),
+                        (b + "post_ffw_norm_2.weight", (e,))]
+        if per_layer:
+            tensors += [(b + "inp_gate.weight", (e, per_layer)), (b + "proj.weight", (per_layer, e)),
+                        (b + "post_norm.weight", (e,))]
     rng = np.random.default_rng(seed + 1)
-    experts: dict[str, np.ndarray] = {}
-    for il in range(2):
+    given: dict[str, np.ndarray] = {"rope_freqs.weight": factors} if not all(sliding) else {}
+    for il in range(n_layer if moe else 0):
         gate, up = (rng.standard_normal((n_exp, ff_exp, e)) * 0.3 for _ in range(2))
-        experts |= ({f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up} if ollama
-                    else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], axis=1)})
+        apart = {f"blk.{il}.ffn_gate_exps.weight": gate, f"blk.{il}.ffn_up_exps.weight": up}
+        given |= apart if ollama or split_experts else {f"blk.{il}.ffn_gate_up_exps.weight": np.concatenate([gate, up], 1)}
     return _tiny(path, "gemma4", vocab_from, keys, tensors, seed, tokenizer_model="llama" if ollama else "gemma4",
-                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama), given=experts)
+                 rename=_renamer({".ffn_down_exps.scale": ".ffn_gate_inp.per_expert_scale"}, ollama), given=given,
+                 matrix_type=matrix_type)
 
 
 # --- vision (and audio) encoders that Ollama's files carry inside the model file -----------------------------

@@ -98,11 +98,13 @@ class Context:
         self._lib = library()
         self._ctx = self._lib.llk_ctx_new(
             ctypes.byref(model.weights.params), n_blocks, block_size, max_seq_len, n_batch, n_threads,
-            KV_TYPES[kv_cache_type],
+            KV_TYPES[kv_cache_type], n_seq,
         )
         if not self._ctx:
             raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: out of memory")
         self.block_bytes: int = self._lib.llk_kv_block_bytes(self._ctx)
+        #: bytes of one sequence's recurrent state (Gated DeltaNet layers), 0 for a model without one
+        self.state_bytes: int = self._lib.llk_state_bytes(self._ctx)
         self._populated = 0  # bytes of the pool faulted in from its start by populate_next
         self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
@@ -172,7 +174,32 @@ class Context:
         if len(data) != self.block_bytes or self._lib.llk_kv_block_write(self._ctx, block, data) != 0:
             raise BackendError(f"cannot write KV block {block}: no such block or {len(data)} bytes")
 
+    def read_state(self, seq: int, into: bytearray | None = None) -> bytearray:
+        """Sequence ``seq``'s recurrent state (:attr:`state_bytes` bytes, with the count of positions it holds): a
+        snapshot that :meth:`write_state` puts back into any sequence, which then continues from there. Copied
+        once, into ``into`` where given (a buffer of the size, reused: a state can be tens of MB, and a fresh
+        buffer's pages cost more than the copy) or a new buffer."""
+        buf = into if into is not None and len(into) == self.state_bytes else bytearray(self.state_bytes)
+        if self._lib.llk_state_read(self._ctx, seq, _address(buf)) != 0:
+            raise BackendError(f"cannot read the recurrent state of sequence {seq}: no such sequence or no state")
+        return buf
+
+    def write_state(self, seq: int, data: bytes | bytearray) -> None:
+        if len(data) != self.state_bytes or self._lib.llk_state_write(self._ctx, seq, _address(data)) != 0:
+            raise BackendError(f"cannot write the recurrent state of sequence {seq}: no such sequence, no state, "
+                               f"or {len(data)} bytes that are not one")
+
+    def reset_state(self, seq: int) -> None:
+        """Empty ``seq``'s recurrent state (as a token at position 0 does); nothing for a model without one."""
+        if self.state_bytes and self._lib.llk_state_reset(self._ctx, seq) != 0:
+            raise BackendError(f"cannot reset the recurrent state of sequence {seq}: no such sequence")
+
     def close(self) -> None:
         if self._ctx:
             self._lib.llk_ctx_free(self._ctx)
             self._ctx = None
+
+
+def _address(data: bytes | bytearray) -> bytes | ctypes.Array:
+    """``data`` as a pointer argument, without a copy (a bytearray through its buffer)."""
+    return (ctypes.c_char * len(data)).from_buffer(data) if isinstance(data, bytearray) else data

@@ -38,16 +38,26 @@ class Tensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("type", ctypes.c_int32), ("ne0", ctypes.c_int64), ("ne1", ctypes.c_int64)]
 
 
-LAYER_TENSORS = (
+_LAYER_TENSORS_FIRST = (
     "attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm", "post_attn_norm",
     "ffn_norm", "w_gate", "w_up", "w_down", "post_ffn_norm",
     "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
     "bo", "attn_sinks", "ffn_gate_inp_b", "ffn_gate_exps_b", "ffn_up_exps_b", "ffn_down_exps_b",
+    "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_conv", "ssm_dt", "ssm_a", "ssm_norm", "ssm_out",
+    "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
 )  # fmt: skip
+_LAYER_TENSORS_GEMMA4 = (
+    "out_scale", "per_layer_inp_gate", "per_layer_proj", "per_layer_post_norm",
+    "ffn_post_norm_1", "ffn_pre_norm_2", "ffn_post_norm_2", "ffn_gate_inp_s", "ffn_down_exps_s", "ffn_gate_up_exps",
+)  # fmt: skip
+LAYER_TENSORS = _LAYER_TENSORS_FIRST + _LAYER_TENSORS_GEMMA4  # the layer fields that are tensors of the file
 
 
 class Layer(ctypes.Structure):
-    _fields_ = [(name, Tensor) for name in LAYER_TENSORS] + [("sliding", ctypes.c_int32), ("rope_base", ctypes.c_float)]
+    _fields_ = ([(name, Tensor) for name in _LAYER_TENSORS_FIRST]
+                + [("sliding", ctypes.c_int32), ("rope_base", ctypes.c_float)]
+                + [(name, ctypes.c_int32) for name in ("head_dim", "n_head_kv", "rope_dim", "kv_source")]
+                + [("rope_freqs", Tensor)] + [(name, Tensor) for name in _LAYER_TENSORS_GEMMA4])
 
 
 class ModelParams(ctypes.Structure):
@@ -72,6 +82,15 @@ class ModelParams(ctypes.Structure):
         ("yarn_beta_fast", ctypes.c_float),
         ("yarn_beta_slow", ctypes.c_float),
         ("yarn_orig_ctx", ctypes.c_int32),
+        ("n_layer_kv", ctypes.c_int32),
+        ("n_embd_per_layer", ctypes.c_int32),
+        ("final_logit_softcap", ctypes.c_float),
+        ("per_layer_tok_embd", Tensor),
+        ("per_layer_model_proj", Tensor),
+        ("per_layer_proj_norm", Tensor),
+    ] + [
+        (name, ctypes.c_int32)
+        for name in ("ssm_d_conv", "ssm_d_state", "ssm_n_group", "ssm_dt_rank", "n_ff_shexp")
     ]
 
 
@@ -138,7 +157,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_map_file": (vp, [ctypes.c_char_p, ctypes.POINTER(c_i64)]),
         "llk_unmap_file": (None, [vp, c_i64]),
         "llk_arch_id": (c_int, [ctypes.c_char_p]),
-        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int]),
+        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int, c_int]),
         "llk_ctx_free": (None, [vp]),
         "llk_kv_populate": (None, [vp, ctypes.c_size_t, ctypes.c_size_t]),
         "llk_ctx_error": (ctypes.c_char_p, [vp]),
@@ -152,6 +171,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_kv_block_copy": (c_int, [vp, c_int, c_int]),
         "llk_kv_block_read": (c_int, [vp, c_int, vp]),
         "llk_kv_block_write": (c_int, [vp, c_int, ctypes.c_char_p]),
+        "llk_state_bytes": (ctypes.c_size_t, [vp]),
+        "llk_state_read": (c_int, [vp, c_int, vp]),
+        "llk_state_write": (c_int, [vp, c_int, vp]),
+        "llk_state_reset": (c_int, [vp, c_int]),
         "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
         "llk_gemm": (c_int, [ctypes.POINTER(Tensor), fp, c_int, fp]),
         "llk_repack_type": (c_int, [c_int, c_i64, c_i64]),

@@ -10,6 +10,7 @@ suggesting the llama.cpp engine; the C code then never reads out of bounds.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import math
 import os
@@ -30,7 +31,8 @@ from localllm.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gg
 log = logging.getLogger(__name__)
 
 _F32 = 0
-_EXPERT_TENSORS = frozenset(EXPERT_FFN[1:])  # 3-D: one (ne0, ne1) slice per expert
+_EXPERT_TENSORS = frozenset((*EXPERT_FFN[1:], "ffn_gate_up_exps"))  # 3-D: one (ne0, ne1) slice per expert
+_HALVED = frozenset({"ffn_gate_up_exps"})  # the forward reads each half of its rows as a matrix of its own
 
 
 # Every <arch>.* metadata key the native forward may meet.  Keys it reads (checked in
@@ -51,6 +53,7 @@ _NEUTRAL_VALUES = {
     "expert_used_count": (0,),
     "norm_top_k_prob": (True,),  # Ollama's converter writes it; llama.cpp renormalises qwen3moe's k weights always
     "attention.causal": (True,),
+    "nextn_predict_layers": (0,),  # multi-token-prediction layers, which the native forward does not load
 }
 
 
@@ -85,7 +88,8 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     head_dim = metadata_int(g, "attention.key_length", n_embd // n_head)
     if metadata_int(g, "attention.value_length", head_dim) != head_dim:
         raise UnsupportedModel("different key and value head sizes")
-    n_head_kv = metadata_int(g, "attention.head_count_kv", n_head)
+    per_layer = arch.per_layer_keys
+    n_head_kv = metadata_int(g, "attention.head_count_kv", n_head, "attention.head_count_kv" in per_layer)
     if n_head % n_head_kv:
         raise NativeError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
     rope_dim = metadata_int(g, "rope.dimension_count", head_dim)
@@ -94,13 +98,15 @@ def hyperparameters(g: GGUFFile) -> Hyper:
     arch.check_metadata(g)
     eps = g.arch_value("attention.layer_norm_rms_epsilon", 1e-6)
     base = g.arch_value("rope.freq_base", arch.default_rope_base)
-    experts = _experts(g) if arch.experts else {}
-    return Hyper(
+    experts = _experts(g) if arch.mixture(g) else {}
+    h = Hyper(
         arch=arch.name, n_embd=n_embd, n_layer=metadata_int(g, "block_count"), n_head=n_head, n_head_kv=n_head_kv,
-        head_dim=head_dim, n_ff=metadata_int(g, "feed_forward_length", experts.get("n_ff_exp")), n_vocab=embd.shape[1],
+        head_dim=head_dim, n_vocab=embd.shape[1],
+        n_ff=metadata_int(g, "feed_forward_length", experts.get("n_ff_exp"), "feed_forward_length" in per_layer),
         n_ctx_train=metadata_int(g, "context_length", 4096), eps=float(eps), rope_base=float(base), rope_dim=rope_dim,
         rope=arch.rope_scaling(g), **experts,
     )  # fmt: skip
+    return dataclasses.replace(h, **arch.extra_hyper(g, h))
 
 
 def _experts(g: GGUFFile) -> dict[str, int]:
@@ -124,10 +130,7 @@ def expected_tensors(g: GGUFFile, h: Hyper) -> dict[str, tuple[tuple[int, ...], 
         "output_norm.weight": ((h.n_embd,), True),
         "output.weight": ((h.n_embd, h.n_vocab), False),
     }
-    expected.update({name: (shape, False) for name, shape in arch.model_tensors(h).items()})
-    layer = arch.layer_tensors(g, h)
-    for il in range(h.n_layer):
-        expected.update({f"blk.{il}.{name}": (shape, True) for name, shape in layer.items()})
+    expected.update(arch.expected(g, h))
     return expected
 
 
@@ -135,8 +138,8 @@ def check_tensor(info: TensorInfo, shape: tuple[int, ...], file_size: int) -> in
     """The bytes of ``info`` once its type, shape and extent are ones the kernels can read safely."""
     lib = library()
     type_name = GGML_TYPES[info.ggml_type][0]
-    if len(shape) == 1 and info.ggml_type != _F32:
-        raise UnsupportedModel(f"tensor {info.name!r} of type {type_name} (norms and biases must be F32)")
+    if (len(shape) == 1 or info.name.endswith(".ssm_conv1d.weight")) and info.ggml_type != _F32:
+        raise UnsupportedModel(f"tensor {info.name!r} of type {type_name} (norms, biases and convolutions must be F32)")
     if not lib.llk_type_supported(info.ggml_type):
         raise UnsupportedModel(f"tensor {info.name!r} of type {type_name}")
     if tuple(info.shape) != shape:
@@ -156,8 +159,9 @@ def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bo
     otherwise a :class:`NativeError` (an :class:`UnsupportedModel` when the file is sound)."""
     h = hyperparameters(g)
     expected = expected_tensors(g, h)
+    arch = ARCHITECTURES[h.arch]
     for info in g.tensors:
-        if info.name not in expected:
+        if info.name not in expected and not arch.unused_tensor(g, h, info.name):
             raise UnsupportedModel(f"tensor {info.name!r} in a {h.arch} model")
     for name, (shape, required) in expected.items():
         info = g.tensor(name)
@@ -168,22 +172,27 @@ def check_model(g: GGUFFile) -> tuple[Hyper, dict[str, tuple[tuple[int, ...], bo
     return h, expected
 
 
-def native_support(path: str | Path) -> str | None:
+def native_support(path: str | Path, by_default: bool = False) -> str | None:
     """None when the native engine runs the model at ``path`` exactly, else a one-line reason
     naming the key, tensor or type it lacks.  Reads only the GGUF header, so the scheduler
-    can ask on every load."""
+    can ask on every load.  ``by_default``: whether the engine should get the model unasked, which
+    it does not for an architecture that is opt-in (``Architecture.opt_in`` says why)."""
     try:
-        check_model(read_gguf(Path(path), skip_arrays_over=256))
+        h, _ = check_model(read_gguf(Path(path), skip_arrays_over=256))
     except (InvalidGGUF, OSError) as exc:
         return f"cannot read {path}: {exc}"
     except UnsupportedModel as exc:
         return exc.reason
     except NativeError as exc:
         return str(exc)
+    opt_in = ARCHITECTURES[h.arch].opt_in
+    if by_default and opt_in:
+        return f"the native engine runs {h.arch} only when asked: {opt_in}"
     return None
 
 
-_MATRICES = ("wq", "wk", "wv", "wo", *DENSE_FFN, *EXPERT_FFN)
+_MATRICES = ("wq", "wk", "wv", "wo", *DENSE_FFN, *EXPERT_FFN, "ffn_gate_up_exps", "per_layer_inp_gate", "per_layer_proj",
+             "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_out", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
 
 
 def available_memory() -> int:
@@ -283,21 +292,25 @@ class NativeWeights:
                                                                          h.rope.attn_factor)
             p.yarn_beta_fast, p.yarn_beta_slow, p.yarn_orig_ctx = h.rope.beta_fast, h.rope.beta_slow, h.rope.orig_ctx
         arch.configure(g, h, p, self._layers, self._tensor)
-        if p.output.data:  # an untied output head: the embedding is looked up, not streamed
-            self._weight_bytes -= p.tok_embd.ne1 * library().llk_row_size(p.tok_embd.type, p.tok_embd.ne0)
+        looked_up = [p.per_layer_tok_embd] + ([p.tok_embd] if p.output.data else [])
+        for t in looked_up:  # a token's row is looked up, the rest never streamed
+            if t.data:
+                self._weight_bytes -= t.ne1 * library().llk_row_size(t.type, t.ne0)
         return p
 
     def _lay_out(self, repack: bool, budget: int | None) -> None:
         """Repack the matrices that have a layout at this level; name each weight type's layout."""
         p, lib, h = self.params, library(), self.hyper
         # (tensor, how many matrices of its shape it holds: one, or an expert tensor's one per expert)
-        matrices = [(getattr(p.layers[il], f), h.n_expert if f in _EXPERT_TENSORS else 1)
+        matrices = [(getattr(p.layers[il], f), h.n_expert if f in _EXPERT_TENSORS else 1, f in _HALVED)
                     for il in range(h.n_layer) for f in _MATRICES]
         if not p.output.data:  # tied: the lookup reads token_embd in place, the output head its own copy
             p.output = Tensor(p.tok_embd.data, p.tok_embd.type, p.tok_embd.ne0, p.tok_embd.ne1)
-        matrices.append((p.output, 1))
-        # an expert tensor is repacked as one matrix of all its rows when each expert's rows are whole groups
-        plan = [(t, n, lib.llk_repack_type(t.type, t.ne0, t.ne1) if repack else t.type) for t, n in matrices if t.data]
+        matrices += [(p.output, 1, False), (p.per_layer_model_proj, 1, False)]
+        # an expert tensor is repacked as one matrix of all its rows when each expert's rows are whole groups (each
+        # half's, where the forward reads the halves)
+        plan = [(t, n, lib.llk_repack_type(t.type, t.ne0, t.ne1 // 2 if halved else t.ne1) if repack else t.type)
+                for t, n, halved in matrices if t.data]
         need = sum(lib.llk_repack_size(t.type, t.ne0, t.ne1 * n) for t, n, target in plan if target != t.type)
         budget = available_memory() if need and budget is None else budget
         if need and need > budget:

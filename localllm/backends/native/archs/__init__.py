@@ -13,8 +13,9 @@ add the C recipe (``kernels/recipe.h`` says how).
 
 from __future__ import annotations
 
-from localllm.backends.native.archs import gemma3, gptoss, llama, phi3, qwen2, qwen3, qwen3moe
+from localllm.backends.native.archs import gemma3, gemma4, gptoss, llama, phi3, qwen2, qwen3, qwen3moe, qwen35
 from localllm.backends.native.archs.base import Architecture
 
-_MODULES = (llama, qwen2, qwen3, gemma3, phi3, qwen3moe, gptoss)
+_MODULES = (llama, qwen2, qwen3, gemma3, phi3, qwen3moe, gptoss, gemma4, qwen35)
 ARCHITECTURES: dict[str, Architecture] = {m.ARCHITECTURE.name: m.ARCHITECTURE for m in _MODULES}
+ARCHITECTURES[qwen35.MOE_ARCHITECTURE.name] = qwen35.MOE_ARCHITECTURE  # one module, both Qwen 3.5 families

@@ -31,6 +31,11 @@ GGUF_NAMES = {
     "ffn_down_exps": "ffn_down_exps.weight", "bo": "attn_output.bias", "attn_sinks": "attn_sinks.weight",
     "ffn_gate_inp_b": "ffn_gate_inp.bias", "ffn_gate_exps_b": "ffn_gate_exps.bias",
     "ffn_up_exps_b": "ffn_up_exps.bias", "ffn_down_exps_b": "ffn_down_exps.bias",
+    "ssm_qkv": "attn_qkv.weight", "ssm_z": "attn_gate.weight", "ssm_beta": "ssm_beta.weight",
+    "ssm_alpha": "ssm_alpha.weight", "ssm_conv": "ssm_conv1d.weight", "ssm_dt": "ssm_dt.bias", "ssm_a": "ssm_a",
+    "ssm_norm": "ssm_norm.weight", "ssm_out": "ssm_out.weight", "ffn_gate_inp_shexp": "ffn_gate_inp_shexp.weight",
+    "ffn_gate_shexp": "ffn_gate_shexp.weight", "ffn_up_shexp": "ffn_up_shexp.weight",
+    "ffn_down_shexp": "ffn_down_shexp.weight",
 }  # fmt: skip
 ATTENTION = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm")
 DENSE_FFN = ("w_gate", "w_up", "w_down")
@@ -47,6 +52,16 @@ class RopeScaling:
     orig_ctx: int
     beta_fast: float = 32.0  # llama.cpp's defaults (only grok's files set them)
     beta_slow: float = 1.0
+
+
+@dataclass(frozen=True)
+class DeltaNet:
+    """A hybrid model's Gated DeltaNet: convolution taps, state (head) size, K heads, V heads."""
+
+    d_conv: int
+    d_state: int
+    n_group: int
+    dt_rank: int
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,9 @@ class Hyper:
     n_expert: int = 0  # a mixture-of-experts model: experts a layer, of which n_expert_used a token, n_ff_exp wide
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    n_ff_shexp: int = 0  # a shared expert's width (qwen35moe)
+    ssm: DeltaNet | None = None  # a hybrid model's Gated DeltaNet, and which of its layers have one
+    recurrent: tuple[bool, ...] = ()
 
 
 class UnsupportedModel(NativeError):
@@ -77,9 +95,12 @@ class UnsupportedModel(NativeError):
         self.reason = f"{reason} is not supported by the native engine"
 
 
-def metadata_int(g: GGUFFile, key: str, default: int | None = None) -> int:
-    """The positive integer ``<arch>.key`` of ``g`` (``default`` where absent)."""
+def metadata_int(g: GGUFFile, key: str, default: int | None = None, per_layer: bool = False) -> int:
+    """The positive integer ``<arch>.key`` of ``g`` (``default`` where absent); ``per_layer``: the key may be one
+    value a layer (as Gemma 4's head counts), and the largest is meant."""
     value = g.arch_value(key, default)
+    if per_layer and isinstance(value, list) and value:
+        value = max(value)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise NativeError(f"model metadata {g.architecture}.{key} is missing or invalid ({value!r})")
     return value
@@ -128,10 +149,19 @@ class Architecture:
 
     name: ClassVar[str]  # general.architecture, and the name of the C recipe
     read_keys: ClassVar[frozenset[str]] = frozenset()  # <arch>.* metadata keys it reads beyond the common ones
+    # common keys that may hold one value a layer (the model's figure is then the largest; configure reads them)
+    per_layer_keys: ClassVar[frozenset[str]] = frozenset()
     extra_tensors: ClassVar[tuple[str, ...]] = ()  # layer fields beyond attention and the FFN: all required
     gguf_names: ClassVar[dict[str, str]] = {}  # where it names a field's tensor otherwise than GGUF_NAMES
     experts: ClassVar[bool] = False  # its FFN is a mixture of experts
     default_rope_base: ClassVar[float] = 10000.0  # rope.freq_base where the file has none
+    # why the native engine gets this architecture only when asked (the engine setting), never by default; None:
+    # it gets it wherever it runs the model exactly
+    opt_in: ClassVar[str | None] = None
+
+    def mixture(self, g: GGUFFile) -> bool:
+        """Whether ``g``'s layers route to experts (read expert_count and the rest)."""
+        return self.experts
 
     def check_metadata(self, g: GGUFFile) -> None:
         """Refuse a file that lacks or misstates a key this architecture needs (beyond the common ones)."""
@@ -139,6 +169,10 @@ class Architecture:
     def rope_scaling(self, g: GGUFFile) -> RopeScaling | None:
         """The scaling of the rotary angles llama.cpp applies to this architecture (None: none)."""
         return None
+
+    def extra_hyper(self, g: GGUFFile, h: Hyper) -> dict:
+        """Hyperparameters beyond the common ones (``Hyper`` fields), read once those are: none by default."""
+        return {}
 
     def gguf_name(self, field: str) -> str:
         """The GGUF tensor name (after ``blk.N.``) of our layer ``field``."""
@@ -153,9 +187,28 @@ class Architecture:
         shapes = layer_shapes(h)
         return {self.gguf_name(field): shapes[field] for field in self.fields()}
 
+    def layer_tensors_at(self, g: GGUFFile, h: Hyper, il: int) -> dict[str, Shape]:
+        """Layer ``il``'s tensors, where an architecture's layers differ by kind (a hybrid's); by default every
+        layer has :meth:`layer_tensors`."""
+        return self.layer_tensors(g, h)
+
+    def unused_tensor(self, g: GGUFFile, h: Hyper, name: str) -> bool:
+        """Whether a tensor of the file that no layer reads is one llama.cpp's graph leaves alone too (so the
+        model is the same without it); by default none is, and any tensor the forward does not read refuses
+        the model."""
+        return False
+
     def model_tensors(self, h: Hyper) -> dict[str, Shape]:
         """Optional tensors outside the layers beyond the embedding, output norm and head: name -> shape."""
         return {}
+
+    def expected(self, g: GGUFFile, h: Hyper) -> dict[str, tuple[Shape, bool]]:
+        """Its tensors beyond the embedding, output norm and head: name -> (shape, required); by default the
+        optional :meth:`model_tensors` and each layer's :meth:`layer_tensors_at`, all required."""
+        expected = {name: (shape, False) for name, shape in self.model_tensors(h).items()}
+        for il in range(h.n_layer):
+            expected.update({f"blk.{il}.{name}": (shape, True) for name, shape in self.layer_tensors_at(g, h, il).items()})
+        return expected
 
     def configure(self, g: GGUFFile, h: Hyper, p: ModelParams, layers: Layer, tensor: Callable[[str], Tensor]) -> None:
         """Set what the architecture changes in ``p`` and ``layers`` after the common fields (every layer global

@@ -1,0 +1,226 @@
+/* Gated DeltaNet's recurrence (see deltanet.h). */
+#include <math.h>
+#include <string.h>
+
+#include "blocks.h"
+#include "common.h"
+#include "deltanet.h"
+#include "floats.h"
+#include "ops.h"
+
+deltanet_shape deltanet_shape_of(const llk_model *m) {
+    deltanet_shape s = {0};
+    if (m->ssm_d_state <= 0 || m->ssm_n_group <= 0 || m->ssm_dt_rank <= 0 || m->ssm_d_conv <= 0) return s;
+    s.d_conv = m->ssm_d_conv;
+    s.S = m->ssm_d_state;
+    s.n_k = m->ssm_n_group;
+    s.n_v = m->ssm_dt_rank;
+    s.inner = s.n_v * s.S;
+    s.channels = 2 * s.n_k * s.S + s.inner;
+    s.conv_floats = (size_t)s.channels * (size_t)(s.d_conv - 1);
+    s.ssm_floats = (size_t)s.n_v * s.S * s.S;
+    return s;
+}
+
+static float sigmoid(float x) { return 1.0f / (1.0f + llk_expf(-x)); }
+static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); } /* ggml's op_softplus */
+
+/* ---- per-token steps ---------------------------------------------------- */
+
+static void gates_step(const void *arg, int t) {
+    const deltanet_batch *b = arg;
+    const int n_v = b->shape->n_v;
+    const float *dt = b->L->ssm_dt.data, *a = b->L->ssm_a.data;
+    float *beta = b->beta + (size_t)t * n_v, *g = b->g + (size_t)t * n_v;
+    for (int h = 0; h < n_v; h++) {
+        beta[h] = sigmoid(beta[h]);
+        g[h] = softplus(g[h] + dt[h]) * a[h];
+    }
+}
+
+/* q's and k's heads L2-normalised as llama.cpp's build_gdn_l2_norm: rms_norm with eps / S, times 1 / sqrt(S). */
+static void qk_norm_step(const void *arg, int t) {
+    const deltanet_batch *b = arg;
+    const deltanet_shape *s = b->shape;
+    float *x = b->mix + (size_t)t * s->channels;
+    const float unit = 1.0f / sqrtf((float)s->S);
+    for (int h = 0; h < 2 * s->n_k; h++, x += s->S) {
+        llk_rmsnorm(x, NULL, x, s->S, b->eps / (float)s->S);
+        for (int i = 0; i < s->S; i++) x[i] *= unit;
+    }
+}
+
+/* o's heads RMS-normed by ssm_norm, times silu(z) (the gate's kernel: silu(z) * o, into z's row, then o's). */
+static void out_step(const void *arg, int t) {
+    const deltanet_batch *b = arg;
+    const deltanet_shape *s = b->shape;
+    float *o = b->out + (size_t)t * s->inner, *z = b->z + (size_t)t * s->inner;
+    for (int h = 0; h < s->n_v; h++) llk_rmsnorm(o + (size_t)h * s->S, b->L->ssm_norm.data, o + (size_t)h * s->S, s->S, b->eps);
+    llk_kernels()->silu_mul(z, o, s->inner);
+    memcpy(o, z, sizeof(float) * (size_t)s->inner);
+}
+
+/* ---- the convolution, by channels ------------------------------------------ */
+
+#define CONV_CHANNELS 64 /* channels of a pool item */
+
+static const float ones[CONV_CHANNELS] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+
+WITH_FMA static void conv_task(void *arg, int item, int ith) {
+    (void)ith;
+    const deltanet_batch *b = arg;
+    const deltanet_shape *s = b->shape;
+    const int K = s->d_conv, c0 = item * CONV_CHANNELS;
+    const int c1 = c0 + CONV_CHANNELS < s->channels ? c0 + CONV_CHANNELS : s->channels;
+    const float *w = b->L->ssm_conv.data;
+    for (int t = 0; t < b->T; t++) {
+        float *x = b->mix + (size_t)t * s->channels;
+        float *window = b->conv[t];
+        if (b->pos[t] == 0) memset(window + (size_t)c0 * (K - 1), 0, sizeof(float) * (size_t)(c1 - c0) * (K - 1));
+        for (int c = c0; c < c1; c++) {
+            float *win = window + (size_t)c * (K - 1);
+            const float *wc = w + (size_t)c * K;
+            float sum = 0.0f;
+            for (int i = 0; i < K - 1; i++) sum = fmaf(win[i], wc[i], sum);
+            sum = fmaf(x[c], wc[K - 1], sum);
+            for (int i = 0; i + 1 < K - 1; i++) win[i] = win[i + 1];
+            if (K > 1) win[K - 2] = x[c];
+            x[c] = sum;
+        }
+        llk_kernels()->silu_mul(x + c0, ones, c1 - c0); /* silu(sum) * 1, exactly silu(sum) */
+    }
+}
+
+/* ---- the delta rule, by V head ------------------------------------------------ */
+
+#define LANES 32
+
+/* The two passes of the rule over row j of M (S floats), each a dot product summed in 32 lanes of fused
+ * multiply-adds (lane l takes the elements l mod 32), the lanes added by halves (l + 16, then l + 8, l + 4, l + 2,
+ * l + 1), then the tail past the last 32 one chain on; the AVX2 forms below give the same bits.
+ *   row_k: (row * decay) . k, the row not yet written back;
+ *   row_q: row = k * d + row * decay written back, then row . q. */
+static inline float sum_lanes(float *acc) {
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+static inline float row_k_ref(const float *row, float decay, const float *k, int n) {
+    float acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] = fmaf(row[i + l] * decay, k[i + l], acc[l]);
+    float sum = sum_lanes(acc);
+    for (; i < n; i++) sum = fmaf(row[i] * decay, k[i], sum);
+    return sum;
+}
+
+static inline float row_q_ref(float *row, float decay, const float *k, float d, const float *q, int n) {
+    float acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            row[i + l] = fmaf(k[i + l], d, row[i + l] * decay);
+            acc[l] = fmaf(row[i + l], q[i + l], acc[l]);
+        }
+    float sum = sum_lanes(acc);
+    for (; i < n; i++) {
+        row[i] = fmaf(k[i], d, row[i] * decay);
+        sum = fmaf(row[i], q[i], sum);
+    }
+    return sum;
+}
+
+/* V head h's rule for the batch's tokens in order (M *= exp(g) is folded into the two passes over each row). */
+#define DELTA_HEAD(row_k, row_q)                                                                             \
+    do {                                                                                                     \
+        const deltanet_shape *s = b->shape;                                                                  \
+        const int S = s->S, kh = h % s->n_k;                                                                 \
+        const float scale = 1.0f / sqrtf((float)S);                                                          \
+        for (int t = 0; t < b->T; t++) {                                                                     \
+            const float *mix = b->mix + (size_t)t * s->channels;                                             \
+            const float *q = mix + (size_t)kh * S, *k = mix + (size_t)(s->n_k + kh) * S;                     \
+            const float *v = mix + (size_t)2 * s->n_k * S + (size_t)h * S;                                   \
+            float *M = b->ssm[t] + (size_t)h * S * S, *o = b->out + (size_t)t * s->inner + (size_t)h * S;    \
+            if (b->pos[t] == 0) memset(M, 0, sizeof(float) * (size_t)S * S);                                 \
+            const float decay = expf(b->g[(size_t)t * s->n_v + h]), beta = b->beta[(size_t)t * s->n_v + h];  \
+            for (int j = 0; j < S; j++) delta[j] = (v[j] - row_k(M + (size_t)j * S, decay, k, S)) * beta;    \
+            for (int j = 0; j < S; j++) o[j] = row_q(M + (size_t)j * S, decay, k, delta[j], q, S) * scale;   \
+        }                                                                                                    \
+    } while (0)
+
+WITH_FMA static void delta_head_ref(const deltanet_batch *b, int h, float *delta) { DELTA_HEAD(row_k_ref, row_q_ref); }
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 static inline float sum_lanes_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m256 half = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)); /* l + 16, then l + 8 */
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+AVX2 static inline float row_k_avx2(const float *row, float decay, const float *k, int n) {
+    const __m256 g = _mm256_set1_ps(decay);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int p = 0; p < 4; p++)
+            acc[p] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(row + i + 8 * p), g), _mm256_loadu_ps(k + i + 8 * p),
+                                     acc[p]);
+    float sum = sum_lanes_avx2(acc[0], acc[1], acc[2], acc[3]);
+    for (; i < n; i++) sum = fmaf(row[i] * decay, k[i], sum);
+    return sum;
+}
+
+AVX2 static inline float row_q_avx2(float *row, float decay, const float *k, float d, const float *q, int n) {
+    const __m256 g = _mm256_set1_ps(decay), dv = _mm256_set1_ps(d);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int p = 0; p < 4; p++) {
+            const __m256 r = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8 * p), dv,
+                                             _mm256_mul_ps(_mm256_loadu_ps(row + i + 8 * p), g));
+            _mm256_storeu_ps(row + i + 8 * p, r);
+            acc[p] = _mm256_fmadd_ps(r, _mm256_loadu_ps(q + i + 8 * p), acc[p]);
+        }
+    float sum = sum_lanes_avx2(acc[0], acc[1], acc[2], acc[3]);
+    for (; i < n; i++) {
+        row[i] = fmaf(k[i], d, row[i] * decay);
+        sum = fmaf(row[i], q[i], sum);
+    }
+    return sum;
+}
+
+AVX2 static void delta_head_avx2(const deltanet_batch *b, int h, float *delta) { DELTA_HEAD(row_k_avx2, row_q_avx2); }
+#endif
+
+static void delta_task(void *arg, int h, int ith) {
+    (void)ith;
+    const deltanet_batch *b = arg;
+    float delta[b->shape->S];
+#if defined(__x86_64__)
+    const int isa = llk_isa_get();
+    if (isa == LLK_ISA_AVX2 || isa == LLK_ISA_AVXVNNI || isa == LLK_ISA_AVX512) {
+        delta_head_avx2(b, h, delta);
+        return;
+    }
+#endif
+    delta_head_ref(b, h, delta);
+}
+
+void deltanet_run(llk_pool *pool, const deltanet_batch *b) {
+    const deltanet_shape *s = b->shape;
+    each_token(pool, b->T, gates_step, b);
+    llk_pool_run(pool, conv_task, (void *)b, (s->channels + CONV_CHANNELS - 1) / CONV_CHANNELS);
+    each_token(pool, b->T, qk_norm_step, b);
+    llk_pool_run(pool, delta_task, (void *)b, s->n_v);
+    each_token(pool, b->T, out_step, b);
+}

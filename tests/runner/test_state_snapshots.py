@@ -1,0 +1,89 @@
+"""The block pool's recurrent state snapshots on their own (localllm/runner/kv_blocks.py), over a real native
+context of a tiny qwen35 model: where a prompt resumes, the RAM budget, the disk tier and a damaged file.
+The engine's use of them, through the daemon: tests/server/test_hybrid_prefix_cache.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localllm.backends.native import backend as native
+from localllm.runner.kv_blocks import BlockPool
+from localllm.runner.kv_disk import STATE_SUFFIX, DiskTier
+from support.arch_models import qwen_hybrid
+
+BS = 16
+
+
+@pytest.fixture(scope="module")
+def ctx(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[native.Context]:
+    model = native.Model(qwen_hybrid(tmp_path_factory.mktemp("q35") / "q35.gguf", smollm2_path, "qwen35"))
+    context = native.Context(model, 8, BS, 128, 1, 16, 1)
+    yield context
+    context.close()
+    model.close()
+
+
+def held(pool: BlockPool, tokens: list[int]) -> tuple[list[int], list]:
+    """A sequence's blocks for ``tokens``, committed (indexed) as the engine commits them."""
+    blocks = [pool.allocate() for _ in range(pool.blocks_for(len(tokens)))]
+    nodes: list = [None] * len(blocks)
+    pool.commit(blocks, nodes, tokens)
+    return blocks, nodes
+
+
+def test_a_prompt_resumes_from_its_deepest_snapshot_in_ram_or_on_disk(ctx: native.Context, tmp_path: Path) -> None:
+    size = ctx.state_bytes
+    assert size > 0
+    disk = DiskTier(tmp_path, "sha256-test", 1 << 30, engine="native", kv_type="f16", block_size=BS, layout="tiny",
+                    block_bytes=ctx.block_bytes, state_bytes=size)
+    pool = BlockPool(ctx, 8, BS, disk=disk, recurrent=True, state_budget=size)  # RAM for one snapshot
+    first, second, end = (bytes([n]) * size for n in (1, 2, 3))
+    tokens = list(range(3 * BS + 5))
+    blocks, nodes = held(pool, tokens)
+    pool.keep_state(nodes[0], first)
+    pool.keep_state(nodes[1], second)  # the first goes to disk to make room
+    pool.release(blocks, nodes, tokens, keep=True, state=end)  # the end of the sequence: the second to disk
+    pool.check()
+    assert pool.counts()["snapshots"] == 1 and pool.state_used == size
+    assert len(list(tmp_path.glob(f"*/*/*{STATE_SUFFIX}"))) == 2
+
+    found = pool.match(tokens + [7])  # a next turn: from the end, in a copy of the partial block
+    assert (found.tokens, found.matched, found.state) == (len(tokens), 3 * BS, end)
+    assert found.nodes[-1] is None and pool.stats.copies == 1
+    pool.release(found.blocks, found.nodes, (), keep=False)
+
+    found = pool.match(tokens[: 3 * BS - 1] + [999] * 9)  # leaves the path in the third block: the second's
+    assert (found.tokens, found.matched, found.state) == (2 * BS, 2 * BS, second)
+    assert len(found.blocks) == 2 and disk.reads == 1
+    pool.release(found.blocks, found.nodes, (), keep=False)
+    pool.check()
+
+
+def test_a_damaged_snapshot_file_is_dropped_and_an_earlier_one_taken(ctx: native.Context, tmp_path: Path) -> None:
+    size = ctx.state_bytes
+    disk = DiskTier(tmp_path, "sha256-test", 1 << 30, engine="native", kv_type="f16", block_size=BS, layout="tiny",
+                    block_bytes=ctx.block_bytes, state_bytes=size)
+    pool = BlockPool(ctx, 8, BS, disk=disk, recurrent=True, state_budget=0)  # every snapshot straight to disk
+    tokens = list(range(2 * BS))
+    blocks, nodes = held(pool, tokens)
+    pool.keep_state(nodes[0], b"\1" * size)
+    pool.keep_state(nodes[1], b"\2" * size)
+    pool.release(blocks, nodes, tokens, keep=True)
+    files = {f.stem: f for f in tmp_path.glob(f"*/*/*{STATE_SUFFIX}")}
+    deeper = files[nodes[1].key.hex()]
+    deeper.write_bytes(deeper.read_bytes()[:-7])  # cut short
+    found = pool.match(tokens + [5])
+    assert (found.tokens, found.state) == (BS, b"\1" * size)
+    assert disk.dropped == 1 and not deeper.exists()
+    pool.release(found.blocks, found.nodes, (), keep=False)
+    flipped = files[nodes[0].key.hex()]
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    flipped.write_bytes(bytes(data))
+    found = pool.match(tokens + [5])
+    assert (found.tokens, found.state, found.blocks) == (0, None, [])  # nothing to resume from: all again
+    assert disk.dropped == 2
+    pool.check()
