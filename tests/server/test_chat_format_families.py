@@ -248,16 +248,16 @@ def test_harmony_reads_the_effort_in_its_system_message():
         assert f"Reasoning: {effort}\n" in prompt
 
 
-def test_parser_and_renderer_lines_choose_the_format(daemon):
+def test_parser_and_renderer_lines_choose_the_format(daemon, tiny_base):
     hermes_template = BY_NAME["qwen3.5"].template.replace("<think>", "<thinking>")  # hides the Qwen 3.5 look
-    daemon.create("fmt-by-parser", f'FROM smollm2:135m\nTEMPLATE """{hermes_template}"""\nPARSER qwen3-coder\n'
+    daemon.create("fmt-by-parser", f'FROM {tiny_base}\nTEMPLATE """{hermes_template}"""\nPARSER qwen3-coder\n'
                                    "RENDERER qwen3-coder\n")
     shown = httpx.post(f"{daemon.url}/api/show", json={"model": "fmt-by-parser"}).json()
     assert (shown["parser"], shown["renderer"]) == ("qwen3-coder", "qwen3-coder")
     assert "tools" in shown["capabilities"] and "thinking" not in shown["capabilities"]
     assert "PARSER qwen3-coder" in shown["modelfile"]
     answer = ollama.Client(host=daemon.url).chat(model="fmt-by-parser", messages=user(), tools=TOOLS, options={
-        "num_predict": 200, "grammar": grammar(BY_NAME["qwen3.5"].two_calls)})
+        "num_predict": 600, "grammar": grammar(BY_NAME["qwen3.5"].two_calls)})
     assert [c.function.name for c in answer.message.tool_calls] == ["get_weather", "get_time"]
     # a model built on it keeps the format, as in Ollama
     daemon.create("fmt-by-parser-child", "FROM fmt-by-parser\nSYSTEM Be brief.\n")
