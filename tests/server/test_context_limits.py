@@ -3,9 +3,8 @@ no dialect but Ollama's slides the context (an answer without a token limit ends
 full), long chats leave out their oldest turns instead of losing the front of the prompt, and a client
 that leaves ends its generation.
 
-The model is a one-layer model of 64 dimensions with SmolLM2's vocabulary (so SmolLM2's token counts, in a
-fraction of its time: a grammar writes the endless answers, and what the model weighs plays no part in what is
-checked) and ``PARAMETER num_ctx 512``, so clients that cannot send options (OpenAI, Anthropic) get the small
+The model is one layer of 64 dimensions under SmolLM2's tokenizer (SmolLM2's tokens, in a fraction of its
+time: a grammar writes the endless answers, and what the model weighs plays no part in what is checked) with ``PARAMETER num_ctx 512``, so clients that cannot send options (OpenAI, Anthropic) get the small
 context too.
 """
 
