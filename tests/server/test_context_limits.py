@@ -4,8 +4,8 @@ full), long chats leave out their oldest turns instead of losing the front of th
 that leaves ends its generation.
 
 The model is one layer of 64 dimensions under SmolLM2's tokenizer (SmolLM2's tokens, in a fraction of its
-time: a grammar writes the endless answers, and what the model weighs plays no part in what is checked) with ``PARAMETER num_ctx 512``, so clients that cannot send options (OpenAI, Anthropic) get the small
-context too.
+time: a grammar writes the endless answers, and what the model weighs plays no part in what is checked) with
+``PARAMETER num_ctx 512``, so clients that cannot send options (OpenAI, Anthropic) get the small context too.
 """
 
 from __future__ import annotations
