@@ -1,6 +1,10 @@
-"""Every family's chat format end to end: the real daemon, the real model (SmolLM2, given a
-template written in the family's format and a grammar that makes it write the family's
-thinking and tool calls) and the real ``ollama``, ``openai`` and ``anthropic`` clients.
+"""Every family's chat format end to end: the real daemon, a real model given a template written
+in the family's format and a grammar that makes it write the family's thinking and tool calls,
+and the real ``ollama``, ``openai`` and ``anthropic`` clients.
+
+Where a grammar writes the whole answer, what the model weighs plays no part: those tests run a
+one-layer model with a byte vocabulary (seconds, not SmolLM2's minutes). Where the model chooses
+what it writes (a forced ``tool_choice``'s arguments), they run SmolLM2.
 
 What the clients must receive: thinking apart from the answer, tool calls as structured
 calls with ids (two of them in order, streamed), a call cut off by the token limit or with
@@ -26,14 +30,28 @@ from localllm.templates.prompt import build_prompt
 THINKERS = [f for f in FAMILIES if f.think_answer]
 
 
-def model_of(family: Family) -> str:
-    return f"fmt-{family.name.replace('.', '')}"
+def model_of(family: Family, smol: bool = False) -> str:
+    """The family's model: on the tiny byte-vocabulary model, or on SmolLM2 (``smol``)."""
+    return f"fmt-{family.name.replace('.', '')}{'-smol' if smol else ''}"
 
 
 @pytest.fixture(scope="module")
-def url(daemon) -> str:
+def tiny_base(tmp_path_factory) -> str:
+    """A one-layer model of 64 dimensions with a byte vocabulary: a reply held to a grammar takes a moment (its
+    token budgets count bytes, hence the larger ones here)."""
+    from support.arch_models import byte_vocabulary
+    from support.gguf_builders import tiny_model
+
+    directory = tmp_path_factory.mktemp("tiny-base")
+    return str(tiny_model(directory / "tiny.gguf", vocab_from=byte_vocabulary(directory / "bytes.gguf"),
+                          context_length=8192))
+
+
+@pytest.fixture(scope="module")
+def url(daemon, tiny_base) -> str:
     for family in FAMILIES:
-        daemon.create(model_of(family), modelfile(family))
+        daemon.create(model_of(family), modelfile(family, base=tiny_base))
+        daemon.create(model_of(family, smol=True), modelfile(family))
     return daemon.url
 
 
@@ -49,12 +67,12 @@ def user(text: str = "What is the weather in Paris?") -> list[dict]:
 def test_thinking_and_answer_stream_apart(url, family):
     client = ollama.Client(host=url)
     parts = list(client.chat(model=model_of(family), messages=user("Say hi."), think=True, stream=True,
-                             options={"num_predict": 60, "grammar": grammar(family.think_answer)}))
+                             options={"num_predict": 400, "grammar": grammar(family.think_answer)}))
     assert "".join(p.message.thinking or "" for p in parts) == "Plan it."
     assert "".join(p.message.content for p in parts) == "Hello there."
     generated = httpx.post(f"{url}/api/generate", json={
         "model": model_of(family), "prompt": "Say hi.", "think": True, "stream": False,
-        "grammar": grammar(family.think_answer), "options": {"num_predict": 60}}, timeout=120).json()
+        "grammar": grammar(family.think_answer), "options": {"num_predict": 400}}, timeout=120).json()
     assert (generated["thinking"], generated["response"]) == ("Plan it.", "Hello there.")
 
 
@@ -62,7 +80,7 @@ def test_thinking_and_answer_stream_apart(url, family):
 def test_one_call_reaches_the_ollama_client(url, family):
     client = ollama.Client(host=url)
     answer = client.chat(model=model_of(family), messages=user(), tools=TOOLS, think=bool(family.think_answer),
-                         options={"num_predict": 200, "grammar": grammar(family.one_call)})
+                         options={"num_predict": 600, "grammar": grammar(family.one_call)})
     calls = answer.message.tool_calls or []
     assert [(c.function.name, dict(c.function.arguments)) for c in calls] == [PARIS]
     assert (answer.message.thinking or "") == ("Plan it." if family.think_answer else "")
@@ -72,7 +90,7 @@ def test_one_call_reaches_the_ollama_client(url, family):
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_two_calls_stream_to_the_openai_client(url, family):
     chunks = list(oai(url).chat.completions.create(
-        model=model_of(family), messages=user(), tools=TOOLS, stream=True, max_tokens=200,
+        model=model_of(family), messages=user(), tools=TOOLS, stream=True, max_tokens=600,
         extra_body={"grammar": grammar(family.two_calls)}))
     calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
     assert [(c.index, c.function.name, json.loads(c.function.arguments)) for c in calls] == [
@@ -82,7 +100,7 @@ def test_two_calls_stream_to_the_openai_client(url, family):
     assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     usage = httpx.post(f"{url}/api/chat", json={
         "model": model_of(family), "messages": user(), "tools": TOOLS, "stream": False,
-        "grammar": grammar(family.two_calls), "options": {"num_predict": 200}}, timeout=120).json()
+        "grammar": grammar(family.two_calls), "options": {"num_predict": 600}}, timeout=120).json()
     assert usage["eval_count"] > 10  # the calls came in many pieces, and were put together
 
 
@@ -115,11 +133,11 @@ def test_a_cut_off_call_reads_as_length_in_openai(url):
 def test_invalid_calls_are_text_and_the_next_request_works(url, family, text):
     model = model_of(BY_NAME[family])
     answer = ollama.Client(host=url).chat(model=model, messages=user(), tools=TOOLS,
-                                          options={"num_predict": 200, "grammar": grammar(text)})
+                                          options={"num_predict": 600, "grammar": grammar(text)})
     assert not answer.message.tool_calls and answer.done_reason == "stop"
     assert answer.message.content == text
     again = ollama.Client(host=url).chat(model=model, messages=user(), tools=TOOLS,
-                                         options={"num_predict": 200, "grammar": grammar(BY_NAME[family].two_calls)})
+                                         options={"num_predict": 600, "grammar": grammar(BY_NAME[family].two_calls)})
     assert [c.function.name for c in again.message.tool_calls] == ["get_weather", "get_time"]
 
 
@@ -127,7 +145,7 @@ def test_invalid_calls_are_text_and_the_next_request_works(url, family, text):
 def test_anthropic_client_gets_thinking_and_tool_use_blocks(url, name):
     family = BY_NAME[name]
     client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
-    request = dict(model=model_of(family), max_tokens=200, messages=user(), thinking={"type": "enabled",
+    request = dict(model=model_of(family), max_tokens=600, messages=user(), thinking={"type": "enabled",
                    "budget_tokens": 1024}, tools=[{"name": t["function"]["name"], "input_schema": t["function"][
                        "parameters"]} for t in TOOLS], extra_body={"grammar": grammar(family.one_call)})
     message = client.messages.create(**request)
@@ -146,7 +164,7 @@ def test_responses_client_gets_function_calls(url):
     tools = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
              for t in TOOLS]
     response = oai(url).responses.create(model=model_of(family), input="Weather in Paris, time in Oslo?",
-                                         tools=tools, max_output_tokens=200,
+                                         tools=tools, max_output_tokens=600,
                                          extra_body={"grammar": grammar(family.two_calls)})
     calls = [item for item in response.output if item.type == "function_call"]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [PARIS, OSLO], response.output
@@ -159,7 +177,7 @@ def test_forced_tool_choice_writes_the_family_syntax(url, family):
     (with thinking asked for, where the family thinks: the call still comes first)."""
     thinking = {"reasoning_effort": "low"} if family.think_answer else {}
     answer = oai(url).chat.completions.create(
-        model=model_of(family), messages=user("What time is it in Oslo?"), tools=TOOLS, max_tokens=150,
+        model=model_of(family, smol=True), messages=user("What time is it in Oslo?"), tools=TOOLS, max_tokens=150,
         tool_choice={"type": "function", "function": {"name": "get_time"}}, temperature=0, **thinking)
     choice = answer.choices[0]
     assert choice.finish_reason == "tool_calls", choice.message.content
@@ -182,7 +200,7 @@ def test_a_think_level_turns_thinking_on_where_the_model_has_no_levels(url, leve
     """As in Ollama: a level on a thinking model that reads none means thinking on."""
     family = BY_NAME["qwen3.5"]
     answer = ollama.Client(host=url).chat(model=model_of(family), messages=user("Say hi."), think=level,
-                                          options={"num_predict": 60, "grammar": grammar(family.think_answer)})
+                                          options={"num_predict": 400, "grammar": grammar(family.think_answer)})
     assert (answer.message.thinking, answer.message.content) == ("Plan it.", "Hello there.")
     refused = httpx.post(f"{url}/api/chat", json={"model": model_of(BY_NAME["granite"]), "messages": user(),
                                                    "think": level})
@@ -194,10 +212,10 @@ def test_a_second_turn_sends_the_calls_back(url):
     family = BY_NAME["harmony"]
     client = ollama.Client(host=url)
     first = client.chat(model=model_of(family), messages=user(), tools=TOOLS, think=True,
-                        options={"num_predict": 200, "grammar": grammar(family.one_call)})
+                        options={"num_predict": 600, "grammar": grammar(family.one_call)})
     messages = user() + [first.message, {"role": "tool", "tool_name": "get_weather", "content": "Sunny, 21 C"}]
     final = client.chat(model=model_of(family), messages=messages, tools=TOOLS, think=True, options={
-        "num_predict": 150, "grammar": grammar("<|channel|>analysis<|message|>Got it.<|end|><|start|>assistant"
+        "num_predict": 400, "grammar": grammar("<|channel|>analysis<|message|>Got it.<|end|><|start|>assistant"
                                               "<|channel|>final<|message|>Sunny in Paris.")})
     assert (final.message.thinking, final.message.content) == ("Got it.", "Sunny in Paris.")
 
@@ -230,16 +248,16 @@ def test_harmony_reads_the_effort_in_its_system_message():
         assert f"Reasoning: {effort}\n" in prompt
 
 
-def test_parser_and_renderer_lines_choose_the_format(daemon):
+def test_parser_and_renderer_lines_choose_the_format(daemon, tiny_base):
     hermes_template = BY_NAME["qwen3.5"].template.replace("<think>", "<thinking>")  # hides the Qwen 3.5 look
-    daemon.create("fmt-by-parser", f'FROM smollm2:135m\nTEMPLATE """{hermes_template}"""\nPARSER qwen3-coder\n'
+    daemon.create("fmt-by-parser", f'FROM {tiny_base}\nTEMPLATE """{hermes_template}"""\nPARSER qwen3-coder\n'
                                    "RENDERER qwen3-coder\n")
     shown = httpx.post(f"{daemon.url}/api/show", json={"model": "fmt-by-parser"}).json()
     assert (shown["parser"], shown["renderer"]) == ("qwen3-coder", "qwen3-coder")
     assert "tools" in shown["capabilities"] and "thinking" not in shown["capabilities"]
     assert "PARSER qwen3-coder" in shown["modelfile"]
     answer = ollama.Client(host=daemon.url).chat(model="fmt-by-parser", messages=user(), tools=TOOLS, options={
-        "num_predict": 200, "grammar": grammar(BY_NAME["qwen3.5"].two_calls)})
+        "num_predict": 600, "grammar": grammar(BY_NAME["qwen3.5"].two_calls)})
     assert [c.function.name for c in answer.message.tool_calls] == ["get_weather", "get_time"]
     # a model built on it keeps the format, as in Ollama
     daemon.create("fmt-by-parser-child", "FROM fmt-by-parser\nSYSTEM Be brief.\n")
@@ -283,25 +301,11 @@ def test_every_ollama_parser_and_renderer_name_is_created_and_shown(daemon):
     httpx.request("DELETE", f"{daemon.url}/api/delete", json={"model": "fmt-named"})
 
 
-@pytest.fixture(scope="module")
-def tiny_granite(daemon, tmp_path_factory) -> str:
-    """The granite format on a one-layer model of 64 dimensions with a byte vocabulary: a reply of thousands of
-    tokens held to a grammar takes seconds, not SmolLM2's minute (what the model weighs plays no part in it)."""
-    from support.arch_models import byte_vocabulary
-    from support.gguf_builders import tiny_model
-
-    directory = tmp_path_factory.mktemp("tiny-granite")
-    model = tiny_model(directory / "tiny.gguf", vocab_from=byte_vocabulary(directory / "bytes.gguf"),
-                       context_length=8192)
-    daemon.create("fmt-granite-tiny", modelfile(BY_NAME["granite"], base=str(model)))
-    return "fmt-granite-tiny"
-
-
-def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url, tiny_granite):
+def test_a_call_nested_too_deep_to_parse_stays_text_in_the_stream(url):
     """JSON nested past Python's recursion limit is no call: the answer streams it as text, never a 500."""
     deep = '<|tool_call|>[{"name": "get_weather", "arguments": {"city": ' + "[" * 1100 + "]" * 1100 + "}}]"
     chunks = list(oai(url).chat.completions.create(
-        model=tiny_granite, messages=user(), tools=TOOLS, stream=True, max_tokens=2500,
+        model=model_of(BY_NAME["granite"]), messages=user(), tools=TOOLS, stream=True, max_tokens=2500,
         extra_body={"grammar": grammar(deep)}))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == deep
     assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
@@ -335,17 +339,17 @@ def test_harmony_calls_a_dashed_tool_under_its_prompt_name_and_returns_the_clien
     family = BY_NAME["harmony"]
     tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "get-weather"}}]
     forced = oai(url).chat.completions.create(
-        model=model_of(family), messages=user(), tools=tools, max_tokens=120,
+        model=model_of(family, smol=True), messages=user(), tools=tools, max_tokens=120,
         tool_choice={"type": "function", "function": {"name": "get-weather"}})
     assert [c.function.name for c in forced.choices[0].message.tool_calls] == ["get-weather"]
     written = ollama.Client(host=url).chat(
-        model=model_of(family), messages=user(), tools=tools, options={"num_predict": 200, "grammar": grammar(
+        model=model_of(family), messages=user(), tools=tools, options={"num_predict": 600, "grammar": grammar(
             '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>')})
     assert [(c.function.name, dict(c.function.arguments)) for c in written.message.tool_calls] == [
         ("get-weather", {"city": "Paris"})]
     history = user() + [written.message, {"role": "tool", "tool_name": "get-weather", "content": "Sunny"}]
     final = ollama.Client(host=url).chat(model=model_of(family), messages=history, tools=tools, options={
-        "num_predict": 60, "grammar": grammar("<|channel|>final<|message|>Sunny.")})
+        "num_predict": 400, "grammar": grammar("<|channel|>final<|message|>Sunny.")})
     assert final.message.content == "Sunny."
 
 
@@ -400,15 +404,16 @@ def test_tool_properties_that_are_not_an_object_are_a_400(daemon):
 
 
 @pytest.fixture(scope="module")
-def rendered_url(daemon) -> str:
+def rendered_url(daemon, tiny_base) -> str:
+    """Each built-in renderer's model on the tiny model (``rnd-<name>``) and on SmolLM2 (``rnd-<name>-smol``)."""
     for family in RENDERED:
-        daemon.create(f"rnd-{family.renderer.replace('.', '')}", 'FROM smollm2:135m\nTEMPLATE """{{ .Prompt }}"""\n'
-                                                                 f"RENDERER {family.renderer}\nPARSER {family.parser}\n")
+        for suffix, base in (("", tiny_base), ("-smol", "smollm2:135m")):
+            daemon.create(f"rnd-{family.renderer.replace('.', '')}{suffix}", f'FROM {base}\nTEMPLATE """{{{{ .Prompt }}}}"""\n'
+                                                                            f"RENDERER {family.renderer}\nPARSER {family.parser}\n")
     return daemon.url
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f.renderer in ("cohere", "glimmer")
-                                    else f for f in RENDERED], ids=lambda f: f.renderer)  # their prompts are long
+@pytest.mark.parametrize("family", RENDERED, ids=lambda f: f.renderer)
 def test_a_built_in_renderers_model_thinks_calls_and_reads_its_results(rendered_url, family):
     """Each of Ollama's later built-in formats through the daemon (the prompt its renderer's, the model's output
     forced into the format): thinking apart from the answer (ollama, streamed), two calls with ids (openai,
@@ -417,11 +422,11 @@ def test_a_built_in_renderers_model_thinks_calls_and_reads_its_results(rendered_
     model = f"rnd-{family.renderer.replace('.', '')}"
     client = ollama.Client(host=rendered_url)
     parts = list(client.chat(model=model, messages=user("Say hi."), think=True, stream=True,
-                             options={"num_predict": 80, "grammar": grammar(family.think_answer())}))
+                             options={"num_predict": 400, "grammar": grammar(family.think_answer())}))
     assert "".join(p.message.thinking or "" for p in parts) == "Plan it."
     assert "".join(p.message.content for p in parts) == "Hello there."
     chunks = list(oai(rendered_url).chat.completions.create(
-        model=model, messages=user(), tools=TOOLS, stream=True, max_tokens=300, reasoning_effort="medium",
+        model=model, messages=user(), tools=TOOLS, stream=True, max_tokens=600, reasoning_effort="medium",
         extra_body={"grammar": grammar(family.two_calls)}))
     calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
     assert [(c.index, c.function.name, json.loads(c.function.arguments)) for c in calls] == [(0, *PARIS), (1, *OSLO)]
@@ -431,13 +436,13 @@ def test_a_built_in_renderers_model_thinks_calls_and_reads_its_results(rendered_
         {"role": "tool", "tool_name": "get_weather", "content": "Sunny, 21 C"},
         {"role": "tool", "tool_name": "get_time", "content": "10:00"}]
     final = client.chat(model=model, messages=history, tools=TOOLS, think=True, options={
-        "num_predict": 80, "grammar": grammar(family.think_answer("Got it.", "Sunny in Paris."))})
+        "num_predict": 400, "grammar": grammar(family.think_answer("Got it.", "Sunny in Paris."))})
     assert (final.message.thinking, final.message.content) == ("Got it.", "Sunny in Paris.")
     prompt = build_prompt(messages=history, system=None, model_template=None, gguf_chat_template=None, bos_token="",
                           eos_token="", tools=TOOLS, think=True, renderer=family.renderer)
     assert all(text in prompt for text in ("Paris", "Oslo", "Sunny, 21 C", "10:00", "get_time"))
-    forced = oai(rendered_url).chat.completions.create(
-        model=model, messages=user("What time is it in Oslo?"), tools=TOOLS, max_tokens=150, temperature=0,
+    forced = oai(rendered_url).chat.completions.create(  # the model writes the arguments: SmolLM2
+        model=f"{model}-smol", messages=user("What time is it in Oslo?"), tools=TOOLS, max_tokens=150, temperature=0,
         tool_choice={"type": "function", "function": {"name": "get_time"}})
     assert forced.choices[0].finish_reason == "tool_calls", forced.choices[0].message.content
     assert [c.function.name for c in forced.choices[0].message.tool_calls] == ["get_time"]

@@ -3,8 +3,9 @@ no dialect but Ollama's slides the context (an answer without a token limit ends
 full), long chats leave out their oldest turns instead of losing the front of the prompt, and a client
 that leaves ends its generation.
 
-The model is SmolLM2 with ``PARAMETER num_ctx 512``, so clients that cannot send options (OpenAI,
-Anthropic) get the small context too.
+The model is one layer of 64 dimensions under SmolLM2's tokenizer (SmolLM2's tokens, in a fraction of its
+time: a grammar writes the endless answers, and what the model weighs plays no part in what is checked) with
+``PARAMETER num_ctx 512``, so clients that cannot send options (OpenAI, Anthropic) get the small context too.
 """
 
 from __future__ import annotations
@@ -30,12 +31,21 @@ LONG_QUESTION = "Read these words, then sing: " + " ".join(f"word{i}" for i in r
 SYSTEM = "You are Captain Quill, a pirate librarian of the Seven Seas who answers every question in rhyme."
 
 
+@pytest.fixture(scope="module")
+def tiny_smollm2(tmp_path_factory, smollm2_path) -> Path:
+    """One layer of 64 dimensions under SmolLM2's tokenizer."""
+    from support.gguf_builders import tiny_model
+
+    return tiny_model(tmp_path_factory.mktemp("ctx-model") / "tiny.gguf", vocab_from=smollm2_path,
+                      context_length=2048)
+
+
 @pytest.fixture(scope="module", params=["native", "llama.cpp"])
-def engine_daemon(request, tmp_path_factory, smollm2_path):
+def engine_daemon(request, tmp_path_factory, tiny_smollm2):
     """A daemon whose models run on one engine (``request.param``), with :data:`MODEL` created."""
     daemon = Daemon(tmp_path_factory.mktemp(f"ctx-{request.param}"), LOCALLLM_ENGINE=request.param).start()
     try:
-        daemon.create(MODEL, f"FROM {smollm2_path}\nPARAMETER num_ctx {N_CTX}")
+        daemon.create(MODEL, f"FROM {tiny_smollm2}\nPARAMETER num_ctx {N_CTX}")
         yield daemon
     finally:
         daemon.stop()
@@ -83,8 +93,7 @@ def _wait_until(condition, what: str, timeout: float = 60) -> None:
 # --- no runaway generation ----------------------------------------------------------------
 
 
-@pytest.mark.slow  # a grammar-held answer of about 140 tokens
-@pytest.mark.timeout(900)
+@pytest.mark.slow  # on llama.cpp: its grammar weighs each of SmolLM2's 49,152 tokens at each of ~140 steps
 def test_ollama_without_shift_stops_at_the_context_end(engine_daemon):
     answer = _post(engine_daemon, "/api/chat", {
         "messages": [{"role": "user", "content": LONG_QUESTION}], "grammar": ENDLESS, "shift": False,
@@ -96,8 +105,6 @@ def test_ollama_without_shift_stops_at_the_context_end(engine_daemon):
     assert N_CTX - 2 <= body["prompt_eval_count"] + body["eval_count"] <= N_CTX + 1
 
 
-@pytest.mark.slow  # a grammar-held answer of about 140 tokens
-@pytest.mark.timeout(900)
 def test_openai_never_shifts(native_daemon):
     client = openai.OpenAI(base_url=f"{native_daemon.url}/v1", api_key="unused", max_retries=0)
     stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": LONG_QUESTION}],
@@ -110,8 +117,6 @@ def test_openai_never_shifts(native_daemon):
     assert N_CTX - 2 <= usage.prompt_tokens + usage.completion_tokens <= N_CTX + 1
 
 
-@pytest.mark.slow  # a grammar-held answer of about 140 tokens
-@pytest.mark.timeout(900)
 def test_anthropic_never_shifts(native_daemon):
     client = anthropic.Anthropic(base_url=native_daemon.url, api_key="unused", max_retries=0)
     with client.messages.stream(model=MODEL, max_tokens=100_000, messages=[{"role": "user", "content": LONG_QUESTION}],

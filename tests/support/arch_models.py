@@ -10,7 +10,6 @@ SmolLM2's BPE vocabulary (``vocab_from``) makes them chat through the real daemo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -20,34 +19,27 @@ from gguf.quants import quantize
 
 from localllm.gguf import read_gguf
 from localllm.registry.ollama_compat import CLAMP_BOUNDS, GEMMA4_CLAMPED
+from support.gguf_builders import tokenizer_fields
 
 CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 LAYOUTS = ("upstream", "ollama")
 
 
-@lru_cache(maxsize=4)
-def _tokenizer(source: Path) -> tuple[tuple[str, Any, int, int | None], ...]:
-    """``source``'s ``tokenizer.*`` keys: (key, value, GGUF type, array item type), read once."""
-    header = read_gguf(source)
-    return tuple((k, v, *header.value_types[k]) for k, v in header.metadata.items()
-                 if k.startswith("tokenizer.") and k != "tokenizer.chat_template")
-
-
 def _copy_tokenizer(source: Path, w: GGUFWriter, pre: str | None, model: str | None = None) -> int:
     """``source``'s tokenizer onto ``w`` (its pre-tokenizer and tokenizer model names replaced by ``pre`` and
     ``model`` when given) and a ChatML template; the vocabulary size."""
     replaced = {"tokenizer.ggml.pre": pre, "tokenizer.ggml.model": model}
-    for key, value, kind, item in _tokenizer(source):
-        if replaced.get(key) is not None:
-            continue
-        w.add_key_value(key, value, GGUFValueType(kind), sub_type=None if item is None else GGUFValueType(item))
+    fields = tokenizer_fields(source)
+    for key, value, kind, item in fields:
+        if replaced.get(key) is None:
+            w.add_key_value(key, value, kind, sub_type=item)
     if pre is not None:
         w.add_tokenizer_pre(pre)
     if model is not None:
         w.add_tokenizer_model(model)
     w.add_chat_template(CHATML)
-    return len(dict((k, v) for k, v, *_ in _tokenizer(source))["tokenizer.ggml.tokens"])
+    return next(len(value) for key, value, _, _ in fields if key == "tokenizer.ggml.tokens")
 
 
 class _Weights:

@@ -128,9 +128,7 @@ def _built_once(prefix: str, builder) -> Path:
     source = inspect.getsource(builder).encode()
     target = cache_dir() / f"{prefix}-{hashlib.sha256(source).hexdigest()[:12]}.gguf"
     if not target.exists():
-        partial = target.with_suffix(".partial")
-        builder(partial, smollm2_gguf())
-        partial.rename(target)
+        written_atomically(target, lambda partial: builder(partial, smollm2_gguf()))
     return target
 
 

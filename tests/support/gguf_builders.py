@@ -140,14 +140,14 @@ def embedding_model(path: Path, arch: str, vocab_from: Path, pooling: int | None
 
 def _copy_tokenizer(source: Path, w: GGUFWriter) -> int:
     """Every ``tokenizer.*`` key of ``source`` onto ``w``; the number of tokens."""
-    fields = _tokenizer_fields(source)
+    fields = tokenizer_fields(source)
     for name, contents, kind, sub_type in fields:
         w.add_key_value(name, contents, kind, sub_type=sub_type)
     return next(len(contents) for name, contents, _, _ in fields if name == "tokenizer.ggml.tokens")
 
 
 @functools.cache
-def _tokenizer_fields(source: Path) -> tuple[tuple[str, Any, Any, Any], ...]:
+def tokenizer_fields(source: Path) -> tuple[tuple[str, Any, Any, Any], ...]:
     """``source``'s ``tokenizer.*`` keys (name, contents, type, item type), read once by localllm's reader
     (gguf-py's parses a 49k-token vocabulary for seconds)."""
     from gguf import GGUFValueType
