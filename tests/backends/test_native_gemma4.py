@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 
+from localllm.backends.contract import BackendError
 from localllm.backends.native import backend as native
 from localllm.backends.native.model import NativeWeights, native_support
 from support.arch_models import byte_vocabulary, gemma4
@@ -84,6 +85,17 @@ def test_shared_layers_hold_no_kv_and_the_layers_their_own_geometry(tmp_path: Pa
         per_layer = 2 * 16 * 32 * 2  # K and V, 16 cells of 32 half floats each (2 x 16 or 1 x 32)
         assert ctx.block_bytes == 4 * per_layer
         ctx.close()
+    finally:
+        model.close()
+
+
+def test_a_q8_0_kv_cache_is_refused_naming_a_layer_head_size_it_cannot_hold(tmp_path: Path, vocabulary: Path) -> None:
+    """The sliding layers' heads of 16 (the global ones' of 32 pass) cannot be kept in q8_0: said, not "out of
+    memory"."""
+    model = native.Model(gemma4(tmp_path / "e.gguf", vocabulary, **E_STYLE))
+    try:
+        with pytest.raises(BackendError, match="multiple of 32 dimensions; this model's have 16 and 32"):
+            native.Context(model, 4, 16, 64, 1, 16, 1, kv_cache_type="q8_0")
     finally:
         model.close()
 

@@ -84,9 +84,12 @@ class Context:
     ) -> None:
         if kv_cache_type not in KV_TYPES:
             raise BackendError(f"the native engine keeps its KV cache in {' or '.join(KV_TYPES)}, not {kv_cache_type!r}")
-        head_dim = model.weights.params.head_dim
-        if kv_cache_type == "q8_0" and head_dim % 32:
-            raise BackendError(f"a q8_0 KV cache needs heads of a multiple of 32 dimensions; this model's have {head_dim}")
+        params = model.weights.params  # a layer's head size of 0 is the model's (Gemma 4's layers have their own)
+        head_dims = sorted({params.layers[il].head_dim or params.head_dim for il in range(params.n_layer)
+                            if not params.layers[il].ssm_qkv.data})
+        if kv_cache_type == "q8_0" and any(d % 32 for d in head_dims):
+            raise BackendError("a q8_0 KV cache needs heads of a multiple of 32 dimensions; this model's have "
+                               + " and ".join(map(str, head_dims)))
         self.model = model
         self.kv_cache_type = kv_cache_type
         self.ptr = None  # no llama_context: samplers take logits from :meth:`logits`
