@@ -34,6 +34,15 @@ def smollm2_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def byte_vocab_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A vocabulary of single bytes (support.arch_models.byte_vocabulary): for tiny models whose words do not
+    matter."""
+    from support.arch_models import byte_vocabulary
+
+    return byte_vocabulary(tmp_path_factory.mktemp("vocab") / "bytes.gguf")
+
+
+@pytest.fixture(scope="session")
 def projector_path() -> Path:
     """A vision projector for SmolLM2 that reads images as colour words (fixtures.smollm2_projector)."""
     return fixtures.smollm2_projector()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,10 @@ class Rounds(dict[str, list[T]], Generic[T]):
         """Each round's figures, for the output: ``{"order": [first, ..., last], side: figure(measurement)...}``."""
         return [{"order": list(order), **{side: figure(values[i]) for side, values in self.items()}}
                 for i, order in enumerate(self.orders)]
+
+    def medians(self, index: int) -> dict[str, float]:
+        """Each side's median of figure ``index`` of its measurements (tuples, e.g. 0 prefill and 1 decode)."""
+        return {side: statistics.median(value[index] for value in values) for side, values in self.items()}
 
 
 def alternating(rounds: int, sides: dict[str, Callable[[], T]]) -> Rounds[T]:

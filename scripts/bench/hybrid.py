@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -191,8 +190,8 @@ def main() -> None:
             daemon.stop()
             if server is not None:
                 server.stop()
-        prefill = {side: statistics.median(s[0] for s in values) for side, values in samples.items()}
-        decode = {side: statistics.median(s[1] for s in values) for side, values in samples.items()}
+        prefill = samples.medians(0)
+        decode = samples.medians(1)
         info.update({"ours_prefill_tokens_per_s": prefill["ours"], "ours_decode_tokens_per_s": decode["ours"],
                      "rounds": samples.pairs()})
         decode_key, prefill_key = keys[name]

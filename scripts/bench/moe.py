@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -118,8 +117,8 @@ def main() -> None:
         daemon.stop()
         if server is not None:
             server.stop()
-    prefill = {side: statistics.median(s[0] for s in values) for side, values in samples.items()}
-    decode = {side: statistics.median(s[1] for s in values) for side, values in samples.items()}
+    prefill = samples.medians(0)
+    decode = samples.medians(1)
     results.update({"ours_prefill_tokens_per_s": prefill["ours"], "ours_decode_tokens_per_s": decode["ours"],
                     "read_bandwidth_gbps": decode["bandwidth"] / 1e9, "decode_bytes": decode_bytes(path),
                     "rounds": samples.pairs()})

@@ -10,6 +10,7 @@ test_batch_invariance.py.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +20,8 @@ from gguf import GGMLQuantizationType
 from localllm.backends.contract import BackendError
 from localllm.backends.native import backend as native
 from localllm.backends.native.model import NativeWeights, native_support
-from support.arch_models import byte_vocabulary, gemma4
-from support.native import against_llama_cpp, assert_matches_llama_cpp, cosine
+from support.arch_models import gemma4
+from support.native import assert_matches_llama_cpp, cosine, parity_runs
 
 Q8_0, Q4_0 = GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0
 MOE = {"n_layer": 3, "global_head": 32, "global_kv": 1, "k_eq_v": True}
@@ -38,20 +39,11 @@ TOKENS = [40, 71, 19, 104, 28, 111, 3, 122, 9, 230, 55, 17, 200, 25, 14, 80, 33,
 
 
 @pytest.fixture(scope="module")
-def vocabulary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return byte_vocabulary(tmp_path_factory.mktemp("vocab") / "bytes.gguf")
-
-
-@pytest.fixture(scope="module")
-def first_steps(tmp_path_factory: pytest.TempPathFactory, vocabulary: Path) -> dict[str, tuple]:
+def first_steps(tmp_path_factory: pytest.TempPathFactory, byte_vocab_path: Path) -> dict[str, tuple]:
     """Each model's first-step logits in both engines and their greedy continuations (ours, theirs, and
     llama.cpp's logits at each step)."""
-    directory, results = tmp_path_factory.mktemp("gemma4"), {}
-    for name, kwargs in MODELS.items():
-        path = gemma4(directory / f"{name}.gguf", vocabulary, **kwargs)
-        assert native_support(path) is None
-        results[name] = against_llama_cpp(path, TOKENS)
-    return results
+    return parity_runs(tmp_path_factory.mktemp("gemma4"), MODELS, functools.partial(gemma4, vocab_from=byte_vocab_path),
+                       TOKENS)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -64,10 +56,10 @@ def test_experts_gate_and_up_apart_give_the_same_model(first_steps) -> None:
     np.testing.assert_array_equal(first_steps["moe-f32"][0], first_steps["moe-split-experts-f32"][0])
 
 
-def test_shared_layers_hold_no_kv_and_the_layers_their_own_geometry(tmp_path: Path, vocabulary: Path) -> None:
+def test_shared_layers_hold_no_kv_and_the_layers_their_own_geometry(tmp_path: Path, byte_vocab_path: Path) -> None:
     """A KV block holds the 4 layers with KV of their own (two sliding ones of 2 KV heads of 16, two global ones
     of 1 KV head of 32), not the 2 that read theirs; the model's figures are its widest layer's."""
-    path = gemma4(tmp_path / "e.gguf", vocabulary, **E_STYLE)
+    path = gemma4(tmp_path / "e.gguf", byte_vocab_path, **E_STYLE)
     weights = NativeWeights(path)
     try:
         p = weights.params
@@ -89,10 +81,10 @@ def test_shared_layers_hold_no_kv_and_the_layers_their_own_geometry(tmp_path: Pa
         model.close()
 
 
-def test_a_q8_0_kv_cache_is_refused_naming_a_layer_head_size_it_cannot_hold(tmp_path: Path, vocabulary: Path) -> None:
+def test_a_q8_0_kv_cache_is_refused_naming_a_layer_head_size_it_cannot_hold(tmp_path: Path, byte_vocab_path: Path) -> None:
     """The sliding layers' heads of 16 (the global ones' of 32 pass) cannot be kept in q8_0: said, not "out of
     memory"."""
-    model = native.Model(gemma4(tmp_path / "e.gguf", vocabulary, **E_STYLE))
+    model = native.Model(gemma4(tmp_path / "e.gguf", byte_vocab_path, **E_STYLE))
     try:
         with pytest.raises(BackendError, match="multiple of 32 dimensions; this model's have 16 and 32"):
             native.Context(model, 4, 16, 64, 1, 16, 1, kv_cache_type="q8_0")
@@ -113,6 +105,6 @@ def test_the_experts_the_per_layer_embeddings_and_shared_kv_change_the_logits(fi
     ({"@attention.shared_kv_layers": 1}, "shared_kv_layers is invalid"),  # two layers: none can share
 ], ids=["attention-softcap", "pattern-not-per-layer", "too-many-shared"])
 def test_a_gemma4_the_native_forward_would_not_compute_exactly_is_refused_naming_why(
-        tmp_path: Path, vocabulary: Path, keys: dict, named: str) -> None:
-    reason = native_support(gemma4(tmp_path / "bad.gguf", vocabulary, moe=False, extra_keys=keys))
+        tmp_path: Path, byte_vocab_path: Path, keys: dict, named: str) -> None:
+    reason = native_support(gemma4(tmp_path / "bad.gguf", byte_vocab_path, moe=False, extra_keys=keys))
     assert reason is not None and named in reason

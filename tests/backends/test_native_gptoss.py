@@ -9,14 +9,15 @@ test_batch_invariance.py.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 from gguf import GGMLQuantizationType
 
 from localllm.backends.native.model import NativeWeights, native_support
-from support.arch_models import byte_vocabulary, gpt_oss
-from support.native import against_llama_cpp, assert_matches_llama_cpp, cosine
+from support.arch_models import gpt_oss
+from support.native import assert_matches_llama_cpp, cosine, parity_runs
 
 MXFP4 = {"expert": GGMLQuantizationType.MXFP4, "matrix": GGMLQuantizationType.Q8_0}
 F32 = {"expert": None}
@@ -32,20 +33,11 @@ TOKENS = [40, 71, 19, 104, 28, 111, 3, 122, 9, 230, 55, 17, 200, 25, 14, 80, 33,
 
 
 @pytest.fixture(scope="module")
-def vocabulary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return byte_vocabulary(tmp_path_factory.mktemp("vocab") / "bytes.gguf")
-
-
-@pytest.fixture(scope="module")
-def first_steps(tmp_path_factory: pytest.TempPathFactory, vocabulary: Path) -> dict[str, tuple]:
+def first_steps(tmp_path_factory: pytest.TempPathFactory, byte_vocab_path: Path) -> dict[str, tuple]:
     """Each model's first-step logits in both engines and their greedy continuations (ours, theirs, and
     llama.cpp's logits at each step)."""
-    directory, results = tmp_path_factory.mktemp("gpt-oss"), {}
-    for name, kwargs in MODELS.items():
-        path = gpt_oss(directory / f"{name}.gguf", vocabulary, n_layer=3, seed=12, context=8192, n_expert=8, **kwargs)
-        assert native_support(path) is None
-        results[name] = against_llama_cpp(path, TOKENS)
-    return results
+    build = functools.partial(gpt_oss, vocab_from=byte_vocab_path, n_layer=3, seed=12, context=8192, n_expert=8)
+    return parity_runs(tmp_path_factory.mktemp("gpt-oss"), MODELS, build, TOKENS)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -76,14 +68,14 @@ def test_a_gpt_oss_model_is_supported_and_its_mxfp4_experts_repacked(gpt_oss_pat
         weights.close()
 
 
-def test_rope_scaling_the_native_engine_does_not_compute_is_refused(tmp_path: Path, vocabulary: Path) -> None:
-    path = gpt_oss(tmp_path / "longrope.gguf", vocabulary, yarn=YARN)
+def test_rope_scaling_the_native_engine_does_not_compute_is_refused(tmp_path: Path, byte_vocab_path: Path) -> None:
+    path = gpt_oss(tmp_path / "longrope.gguf", byte_vocab_path, yarn=YARN)
     data = path.read_bytes().replace(b"yarn", b"lrop", 1)  # the rope.scaling.type value, same length
     path.write_bytes(data)
     reason = native_support(path)
     assert reason == "model metadata gpt-oss.rope.scaling.type = 'lrop' is not supported by the native engine"
 
 
-def test_a_gpt_oss_without_its_sinks_is_refused_naming_the_tensor(tmp_path: Path, vocabulary: Path) -> None:
-    path = gpt_oss(tmp_path / "nosinks.gguf", vocabulary, drop=("blk.1.attn_sinks.weight",))
+def test_a_gpt_oss_without_its_sinks_is_refused_naming_the_tensor(tmp_path: Path, byte_vocab_path: Path) -> None:
+    path = gpt_oss(tmp_path / "nosinks.gguf", byte_vocab_path, drop=("blk.1.attn_sinks.weight",))
     assert native_support(path) == "the model has no tensor 'blk.1.attn_sinks.weight', which a gpt-oss model needs"

@@ -18,7 +18,6 @@ from gguf.quants import quantize
 
 from localllm.backends.native.lib import NativeError
 from localllm.backends.native.model import NativeWeights, native_support
-from support.arch_models import byte_vocabulary
 from support.gguf_builders import F32
 from support.moe_models import (MOSTLY_Q4_K_M, MOSTLY_Q8_0, TINY, MoeShape, cache_folder, qwen3moe_model,
                                 tiny_qwen3moe)
@@ -85,28 +84,23 @@ LYING_TENSORS = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def small_vocabulary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return byte_vocabulary(tmp_path_factory.mktemp("vocab") / "bytes.gguf")
-
-
 @pytest.mark.parametrize("case", LYING_TENSORS)
 def test_expert_tensors_that_disagree_with_the_metadata_are_refused_naming_them(
-        tmp_path: Path, small_vocabulary: Path, case: str) -> None:
+        tmp_path: Path, byte_vocab_path: Path, case: str) -> None:
     name, data, says = LYING_TENSORS[case]
-    path = qwen3moe_model(tmp_path / f"{case}.gguf", small_vocabulary, SMALL, replace={name: data})
+    path = qwen3moe_model(tmp_path / f"{case}.gguf", byte_vocab_path, SMALL, replace={name: data})
     reason = native_support(path)
     assert reason is not None and f"tensor {name!r} {says}" in reason and "\n" not in reason
     with pytest.raises(NativeError, match=f"tensor '{name}'"):  # forcing the native engine fails at load
         NativeWeights(path)
 
 
-def test_experts_whose_gate_and_up_differ_in_type_match_llama_cpp(tmp_path: Path, small_vocabulary: Path) -> None:
+def test_experts_whose_gate_and_up_differ_in_type_match_llama_cpp(tmp_path: Path, byte_vocab_path: Path) -> None:
     """F32 gate and Q8_0 up matrices take their activations in two forms, each gathered by expert."""
     rng, q8_0 = np.random.default_rng(5), GGMLQuantizationType.Q8_0
     up = {f"blk.{il}.ffn_up_exps.weight": (quantize((rng.standard_normal((_N, _F, _E)) * _E ** -0.5)
                                                     .astype(np.float32), q8_0), q8_0) for il in range(SMALL.n_layer)}
-    path = qwen3moe_model(tmp_path / "mixed.gguf", small_vocabulary, SMALL, replace=up)
+    path = qwen3moe_model(tmp_path / "mixed.gguf", byte_vocab_path, SMALL, replace=up)
     native, reference = Side("native", path, n_ctx=64), Side("llama.cpp", path, n_ctx=64)
     try:
         tokens = [40, 71, 19, 104, 28, 111, 3, 122, 9, 230, 55, 17, 200, 25, 14, 80]
@@ -118,10 +112,10 @@ def test_experts_whose_gate_and_up_differ_in_type_match_llama_cpp(tmp_path: Path
         reference.close()
 
 
-def test_ollama_s_expert_keys_are_read_as_llama_cpp_reads_them(tmp_path: Path, small_vocabulary: Path) -> None:
+def test_ollama_s_expert_keys_are_read_as_llama_cpp_reads_them(tmp_path: Path, byte_vocab_path: Path) -> None:
     """Ollama's qwen3moe files (qwen3:30b, qwen3-coder:30b) have norm_top_k_prob and no
     expert_feed_forward_length: the experts' width is feed_forward_length over the experts used."""
-    path = qwen3moe_model(tmp_path / "ollama.gguf", small_vocabulary, SMALL, ollama_keys=True)
+    path = qwen3moe_model(tmp_path / "ollama.gguf", byte_vocab_path, SMALL, ollama_keys=True)
     assert native_support(path) is None
     weights = NativeWeights(path)
     try:
@@ -130,11 +124,11 @@ def test_ollama_s_expert_keys_are_read_as_llama_cpp_reads_them(tmp_path: Path, s
         weights.close()
 
 
-def test_more_experts_used_than_there_are_is_refused(tmp_path: Path, small_vocabulary: Path) -> None:
-    path = qwen3moe_model(tmp_path / "k9.gguf", small_vocabulary, replace(SMALL, n_expert_used=9))
+def test_more_experts_used_than_there_are_is_refused(tmp_path: Path, byte_vocab_path: Path) -> None:
+    path = qwen3moe_model(tmp_path / "k9.gguf", byte_vocab_path, replace(SMALL, n_expert_used=9))
     assert "qwen3moe.expert_used_count 9 exceeds expert_count 8" in native_support(path)
 
 
-def test_a_truthful_small_file_is_supported(tmp_path: Path, small_vocabulary: Path) -> None:
+def test_a_truthful_small_file_is_supported(tmp_path: Path, byte_vocab_path: Path) -> None:
     """The refusals above come from the lying tensor, not from the small shape."""
-    assert native_support(qwen3moe_model(tmp_path / "ok.gguf", small_vocabulary, SMALL)) is None
+    assert native_support(qwen3moe_model(tmp_path / "ok.gguf", byte_vocab_path, SMALL)) is None

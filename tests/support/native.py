@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from localllm.backends.native import backend as native
 from localllm.backends import llama_cpp as llama
+from localllm.backends.native.model import native_support
 
 
 BLOCK = 16
@@ -117,6 +118,18 @@ def against_llama_cpp(path: Path, prompt: Sequence[int] | str, steps: int = 24, 
     finally:
         native.close()
         reference.close()
+
+
+def parity_runs(directory: Path, models: dict[str, dict], build: Callable[..., Path],
+                prompt: Sequence[int]) -> dict[str, tuple]:
+    """Each of ``models`` (id: ``build``'s keyword arguments) written into ``directory``, checked to run on the
+    native engine, and its :func:`against_llama_cpp` runs of ``prompt``, by id."""
+    results = {}
+    for name, kwargs in models.items():
+        path = build(directory / f"{name}.gguf", **kwargs)
+        assert native_support(path) is None, native_support(path)
+        results[name] = against_llama_cpp(path, prompt)
+    return results
 
 
 def assert_matches_llama_cpp(ours: np.ndarray, theirs: np.ndarray, greedy_ours: Sequence[int],
