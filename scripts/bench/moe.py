@@ -40,7 +40,6 @@ is null, ``not_measured`` saying why; the run exits 1 when one of the selected m
 from __future__ import annotations
 
 import argparse
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -113,12 +112,12 @@ def measure(pair: Pair, args: argparse.Namespace) -> dict:
     read = bandwidth_reader(args.threads)
     sides["read_pass"] = lambda: (0.0, read())  # (no prefill, bytes/s)
     samples = alternating(args.rounds, sides)
-    median = {side: (statistics.median(v[0] for v in values), statistics.median(v[1] for v in values))
-              for side, values in samples.items()}
-    info: dict = {"ours_prefill_tokens_per_s": median["ours"][0], "ours_decode_tokens_per_s": median["ours"][1],
-                  "read_bandwidth_gbps": median["read_pass"][1] / 1e9, "rounds": []}
+    prefill, decode = samples.medians(0), samples.medians(1)
+    info: dict = {"ours_prefill_tokens_per_s": prefill["ours"], "ours_decode_tokens_per_s": decode["ours"],
+                  "read_bandwidth_gbps": decode["read_pass"] / 1e9, "rounds": []}
     if pair.server is not None:
-        info["llama_server_prefill_tokens_per_s"], info["llama_server_decode_tokens_per_s"] = median["llama_server"]
+        info["llama_server_prefill_tokens_per_s"] = prefill["llama_server"]
+        info["llama_server_decode_tokens_per_s"] = decode["llama_server"]
     for pair_round in samples.pairs():
         row: dict = {"order": pair_round["order"], "read_gbps": pair_round["read_pass"][1] / 1e9}
         for side in ("ours", "llama_server"):
