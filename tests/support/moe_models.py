@@ -14,10 +14,11 @@ from localllm.server.memory import SAFETY_MARGIN_BYTES, ModelFootprint
 from support.gguf_builders import F32, _copy_tokenizer
 
 MOSTLY_Q4_0, MOSTLY_Q8_0, MOSTLY_Q4_K_M = 2, 7, 15  # general.file_type (llama_ftype)
-# weights a block and its bytes: Q4_0 an f16 scale and 16 bytes of 4-bit codes; Q4_K (f16 d and dmin, 12 bytes of
-# 6-bit scales and mins, 128 of 4-bit codes) and Q6_K (128 bytes of low nibbles, 64 of high bits, 16 int8 scales,
-# f16 d) super-blocks of 256
-_BLOCKS = {GGMLQuantizationType.Q4_0: (32, 18), GGMLQuantizationType.Q4_K: (256, 144),
+# weights a block and its bytes: Q4_0 an f16 scale and 16 bytes of 4-bit codes; Q8_0 an f16 scale and 32 int8 codes;
+# MXFP4 an E8M0 scale byte and 16 bytes of E2M1 codes; Q4_K (f16 d and dmin, 12 bytes of 6-bit scales and mins, 128
+# of 4-bit codes) and Q6_K (128 bytes of low nibbles, 64 of high bits, 16 int8 scales, f16 d) super-blocks of 256
+_BLOCKS = {GGMLQuantizationType.Q4_0: (32, 18), GGMLQuantizationType.Q8_0: (32, 34),
+           GGMLQuantizationType.MXFP4: (32, 17), GGMLQuantizationType.Q4_K: (256, 144),
            GGMLQuantizationType.Q6_K: (256, 210)}
 
 
@@ -180,8 +181,8 @@ def _more_bits(layer: int, n_layer: int) -> bool:
 
 def _random_blocks(rng: np.random.Generator, numpy_shape: tuple[int, ...], scale: float,
                    qtype: GGMLQuantizationType) -> np.ndarray:
-    """Blocks of ``qtype`` (numpy's shape in bytes) of uniform random codes, scales and mins, their f16 scales set
-    so that the weights' standard deviation is about ``scale`` (Q4_K's offsets about cancel its codes' mean)."""
+    """Blocks of ``qtype`` (numpy's shape in bytes) of uniform random codes, scales and mins, their block scales
+    set so that the weights' standard deviation is about ``scale`` (Q4_K's offsets about cancel its codes' mean)."""
     per, size = _BLOCKS[qtype]
     blocks = rng.integers(0, 256, (int(np.prod(numpy_shape)) // per, size), dtype=np.uint8)
 
@@ -190,6 +191,11 @@ def _random_blocks(rng: np.random.Generator, numpy_shape: tuple[int, ...], scale
 
     if qtype == GGMLQuantizationType.Q4_0:
         blocks[:, :2] = f16(scale / 4.6)  # the codes' std is about 4.6
+    elif qtype == GGMLQuantizationType.Q8_0:
+        blocks[:, :2] = f16(scale / 74)  # int8 codes' std is about 74
+    elif qtype == GGMLQuantizationType.MXFP4:
+        # a code's value is kvalues_mxfp4[code] (std about 5.85) times 2^(scale byte - 128)
+        blocks[:, 0] = round(128 + np.log2(scale / 5.85))
     elif qtype == GGMLQuantizationType.Q4_K:
         d = scale / (31.5 * 4.6)  # 6-bit scales of mean 31.5 times codes of std 4.6
         blocks[:, 0:2], blocks[:, 2:4] = f16(d), f16(7.5 * d)  # mins times 7.5 d: the mean code (7.5) times d
