@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from support.moe_models import qwen3moe_model, room_for
 
@@ -9,7 +10,7 @@ from localllm.gguf import read_gguf
 from localllm.backends.ggml_devices import BackendDevice, backend_devices
 from localllm.server.memory import (
     SAFETY_MARGIN_BYTES, Device, DoesNotFit, ModelFootprint, check_fits_in_ram, footprint, gpu_devices,
-    gpu_offload, plan_gpu_layers,
+    gpu_offload, kv_geometry, plan_gpu_layers, sliding_positions,
 )
 
 GIB = 1 << 30
@@ -299,3 +300,110 @@ def test_the_native_plan_of_a_hybrid_model_counts_each_sequences_state_and_the_s
     small = footprint(g, n_ctx=256, n_parallel=3, kv_tokens=1024, snapshot_budget=MIB // 2)
     assert small.snapshots == MIB // 2 and small.total - need.total == MIB // 2 - need.snapshots
     assert footprint(read_gguf(smollm2_path), 256, 3, kv_tokens=1024, snapshot_budget=GIB).snapshots == 0
+
+
+# --- the native engine's own layout: per-layer KV, sliding windows, expert scratch, repacked weights ------------
+
+def _native_kv(path, n_blocks: int = 8, n_seq: int = 2, n_batch: int = 16) -> int:
+    """Bytes of KV the native context allocates for a pool of ``n_blocks`` blocks of 16."""
+    from localllm.backends.native.backend import Context, Model
+
+    model = Model(path)
+    try:
+        ctx = Context(model, n_blocks=n_blocks, block_size=16, max_seq_len=64, n_seq=n_seq, n_batch=n_batch,
+                      n_threads=1)
+        allocated = n_blocks * ctx.block_bytes
+        ctx.close()
+    finally:
+        model.close()
+    return allocated
+
+
+@pytest.mark.parametrize("fixture", ["gemma4_e_path", "gemma4_path", "gpt_oss_path", "qwen35_path", "qwen3moe_path"])
+def test_the_kv_is_counted_as_the_native_context_lays_it_out(request, fixture):
+    """Each layer at its own head size and KV heads, none for layers that read an earlier layer's KV (Gemma 4 E)
+    or keep a recurrent state (qwen35): the plan of a pool whose every layer holds every position (sliding ones
+    too, as llama.cpp's full-size SWA cache) equals the bytes the native context allocates."""
+    from localllm.backends.native.model import native_memory
+
+    path = request.getfixturevalue(fixture)
+    need = footprint(read_gguf(path), n_ctx=64, n_parallel=2, kv_tokens=8 * 16)
+    assert need.kv_bytes == _native_kv(path)
+    native = native_memory(path)
+    assert [layer.width for layer in native.kv_layers] == [layer.width for layer in kv_geometry(read_gguf(path), 0)]
+
+
+def test_gemma4s_shared_layers_and_narrow_sliding_heads_hold_no_kv_of_the_widest_geometry(gemma4_e_path):
+    """The E-style fixture: 4 layers with KV of their own (3 sliding of 2 heads x 16, 1 global of 1 head x 32),
+    2 reading theirs: 4 layers of 32 + 32 elements a position in f16, not 6 layers of the widest 2 heads x 32."""
+    need = footprint(read_gguf(gemma4_e_path), n_ctx=1024, n_parallel=1)
+    assert need.kv_bytes == 1024 * 4 * (32 + 32) * 2
+    assert need.kv_layers[4:] == (0, 0)
+
+
+def test_the_native_plan_bounds_the_sliding_layers_to_their_window(gpt_oss_path):
+    """A sliding layer keeps, a sequence, the blocks over its last window + n_batch positions and one partial
+    block; the global layers the whole pool."""
+    from localllm.backends.native.model import native_memory
+
+    g, native = read_gguf(gpt_oss_path), native_memory(gpt_oss_path)
+    window = g.arch_value("attention.sliding_window")
+    assert native.sliding_window == window and any(k.sliding for k in native.kv_layers)
+    full = footprint(g, n_ctx=8192, n_parallel=4, n_batch=64, kv_tokens=16384)
+    bounded = footprint(g, n_ctx=8192, n_parallel=4, n_batch=64, kv_tokens=16384, native=native)
+    per_sequence = (-(-(window + 64) // 16) + 1) * 16
+    for il, layer in enumerate(native.kv_layers):
+        width_bytes = 2 * layer.width * 2  # K and V, f16
+        assert bounded.cache(il) == (4 * per_sequence if layer.sliding else 16384) * width_bytes
+        assert full.cache(il) == 16384 * width_bytes
+    assert sliding_positions(16384, 64, window, 512) == 16384  # never more than the pool
+
+
+def test_the_native_plan_counts_the_expert_scratch_and_the_repacked_weights(qwen3moe_path, gemma3_path):
+    """The expert FFN's scratch grows with the batch and the experts used (kernels/moe.c); a K-quant's repacked
+    16-row groups are larger than its GGUF blocks, and the plan counts the loader's own figure."""
+    from localllm.backends.native.model import NativeWeights, native_memory
+
+    g, native = read_gguf(qwen3moe_path), native_memory(qwen3moe_path)
+    small, large = (footprint(g, 512, 1, n_batch, native=native) for n_batch in (32, 512))
+    dense_large = footprint(g, 512, 1, 512)
+    assert native.moe_scratch_per_token > 0
+    assert large.compute_buffer - dense_large.compute_buffer == 512 * native.moe_scratch_per_token
+    assert large.total - small.total > 480 * native.moe_scratch_per_token
+    assert native_memory(gemma3_path).moe_scratch_per_token == 0
+    for path in (qwen3moe_path, gemma3_path):
+        gguf = read_gguf(path)
+        weights = NativeWeights(path)
+        try:
+            described = sum(t.nbytes for t in gguf.tensors)
+            assert native_memory(path).repack_growth == footprint(gguf, 512, 1, native=native_memory(path)).repack_growth
+            # the loader counts looked-up embedding rows out of what it streams; the growth is the same
+            grown = weights.nbytes - NativeWeights(path, lay_out=False).nbytes
+            assert grown == native_memory(path).repack_growth
+        finally:
+            weights.close()
+        assert described > 0
+
+
+def test_qwen35s_recurrent_layers_are_read_as_the_loader_reads_them(tmp_path, smollm2_path):
+    """attention.recurrent_layers wins over full_attention_interval, as in llama.cpp's and our loader: the plan's
+    layer kinds are the loader's (one function), and its states those the native context keeps."""
+    from support import arch_models
+
+    from localllm.backends.native.backend import Context, Model
+    from localllm.backends.native.model import hyperparameters
+
+    path = arch_models.qwen_hybrid(tmp_path / "m.gguf", smollm2_path, "qwen35", extra_keys={
+        "@full_attention_interval": 2, "@attention.recurrent_layers": np.array([True, True, True, False])})
+    g = read_gguf(path)
+    need = footprint(g, 64, 2, kv_tokens=4 * 16)
+    assert need.layer_kinds == "rrra"
+    assert tuple(kind == "r" for kind in need.layer_kinds) == hyperparameters(g).recurrent
+    model = Model(path)
+    try:
+        ctx = Context(model, n_blocks=4, block_size=16, max_seq_len=64, n_seq=2, n_batch=16, n_threads=1)
+        assert need.kv_bytes == 4 * ctx.block_bytes
+        assert 2 * ctx.state_bytes - 2 * 64 <= need.state_per_layer * 3 <= 2 * ctx.state_bytes  # and a header
+        ctx.close()
+    finally:
+        model.close()
