@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from support.moe_models import qwen3moe_model, room_for
@@ -407,3 +409,47 @@ def test_qwen35s_recurrent_layers_are_read_as_the_loader_reads_them(tmp_path, sm
         ctx.close()
     finally:
         model.close()
+
+
+#: MemAvailable of an idle 24 GB machine (this one's 23.4 GiB of RAM report 22 GiB available)
+FREE_ON_24_GB = 22 * GIB
+
+
+def _native_plan(path, n_ctx: int) -> ModelFootprint:
+    """The plan the scheduler makes for a native load of ``n_ctx`` (its default pool, sequences and host cache)."""
+    from localllm.backends.capabilities import HOST_CACHE_MB, native_parallel, native_pool_tokens
+    from localllm.backends.native.model import native_memory
+
+    pool = native_pool_tokens(n_ctx)
+    return footprint(read_gguf(path), n_ctx, native_parallel(pool), kv_tokens=pool,
+                     snapshot_budget=HOST_CACHE_MB << 20, native=native_memory(path))
+
+
+def test_qwen3_30b_a3b_at_q4_k_m_loads_on_a_24_gb_machine_and_twice_its_size_is_refused(tmp_path, smollm2_path):
+    """The real Qwen3-30B-A3B shape in llama.cpp's Q4_K_M mix (17 GiB of weights; a sparse file: only its header
+    is read) fits an idle 24 GB machine with its KV at the default context, experts, scratch and repacked
+    growth counted; the same model with twice the layers is refused before loading, saying what it needs
+    and what is available."""
+    from localllm.server.memory import default_context
+    from support.moe_models import QWEN3_30B_A3B
+
+    path = qwen3moe_model(tmp_path / "30b.gguf", smollm2_path, QWEN3_30B_A3B, quantized=True, k_quants=True,
+                          sparse=True)
+    assert 16.5 * GIB < path.stat().st_size < 17.5 * GIB
+    trained = read_gguf(path).arch_value("context_length")
+    context = default_context(trained, lambda n: _native_plan(path, n).total + SAFETY_MARGIN_BYTES <= FREE_ON_24_GB)
+    need = _native_plan(path, context.n_ctx)
+    check_fits_in_ram(need, "qwen3:30b-a3b", FREE_ON_24_GB)
+    assert context.n_ctx >= 4096 and sum(need.layer_weights) + need.other_weights == sum(
+        t.nbytes for t in read_gguf(path).tensors)
+    assert need.expert_layers == 48 and need.kv_bytes >= 48 * 4096 * 2 * 4 * 128 * 2  # at least 4,096 positions
+    assert need.repack_growth > 0 and need.compute_buffer > 512 * 8 * 768 * 4 * 2  # the experts' gate and up products
+
+    double = qwen3moe_model(tmp_path / "60b.gguf", smollm2_path, dataclasses.replace(QWEN3_30B_A3B, n_layer=96),
+                            quantized=True, k_quants=True, sparse=True)
+    too_large = _native_plan(double, 4096)
+    with pytest.raises(DoesNotFit) as refused:
+        check_fits_in_ram(too_large, "twice", FREE_ON_24_GB)
+    message = str(refused.value)
+    assert f"needs about {too_large.total / GIB:.1f} GiB" in message and "only 22.0 GiB is available" in message
+    assert too_large.total > 34 * GIB
