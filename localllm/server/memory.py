@@ -91,7 +91,7 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     for each attention layer with KV of its own (:func:`kv_geometry`), a recurrent state a sequence for each
     recurrent layer (:func:`layer_kinds`), compute buffer; and for the native engine (``native``: what its loader
     reads of the model), its pool of ``kv_tokens`` with the sliding layers' blocks bounded
-    (:func:`sliding_positions`), the repacked weights' growth, the expert scratch, and the snapshots of a hybrid
+    (:func:`sliding_positions`), the repacked weights' growth, its scratch and logits rows, and the snapshots of a hybrid
     model's state its prefix cache keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds
     fewer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
@@ -115,12 +115,14 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
                           * KV_BYTES_PER_ELEMENT[kv_cache_type]) for layer in geometry)
     kv_layers += (0,) * (n_layers - len(kv_layers))  # layers the native forward does not run (qwen35's MTP)
     n_vocab = _vocab_size(gguf)
-    # Logits for a full batch plus activations of the widest layer, in F32.
     n_ff = gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd
     n_ff = max(n_ff, default=0) if isinstance(n_ff, list) else int(n_ff)  # per-layer widths: the widest
-    logits = 4 * n_batch * n_vocab
-    compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
-    compute += n_batch * native.moe_scratch_per_token if native else 0
+    if native:  # logits a sequence (a decode step's rows), and the forward's scratch for a batch
+        logits = 4 * n_parallel * n_vocab
+        compute = logits + n_batch * native.scratch_per_token
+    else:  # llama.cpp: logits for a full batch plus activations of the widest layer and the attention scores, in F32
+        logits = 4 * n_batch * n_vocab
+        compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
     kinds = layer_kinds(gguf, n_layers)
     one_state = recurrent_state_bytes(gguf) * kinds.count("r")  # all recurrent layers of one sequence
     blocks = -(-(kv_tokens or n_ctx * n_parallel) // NATIVE_BLOCK_SIZE)

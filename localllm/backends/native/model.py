@@ -395,12 +395,14 @@ def _libc() -> ctypes.CDLL:
 class NativeMemory:
     """What a native load holds that the GGUF's tensor bytes do not say, for the memory planner: each layer's KV
     a position as the context lays out its pool, the window of the sliding layers, the bytes the repacked
-    copies add, and the expert scratch each token of a batch takes (``kernels/moe.c``'s moe_scratch_new)."""
+    copies add, and the scratch each token of a batch takes: the forward's activations (``kernels/model.c``'s
+    llk_ctx_new) and the expert FFN's (``kernels/moe.c``'s moe_scratch_new)."""
 
     kv_layers: tuple[LayerKv, ...]
     sliding_window: int
     repack_growth: int
-    moe_scratch_per_token: int
+    scratch_per_token: int
+    expert_scratch_per_token: int  # the part of scratch_per_token the experts take
 
 
 def native_memory(path: str | Path) -> NativeMemory:
@@ -412,9 +414,25 @@ def native_memory(path: str | Path) -> NativeMemory:
         arch = ARCHITECTURES[h.arch]
         kv_layers = arch.kv_layers(g, h)
         window = int(g.arch_value("attention.sliding_window", 0) or 0) if any(k.sliding for k in kv_layers) else 0
-        return NativeMemory(kv_layers, window, weights.repack_growth(), _moe_scratch_per_token(weights.params))
+        experts = _moe_scratch_per_token(weights.params)
+        return NativeMemory(kv_layers, window, weights.repack_growth(), _activations_per_token(weights.params) + experts,
+                            experts)
     finally:
         weights.close()
+
+
+def _activations_per_token(p: ModelParams) -> int:
+    """Bytes of llk_ctx_new's F32 buffers a token of the batch takes, its widest layer's: the residual and the
+    attention output, the normed input and three activation buffers of the widest row, Q (and its output gate),
+    K, V and the attention result, the FFN's gate and up products, the per-layer embeddings."""
+    layers = [p.layers[il] for il in range(p.n_layer)]
+    q_dim = max(p.n_head * (layer.head_dim or p.head_dim) for layer in layers)
+    kv_dim = max((layer.n_head_kv or p.n_head_kv) * (layer.head_dim or p.head_dim) for layer in layers)
+    inner = p.ssm_d_state * p.ssm_dt_rank
+    ff = max(p.n_ff, p.n_ff_shexp)
+    wide = max(p.n_embd, q_dim, ff, inner)
+    floats = 2 * p.n_embd + 4 * wide + 3 * max(q_dim, inner) + 2 * kv_dim + 2 * ff + p.n_layer * p.n_embd_per_layer
+    return 4 * floats
 
 
 def _moe_scratch_per_token(p: ModelParams) -> int:
