@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 #: KV cache bytes an element, by LOCALLLM_KV_CACHE_TYPE (llama.cpp's default is F16).
 KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # ggml blocks of 32: scale + codes
+#: Bytes before the layers in a native sequence's state: the count of positions it holds, padded to a cache line.
+STATE_HEADER = 64
 #: Kept free on every device, as llama.cpp's own fitting does, for fragmentation and the OS.
 SAFETY_MARGIN_BYTES = 256 << 20
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
@@ -90,10 +92,10 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     """Estimate weights per layer, KV = positions (``kv_tokens``, else ctx x parallel) x (K+V dims) x type size
     for each attention layer with KV of its own (:func:`kv_geometry`), a recurrent state a sequence for each
     recurrent layer (:func:`layer_kinds`), compute buffer; and for the native engine (``native``: what its loader
-    reads of the model), its pool of ``kv_tokens`` with the sliding layers' blocks bounded
-    (:func:`sliding_positions`), the repacked weights' growth, its scratch and logits rows, and the snapshots of a hybrid
-    model's state its prefix cache keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds
-    fewer."""
+    reads of the model), its pool of ``kv_tokens``, the rings that hold each sequence's sliding layers' window
+    instead where it trims them (:func:`window_ring_blocks`), the repacked weights' growth, its scratch and logits
+    rows, and the snapshots of a sequence's state (a hybrid's recurrent layers, a trimmed window) its prefix cache
+    keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds fewer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
     experts = [0] * n_layers
@@ -110,10 +112,17 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     n_head = int(gguf.arch_value("attention.head_count", 1) or 1)
     positions = kv_tokens or n_ctx * n_parallel
     geometry = native.kv_layers if native else kv_geometry(gguf, n_layers)
-    sliding = sliding_positions(positions, n_parallel, native.sliding_window, n_batch) if native else positions
-    kv_layers = tuple(int((sliding if layer.sliding else positions) * 2 * layer.width
-                          * KV_BYTES_PER_ELEMENT[kv_cache_type]) for layer in geometry)
+    per_position = [int(2 * layer.width * KV_BYTES_PER_ELEMENT[kv_cache_type]) for layer in geometry]
+    trained = int(gguf.arch_value("context_length", 0) or 0) or 4096  # the native loader's default
+    ring = (window_ring_blocks(native.sliding_window, n_batch, max(n_ctx, trained))
+            if native and native.trims_window else 0)
+    kv_layers = tuple((n_parallel * ring * NATIVE_BLOCK_SIZE if ring and layer.sliding else positions) * size
+                      for layer, size in zip(geometry, per_position))
     kv_layers += (0,) * (n_layers - len(kv_layers))  # layers the native forward does not run (qwen35's MTP)
+    # a snapshot of a trimmed window: the blocks over the window and one partial, at most the ring (and a header)
+    window_blocks = min(-(-native.sliding_window // NATIVE_BLOCK_SIZE) + 1, ring) if ring else 0
+    window_state = (STATE_HEADER + window_blocks * NATIVE_BLOCK_SIZE
+                    * sum(size for layer, size in zip(geometry, per_position) if layer.sliding)) if ring else 0
     n_vocab = _vocab_size(gguf)
     n_ff = gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd
     n_ff = max(n_ff, default=0) if isinstance(n_ff, list) else int(n_ff)  # per-layer widths: the widest
@@ -124,7 +133,7 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
         logits = 4 * n_batch * n_vocab
         compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
     kinds = layer_kinds(gguf, n_layers)
-    one_state = recurrent_state_bytes(gguf) * kinds.count("r")  # all recurrent layers of one sequence
+    one_state = recurrent_state_bytes(gguf) * kinds.count("r") + window_state  # all recurrent layers of a sequence
     blocks = -(-(kv_tokens or n_ctx * n_parallel) // NATIVE_BLOCK_SIZE)
     snapshots = min(snapshot_budget, one_state * blocks)
     return ModelFootprint(tuple(layers), other, max(kv_layers, default=0), compute, logits,
@@ -154,14 +163,13 @@ def kv_geometry(gguf: GGUFFile, n_layers: int) -> tuple[LayerKv, ...]:
     return tuple(LayerKv(int(kv) * (k_head + v_head) // 2) for kv in per_layer)
 
 
-def sliding_positions(positions: int, n_parallel: int, window: int, n_batch: int) -> int:
-    """Positions the native pool holds for a sliding layer, of ``positions`` in all: each sequence's blocks over
-    its last ``window`` + ``n_batch`` positions (a batch's queries look back a window from each) and one partial
-    block, or the whole pool where that is less."""
-    if not window:
-        return positions
-    per_sequence = (-(-(window + n_batch) // NATIVE_BLOCK_SIZE) + 1) * NATIVE_BLOCK_SIZE
-    return min(positions, n_parallel * per_sequence)
+def window_ring_blocks(window: int, n_batch: int, max_seq_len: int) -> int:
+    """Blocks of the ring in which a native sequence keeps its sliding layers' KV (``kernels/model.c``'s
+    window_kv): those over its last ``window`` + ``n_batch`` positions (a batch's queries look back a window from
+    each) and one partial block; 0 where that is no less than a sequence of ``max_seq_len`` (the sliding layers
+    then stay in the pool's blocks)."""
+    ring = (n_batch + window - 2) // NATIVE_BLOCK_SIZE + 2
+    return ring if window > 0 and ring * NATIVE_BLOCK_SIZE < max_seq_len else 0
 
 
 #: Architectures whose every layer is recurrent (no KV at all).

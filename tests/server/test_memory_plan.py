@@ -12,7 +12,7 @@ from localllm.gguf import read_gguf
 from localllm.backends.ggml_devices import BackendDevice, backend_devices
 from localllm.server.memory import (
     SAFETY_MARGIN_BYTES, Device, DoesNotFit, ModelFootprint, check_fits_in_ram, footprint, gpu_devices,
-    gpu_offload, kv_geometry, plan_gpu_layers, sliding_positions,
+    gpu_offload, kv_geometry, plan_gpu_layers, window_ring_blocks,
 )
 
 GIB = 1 << 30
@@ -344,21 +344,29 @@ def test_gemma4s_shared_layers_and_narrow_sliding_heads_hold_no_kv_of_the_widest
 
 
 def test_the_native_plan_bounds_the_sliding_layers_to_their_window(gpt_oss_path):
-    """A sliding layer keeps, a sequence, the blocks over its last window + n_batch positions and one partial
-    block; the global layers the whole pool."""
+    """A native runner of gpt-oss keeps each sequence's sliding layers in a ring of the blocks over its last
+    window + n_batch positions and one partial block, outside the pool, and its prefix cache keeps snapshots of
+    the window; the global layers hold the whole pool. Where the ring would hold a whole sequence, the sliding
+    layers stay in the pool."""
     from localllm.backends.native.model import native_memory
 
     g, native = read_gguf(gpt_oss_path), native_memory(gpt_oss_path)
     window = g.arch_value("attention.sliding_window")
-    assert native.sliding_window == window and any(k.sliding for k in native.kv_layers)
+    assert native.sliding_window == window and native.trims_window and any(k.sliding for k in native.kv_layers)
     full = footprint(g, n_ctx=8192, n_parallel=4, n_batch=64, kv_tokens=16384)
-    bounded = footprint(g, n_ctx=8192, n_parallel=4, n_batch=64, kv_tokens=16384, native=native)
-    per_sequence = (-(-(window + 64) // 16) + 1) * 16
+    bounded = footprint(g, n_ctx=8192, n_parallel=4, n_batch=64, kv_tokens=16384, native=native,
+                        snapshot_budget=GIB)
+    ring = window_ring_blocks(window, 64, 8192)
+    assert ring * 16 <= -(-(window + 64) // 16) * 16 + 16  # the contract: window + n_batch and one partial block
+    sliding_bytes = 0
     for il, layer in enumerate(native.kv_layers):
-        width_bytes = 2 * layer.width * 2  # K and V, f16
-        assert bounded.cache(il) == (4 * per_sequence if layer.sliding else 16384) * width_bytes
-        assert full.cache(il) == 16384 * width_bytes
-    assert sliding_positions(16384, 64, window, 512) == 16384  # never more than the pool
+        size = 2 * layer.width * 2  # K and V, f16
+        assert bounded.cache(il) == (4 * ring * 16 if layer.sliding else 16384) * size
+        assert full.cache(il) == 16384 * size
+        sliding_bytes += size if layer.sliding else 0
+    snapshot = 64 + (-(-window // 16) + 1) * 16 * sliding_bytes
+    assert bounded.snapshots == snapshot * (16384 // 16) and full.snapshots == 0
+    assert window_ring_blocks(window, 512, 256) == 0  # a ring longer than a sequence: the pool keeps them
 
 
 def test_the_native_plan_counts_the_expert_scratch_and_the_repacked_weights(qwen3moe_path, gemma3_path):

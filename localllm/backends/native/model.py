@@ -249,6 +249,11 @@ class NativeWeights:
         return self._weight_bytes - self._expert_bytes + self._expert_bytes * self.hyper.n_expert_used // max(
             self.hyper.n_expert, 1)
 
+    @property
+    def trims_window(self) -> bool:
+        """Whether a runner's context keeps only the window of the sliding layers (the architecture's choice)."""
+        return ARCHITECTURES[self.hyper.arch].trims_window
+
     def _tensor(self, name: str) -> Tensor:
         """A checked tensor of the model (a null Tensor for an absent optional one)."""
         info = self.gguf.tensor(name)
@@ -394,12 +399,14 @@ def _libc() -> ctypes.CDLL:
 @dataclasses.dataclass(frozen=True)
 class NativeMemory:
     """What a native load holds that the GGUF's tensor bytes do not say, for the memory planner: each layer's KV
-    a position as the context lays out its pool, the window of the sliding layers, the bytes the repacked
+    a position as the context lays out its pool, the window of the sliding layers and whether a runner keeps
+    only that window of them (``Architecture.trims_window``), the bytes the repacked
     copies add, and the scratch each token of a batch takes: the forward's activations (``kernels/model.c``'s
     llk_ctx_new) and the expert FFN's (``kernels/moe.c``'s moe_scratch_new)."""
 
     kv_layers: tuple[LayerKv, ...]
     sliding_window: int
+    trims_window: bool
     repack_growth: int
     scratch_per_token: int
     expert_scratch_per_token: int  # the part of scratch_per_token the experts take
@@ -415,8 +422,8 @@ def native_memory(path: str | Path) -> NativeMemory:
         kv_layers = arch.kv_layers(g, h)
         window = int(g.arch_value("attention.sliding_window", 0) or 0) if any(k.sliding for k in kv_layers) else 0
         experts = _moe_scratch_per_token(weights.params)
-        return NativeMemory(kv_layers, window, weights.repack_growth(), _activations_per_token(weights.params) + experts,
-                            experts)
+        return NativeMemory(kv_layers, window, weights.trims_window, weights.repack_growth(),
+                            _activations_per_token(weights.params) + experts, experts)
     finally:
         weights.close()
 
