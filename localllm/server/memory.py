@@ -81,6 +81,15 @@ class ModelFootprint:
         return self.layer_weights[layer] - (self.expert_weights[layer] if self.expert_weights else 0)
 
     @property
+    def parts(self) -> dict[str, int]:
+        """:attr:`total` by what holds it, as ``ps`` shows it: the weights (with what repacking adds), the attention
+        layers' KV, the recurrent layers' states, the compute buffers, the host-RAM budget for snapshots of states
+        (it fills as prefixes are cached)."""
+        caches = sum(self.cache(i) for i in range(self.n_layers))
+        return {"weights": sum(self.layer_weights) + self.other_weights + self.repack_growth, "kv": self.kv_bytes,
+                "states": caches - self.kv_bytes, "compute": self.compute_buffer, "snapshots": self.snapshots}
+
+    @property
     def total(self) -> int:
         return (sum(self.layer_weights) + self.other_weights + self.repack_growth
                 + sum(self.cache(i) for i in range(self.n_layers)) + self.compute_buffer + self.snapshots)

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,6 +82,7 @@ class LoadedModel:
     engine_reason: str = ""
     context_reason: str = ""  # why its context is what it is ("the model's trained length", ...)
     split: tuple[dict, ...] = ()  # where the layers are: {"host": "local" or a worker, "device", "layers", "size"}
+    memory: dict[str, int] = field(default_factory=dict)  # the plan's bytes by what holds them (ModelFootprint.parts)
     placement: str = ""  # a MoE model's attention and experts by processor, in words (GpuPlan.placement)
     workers: tuple[str, ...] = ()  # the workers holding its layers (host:port)
     size_workers: int = 0  # bytes of ``size`` on workers, not on this machine
@@ -735,7 +736,8 @@ class Scheduler:
             key=key, name=request.name, digest=request.digest, runner=runner,
             size=load.local_bytes + workers.total_bytes,
             processor=plan.processor, size_vram=plan.gpu_bytes, engine=choice.engine, engine_reason=choice.reason,
-            split=self._split(need, plan, workers), placement=plan.placement, workers=load.worker_addresses,
+            split=self._split(need, plan, workers), memory=need.parts, placement=plan.placement,
+            workers=load.worker_addresses,
             size_workers=workers.total_bytes, num_gpu=_as_many_as_fit(request.num_gpu),
             n_cpu_moe=_as_many_as_fit(request.n_cpu_moe), context_reason=load.context.reason,
         )
