@@ -54,6 +54,7 @@ class ModelFootprint:
     # () when every attention layer holds kv_per_layer
     kv_layers: tuple[int, ...] = ()
     repack_growth: int = 0  # native engine: what the repacked copies of the weights add to their GGUF bytes
+    lookup_tables: int = 0  # native engine: embedding tables read a row a token, paged in as tokens come (not counted)
 
     @property
     def n_layers(self) -> int:
@@ -86,13 +87,18 @@ class ModelFootprint:
         layers' KV, the recurrent layers' states, the compute buffers, the host-RAM budget for snapshots of states
         (it fills as prefixes are cached)."""
         caches = sum(self.cache(i) for i in range(self.n_layers))
-        return {"weights": sum(self.layer_weights) + self.other_weights + self.repack_growth, "kv": self.kv_bytes,
+        return {"weights": self.weights, "kv": self.kv_bytes,
                 "states": caches - self.kv_bytes, "compute": self.compute_buffer, "snapshots": self.snapshots}
 
     @property
+    def weights(self) -> int:
+        """The weights held in memory: the file's, as repacked, but the tables only looked up a row at a time."""
+        return sum(self.layer_weights) + self.other_weights + self.repack_growth - self.lookup_tables
+
+    @property
     def total(self) -> int:
-        return (sum(self.layer_weights) + self.other_weights + self.repack_growth
-                + sum(self.cache(i) for i in range(self.n_layers)) + self.compute_buffer + self.snapshots)
+        return (self.weights + sum(self.cache(i) for i in range(self.n_layers)) + self.compute_buffer
+                + self.snapshots)
 
 
 def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
@@ -103,7 +109,8 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     recurrent layer (:func:`layer_kinds`), compute buffer; and for the native engine (``native``: what its loader
     reads of the model), its pool of ``kv_tokens``, the rings that hold each sequence's sliding layers' window
     instead where it trims them (:func:`window_ring_blocks`), the repacked weights' growth, its scratch and logits
-    rows, and the snapshots of a sequence's state (a hybrid's recurrent layers, a trimmed window) its prefix cache
+    rows, the embedding tables it only looks rows up in left out (paged in from the file as tokens come, and
+    reclaimable), and the snapshots of a sequence's state (a hybrid's recurrent layers, a trimmed window) its prefix cache
     keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds fewer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
@@ -148,7 +155,8 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     return ModelFootprint(tuple(layers), other, max(kv_layers, default=0), compute, logits,
                           tuple(experts) if any(experts) else (), kinds if kinds != "a" * n_layers else "",
                           recurrent_state_bytes(gguf) * n_parallel if "r" in kinds else 0, snapshots,
-                          kv_layers if len(set(kv_layers)) > 1 else (), native.repack_growth if native else 0)
+                          kv_layers if len(set(kv_layers)) > 1 else (), native.repack_growth if native else 0,
+                          native.lookup_bytes if native else 0)
 
 
 def kv_geometry(gguf: GGUFFile, n_layers: int) -> tuple[LayerKv, ...]:

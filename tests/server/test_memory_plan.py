@@ -449,7 +449,7 @@ def test_qwen3_30b_a3b_at_q4_k_m_loads_on_a_24_gb_machine_and_twice_its_size_is_
     context = default_context(trained, lambda n: _native_plan(path, n).total + SAFETY_MARGIN_BYTES <= FREE_ON_24_GB)
     need = _native_plan(path, context.n_ctx)
     check_fits_in_ram(need, "qwen3:30b-a3b", FREE_ON_24_GB)
-    assert context.n_ctx >= 4096 and sum(need.layer_weights) + need.other_weights == sum(
+    assert context.n_ctx == trained == 40960 and sum(need.layer_weights) + need.other_weights == sum(
         t.nbytes for t in read_gguf(path).tensors)
     assert need.expert_layers == 48 and need.kv_bytes >= 48 * 4096 * 2 * 4 * 128 * 2  # at least 4,096 positions
     assert need.repack_growth > 0 and need.compute_buffer > 512 * 8 * 768 * 4 * 2  # the experts' gate and up products
@@ -462,3 +462,19 @@ def test_qwen3_30b_a3b_at_q4_k_m_loads_on_a_24_gb_machine_and_twice_its_size_is_
     message = str(refused.value)
     assert f"needs about {too_large.total / GIB:.1f} GiB" in message and "only 22.0 GiB is available" in message
     assert too_large.total > 34 * GIB
+
+
+def test_embedding_tables_read_a_row_a_token_are_left_in_the_file(gemma4_e_path, qwen3moe_path):
+    """Gemma 4's per-layer embeddings (and an embedding apart from the output head) are read a row a token: the
+    native plan leaves them out of the weights it holds, as the loader leaves them out of what it streams;
+    an embedding tied to the output head is streamed whole, and counted."""
+    from localllm.backends.native.model import native_memory
+
+    g = read_gguf(gemma4_e_path)
+    table = g.tensor("per_layer_token_embd.weight").nbytes
+    native = native_memory(gemma4_e_path)
+    assert native.lookup_bytes == table + g.tensor("token_embd.weight").nbytes * bool(g.tensor("output.weight"))
+    need = footprint(g, 512, 1, native=native)
+    assert need.weights == sum(t.nbytes for t in g.tensors) + native.repack_growth - native.lookup_bytes
+    assert need.parts["weights"] == need.weights and sum(need.parts.values()) == need.total
+    assert native_memory(qwen3moe_path).lookup_bytes == 0  # tied: the output head reads the whole table

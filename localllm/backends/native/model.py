@@ -301,9 +301,9 @@ class NativeWeights:
             p.yarn_beta_fast, p.yarn_beta_slow, p.yarn_orig_ctx = h.rope.beta_fast, h.rope.beta_slow, h.rope.orig_ctx
         arch.configure(g, h, p, self._layers, self._tensor)
         looked_up = [p.per_layer_tok_embd] + ([p.tok_embd] if p.output.data else [])
-        for t in looked_up:  # a token's row is looked up, the rest never streamed
-            if t.data:
-                self._weight_bytes -= t.ne1 * library().llk_row_size(t.type, t.ne0)
+        #: bytes of the tables of which a token's row is looked up, the rest never streamed (nor paged in)
+        self.lookup_bytes = sum(t.ne1 * library().llk_row_size(t.type, t.ne0) for t in looked_up if t.data)
+        self._weight_bytes -= self.lookup_bytes
         return p
 
     def _repack_plan(self, repack: bool) -> list[tuple[Tensor, int, int]]:
@@ -400,13 +400,15 @@ def _libc() -> ctypes.CDLL:
 class NativeMemory:
     """What a native load holds that the GGUF's tensor bytes do not say, for the memory planner: each layer's KV
     a position as the context lays out its pool, the window of the sliding layers and whether a runner keeps
-    only that window of them (``Architecture.trims_window``), the bytes the repacked
+    only that window of them (``Architecture.trims_window``), the bytes of the tables only looked up a row a token
+    (embeddings that are not also the output head: paged in a row at a time), the bytes the repacked
     copies add, and the scratch each token of a batch takes: the forward's activations (``kernels/model.c``'s
     llk_ctx_new) and the expert FFN's (``kernels/moe.c``'s moe_scratch_new)."""
 
     kv_layers: tuple[LayerKv, ...]
     sliding_window: int
     trims_window: bool
+    lookup_bytes: int
     repack_growth: int
     scratch_per_token: int
     expert_scratch_per_token: int  # the part of scratch_per_token the experts take
@@ -422,7 +424,7 @@ def native_memory(path: str | Path) -> NativeMemory:
         kv_layers = arch.kv_layers(g, h)
         window = int(g.arch_value("attention.sliding_window", 0) or 0) if any(k.sliding for k in kv_layers) else 0
         experts = _moe_scratch_per_token(weights.params)
-        return NativeMemory(kv_layers, window, weights.trims_window, weights.repack_growth(),
+        return NativeMemory(kv_layers, window, weights.trims_window, weights.lookup_bytes, weights.repack_growth(),
                             _activations_per_token(weights.params) + experts, experts)
     finally:
         weights.close()
