@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import numpy as np
 import pytest
@@ -478,3 +479,29 @@ def test_embedding_tables_read_a_row_a_token_are_left_in_the_file(gemma4_e_path,
     assert need.weights == sum(t.nbytes for t in g.tensors) + native.repack_growth - native.lookup_bytes
     assert need.parts["weights"] == need.weights and sum(need.parts.values()) == need.total
     assert native_memory(qwen3moe_path).lookup_bytes == 0  # tied: the output head reads the whole table
+
+
+@pytest.mark.parametrize("fixture", ["gpt_oss_path", "gemma4_path", "gemma4_e_path"])
+def test_the_native_plan_of_window_rings_equals_what_the_context_allocates(request, fixture):
+    """Where the native context keeps the sliding layers' window in rings (window_kv), the plan's KV is the pool of
+    the other layers plus a ring a sequence, and its snapshot of a state the context's state."""
+    from localllm.backends.native.backend import Context, Model
+    from localllm.backends.native.model import native_memory
+
+    if "window_kv" not in inspect.signature(Context).parameters:
+        pytest.skip("this tree's native context keeps the sliding layers in the pool (the swa branch's window_kv)")
+    path = request.getfixturevalue(fixture)
+    g = read_gguf(path)
+    trained = g.arch_value("context_length")
+    model = Model(path)
+    try:
+        ctx = Context(model, n_blocks=64, block_size=16, max_seq_len=trained, n_seq=3, n_batch=32, n_threads=1,
+                      window_kv=True)
+        allocated = 64 * ctx.block_bytes + 3 * ctx.ring_blocks * ctx.ring_block_bytes
+        state = ctx.state_bytes
+        ctx.close()
+    finally:
+        model.close()
+    need = footprint(g, trained, 3, n_batch=32, kv_tokens=64 * 16, snapshot_budget=GIB, native=native_memory(path))
+    assert need.kv_bytes == allocated
+    assert need.snapshots == state * 64
