@@ -110,8 +110,8 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     reads of the model), its pool of ``kv_tokens``, the rings that hold each sequence's sliding layers' window
     instead where it trims them (:func:`window_ring_blocks`), the repacked weights' growth, its scratch and logits
     rows, the embedding tables it only looks rows up in left out (paged in from the file as tokens come, and
-    reclaimable), and the snapshots of a sequence's state (a hybrid's recurrent layers, a trimmed window) its prefix cache
-    keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds fewer."""
+    reclaimable), and the snapshots of a sequence's state (a hybrid's recurrent layers, a trimmed window) its
+    prefix cache keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds fewer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
     experts = [0] * n_layers
@@ -191,7 +191,7 @@ def window_ring_blocks(window: int, n_batch: int, max_seq_len: int) -> int:
 
 #: Architectures whose every layer is recurrent (no KV at all).
 RECURRENT_ARCHITECTURES = ("mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7")
-#: Hybrids whose recurrent layers llama.cpp reads as Qwen 3.5's loader does (``archs/qwen35.py``'s ``recurrent_layers``).
+#: Hybrids whose recurrent layers llama.cpp reads as Qwen 3.5's loader does (``archs/qwen35.recurrent_layers``).
 QWEN_HYBRIDS = ("qwen35", "qwen35moe", "qwen3next")
 
 

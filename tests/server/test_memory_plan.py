@@ -372,29 +372,29 @@ def test_the_native_plan_bounds_the_sliding_layers_to_their_window(gpt_oss_path)
 
 def test_the_native_plan_counts_the_expert_scratch_and_the_repacked_weights(qwen3moe_path, gemma3_path):
     """The expert FFN's scratch grows with the batch and the experts used (kernels/moe.c); a K-quant's repacked
-    16-row groups are larger than its GGUF blocks, and the plan counts the loader's own figure."""
-    from localllm.backends.native.model import NativeWeights, native_memory
+    16-row groups are larger than its GGUF blocks, and the plan counts what the loader's copies add."""
+    from localllm.backends.native.model import NativeWeights, hyperparameters, native_memory
 
     g, native = read_gguf(qwen3moe_path), native_memory(qwen3moe_path)
     small, large = (footprint(g, 512, 1, n_batch, native=native) for n_batch in (32, 512))
-    h = NativeWeights(qwen3moe_path, lay_out=False).hyper
+    h = hyperparameters(g)
     # each of a token's experts: gate and up products and the down product in F32, at least
     assert native.expert_scratch_per_token > h.n_expert_used * 4 * (2 * h.n_ff_exp + h.n_embd)
     assert large.total - small.total == large.compute_buffer - small.compute_buffer == 480 * native.scratch_per_token
     assert native.scratch_per_token > native.expert_scratch_per_token
     assert native_memory(gemma3_path).expert_scratch_per_token == 0
+    assert native.repack_growth > 0  # its Q4_K matrices
     for path in (qwen3moe_path, gemma3_path):
-        gguf = read_gguf(path)
-        weights = NativeWeights(path)
+        native = native_memory(path)
+        described, loaded = NativeWeights(path, lay_out=False), NativeWeights(path)
         try:
-            described = sum(t.nbytes for t in gguf.tensors)
-            assert native_memory(path).repack_growth == footprint(gguf, 512, 1, native=native_memory(path)).repack_growth
-            # the loader counts looked-up embedding rows out of what it streams; the growth is the same
-            grown = weights.nbytes - NativeWeights(path, lay_out=False).nbytes
-            assert grown == native_memory(path).repack_growth
+            assert loaded.nbytes - described.nbytes == native.repack_growth
         finally:
-            weights.close()
-        assert described > 0
+            described.close()
+            loaded.close()
+        gguf = read_gguf(path)
+        file_bytes = sum(t.nbytes for t in gguf.tensors)
+        assert footprint(gguf, 512, 1, native=native).weights == file_bytes + native.repack_growth - native.lookup_bytes
 
 
 def test_qwen35s_recurrent_layers_are_read_as_the_loader_reads_them(tmp_path, smollm2_path):

@@ -85,7 +85,8 @@ def _load_and_measure(daemon: Daemon, name: str) -> tuple[dict, int]:
         timeout=600)
     assert answered.status_code == 200, answered.text
     assert answered.json()["prompt_eval_count"] > 512
-    [entry] = [m for m in httpx.get(f"{daemon.url}/api/ps", timeout=30).json()["models"] if m["name"] in (name, f"{name}:latest")]
+    loaded = httpx.get(f"{daemon.url}/api/ps", timeout=30).json()["models"]
+    [entry] = [m for m in loaded if m["name"] in (name, f"{name}:latest")]
     [pid] = daemon.runner_pids()
     return entry, _resident(pid)
 
