@@ -4,6 +4,7 @@ random weights and a real tokenizer, and most of their bytes are experts, as in 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,7 @@ Blocks = tuple[np.ndarray, GGMLQuantizationType]  # a quantized tensor's blocks 
 
 def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, quantized: bool = False,
                    seed: int = 0, replace: dict[str, np.ndarray | Blocks] | None = None, k_quants: bool = False,
-                   ollama_keys: bool = False, **dims: int) -> Path:
+                   ollama_keys: bool = False, sparse: bool = False, **dims: int) -> Path:
     """A ``qwen3moe`` GGUF of ``shape`` (or :class:`MoeShape`'s defaults with ``dims`` replaced): random weights
     scaled so that activations keep their size through the layers, ``vocab_from``'s tokenizer (SmolLM2's in the
     tests) and an output head tied to the embeddings. F32, or with ``quantized`` every matrix Q4_0 (random 4-bit
@@ -56,7 +57,8 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     instead, whatever their shape and type (a file that disagrees with its metadata), or as these blocks of a
     quantized type (numpy's shape in bytes). ``ollama_keys``: the expert keys as Ollama's converter writes them
     (``norm_top_k_prob``, and no ``expert_feed_forward_length``: llama.cpp takes feed_forward_length, the dense
-    width, over the experts used)."""
+    width, over the experts used). ``sparse``: the tensors' bytes left a hole (a sparse file of the full size:
+    the header of a full-size model for what reads only headers, such as the memory planner, in no disk space)."""
     replace = {name: value if isinstance(value, tuple) else (value, None) for name, value in (replace or {}).items()}
     shape = shape or MoeShape(**dims)
     s = shape
@@ -127,6 +129,12 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
+    if sparse:
+        start = GGUFWriter.ggml_pad(w.fout[0].tell(), w.data_alignment)
+        end = start + sum(GGUFWriter.ggml_pad(info.nbytes, w.data_alignment) for info in w.tensors[0].values())
+        w.close()
+        os.truncate(path, end)
+        return path
     rng = np.random.default_rng(seed)
     for name, dims, scale in tensors:
         if name in replace:
