@@ -191,6 +191,9 @@ int llk_kv_block_copy(llk_ctx *ctx, int dst, int src);
 int llk_kv_block_read(const llk_ctx *ctx, int block, void *dst);
 int llk_kv_block_write(llk_ctx *ctx, int block, const void *src);
 /* window_kv: the blocks of each sequence's ring and the bytes of one of them (both 0 when off). */
+/* What a pool block and a state's window hold, layer by layer, as text (for the disk tier's headers: files of
+ * another layout are never read as this one's); 0, or -1 when len is too short. */
+int llk_kv_layout(const llk_ctx *ctx, char *buf, size_t len);
 int llk_kv_ring_blocks(const llk_ctx *ctx);
 size_t llk_kv_ring_block_bytes(const llk_ctx *ctx);
 

@@ -665,6 +665,36 @@ int llk_kv_block_write(llk_ctx *c, int block, const void *src) {
     return 0;
 }
 
+/* One cache's part of llk_kv_layout: the model layers whose KV it holds, then a block's cells as attention.h lays
+ * them out. */
+static size_t describe_cache(const llk_ctx *c, const kv_cache *kv, int where, char *buf, size_t len) {
+    size_t at = 0;
+#define PUT(...) at += (size_t)snprintf(buf + (at < len ? at : len), at < len ? len - at : 0, __VA_ARGS__)
+    const int n_kv = c->m.n_layer_kv ? c->m.n_layer_kv : c->m.n_layer; /* the layers after it share others' */
+    PUT("layers [");
+    for (int il = 0, n = 0; il < n_kv; il++)
+        if (c->kv_of[il] == where && c->kv_slot[il] >= 0) PUT("%s%d", n++ ? " " : "", il);
+    PUT("]: [layer %d][K [head %d][dim %d][cell %d], V [cell %d][%d]] %s", kv->n_layer, kv->n_head_kv, kv->head_dim,
+        kv->block_size, kv->block_size, kv->n_head_kv * kv->head_dim, kv->type == LLK_Q8_0 ? "q8_0" : "f16");
+#undef PUT
+    return at;
+}
+
+int llk_kv_layout(const llk_ctx *c, char *buf, size_t len) {
+    const kv_cache *kv[3] = {&c->kv, &c->kv_alt, &c->kv_win};
+    size_t at = 0;
+    for (int w = KV_POOL; w <= KV_WIN; w++) {
+        if (!kv[w]->n_layer) continue;
+        const char *what = w == KV_POOL ? "block: " : w == KV_ALT ? "; then " : "; sliding window (%d positions): ";
+        at += (size_t)snprintf(buf + (at < len ? at : len), at < len ? len - at : 0, what, c->m.sliding_window);
+        at += describe_cache(c, kv[w], w, buf + (at < len ? at : len), at < len ? len - at : 0);
+        if (w == KV_WIN)
+            at += (size_t)snprintf(buf + (at < len ? at : len), at < len ? len - at : 0,
+                                   ", the last %d blocks in a state", c->snap_blocks);
+    }
+    return at < len ? 0 : -1;
+}
+
 int llk_kv_ring_blocks(const llk_ctx *c) { return c->window_kv ? c->ring_len : 0; }
 
 size_t llk_kv_ring_block_bytes(const llk_ctx *c) { return c->window_kv ? c->kv_win.block_bytes : 0; }

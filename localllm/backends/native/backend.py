@@ -116,6 +116,10 @@ class Context:
         #: the pool's blocks with the other layers), and the bytes of one
         self.ring_blocks: int = self._lib.llk_kv_ring_blocks(self._ctx)
         self.ring_block_bytes: int = self._lib.llk_kv_ring_block_bytes(self._ctx)
+        layout = ctypes.create_string_buffer(1024)
+        self._lib.llk_kv_layout(self._ctx, layout, len(layout))
+        #: what a block and a state's window hold, layer by layer (the disk tier's files are of this layout only)
+        self.layout: str = layout.value.decode()
         #: bytes of one sequence's state: its Gated DeltaNet layers' and its sliding layers' window (window_kv),
         #: 0 for a model with neither
         self.state_bytes: int = self._lib.llk_state_bytes(self._ctx)

@@ -171,6 +171,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         ),
         "llk_kv_block_bytes": (ctypes.c_size_t, [vp]),
         "llk_kv_ring_blocks": (c_int, [vp]),
+        "llk_kv_layout": (c_int, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "llk_kv_ring_block_bytes": (ctypes.c_size_t, [vp]),
         "llk_kv_block_copy": (c_int, [vp, c_int, c_int]),
         "llk_kv_block_read": (c_int, [vp, c_int, vp]),

@@ -246,6 +246,11 @@ class NativeWeights:
         return self._weight_bytes - self._expert_bytes + self._expert_bytes * self.hyper.n_expert_used // max(
             self.hyper.n_expert, 1)
 
+    @property
+    def trims_window(self) -> bool:
+        """Whether a runner's context keeps only the window of the sliding layers (the architecture's choice)."""
+        return ARCHITECTURES[self.hyper.arch].trims_window
+
     def _tensor(self, name: str) -> Tensor:
         """A checked tensor of the model (a null Tensor for an absent optional one)."""
         info = self.gguf.tensor(name)

@@ -155,6 +155,9 @@ class Architecture:
     gguf_names: ClassVar[dict[str, str]] = {}  # where it names a field's tensor otherwise than GGUF_NAMES
     experts: ClassVar[bool] = False  # its FFN is a mixture of experts
     default_rope_base: ClassVar[float] = 10000.0  # rope.freq_base where the file has none
+    # its sliding-window layers keep only their window in a runner (the Context's window_kv): their memory stays
+    # bounded, and the prefix cache resumes at snapshots of that window (Gemma 3's do not yet: it caches as before)
+    trims_window: ClassVar[bool] = False
     # why the native engine gets this architecture only when asked (the engine setting), never by default; None:
     # it gets it wherever it runs the model exactly
     opt_in: ClassVar[str | None] = None

@@ -69,6 +69,7 @@ class _Layout:
 
 class Gemma4(Architecture):
     name = "gemma4"
+    trims_window = True
     read_keys = EXPERT_KEYS | _SWA_KEYS | {"attention.shared_kv_layers", "embedding_length_per_layer_input",
                                            "final_logit_softcapping"}
     per_layer_keys = frozenset({"attention.head_count_kv", "feed_forward_length"})

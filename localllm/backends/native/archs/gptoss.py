@@ -33,6 +33,7 @@ class GptOss(Architecture):
                      "ffn_down_exps_b")
     gguf_names = {"ffn_norm": "post_attention_norm.weight"}
     experts = True
+    trims_window = True
 
     def check_metadata(self, g: GGUFFile) -> None:
         metadata_int(g, "attention.sliding_window")
