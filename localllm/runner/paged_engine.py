@@ -22,7 +22,9 @@ A context shift recomputes the kept tokens the same way instead of rotating
 cached keys, so a shifted sequence's KV too is what a fresh computation gives.
 
 A model with recurrent layers (qwen35, qwen35moe: Gated DeltaNet) keeps a
-state per sequence that cannot be cut back. The pool keeps snapshots of it
+state per sequence that cannot be cut back; so does one whose sliding-window
+layers keep only their window (gpt-oss, Gemma 4: the window is in a ring of
+blocks a sequence, outside the pool, and its state carries the window). The pool keeps snapshots of it
 at block boundaries (:mod:`localllm.runner.kv_blocks`): a sequence resumes
 from the deepest snapshot its cached prefix reaches, with the state written
 back into its row, and computes the rest. Its prefill stops (and a snapshot
@@ -60,7 +62,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localllm.backends.native.backend import Batch, Context, Model
-from localllm.runner.engine import RECURRENT_CHECKPOINTS, WAIT_FOR_PREFIX, CompletionRequest, Engine, Slot, Step
+from localllm.runner.engine import (
+    RECURRENT_CHECKPOINTS, WAIT_FOR_PREFIX, WINDOW_CHECKPOINTS, CompletionRequest, Engine, Slot, Step,
+)
 from localllm.runner.kv_blocks import BlockPool, Node, Placement
 
 log = logging.getLogger("localllm.runner")
@@ -91,7 +95,8 @@ class PagedEngine(Engine):
         self._admissions = 0
         self._recurrent = pool.recurrent
         if self._recurrent:
-            self.cache_mode = RECURRENT_CHECKPOINTS
+            windowed = ctx.ring_blocks and not any(model.weights.hyper.recurrent)
+            self.cache_mode = WINDOW_CHECKPOINTS if windowed else RECURRENT_CHECKPOINTS
             self._snapshot_every = max(1, ctx.n_batch // pool.block_size) * pool.block_size
             self._replay = Batch(ctx.n_batch)  # accepted draft tokens computed again after a cut draft
 
@@ -110,7 +115,10 @@ class PagedEngine(Engine):
         return self.pool.host_used
 
     def kv_blocks(self) -> dict[str, int]:
-        return {**self.pool.counts(), "block_size": self.pool.block_size}
+        """The pool's block counts; where the sliding layers keep only their window, also the blocks of the
+        sequences' rings that hold it (a fixed number, however long the sequences grow)."""
+        rings = {"window_blocks": self.ctx.ring_blocks * len(self._slots)} if self.ctx.ring_blocks else {}
+        return {**self.pool.counts(), "block_size": self.pool.block_size, **rings}
 
     def _chore(self) -> bool:
         return self.ctx.populate_next()  # the pool's pages, a slice at a time
