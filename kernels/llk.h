@@ -207,6 +207,11 @@ size_t llk_state_bytes(const llk_ctx *ctx);
 int llk_state_read(const llk_ctx *ctx, int seq, void *dst);
 int llk_state_write(llk_ctx *ctx, int seq, const void *src);
 int llk_state_reset(llk_ctx *ctx, int seq);
+/* Take seq back to n positions, dropping the later ones (a speculative draft's rejected tokens), where its state is
+ * only the sliding layers' window (window_kv, no Gated DeltaNet layers) and n is at least the first position of the
+ * last batch that advanced it: the window before n is still in the ring then (a batch never overwrites what it or
+ * the next batch reads).  0 ok, -1 otherwise (restore a saved state instead). */
+int llk_state_rewind(llk_ctx *ctx, int seq, int n);
 
 /* Thread pool on its own, for benchmarks: parallel matvec y[rows] = W x. */
 int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);

@@ -548,13 +548,19 @@ void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *o
 
 const llk_tensor *output_head(const llk_ctx *c) { return c->m.output.data ? &c->m.output : &c->m.tok_embd; }
 
-static uint64_t state_positions(const llk_ctx *c, int seq) {
-    uint64_t n;
-    memcpy(&n, c->state + (size_t)seq * c->state_bytes, sizeof n);
-    return n;
+/* A sequence's state header: word 0 the count of positions it holds; word 1 (window_kv, without DeltaNet layers)
+ * the first position of the last batch that advanced it, the furthest llk_state_rewind may take it back. */
+static uint64_t state_word(const llk_ctx *c, int seq, int k) {
+    uint64_t v;
+    memcpy(&v, c->state + (size_t)seq * c->state_bytes + k * sizeof v, sizeof v);
+    return v;
 }
 
-static void set_state_positions(llk_ctx *c, int seq, uint64_t n) { memcpy(c->state + (size_t)seq * c->state_bytes, &n, sizeof n); }
+static void set_state_word(llk_ctx *c, int seq, int k, uint64_t v) {
+    memcpy(c->state + (size_t)seq * c->state_bytes + k * sizeof v, &v, sizeof v);
+}
+
+static uint64_t state_positions(const llk_ctx *c, int seq) { return state_word(c, seq, 0); }
 
 /* Whether each token continues its sequence's recurrent state (llk_decode); if all do, the states' position
  * counts are advanced past the batch (the layers then bring the states there).  0, or -7 with c->error set. */
@@ -575,7 +581,8 @@ static int check_state_positions(llk_ctx *c, int n, const int32_t *pos, int32_t 
         }
         c->next_pos[s] = pos[i] + 1;
     }
-    for (int i = 0; i < n; i++) set_state_positions(c, seq_ids[i][0], (uint64_t)c->next_pos[seq_ids[i][0]]);
+    for (int i = 0; i < n; i++) set_state_word(c, seq_ids[i][0], 0, (uint64_t)c->next_pos[seq_ids[i][0]]);
+    for (int i = n - 1; i >= 0; i--) set_state_word(c, seq_ids[i][0], 1, (uint64_t)pos[i]); /* its first, last */
     return 0;
 }
 
@@ -720,6 +727,7 @@ static uint8_t *window_block(const llk_ctx *c, int seq, int k) {
 int llk_state_read(const llk_ctx *c, int seq, void *dst) {
     if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
     memcpy(dst, c->state + (size_t)seq * c->state_bytes, c->state_bytes);
+    memset((uint8_t *)dst + sizeof(uint64_t), 0, sizeof(uint64_t)); /* no rewind floor: a snapshot is its position's */
     for (int k = 0; c->window_kv && k < c->snap_blocks; k++) {
         uint8_t *to = (uint8_t *)dst + c->state_bytes + (size_t)k * c->kv_win.block_bytes, *from = window_block(c, seq, k);
         if (from) memcpy(to, from, c->kv_win.block_bytes);
@@ -734,10 +742,18 @@ int llk_state_write(llk_ctx *c, int seq, const void *src) {
     memcpy(&n, src, sizeof n);
     if (n > (uint64_t)c->max_seq_len) return -1;
     memcpy(c->state + (size_t)seq * c->state_bytes, src, c->state_bytes);
+    set_state_word(c, seq, 1, n); /* the ring holds the window before n only: no going back past it */
     for (int k = 0; c->window_kv && k < c->snap_blocks; k++) {
         uint8_t *to = window_block(c, seq, k);
         if (to) memcpy(to, (const uint8_t *)src + c->state_bytes + (size_t)k * c->kv_win.block_bytes, c->kv_win.block_bytes);
     }
+    return 0;
+}
+
+int llk_state_rewind(llk_ctx *c, int seq, int n) {
+    if (!c->state || seq < 0 || seq >= c->n_seq || !c->window_kv || c->dn.channels) return -1;
+    if (n < 0 || (uint64_t)n < state_word(c, seq, 1) || (uint64_t)n > state_positions(c, seq)) return -1;
+    set_state_word(c, seq, 0, (uint64_t)n);
     return 0;
 }
 

@@ -50,7 +50,8 @@ its end with them: the next turn of a chat computes only its new message. A veri
 draft moves the state past its rejected tokens, so a drafting step saves
 the state first; if the draft is cut, that state is written back and the
 accepted tokens computed again (their KV rewritten with the same bits),
-before anything is committed.
+before anything is committed. A state that is only the sliding layers'
+window simply goes back: its ring still holds the window before the draft.
 """
 
 from __future__ import annotations
@@ -95,8 +96,7 @@ class PagedEngine(Engine):
         self._admissions = 0
         self._recurrent = pool.recurrent
         if self._recurrent:
-            windowed = ctx.ring_blocks and not any(model.weights.hyper.recurrent)
-            self.cache_mode = WINDOW_CHECKPOINTS if windowed else RECURRENT_CHECKPOINTS
+            self.cache_mode = WINDOW_CHECKPOINTS if ctx.rewinds else RECURRENT_CHECKPOINTS
             self._snapshot_every = max(1, ctx.n_batch // pool.block_size) * pool.block_size
             self._replay = Batch(ctx.n_batch)  # accepted draft tokens computed again after a cut draft
 
@@ -263,7 +263,7 @@ class PagedEngine(Engine):
                 slot.blocks.append(self.pool.allocate())
                 slot.nodes.append(None)
             self._sync_table(slot)
-            if self._recurrent and step.draft:  # the state a cut draft goes back to
+            if self._recurrent and step.draft and not self.ctx.rewinds:  # the state a cut draft goes back to
                 slot.verify_at = len(slot.tokens)
                 slot.verify_state = self.ctx.read_state(slot.seq_id, into=slot.verify_state)
         return plan
@@ -346,8 +346,11 @@ class PagedEngine(Engine):
         return False
 
     def _trim(self, slot: PagedSlot, n: int) -> None:
-        """Drop a rejected draft: its blocks past the kept tokens are private (not yet committed) and go back."""
+        """Drop a rejected draft: its blocks past the kept tokens are private (not yet committed) and go back; a
+        state that is only the sliding layers' window goes back with them (the window before is still held)."""
         del slot.tokens[-n:]
+        if self.ctx.rewinds:
+            self.ctx.rewind_state(slot.seq_id, len(slot.tokens))
         keep = self.pool.blocks_for(len(slot.tokens))
         if len(slot.blocks) > keep:
             self.pool.release(slot.blocks[keep:], slot.nodes[keep:], (), keep=False)

@@ -113,16 +113,30 @@ def test_a_state_read_at_one_position_continues_in_another_sequence(model: nativ
         trimmed.close()
 
 
-def test_a_sequence_must_continue_where_its_window_stands(model: native.Model) -> None:
-    trimmed = context(model, True)
+def test_a_rejected_draft_is_rewound_and_nothing_earlier(model: native.Model) -> None:
+    """A verified draft's rejected tokens are dropped by taking the sequence back (no saved state, no recomputing
+    the accepted ones): it goes on as a sequence that never saw them. Further back than the draft's batch, or
+    anywhere without taking it back, it cannot go: the ring no longer holds the window there."""
+    tokens, wrong = tokens_of(LENGTH, 5), tokens_of(40, 6)
+    whole, trimmed = context(model, False), context(model, True)
     try:
-        run(trimmed, tokens_of(40, 4), [N_BATCH])
+        assert trimmed.rewinds and not whole.rewinds
+        want = run(whole, tokens, [N_BATCH])
+        at = 300
+        run(trimmed, tokens[:at], [N_BATCH, 7])
+        run(trimmed, tokens[at : at + 3] + wrong[:20], [N_BATCH], start=at)  # 3 accepted, then 20 rejected
+        with pytest.raises(BackendError, match="cannot take sequence 0 back"):
+            trimmed.rewind_state(0, at - 1)  # before the draft's batch
+        trimmed.rewind_state(0, at + 3)
+        got = run(trimmed, tokens[at + 3 :], [1, 4, N_BATCH], start=at + 3)
+        assert np.array_equal(got, want[at + 3 :])
         batch = Batch(N_BATCH)
-        batch.add(5, 20, 0, True)  # back inside what it holds: the ring no longer has what position 20 saw
+        batch.add(5, 20, 0, True)  # back inside what it holds, not taken back: refused
         assert trimmed.decode(batch) == -7
         assert "does not continue" in trimmed.last_error
         batch.close()
     finally:
+        whole.close()
         trimmed.close()
 
 

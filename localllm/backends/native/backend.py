@@ -123,6 +123,9 @@ class Context:
         #: bytes of one sequence's state: its Gated DeltaNet layers' and its sliding layers' window (window_kv),
         #: 0 for a model with neither
         self.state_bytes: int = self._lib.llk_state_bytes(self._ctx)
+        #: whether a sequence can be taken back a few positions (:meth:`rewind_state`): its state is only the window
+        self.rewinds: bool = bool(self.ring_blocks) and not any(
+            params.layers[il].ssm_qkv.data for il in range(params.n_layer))
         self._populated = 0  # bytes of the pool faulted in from its start by populate_next
         self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
@@ -211,6 +214,13 @@ class Context:
         """Empty ``seq``'s recurrent state (as a token at position 0 does); nothing for a model without one."""
         if self.state_bytes and self._lib.llk_state_reset(self._ctx, seq) != 0:
             raise BackendError(f"cannot reset the recurrent state of sequence {seq}: no such sequence")
+
+    def rewind_state(self, seq: int, n: int) -> None:
+        """Take ``seq`` back to its first ``n`` positions (a draft's rejected tokens dropped) without restoring a
+        saved state: where :attr:`rewinds`, to no earlier than the start of the batch that last advanced it."""
+        if self._lib.llk_state_rewind(self._ctx, seq, n) != 0:
+            raise BackendError(f"cannot take sequence {seq} back to {n} positions: it holds fewer, or its window "
+                               "there is gone (restore a saved state)")
 
     def close(self) -> None:
         if self._ctx:
