@@ -206,13 +206,17 @@ static int place_kv(llk_ctx *c) {
     return 0;
 }
 
+/* Blocks of a sequence's ring: those of a batch's positions and the window before its first, which may start
+ * inside a block. */
+static int ring_blocks(int n_batch, int window, int block_size) { return (n_batch + window - 2) / block_size + 2; }
+
 /* The sliding layers' rings (window_kv): sequence s keeps block b of its positions in block s * ring_len + b %
  * ring_len of kv_win.  A batch of n_batch tokens from position a reads and writes the blocks of positions
  * a - window + 1 .. a + n_batch - 1, which ring_len keeps apart; a state snapshot holds the snap_blocks blocks
  * ending at its last position, all that the next token's window reaches.  0, or -1 for no memory. */
 static int make_rings(llk_ctx *c) {
     const int bs = c->block_size, window = c->m.sliding_window;
-    c->ring_len = (c->n_batch + window - 2) / bs + 2;
+    c->ring_len = ring_blocks(c->n_batch, window, bs);
     c->snap_blocks = (window + bs - 1) / bs + 1;
     if (c->snap_blocks > c->ring_len) c->snap_blocks = c->ring_len;
     c->ring_table_len = (c->max_seq_len + bs - 1) / bs;
@@ -229,8 +233,7 @@ static int make_rings(llk_ctx *c) {
 /* Whether keeping the sliding layers' window only saves memory: a ring shorter than a sequence's blocks. */
 static int window_pays(const llk_model *m, int block_size, int max_seq_len, int n_batch) {
     if (m->sliding_window < 1) return 0;
-    const int ring = (n_batch + m->sliding_window - 2) / block_size + 2;
-    return (int64_t)ring * block_size < max_seq_len;
+    return (int64_t)ring_blocks(n_batch, m->sliding_window, block_size) * block_size < max_seq_len;
 }
 
 /* Bytes before a sequence's layers in its state: the count of positions it holds (uint64), padded to a cache line. */

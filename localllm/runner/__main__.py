@@ -165,6 +165,9 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
         args.model, n_ctx, args.parallel, n_blocks, BLOCK_SIZE, (n_blocks * ctx.block_bytes) >> 20,
         args.kv_cache_type, args.batch, threads,
     )  # fmt: skip
+    if ctx.ring_blocks:
+        log.info("sliding layers keep only their window: a ring of %d blocks a sequence (%d MiB for all)",
+                 ctx.ring_blocks, (args.parallel * ctx.ring_blocks * ctx.ring_block_bytes) >> 20)
     return rt, ctx
 
 
