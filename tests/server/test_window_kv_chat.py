@@ -4,8 +4,9 @@ The runner's pool holds the layers that do not slide; each sequence's sliding la
 of a fixed length (``/api/ps`` ``kv_blocks.window_blocks``), and the prefix cache resumes a prompt only where it
 kept a snapshot of that window (as for a recurrent state). Every answer here must equal the answer of a runner
 that caches nothing (a fresh runner per request: ``keep_alive: 0`` on a daemon without the disk tier), over
-conversations many windows long: a chat's turns, a long shared prompt asked again, ``n`` > 1 choices, and
-speculative decoding (prompt-lookup drafts cut back, and the same file as a draft model). Tiny gpt-oss (a
+conversations many windows long: a chat's turns, a long shared prompt asked again, ``n`` > 1 choices,
+speculative decoding (prompt-lookup drafts cut back, and the same file as a draft model), and a restarted daemon
+resuming from the window snapshots on disk. Tiny gpt-oss (a
 16-position window) and Gemma 4 E4B-style (8) models with SmolLM2's tokenizer.
 """
 
@@ -19,6 +20,7 @@ import ollama
 import openai
 import pytest
 
+from localllm.runner.kv_disk import STATE_SUFFIX
 from support.daemon import Daemon
 from support.runner import runner_threads
 
@@ -123,3 +125,23 @@ def test_speculation_cuts_drafts_back_to_the_accepted_tokens_exactly(warm: Daemo
     with_model = httpx.post(f"{warm.url}/api/generate", json=body, timeout=300)
     assert with_model.status_code == 200, with_model.text
     assert with_model.json()["response"] == plain.response
+
+
+@pytest.mark.slow  # two daemon starts
+def test_a_restarted_daemon_resumes_from_the_window_snapshots_on_disk(model: Path, fresh, tmp_path: Path) -> None:
+    prompt = (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nName a river.<|im_end|>\n"
+              "<|im_start|>assistant\n")
+    body = {"model": "w", "prompt": prompt, "raw": True, "stream": False, "options": GREEDY}
+    want = fresh.generate("w", prompt, raw=True, options=GREEDY, keep_alive=0)
+    daemon = native_daemon(tmp_path, model)
+    try:
+        cold = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300).json()
+        assert cold["response"] == want.response and cold["prompt_eval_count"] == want.prompt_eval_count
+        daemon.stop()  # the runner writes its blocks and the snapshots of their windows
+        assert sorted((tmp_path / "state" / "kv-cache").glob(f"*/*/*{STATE_SUFFIX}"))
+        daemon.start()
+        warm = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300).json()
+        assert warm["response"] == want.response
+        assert warm["prompt_eval_count"] <= BS, warm  # from the snapshot before the prompt's last token
+    finally:
+        daemon.stop()
