@@ -25,9 +25,10 @@ stops the tier writing for the rest of the runner's life; requests go on.
 Files are mode 0600: KV reveals the prompt.
 
 A model with a recurrent state (Gated DeltaNet layers, or sliding layers
-that keep only their window) also keeps state snapshots here, one file per snapshot named by the key of the block it ends
-(``<key>.state``): the same format, checks and budget, with ``"kind":
-"state"`` and the state's size in the header.
+that keep only their window) also keeps state snapshots here, one file per
+snapshot named by the key of the block it ends (``<key>.state``): the same
+format, checks and budget, with ``"kind": "state"`` and the state's size in
+the header.
 """
 
 from __future__ import annotations
