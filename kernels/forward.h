@@ -12,6 +12,8 @@
 #include "pool.h"
 #include "recipe.h"
 
+enum { KV_POOL, KV_ALT, KV_WIN };
+
 struct llk_ctx {
     llk_model m;
     const llk_recipe *recipe;   /* m.arch's */
@@ -21,10 +23,16 @@ struct llk_ctx {
     llk_pool *pool;
     kv_cache kv, kv_alt;        /* the blocks, laid out as attention.h says: the layers of layer 0's head geometry,
                                  * then (kv_alt, its block_bytes the same) those of the other one, if any */
-    attention *attn, *attn_alt; /* over kv and kv_alt */
+    kv_cache kv_win;            /* window_kv: the sliding layers' KV, in each sequence's ring of ring_len blocks */
+    attention *attn, *attn_alt, *attn_win; /* over kv, kv_alt and kv_win */
     int32_t *kv_slot;           /* [layer]: the layer whose KV it reads (itself, or a shared layer's kv_source)
                                  * as numbered in its layout */
-    int8_t *kv_alt_of;          /* [layer]: 1 when its KV is in kv_alt */
+    int8_t *kv_of;              /* [layer]: where its KV is: KV_POOL (kv), KV_ALT (kv_alt) or KV_WIN (kv_win) */
+    int window_kv;              /* the sliding layers keep only their window (kv_win), not every position */
+    int ring_len, snap_blocks;  /* window_kv: blocks of a sequence's ring; of them, those a state snapshot holds */
+    int ring_table_len;         /* entries of a ring table: the blocks of max_seq_len positions */
+    int32_t *ring_tables;       /* [n_seq][ring_table_len]: the block of kv_win holding each block of positions */
+    const int32_t **ring_table_of; /* [token]: its sequence's ring table */
     moe_scratch *moe;           /* a mixture-of-experts model's expert FFN scratch, else NULL */
     int n_seq;                  /* rows of the block tables (sequences) */
     int *state_layer;           /* [layer]: its index among the Gated DeltaNet layers, or -1 */
@@ -47,7 +55,7 @@ struct llk_ctx {
     const int32_t **table_of;   /* [token]: its sequence's block table */
     void *act[3];               /* quantized activations per act_kind */
     int act_valid[3];
-    char error[256];
+    char error[LLK_ERROR_LEN];
 };
 
 /* The rows a product reads are new: quantize them again at the next product (see matmul_n). */

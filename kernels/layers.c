@@ -121,8 +121,10 @@ int attention_block(llk_ctx *c, int il, int T, const attn_opts *opts) {
     const llk_layer *L = &c->layers[il];
     const layer_step step = {c, L, il, opts, il < (m->n_layer_kv ? m->n_layer_kv : m->n_layer)};
     const int q_dim = m->n_head * L->head_dim, kv_dim = L->n_head_kv * L->head_dim;
-    const kv_cache *kv = c->kv_alt_of[il] ? &c->kv_alt : &c->kv;
-    const int slot = c->kv_slot[il];
+    const int where = c->kv_of[il], slot = c->kv_slot[il];
+    const kv_cache *kv = where == KV_WIN ? &c->kv_win : where == KV_ALT ? &c->kv_alt : &c->kv;
+    attention *attn = where == KV_WIN ? c->attn_win : where == KV_ALT ? c->attn_alt : c->attn;
+    const int32_t **tables = where == KV_WIN ? c->ring_table_of : c->table_of;
     new_input(c);
     /* K and V where the layer has KV of its own (V where it has a V matrix) */
     const llk_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
@@ -132,8 +134,8 @@ int attention_block(llk_ctx *c, int il, int T, const attn_opts *opts) {
     if (opts->output_gate) each_token(c->pool, T, split_query_step, &step);
     each_token(c->pool, T, qkv_step, &step);
     for (int t = 0; step.own_kv && t < T; t++) /* on one thread: two tokens of a (malformed) batch may name one cell */
-        kv_store(kv, c->table_of[t], slot, c->pos_of[t], c->k + (size_t)t * kv_dim, c->v + (size_t)t * kv_dim);
-    if (attention_run(c->kv_alt_of[il] ? c->attn_alt : c->attn, c->pool, kv, slot, T, c->pos_of, c->table_of, c->q,
+        kv_store(kv, tables[t], slot, c->pos_of[t], c->k + (size_t)t * kv_dim, c->v + (size_t)t * kv_dim);
+    if (attention_run(attn, c->pool, kv, slot, T, c->pos_of, tables, c->q,
                       L->sliding ? m->sliding_window : 0, opts->scale_q ? 1.0f : m->attn_scale, L->attn_sinks.data,
                       c->att))
         return -1;

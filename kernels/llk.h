@@ -149,11 +149,17 @@ void llk_unmap_file(const void *base, int64_t size);
 
 /* A context over a pool of n_blocks KV blocks of block_size cells (a power of two, at least 16) in
  * kv_type (LLK_F16, or LLK_Q8_0 for heads of a multiple of 32 dimensions) for n_seq sequences (rows of the
- * block tables) of at most max_seq_len positions; NULL on bad arguments or no memory.  Only the layers with
- * attention hold KV in the blocks; a model with Gated DeltaNet layers also keeps each sequence's recurrent
- * state (see llk_state_bytes). */
+ * block tables) of at most max_seq_len positions; NULL on bad arguments, a model the cache cannot hold or no
+ * memory, with the reason in why (LLK_ERROR_LEN bytes, or NULL).  Only the layers with attention hold KV in
+ * the blocks; a model with Gated DeltaNet layers also keeps each sequence's recurrent state (see
+ * llk_state_bytes).  With window_kv, sliding-window layers keep only their window: their KV is in a ring of
+ * blocks for each sequence (the blocks of its last sliding_window + n_batch positions, and one more), not in
+ * the pool, and the ring's window is part of the sequence's state (llk_state_bytes > 0), so the sequence
+ * continues its positions in order as a recurrent one does; it is off where the ring would not be shorter
+ * than max_seq_len or every attention layer slides. */
+#define LLK_ERROR_LEN 256
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
-                     int n_threads, int kv_type, int n_seq);
+                     int n_threads, int kv_type, int n_seq, int window_kv, char *why);
 void llk_ctx_free(llk_ctx *ctx);
 /* Fault in len bytes of the KV pool from offset (the memory the planner counted, so that it is held before
  * blocks are first used), leaving what pages hold alone; a range past the pool is nothing to do. */
@@ -184,6 +190,12 @@ size_t llk_kv_block_bytes(const llk_ctx *ctx);
 int llk_kv_block_copy(llk_ctx *ctx, int dst, int src);
 int llk_kv_block_read(const llk_ctx *ctx, int block, void *dst);
 int llk_kv_block_write(llk_ctx *ctx, int block, const void *src);
+/* window_kv: the blocks of each sequence's ring and the bytes of one of them (both 0 when off). */
+/* What a pool block and a state's window hold, layer by layer, as text (for the disk tier's headers: files of
+ * another layout are never read as this one's); 0, or -1 when len is too short. */
+int llk_kv_layout(const llk_ctx *ctx, char *buf, size_t len);
+int llk_kv_ring_blocks(const llk_ctx *ctx);
+size_t llk_kv_ring_block_bytes(const llk_ctx *ctx);
 
 /* A sequence's recurrent state (the convolution window and the S x S state of each V head, of every Gated
  * DeltaNet layer, and how many positions it holds), as bytes: their size (the same for every sequence; 0 for
@@ -195,6 +207,11 @@ size_t llk_state_bytes(const llk_ctx *ctx);
 int llk_state_read(const llk_ctx *ctx, int seq, void *dst);
 int llk_state_write(llk_ctx *ctx, int seq, const void *src);
 int llk_state_reset(llk_ctx *ctx, int seq);
+/* Take seq back to n positions, dropping the later ones (a speculative draft's rejected tokens), where its state is
+ * only the sliding layers' window (window_kv, no Gated DeltaNet layers) and n is at least the first position of the
+ * last batch that advanced it: the window before n is still in the ring then (a batch never overwrites what it or
+ * the next batch reads).  0 ok, -1 otherwise (restore a saved state instead). */
+int llk_state_rewind(llk_ctx *ctx, int seq, int n);
 
 /* Thread pool on its own, for benchmarks: parallel matvec y[rows] = W x. */
 int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);

@@ -103,8 +103,12 @@ void llk_ctx_free(llk_ctx *c) {
     zfree(c->kv.base, kv_bytes(c));
     attention_free(c->attn);
     attention_free(c->attn_alt);
+    attention_free(c->attn_win);
+    if (c->kv_win.base) zfree(c->kv_win.base, (size_t)c->n_seq * c->ring_len * c->kv_win.block_bytes);
+    free(c->ring_tables);
+    free(c->ring_table_of);
     free(c->kv_slot);
-    free(c->kv_alt_of);
+    free(c->kv_of);
     moe_scratch_free(c->moe);
     free(c->layers);
     free(c->state_layer);
@@ -126,65 +130,132 @@ void llk_ctx_free(llk_ctx *c) {
 
 const char *llk_ctx_error(const llk_ctx *c) { return c ? c->error : "out of memory"; }
 
+static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
+    snprintf(c->error, sizeof c->error, fmt, a, b);
+    return code;
+}
+
 static int max_i(int a, int b) { return a > b ? a : b; }
 
-/* Each layer's geometry where the model leaves it to the model's (llk_layer: 0), and where its KV lives: the
- * layers with KV of their own numbered in the layout of their head geometry (layer 0's, or the one other), a
- * shared layer reading its kv_source's, a recurrent layer (Gated DeltaNet) none (kv_slot -1). 0, or -1 for a
- * model these do not fit. */
+/* Each layer's geometry where the model leaves it to the model's (llk_layer: 0), and where its KV lives (c->kv_of):
+ * the layers with KV of their own numbered in their cache, a shared layer reading its kv_source's, a recurrent
+ * layer (Gated DeltaNet) none (kv_slot -1).  The pool's blocks hold the layers of the first pooled layer's head
+ * geometry (kv), then those of the one other (kv_alt) if any; with window_kv the sliding layers' KV is in the
+ * sequences' rings instead (kv_win, one geometry).  0, or -1 with c->error saying why the model does not fit. */
 static int place_kv(llk_ctx *c) {
     const llk_model *m = &c->m;
     const int n_kv = m->n_layer_kv ? m->n_layer_kv : m->n_layer;
-    int count[2] = {0, 0};
-    if (n_kv < 1 || n_kv > m->n_layer) return -1;
+    int count[3] = {0, 0, 0}, first = -1;
+    if (n_kv < 1 || n_kv > m->n_layer) return fail(c, -1, "%ld layers with KV of their own, of %ld", n_kv, m->n_layer);
     for (int il = 0; il < m->n_layer; il++) {
         llk_layer *L = &c->layers[il];
         if (!L->head_dim) L->head_dim = m->head_dim;
         if (!L->n_head_kv) L->n_head_kv = m->n_head_kv;
         if (!L->rope_dim) L->rope_dim = m->rope_dim;
-        if (L->n_head_kv < 1 || m->n_head % L->n_head_kv || L->rope_dim > L->head_dim) return -1;
+        if (L->n_head_kv < 1 || m->n_head % L->n_head_kv)
+            return fail(c, -1, "layer %ld: %ld KV heads do not divide the query heads", il, L->n_head_kv);
+        if (L->rope_dim > L->head_dim) return fail(c, -1, "layer %ld: rotary dimensions past its head of %ld", il, L->head_dim);
+        if (first < 0 && !L->ssm_qkv.data && !(c->window_kv && L->sliding)) first = il;
+    }
+    if (first < 0) { /* every attention layer slides (nothing would be left in the pool: they stay there), or none */
+        c->window_kv = 0;
+        for (first = 0; first < m->n_layer - 1 && c->layers[first].ssm_qkv.data;) first++;
+    }
+    const llk_layer *F = &c->layers[first];
+    kv_cache *cache[3] = {&c->kv, &c->kv_alt, &c->kv_win};
+    for (int il = 0; il < m->n_layer; il++) {
+        llk_layer *L = &c->layers[il];
         if (L->ssm_qkv.data) { /* its state is per sequence (c->state), not in the blocks */
-            c->kv_alt_of[il] = 0;
+            c->kv_of[il] = KV_POOL;
             c->kv_slot[il] = -1;
             continue;
         }
-        const llk_layer *first = &c->layers[0];
-        const int alt = L->head_dim != first->head_dim || L->n_head_kv != first->n_head_kv;
-        if (alt && count[1] && (L->head_dim != c->kv_alt.head_dim || L->n_head_kv != c->kv_alt.n_head_kv)) return -1;
+        const int where = c->window_kv && L->sliding ? KV_WIN
+                          : L->head_dim != F->head_dim || L->n_head_kv != F->n_head_kv ? KV_ALT : KV_POOL;
+        kv_cache *kv = cache[where];
+        if (where != KV_POOL && count[where] && (L->head_dim != kv->head_dim || L->n_head_kv != kv->n_head_kv))
+            return fail(c, -1, where == KV_WIN ? "layer %ld: sliding layers of two head geometries (%ld dimensions)"
+                                               : "layer %ld: a third head geometry (%ld dimensions); at most two fit",
+                        il, L->head_dim);
         if (il < n_kv) {
-            c->kv_alt_of[il] = (int8_t)alt;
-            c->kv_slot[il] = count[alt]++;
-            if (alt) c->kv_alt.head_dim = L->head_dim, c->kv_alt.n_head_kv = L->n_head_kv;
+            c->kv_of[il] = (int8_t)where;
+            c->kv_slot[il] = count[where]++;
+            kv->head_dim = L->head_dim, kv->n_head_kv = L->n_head_kv;
             continue;
         }
         const int src = L->kv_source;
-        if (src < 0 || src >= n_kv || c->kv_slot[src] < 0 || c->kv_alt_of[src] != alt) return -1;
-        c->kv_alt_of[il] = (int8_t)alt;
+        if (src < 0 || src >= n_kv || c->kv_slot[src] < 0 || c->kv_of[src] != where)
+            return fail(c, -1, "layer %ld shares the KV of layer %ld, which has none of its kind", il, src);
+        c->kv_of[il] = (int8_t)where;
         c->kv_slot[il] = c->kv_slot[src];
     }
-    const char *why;
-    const llk_layer *first = &c->layers[0];
-    const int alt_hd = c->kv_alt.head_dim, alt_kv = c->kv_alt.n_head_kv;
-    if (kv_cache_init(&c->kv, c->kv_type, count[0], first->n_head_kv, first->head_dim, c->block_size, &why) ||
-        (count[1] && kv_cache_init(&c->kv_alt, c->kv_type, count[1], alt_kv, alt_hd, c->block_size, &why)))
+    const char *why = NULL;
+    for (int w = KV_POOL; w <= KV_WIN && !why; w++)
+        if (w == KV_POOL || count[w])
+            kv_cache_init(cache[w], c->kv_type, count[w], w == KV_POOL ? F->n_head_kv : cache[w]->n_head_kv,
+                          w == KV_POOL ? F->head_dim : cache[w]->head_dim, c->block_size, &why);
+    if (why) {
+        snprintf(c->error, sizeof c->error, "%s", why);
         return -1;
-    if (count[1]) { /* one block: the first layout's layers, then the other's */
+    }
+    if (count[KV_ALT]) { /* one block: the first layout's layers, then the other's */
         c->kv_alt.offset = c->kv.block_bytes;
         c->kv.block_bytes = c->kv_alt.block_bytes = c->kv.block_bytes + c->kv_alt.block_bytes;
     }
+    if (!count[KV_WIN]) c->window_kv = 0;
     return 0;
+}
+
+/* Blocks of a sequence's ring: those of a batch's positions and the window before its first, which may start
+ * inside a block. */
+static int ring_blocks(int n_batch, int window, int block_size) { return (n_batch + window - 2) / block_size + 2; }
+
+/* The sliding layers' rings (window_kv): sequence s keeps block b of its positions in block s * ring_len + b %
+ * ring_len of kv_win.  A batch of n_batch tokens from position a reads and writes the blocks of positions
+ * a - window + 1 .. a + n_batch - 1, which ring_len keeps apart; a state snapshot holds the snap_blocks blocks
+ * ending at its last position, all that the next token's window reaches.  0, or -1 for no memory. */
+static int make_rings(llk_ctx *c) {
+    const int bs = c->block_size, window = c->m.sliding_window;
+    c->ring_len = ring_blocks(c->n_batch, window, bs);
+    c->snap_blocks = (window + bs - 1) / bs + 1;
+    if (c->snap_blocks > c->ring_len) c->snap_blocks = c->ring_len;
+    c->ring_table_len = (c->max_seq_len + bs - 1) / bs;
+    c->kv_win.base = zalloc((size_t)c->n_seq * c->ring_len * c->kv_win.block_bytes);
+    c->ring_tables = malloc(sizeof(int32_t) * (size_t)c->n_seq * c->ring_table_len);
+    c->ring_table_of = malloc(sizeof(int32_t *) * (size_t)c->n_batch);
+    if (!c->kv_win.base || !c->ring_tables || !c->ring_table_of) return -1;
+    for (int s = 0; s < c->n_seq; s++)
+        for (int b = 0; b < c->ring_table_len; b++)
+            c->ring_tables[(size_t)s * c->ring_table_len + b] = s * c->ring_len + b % c->ring_len;
+    return 0;
+}
+
+/* Whether keeping the sliding layers' window only saves memory: a ring shorter than a sequence's blocks. */
+static int window_pays(const llk_model *m, int block_size, int max_seq_len, int n_batch) {
+    if (m->sliding_window < 1) return 0;
+    return (int64_t)ring_blocks(n_batch, m->sliding_window, block_size) * block_size < max_seq_len;
 }
 
 /* Bytes before a sequence's layers in its state: the count of positions it holds (uint64), padded to a cache line. */
 #define STATE_HEADER 64
 
+/* NULL for llk_ctx_new, with why (if given) saying why: c->error where a step set it, else `reason`. */
+static llk_ctx *refuse(llk_ctx *c, char *why, const char *reason) {
+    if (why) snprintf(why, LLK_ERROR_LEN, "%s", c && c->error[0] ? c->error : reason);
+    llk_ctx_free(c);
+    return NULL;
+}
+
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
-                     int n_threads, int kv_type, int n_seq) {
-    if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 || n_seq < 1) return NULL;
+                     int n_threads, int kv_type, int n_seq, int window_kv, char *why) {
+    if (n_blocks < 1 || block_size < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 ||
+        n_seq < 1)
+        return refuse(NULL, why, "bad arguments: block counts, sizes, lengths and sequences must be positive "
+                                 "(the block size a power of two)");
     int n_state_layers = 0;
     for (int l = 0; l < model->n_layer; l++) n_state_layers += model->layers[l].ssm_qkv.data != NULL;
     llk_ctx *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
+    if (!c) return refuse(NULL, why, "out of memory");
     c->m = *model;
     c->recipe = llk_recipe_of(model->arch);
     const llk_model *m = &c->m;
@@ -195,20 +266,17 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->max_seq_len = max_seq_len;
     c->n_batch = n_batch;
     c->n_seq = n_seq;
+    c->window_kv = window_kv && window_pays(model, block_size, max_seq_len, n_batch);
     c->layers = malloc(sizeof(llk_layer) * (size_t)m->n_layer);
     c->kv_slot = malloc(sizeof(int32_t) * (size_t)m->n_layer);
-    c->kv_alt_of = malloc((size_t)m->n_layer);
-    if (!c->layers || !c->kv_slot || !c->kv_alt_of) {
-        llk_ctx_free(c);
-        return NULL;
-    }
+    c->kv_of = malloc((size_t)m->n_layer);
+    c->state_layer = malloc(sizeof(int) * (size_t)m->n_layer);
+    if (!c->layers || !c->kv_slot || !c->kv_of || !c->state_layer) return refuse(c, why, "out of memory");
     memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
     c->m.layers = c->layers;
-    c->state_layer = malloc(sizeof(int) * (size_t)m->n_layer);
-    if (!c->state_layer || place_kv(c)) {
-        llk_ctx_free(c);
-        return NULL;
-    }
+    if (!c->recipe) return refuse(c, why, "the native forward has no recipe for this architecture");
+    if (place_kv(c)) return refuse(c, why, "the model's layers do not fit the KV cache");
+    if (c->window_kv && make_rings(c)) return refuse(c, why, "out of memory for the sliding layers' rings");
     int rope_dim = 0, router_own_input = 0; /* the widest of the layers' */
     c->q_dim = c->kv_dim = 0;
     for (int il = 0, state_at = 0; il < m->n_layer; il++) {
@@ -226,6 +294,8 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->attn = attention_new(nth, m->n_head, c->kv.n_head_kv, c->kv.head_dim, n_batch, max_seq_len);
     if (c->kv_alt.n_layer)
         c->attn_alt = attention_new(nth, m->n_head, c->kv_alt.n_head_kv, c->kv_alt.head_dim, n_batch, max_seq_len);
+    if (c->window_kv)
+        c->attn_win = attention_new(nth, m->n_head, c->kv_win.n_head_kv, c->kv_win.head_dim, n_batch, max_seq_len);
     c->rope_scale = calloc((size_t)m->n_layer, sizeof(float));
     if (m->n_expert) c->moe = moe_scratch_new(m, n_batch);
     if (m->rope_freq_scale != 0.0f) c->yarn = calloc((size_t)m->n_layer, sizeof(rope_yarn));
@@ -234,9 +304,14 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     if (n_state_layers) {
         c->dn = deltanet_shape_of(m);
         c->state_layer_floats = c->dn.conv_floats + c->dn.ssm_floats;
+    }
+    if (n_state_layers || c->window_kv) { /* a state a sequence: its position count, its DeltaNet layers' (the
+                                           * sliding layers' window is in the rings, copied with it) */
         c->state_bytes = STATE_HEADER + (size_t)n_state_layers * c->state_layer_floats * sizeof(float);
         c->state = zalloc(c->state_bytes * (size_t)n_seq);
         c->next_pos = malloc(sizeof(int32_t) * (size_t)n_seq);
+    }
+    if (n_state_layers) {
         c->conv_of = malloc(B * sizeof(float *));
         c->ssm_of = malloc(B * sizeof(float *));
         c->mix = malloc(B * (size_t)c->dn.channels * sizeof(float));
@@ -273,18 +348,16 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->seq_of = malloc(B * sizeof(int32_t));
     c->table_of = malloc(B * sizeof(int32_t *));
     for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->recipe && c->pool && c->kv.base && c->attn && (!c->kv_alt.n_layer || c->attn_alt) && c->rope_scale &&
+    int ok = c->pool && c->kv.base && c->attn && (!c->kv_alt.n_layer || c->attn_alt) && c->rope_scale &&
              c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of &&
              c->seq_of && c->table_of && c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
              (m->rope_freq_scale == 0.0f || c->yarn) && (!m->n_embd_per_layer || (c->ple && c->ple_gate)) &&
              (!router_own_input || (c->router_in && c->experts_out)) &&
              (!n_state_layers || (c->dn.channels && c->state && c->next_pos && c->conv_of && c->ssm_of && c->mix &&
                                   c->z && c->beta && c->decay)) &&
-             (!output_gate || c->qg) && (!m->n_ff_shexp || (c->sh && c->sh_gate));
-    if (!ok) {
-        llk_ctx_free(c);
-        return NULL;
-    }
+             (!output_gate || c->qg) && (!m->n_ff_shexp || (c->sh && c->sh_gate)) &&
+             (!c->window_kv || (c->attn_win && c->state && c->next_pos));
+    if (!ok) return refuse(c, why, "out of memory");
     for (int l = 0; l < m->n_layer; l++)
         c->rope_scale[l] = powf(c->layers[l].rope_base, -2.0f / (float)c->layers[l].rope_dim);
     for (int l = 0; c->yarn && l < m->n_layer; l++) {
@@ -478,18 +551,19 @@ void matmul(llk_ctx *c, const llk_tensor *w, const float *x, int n_tok, float *o
 
 const llk_tensor *output_head(const llk_ctx *c) { return c->m.output.data ? &c->m.output : &c->m.tok_embd; }
 
-static int fail(llk_ctx *c, int code, const char *fmt, long a, long b) {
-    snprintf(c->error, sizeof c->error, fmt, a, b);
-    return code;
+/* A sequence's state header: word 0 the count of positions it holds; word 1 (window_kv, without DeltaNet layers)
+ * the first position of the last batch that advanced it, the furthest llk_state_rewind may take it back. */
+static uint64_t state_word(const llk_ctx *c, int seq, int k) {
+    uint64_t v;
+    memcpy(&v, c->state + (size_t)seq * c->state_bytes + k * sizeof v, sizeof v);
+    return v;
 }
 
-static uint64_t state_positions(const llk_ctx *c, int seq) {
-    uint64_t n;
-    memcpy(&n, c->state + (size_t)seq * c->state_bytes, sizeof n);
-    return n;
+static void set_state_word(llk_ctx *c, int seq, int k, uint64_t v) {
+    memcpy(c->state + (size_t)seq * c->state_bytes + k * sizeof v, &v, sizeof v);
 }
 
-static void set_state_positions(llk_ctx *c, int seq, uint64_t n) { memcpy(c->state + (size_t)seq * c->state_bytes, &n, sizeof n); }
+static uint64_t state_positions(const llk_ctx *c, int seq) { return state_word(c, seq, 0); }
 
 /* Whether each token continues its sequence's recurrent state (llk_decode); if all do, the states' position
  * counts are advanced past the batch (the layers then bring the states there).  0, or -7 with c->error set. */
@@ -510,7 +584,8 @@ static int check_state_positions(llk_ctx *c, int n, const int32_t *pos, int32_t 
         }
         c->next_pos[s] = pos[i] + 1;
     }
-    for (int i = 0; i < n; i++) set_state_positions(c, seq_ids[i][0], (uint64_t)c->next_pos[seq_ids[i][0]]);
+    for (int i = 0; i < n; i++) set_state_word(c, seq_ids[i][0], 0, (uint64_t)c->next_pos[seq_ids[i][0]]);
+    for (int i = n - 1; i >= 0; i--) set_state_word(c, seq_ids[i][0], 1, (uint64_t)pos[i]); /* its first, last */
     return 0;
 }
 
@@ -541,6 +616,7 @@ static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos,
         c->pos_of[i] = pos[i];
         c->seq_of[i] = seq_ids[i][0];
         c->table_of[i] = tables + (size_t)seq_ids[i][0] * table_len;
+        if (c->window_kv) c->ring_table_of[i] = c->ring_tables + (size_t)seq_ids[i][0] * c->ring_table_len;
         float *x = c->x + (size_t)i * E;
         llk_dequantize(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * emb_row, x, E);
         if (m->embd_scale != 1.0f)
@@ -619,17 +695,67 @@ int llk_kv_block_write(llk_ctx *c, int block, const void *src) {
     return 0;
 }
 
+/* One cache's part of llk_kv_layout: the model layers whose KV it holds, then a block's cells as attention.h lays
+ * them out. */
+static size_t describe_cache(const llk_ctx *c, const kv_cache *kv, int where, char *buf, size_t len) {
+    size_t at = 0;
+#define PUT(...) at += (size_t)snprintf(buf + (at < len ? at : len), at < len ? len - at : 0, __VA_ARGS__)
+    const int n_kv = c->m.n_layer_kv ? c->m.n_layer_kv : c->m.n_layer; /* the layers after it share others' */
+    PUT("layers [");
+    for (int il = 0, n = 0; il < n_kv; il++)
+        if (c->kv_of[il] == where && c->kv_slot[il] >= 0) PUT("%s%d", n++ ? " " : "", il);
+    PUT("]: [layer %d][K [head %d][dim %d][cell %d], V [cell %d][%d]] %s", kv->n_layer, kv->n_head_kv, kv->head_dim,
+        kv->block_size, kv->block_size, kv->n_head_kv * kv->head_dim, kv->type == LLK_Q8_0 ? "q8_0" : "f16");
+#undef PUT
+    return at;
+}
+
+int llk_kv_layout(const llk_ctx *c, char *buf, size_t len) {
+    const kv_cache *kv[3] = {&c->kv, &c->kv_alt, &c->kv_win};
+    size_t at = 0;
+    for (int w = KV_POOL; w <= KV_WIN; w++) {
+        if (!kv[w]->n_layer) continue;
+        const char *what = w == KV_POOL ? "block: " : w == KV_ALT ? "; then " : "; sliding window (%d positions): ";
+        at += (size_t)snprintf(buf + (at < len ? at : len), at < len ? len - at : 0, what, c->m.sliding_window);
+        at += describe_cache(c, kv[w], w, buf + (at < len ? at : len), at < len ? len - at : 0);
+        if (w == KV_WIN)
+            at += (size_t)snprintf(buf + (at < len ? at : len), at < len ? len - at : 0,
+                                   ", the last %d blocks in a state", c->snap_blocks);
+    }
+    return at < len ? 0 : -1;
+}
+
+int llk_kv_ring_blocks(const llk_ctx *c) { return c->window_kv ? c->ring_len : 0; }
+
+size_t llk_kv_ring_block_bytes(const llk_ctx *c) { return c->window_kv ? c->kv_win.block_bytes : 0; }
+
 /* ---- recurrent state ------------------------------------------------------------ */
 
 float *recurrent_state(const llk_ctx *c, int seq, int state_il) {
     return (float *)(c->state + (size_t)seq * c->state_bytes + STATE_HEADER) + (size_t)state_il * c->state_layer_floats;
 }
 
-size_t llk_state_bytes(const llk_ctx *c) { return c->state ? c->state_bytes : 0; }
+/* Bytes of a sequence's window in a snapshot: its last snap_blocks blocks of the ring. */
+static size_t window_bytes(const llk_ctx *c) { return c->window_kv ? (size_t)c->snap_blocks * c->kv_win.block_bytes : 0; }
+
+size_t llk_state_bytes(const llk_ctx *c) { return c->state ? c->state_bytes + window_bytes(c) : 0; }
+
+/* Where block k of seq's window in a snapshot lives in its ring (the window ends with the block of its last
+ * position): NULL for a block before position 0. */
+static uint8_t *window_block(const llk_ctx *c, int seq, int k) {
+    const int n = (int)state_positions(c, seq), b = n ? ((n - 1) >> c->block_shift) - (c->snap_blocks - 1) + k : -1;
+    return b < 0 ? NULL : c->kv_win.base + ((size_t)seq * c->ring_len + b % c->ring_len) * c->kv_win.block_bytes;
+}
 
 int llk_state_read(const llk_ctx *c, int seq, void *dst) {
     if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
     memcpy(dst, c->state + (size_t)seq * c->state_bytes, c->state_bytes);
+    memset((uint8_t *)dst + sizeof(uint64_t), 0, sizeof(uint64_t)); /* no rewind floor: a snapshot is its position's */
+    for (int k = 0; c->window_kv && k < c->snap_blocks; k++) {
+        uint8_t *to = (uint8_t *)dst + c->state_bytes + (size_t)k * c->kv_win.block_bytes, *from = window_block(c, seq, k);
+        if (from) memcpy(to, from, c->kv_win.block_bytes);
+        else memset(to, 0, c->kv_win.block_bytes);
+    }
     return 0;
 }
 
@@ -639,12 +765,24 @@ int llk_state_write(llk_ctx *c, int seq, const void *src) {
     memcpy(&n, src, sizeof n);
     if (n > (uint64_t)c->max_seq_len) return -1;
     memcpy(c->state + (size_t)seq * c->state_bytes, src, c->state_bytes);
+    set_state_word(c, seq, 1, n); /* the ring holds the window before n only: no going back past it */
+    for (int k = 0; c->window_kv && k < c->snap_blocks; k++) {
+        uint8_t *to = window_block(c, seq, k);
+        if (to) memcpy(to, (const uint8_t *)src + c->state_bytes + (size_t)k * c->kv_win.block_bytes, c->kv_win.block_bytes);
+    }
+    return 0;
+}
+
+int llk_state_rewind(llk_ctx *c, int seq, int n) {
+    if (!c->state || seq < 0 || seq >= c->n_seq || !c->window_kv || c->dn.channels) return -1;
+    if (n < 0 || (uint64_t)n < state_word(c, seq, 1) || (uint64_t)n > state_positions(c, seq)) return -1;
+    set_state_word(c, seq, 0, (uint64_t)n);
     return 0;
 }
 
 int llk_state_reset(llk_ctx *c, int seq) {
     if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
-    memset(c->state + (size_t)seq * c->state_bytes, 0, c->state_bytes);
+    memset(c->state + (size_t)seq * c->state_bytes, 0, c->state_bytes); /* the ring's cells wait to be written */
     return 0;
 }
 

@@ -149,7 +149,7 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
     max_seq_len = max(n_ctx, model.n_ctx_train)  # a request's num_ctx may go up to the trained context
     try:
         ctx = NativeContext(model, n_blocks, BLOCK_SIZE, max_seq_len, args.parallel, args.batch, threads,
-                            args.kv_cache_type)
+                            args.kv_cache_type, window_kv=model.weights.trims_window)
     except BaseException:
         model.close()
         raise
@@ -165,6 +165,9 @@ def _native_runtime(args: argparse.Namespace, n_ctx: int, threads: int) -> tuple
         args.model, n_ctx, args.parallel, n_blocks, BLOCK_SIZE, (n_blocks * ctx.block_bytes) >> 20,
         args.kv_cache_type, args.batch, threads,
     )  # fmt: skip
+    if ctx.ring_blocks:
+        log.info("sliding layers keep only their window: a ring of %d blocks a sequence (%d MiB for all)",
+                 ctx.ring_blocks, (args.parallel * ctx.ring_blocks * ctx.ring_block_bytes) >> 20)
     return rt, ctx
 
 
@@ -174,11 +177,9 @@ def _disk_tier(args: argparse.Namespace, model: Any, ctx: Any) -> Any:
 
     if args.kv_disk is None or not args.kv_disk_bytes:
         return None
-    h = model.weights.hyper
-    layout = (f"[layer {h.n_layer - sum(h.recurrent)}][K [head {h.n_head_kv}][dim {h.head_dim}][cell {BLOCK_SIZE}], "
-              f"V [cell {BLOCK_SIZE}][{h.n_head_kv * h.head_dim}]] (kernels/attention.h)")
     return DiskTier(args.kv_disk, weights_id(args.model), args.kv_disk_bytes, engine="native",
-                    kv_type=args.kv_cache_type, block_size=BLOCK_SIZE, layout=layout, block_bytes=ctx.block_bytes,
+                    kv_type=args.kv_cache_type, block_size=BLOCK_SIZE, layout=f"{ctx.layout} (kernels/attention.h)",
+                    block_bytes=ctx.block_bytes,
                     state_bytes=ctx.state_bytes)
 
 

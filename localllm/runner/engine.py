@@ -55,6 +55,7 @@ Logprob = tuple[float, list[tuple[int, float]]]  # a token's log-probability and
 #: where a copy of the state was kept.
 KV_PREFIX = "kv prefix"
 RECURRENT_CHECKPOINTS = "recurrent state checkpoints"
+WINDOW_CHECKPOINTS = "sliding window checkpoints"  # the same, for sliding-window layers that keep only their window
 
 WAIT_FOR_PREFIX = 64  # a request waits for a running prefill that will share this many more tokens
 MAX_BYPASS = 4  # later arrivals that may start before a waiting request; then it goes first

@@ -9,7 +9,8 @@ blocks of one model live in one directory named by the weights' digest
     magic (8 bytes) | header length (u32) | header (JSON) | the block's bytes | crc32 of those bytes (u32)
 
 The header names the model digest, engine, KV type, block size, the block's
-layout and its key; a file is used only when its header is exactly the one
+layout (layer by layer: which layers a block holds in which head geometry,
+and which a state's window holds) and its key; a file is used only when its header is exactly the one
 this runner would write, its length exact and its checksum right. Anything
 else (truncated, corrupt, another model's or another KV type's) is deleted
 and the block computed again. Files are written under a unique temporary
@@ -23,10 +24,11 @@ modification time). A failed write (a full disk, a read-only directory)
 stops the tier writing for the rest of the runner's life; requests go on.
 Files are mode 0600: KV reveals the prompt.
 
-A model with a recurrent state (Gated DeltaNet layers) also keeps state
-snapshots here, one file per snapshot named by the key of the block it ends
-(``<key>.state``): the same format, checks and budget, with ``"kind":
-"state"`` and the state's size in the header.
+A model with a recurrent state (Gated DeltaNet layers, or sliding layers
+that keep only their window) also keeps state snapshots here, one file per
+snapshot named by the key of the block it ends (``<key>.state``): the same
+format, checks and budget, with ``"kind": "state"`` and the state's size in
+the header.
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ A context shift recomputes the kept tokens the same way instead of rotating
 cached keys, so a shifted sequence's KV too is what a fresh computation gives.
 
 A model with recurrent layers (qwen35, qwen35moe: Gated DeltaNet) keeps a
-state per sequence that cannot be cut back. The pool keeps snapshots of it
+state per sequence that cannot be cut back; so does one whose sliding-window
+layers keep only their window (gpt-oss, Gemma 4: the window is in a ring of
+blocks a sequence, outside the pool, and its state carries the window). The pool keeps snapshots of it
 at block boundaries (:mod:`localllm.runner.kv_blocks`): a sequence resumes
 from the deepest snapshot its cached prefix reaches, with the state written
 back into its row, and computes the rest. Its prefill stops (and a snapshot
@@ -48,7 +50,8 @@ its end with them: the next turn of a chat computes only its new message. A veri
 draft moves the state past its rejected tokens, so a drafting step saves
 the state first; if the draft is cut, that state is written back and the
 accepted tokens computed again (their KV rewritten with the same bits),
-before anything is committed.
+before anything is committed. A state that is only the sliding layers'
+window simply goes back: its ring still holds the window before the draft.
 """
 
 from __future__ import annotations
@@ -60,7 +63,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localllm.backends.native.backend import Batch, Context, Model
-from localllm.runner.engine import RECURRENT_CHECKPOINTS, WAIT_FOR_PREFIX, CompletionRequest, Engine, Slot, Step
+from localllm.runner.engine import (
+    RECURRENT_CHECKPOINTS, WAIT_FOR_PREFIX, WINDOW_CHECKPOINTS, CompletionRequest, Engine, Slot, Step,
+)
 from localllm.runner.kv_blocks import BlockPool, Node, Placement
 
 log = logging.getLogger("localllm.runner")
@@ -91,7 +96,7 @@ class PagedEngine(Engine):
         self._admissions = 0
         self._recurrent = pool.recurrent
         if self._recurrent:
-            self.cache_mode = RECURRENT_CHECKPOINTS
+            self.cache_mode = WINDOW_CHECKPOINTS if ctx.rewinds else RECURRENT_CHECKPOINTS
             self._snapshot_every = max(1, ctx.n_batch // pool.block_size) * pool.block_size
             self._replay = Batch(ctx.n_batch)  # accepted draft tokens computed again after a cut draft
 
@@ -110,7 +115,10 @@ class PagedEngine(Engine):
         return self.pool.host_used
 
     def kv_blocks(self) -> dict[str, int]:
-        return {**self.pool.counts(), "block_size": self.pool.block_size}
+        """The pool's block counts; where the sliding layers keep only their window, also the blocks of the
+        sequences' rings that hold it (a fixed number, however long the sequences grow)."""
+        rings = {"window_blocks": self.ctx.ring_blocks * len(self._slots)} if self.ctx.ring_blocks else {}
+        return {**self.pool.counts(), "block_size": self.pool.block_size, **rings}
 
     def _chore(self) -> bool:
         return self.ctx.populate_next()  # the pool's pages, a slice at a time
@@ -255,7 +263,7 @@ class PagedEngine(Engine):
                 slot.blocks.append(self.pool.allocate())
                 slot.nodes.append(None)
             self._sync_table(slot)
-            if self._recurrent and step.draft:  # the state a cut draft goes back to
+            if self._recurrent and step.draft and not self.ctx.rewinds:  # the state a cut draft goes back to
                 slot.verify_at = len(slot.tokens)
                 slot.verify_state = self.ctx.read_state(slot.seq_id, into=slot.verify_state)
         return plan
@@ -338,8 +346,11 @@ class PagedEngine(Engine):
         return False
 
     def _trim(self, slot: PagedSlot, n: int) -> None:
-        """Drop a rejected draft: its blocks past the kept tokens are private (not yet committed) and go back."""
+        """Drop a rejected draft: its blocks past the kept tokens are private (not yet committed) and go back; a
+        state that is only the sliding layers' window goes back with them (the window before is still held)."""
         del slot.tokens[-n:]
+        if self.ctx.rewinds:
+            self.ctx.rewind_state(slot.seq_id, len(slot.tokens))
         keep = self.pool.blocks_for(len(slot.tokens))
         if len(slot.blocks) > keep:
             self.pool.release(slot.blocks[keep:], slot.nodes[keep:], (), keep=False)

@@ -89,7 +89,7 @@ class Health:
     kv_used_cells: int = 0
     cache_tokens: int = 0
     cache_hit_rate: float = 0.0
-    cache_mode: str = ""  # "kv prefix", "recurrent state checkpoints" (runner/engine.py), "none"
+    cache_mode: str = ""  # "kv prefix", "recurrent state checkpoints", "sliding window checkpoints" (engine.py), "none"
     cache_reused_tokens: int = 0  # prompt tokens served from the cache since the runner started
     cache_ram_bytes: int = 0
     queue_depth: int = 0

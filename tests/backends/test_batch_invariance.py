@@ -12,7 +12,8 @@ experts, attention sinks, a 16-position window on every other layer); two tiny G
 FFN beside experts with layers of two head geometries, and E4B's per-layer embeddings and layers reading earlier
 layers' KV; and tiny qwen35 (Q8_0) and qwen35moe (Q4_K_M), whose Gated DeltaNet layers carry each sequence's
 recurrent state from step to step: where a sequence continues from shared or restored blocks, its state saved at
-the same position comes with them.
+the same position comes with them. gpt-oss and both Gemma 4s again with the sliding layers keeping only their
+window (``window_kv``, as their runners do): their KV in a ring a sequence, carried in its state.
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ N_SEQ = 8
 class Pool:
     """A native context whose 8 sequences each own blocks drawn at random from a shared pool."""
 
-    def __init__(self, path: Path, max_len: int, kv_cache_type: str = "f16", seed: int = 0) -> None:
+    def __init__(self, path: Path, max_len: int, kv_cache_type: str = "f16", seed: int = 0,
+                 window_kv: bool = False) -> None:
         init_backend()
         self.model = native.Model(path)
         per_seq = -(-max_len // BLOCK)
-        self.ctx = native.Context(self.model, per_seq * N_SEQ, BLOCK, max_len, N_SEQ, 512, 2, kv_cache_type)
+        self.ctx = native.Context(self.model, per_seq * N_SEQ, BLOCK, max_len, N_SEQ, 512, 2, kv_cache_type,
+                                  window_kv=window_kv)
+        assert bool(self.ctx.ring_blocks) == window_kv
         order = np.random.default_rng(seed).permutation(per_seq * N_SEQ).astype(np.int32)
         self.ctx.tables[:] = order.reshape(N_SEQ, per_seq)
         self.batch = Batch(512)
@@ -90,15 +94,17 @@ CASES = [("smollm2_path", 200, 1024, "f16"), ("gemma3_path", 560, 1024, "f16"), 
          ("smollm2_path", 1100, 1280, "q8_0"), ("qwen3moe_path", 200, 1024, "f16"),
          ("qwen3moe_q8_0_path", 200, 1024, "f16"), ("gpt_oss_path", 200, 1024, "f16"),  # gpt-oss's window: 16
          ("gemma4_path", 200, 1024, "f16"), ("gemma4_e_path", 200, 1024, "f16"),  # Gemma 4's tiny ones' window: 8
-         ("qwen35_path", 200, 1024, "f16"), ("qwen35moe_path", 200, 1024, "f16")]
+         ("qwen35_path", 200, 1024, "f16"), ("qwen35moe_path", 200, 1024, "f16"),
+         ("gpt_oss_path", 200, 1024, "f16", True), ("gemma4_path", 200, 1024, "f16", True),  # window_kv
+         ("gemma4_e_path", 200, 1024, "f16", True)]
 
 
 @pytest.fixture(scope="module", params=CASES,
                 ids=["smollm2", "gemma3", "smollm2-q8_0", "qwen3moe", "qwen3moe-q8_0", "gpt-oss", "gemma4-moe",
-                     "gemma4-e", "qwen35", "qwen35moe"])
+                     "gemma4-e", "qwen35", "qwen35moe", "gpt-oss-window", "gemma4-moe-window", "gemma4-e-window"])
 def pool(request: pytest.FixtureRequest):
-    name, prompt_len, max_len, kv_cache_type = request.param
-    p = Pool(request.getfixturevalue(name), max_len, kv_cache_type)
+    name, prompt_len, max_len, kv_cache_type, *window_kv = request.param
+    p = Pool(request.getfixturevalue(name), max_len, kv_cache_type, window_kv=bool(window_kv))
     p.prompt_len = prompt_len
     yield p
     p.close()

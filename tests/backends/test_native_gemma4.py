@@ -4,7 +4,8 @@ Tiny Gemma 4 models written here (support.arch_models.gemma4), F32 and Q8_0/Q4_0
 beside routed experts, the router on a scaled norm of the residual, per-expert output scales, each expert's gate
 and up rows in one tensor), its global layers with wider heads, fewer KV heads, no V matrix and proportional RoPE;
 and the E2B/E4B shape (per-layer token embeddings, the last layers reading earlier layers' KV). Sliding layers
-attend over 8 positions and the prompt is longer, so they drop positions. Batch invariance is a case of
+attend over 8 positions and the prompt is longer, so they drop positions; as in a runner, they keep only that
+window (test_native_window_kv.py: bit for bit what keeping every position gives). Batch invariance is a case of
 test_batch_invariance.py.
 """
 
@@ -43,7 +44,7 @@ def first_steps(tmp_path_factory: pytest.TempPathFactory, byte_vocab_path: Path)
     """Each model's first-step logits in both engines and their greedy continuations (ours, theirs, and
     llama.cpp's logits at each step)."""
     return parity_runs(tmp_path_factory.mktemp("gemma4"), MODELS, functools.partial(gemma4, vocab_from=byte_vocab_path),
-                       TOKENS)
+                       TOKENS, window_kv=True)
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -3,7 +3,8 @@
 Tiny gpt-oss models written here (support.arch_models.gpt_oss: 3 layers, 8 experts of which 2 or 4 a token,
 attention sinks, q/k/v/o biases, router and expert biases, the clamped SwiGLU, even layers sliding over 16
 positions, YaRN), F32 and as real files hold them (MXFP4 experts, Q8_0 matrices), against llama.cpp. Prompts
-are longer than the window, so the sliding layers drop positions. Batch invariance is a case of
+are longer than the window, so the sliding layers drop positions; as in a runner, they keep only that window
+(test_native_window_kv.py: bit for bit what keeping every position gives). Batch invariance is a case of
 test_batch_invariance.py.
 """
 
@@ -37,7 +38,7 @@ def first_steps(tmp_path_factory: pytest.TempPathFactory, byte_vocab_path: Path)
     """Each model's first-step logits in both engines and their greedy continuations (ours, theirs, and
     llama.cpp's logits at each step)."""
     build = functools.partial(gpt_oss, vocab_from=byte_vocab_path, n_layer=3, seed=12, context=8192, n_expert=8)
-    return parity_runs(tmp_path_factory.mktemp("gpt-oss"), MODELS, build, TOKENS)
+    return parity_runs(tmp_path_factory.mktemp("gpt-oss"), MODELS, build, TOKENS, window_kv=True)
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -24,3 +24,12 @@ def test_random_traffic_gives_every_request_its_solo_answer(smollm2_path: Path, 
     assert report.finished >= report.requests // 2 and report.shifts > 0 and report.polls > 0
     if engine == "native":
         assert report.preemptions > 0
+
+
+@pytest.mark.timeout(900)
+def test_random_traffic_on_sliding_layers_that_keep_only_their_window(gpt_oss_path: Path) -> None:
+    """gpt-oss on the native engine: its sliding layers' window in rings, the prefix cache resuming at snapshots
+    of it, through the same preemptions, spills and shifts."""
+    report = torture(gpt_oss_path, "native", seed=21, n_requests=16)
+    assert not report.differences, "\n".join(report.differences)
+    assert report.finished >= report.requests // 2 and report.shifts > 0 and report.preemptions > 0

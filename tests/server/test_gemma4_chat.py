@@ -2,8 +2,9 @@
 
 Two tiny Gemma 4s (the 26B-A4B shape with experts beside a dense FFN, the E4B shape with per-layer embeddings and
 layers reading earlier layers' KV; SmolLM2's tokenizer and a ChatML template): ``/api/ps`` says the native engine
-runs them and why, a three-turn chat resumes each turn from the cached prefix of the last (the paged prefix cache
-works unchanged: Gemma 4 has no recurrent state), and the same chat asked again gives the same greedy answers.
+runs them and why, a three-turn chat resumes each turn from the cached prefix of the last (from the snapshot of its
+sliding layers' window the last turn left: test_window_kv_chat.py), and the same chat asked again gives the same
+greedy answers.
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 
 import numpy as np
 import pytest
@@ -488,8 +487,6 @@ def test_the_native_plan_of_window_rings_equals_what_the_context_allocates(reque
     from localllm.backends.native.backend import Context, Model
     from localllm.backends.native.model import native_memory
 
-    if "window_kv" not in inspect.signature(Context).parameters:
-        pytest.skip("this tree's native context keeps the sliding layers in the pool (the swa branch's window_kv)")
     path = request.getfixturevalue(fixture)
     g = read_gguf(path)
     trained = g.arch_value("context_length")

@@ -22,7 +22,6 @@ expert).
 
 from __future__ import annotations
 
-import inspect
 import re
 import sys
 import time
@@ -36,7 +35,6 @@ from support.daemon import Daemon
 from support.fixtures import builds_dir, written_atomically
 from support.moe_models import MoeShape
 
-from localllm.backends.native.backend import Context
 from localllm.runner.engine import CHORES_AFTER_IDLE_S
 
 pytestmark = pytest.mark.slow
@@ -108,9 +106,6 @@ def measured(tmp_path_factory, smollm2_path, qwen3moe_path) -> dict[str, tuple[d
 
 @pytest.mark.parametrize("name", list(MODERATE))
 def test_ps_size_is_within_1_2x_of_what_the_runner_holds(measured, name):
-    if name == "gemma4" and "window_kv" not in inspect.signature(Context).parameters:
-        pytest.skip("the plan counts Gemma 4's sliding layers as window rings, which this tree's native context does "
-                    "not keep yet (the swa branch's window_kv)")
     tiny, tiny_rss = measured["tiny"]
     fixed = tiny_rss - (tiny["size"] - tiny["memory"]["snapshots"])
     entry, rss = measured[name]

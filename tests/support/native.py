@@ -20,22 +20,27 @@ BLOCK = 16
 # by (our sums run in other orders than ggml's, so near ties may go either way).
 MIN_COSINE = 0.995
 MAX_GAP = 0.25
+WINDOW_BATCH = 64  # a window_kv side's batch
 
 
 class Side:
     """One engine with ``n_seq`` sequences: prefill a prompt, then greedy steps; logits as NumPy rows.
 
-    The native side's sequences own fixed runs of KV blocks (sequence s: blocks s*k ... s*k + k-1).
+    The native side's sequences own fixed runs of KV blocks (sequence s: blocks s*k ... s*k + k-1). With
+    ``window_kv`` its sliding layers keep only their window (as a runner's do), in batches of at most
+    :data:`WINDOW_BATCH` tokens, so that the ring is shorter than a short test's context (where it is not, or
+    the model has no window, the context keeps every position, as a runner's does).
     """
 
     def __init__(self, kind: str, model_path: Path, n_ctx: int = 1024, n_seq: int = 1, threads: int = 2,
-                 kv_cache_type: str = "f16") -> None:
+                 kv_cache_type: str = "f16", window_kv: bool = False) -> None:
         llama.init_backend()
         self.kind = kind
         if kind == "native":
             self.model = native.Model(model_path)
             per_seq = -(-n_ctx // BLOCK)
-            self.ctx = native.Context(self.model, per_seq * n_seq, BLOCK, n_ctx, n_seq, 512, threads, kv_cache_type)
+            self.ctx = native.Context(self.model, per_seq * n_seq, BLOCK, n_ctx, n_seq,
+                                      WINDOW_BATCH if window_kv else 512, threads, kv_cache_type, window_kv=window_kv)
             self.ctx.tables[:] = np.arange(per_seq * n_seq, dtype=np.int32).reshape(n_seq, per_seq)
         else:
             self.model = llama.Model(model_path)
@@ -104,11 +109,12 @@ def tiny_block_store(tmp_path: Path, n_blocks: int) -> Iterator[native.Context]:
         model.close()
 
 
-def against_llama_cpp(path: Path, prompt: Sequence[int] | str, steps: int = 24, n_ctx: int = 128) -> tuple:
+def against_llama_cpp(path: Path, prompt: Sequence[int] | str, steps: int = 24, n_ctx: int = 128,
+                      window_kv: bool = False) -> tuple:
     """``prompt`` (tokens, or text llama.cpp tokenizes) through ``path`` on both engines: (our first-step logits,
     llama.cpp's, our ``steps`` greedy tokens, llama.cpp's, llama.cpp's logits at each of its steps), for parity
-    tests that judge near ties by llama.cpp's own gaps."""
-    native, reference = Side("native", path, n_ctx=n_ctx), Side("llama.cpp", path, n_ctx=n_ctx)
+    tests that judge near ties by llama.cpp's own gaps. ``window_kv``: see :class:`Side`."""
+    native, reference = Side("native", path, n_ctx=n_ctx, window_kv=window_kv), Side("llama.cpp", path, n_ctx=n_ctx)
     try:
         tokens = reference.model.vocab.tokenize_prompt(prompt) if isinstance(prompt, str) else prompt
         ours, theirs = native.eval(tokens, 0), reference.eval(tokens, 0)
@@ -121,14 +127,14 @@ def against_llama_cpp(path: Path, prompt: Sequence[int] | str, steps: int = 24, 
 
 
 def parity_runs(directory: Path, models: dict[str, dict], build: Callable[..., Path],
-                prompt: Sequence[int]) -> dict[str, tuple]:
+                prompt: Sequence[int], window_kv: bool = False) -> dict[str, tuple]:
     """Each of ``models`` (id: ``build``'s keyword arguments) written into ``directory``, checked to run on the
-    native engine, and its :func:`against_llama_cpp` runs of ``prompt``, by id."""
+    native engine, and its :func:`against_llama_cpp` runs of ``prompt``, by id (``window_kv``: see :class:`Side`)."""
     results = {}
     for name, kwargs in models.items():
         path = build(directory / f"{name}.gguf", **kwargs)
         assert native_support(path) is None, native_support(path)
-        results[name] = against_llama_cpp(path, prompt)
+        results[name] = against_llama_cpp(path, prompt, window_kv=window_kv)
     return results
 
 

@@ -30,6 +30,7 @@ __all__ = ["Batch", "BackendError", "Context", "Model", "KV_TYPES"]
 
 #: The KV cache types the native engine keeps, by name, with their ggml type ids.
 KV_TYPES = {"f16": 1, "q8_0": 8}
+ERROR_LEN = 256  # llk.h's LLK_ERROR_LEN: room for llk_ctx_new's reason
 POPULATE_SLICE = 8 << 20  # bytes of the KV pool faulted in at a time while the engine is idle (a few ms)
 
 
@@ -75,12 +76,15 @@ class Context:
     Sequences are rows of :attr:`tables` (block ids, see ``kernels/model.c``):
     the batch's sequence id of a token is its row. Whoever fills the tables
     owns the blocks (:class:`localllm.runner.kv_blocks.BlockPool`); this
-    class only evaluates batches and moves whole blocks.
+    class only evaluates batches and moves whole blocks. With ``window_kv``
+    the sliding-window layers keep only their window, in a ring of
+    :attr:`ring_blocks` blocks a sequence outside the pool, and carried in
+    the sequence's state (see ``kernels/llk.h``).
     """
 
     def __init__(
         self, model: Model, n_blocks: int, block_size: int, max_seq_len: int, n_seq: int, n_batch: int, n_threads: int,
-        kv_cache_type: str = "f16",
+        kv_cache_type: str = "f16", window_kv: bool = False,
     ) -> None:
         if kv_cache_type not in KV_TYPES:
             raise BackendError(f"the native engine keeps its KV cache in {' or '.join(KV_TYPES)}, not {kv_cache_type!r}")
@@ -99,15 +103,29 @@ class Context:
         self.n_batch: int = n_batch
         self.tables = np.zeros((n_seq, -(-max_seq_len // block_size)), dtype=np.int32)
         self._lib = library()
+        why = ctypes.create_string_buffer(ERROR_LEN)
         self._ctx = self._lib.llk_ctx_new(
             ctypes.byref(model.weights.params), n_blocks, block_size, max_seq_len, n_batch, n_threads,
-            KV_TYPES[kv_cache_type], n_seq,
+            KV_TYPES[kv_cache_type], n_seq, int(window_kv), why,
         )
         if not self._ctx:
-            raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: out of memory")
+            raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: "
+                               f"{why.value.decode(errors='replace')}")
         self.block_bytes: int = self._lib.llk_kv_block_bytes(self._ctx)
-        #: bytes of one sequence's recurrent state (Gated DeltaNet layers), 0 for a model without one
+        #: window_kv: the blocks of each sequence's ring that holds its sliding layers' window (0: they are in
+        #: the pool's blocks with the other layers), and the bytes of one
+        self.ring_blocks: int = self._lib.llk_kv_ring_blocks(self._ctx)
+        self.ring_block_bytes: int = self._lib.llk_kv_ring_block_bytes(self._ctx)
+        layout = ctypes.create_string_buffer(1024)
+        self._lib.llk_kv_layout(self._ctx, layout, len(layout))
+        #: what a block and a state's window hold, layer by layer (the disk tier's files are of this layout only)
+        self.layout: str = layout.value.decode()
+        #: bytes of one sequence's state: its Gated DeltaNet layers' and its sliding layers' window (window_kv),
+        #: 0 for a model with neither
         self.state_bytes: int = self._lib.llk_state_bytes(self._ctx)
+        #: whether a sequence can be taken back a few positions (:meth:`rewind_state`): its state is only the window
+        self.rewinds: bool = bool(self.ring_blocks) and not any(
+            params.layers[il].ssm_qkv.data for il in range(params.n_layer))
         self._populated = 0  # bytes of the pool faulted in from its start by populate_next
         self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
@@ -196,6 +214,13 @@ class Context:
         """Empty ``seq``'s recurrent state (as a token at position 0 does); nothing for a model without one."""
         if self.state_bytes and self._lib.llk_state_reset(self._ctx, seq) != 0:
             raise BackendError(f"cannot reset the recurrent state of sequence {seq}: no such sequence")
+
+    def rewind_state(self, seq: int, n: int) -> None:
+        """Take ``seq`` back to its first ``n`` positions (a draft's rejected tokens dropped) without restoring a
+        saved state: where :attr:`rewinds`, to no earlier than the start of the batch that last advanced it."""
+        if self._lib.llk_state_rewind(self._ctx, seq, n) != 0:
+            raise BackendError(f"cannot take sequence {seq} back to {n} positions: it holds fewer, or its window "
+                               "there is gone (restore a saved state)")
 
     def close(self) -> None:
         if self._ctx:

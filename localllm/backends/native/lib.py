@@ -157,7 +157,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_map_file": (vp, [ctypes.c_char_p, ctypes.POINTER(c_i64)]),
         "llk_unmap_file": (None, [vp, c_i64]),
         "llk_arch_id": (c_int, [ctypes.c_char_p]),
-        "llk_ctx_new": (vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int, c_int]),
+        "llk_ctx_new": (
+            vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, ctypes.c_char_p]
+        ),
         "llk_ctx_free": (None, [vp]),
         "llk_kv_populate": (None, [vp, ctypes.c_size_t, ctypes.c_size_t]),
         "llk_ctx_error": (ctypes.c_char_p, [vp]),
@@ -168,6 +170,9 @@ def _declare(lib: ctypes.CDLL) -> None:
             c_int, [vp, c_int, i32p, i32p, ctypes.POINTER(i32p), ctypes.POINTER(ctypes.c_int8), fp, i32p, c_int, c_int]
         ),
         "llk_kv_block_bytes": (ctypes.c_size_t, [vp]),
+        "llk_kv_ring_blocks": (c_int, [vp]),
+        "llk_kv_layout": (c_int, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "llk_kv_ring_block_bytes": (ctypes.c_size_t, [vp]),
         "llk_kv_block_copy": (c_int, [vp, c_int, c_int]),
         "llk_kv_block_read": (c_int, [vp, c_int, vp]),
         "llk_kv_block_write": (c_int, [vp, c_int, ctypes.c_char_p]),
@@ -175,6 +180,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_state_read": (c_int, [vp, c_int, vp]),
         "llk_state_write": (c_int, [vp, c_int, vp]),
         "llk_state_reset": (c_int, [vp, c_int]),
+        "llk_state_rewind": (c_int, [vp, c_int, c_int]),
         "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
         "llk_gemm": (c_int, [ctypes.POINTER(Tensor), fp, c_int, fp]),
         "llk_repack_type": (c_int, [c_int, c_i64, c_i64]),
