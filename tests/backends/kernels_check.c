@@ -22,6 +22,10 @@ static uint16_t to_half(float f) { /* normal values only, as the scales here are
     return (uint16_t)(sign | (exp << 10) | man);
 }
 
+/* Where set, fill's codes are all ones (every format's largest codes, its scale bytes too): the repacked
+ * kernels' narrow integer sums at their bounds. */
+static int all_ones;
+
 /* Random blocks with sane scale fields: offsets of the half-precision scales in each block. */
 static void fill(int type, uint8_t *row, int64_t n) {
     static const struct { int type; size_t size; int n_scales; size_t at[2]; } blocks[] = {
@@ -37,7 +41,7 @@ static void fill(int type, uint8_t *row, int64_t n) {
         {LLK_Q6_K, sizeof(block_q6_k), 1, {offsetof(block_q6_k, d)}},
     };
     size_t bytes = llk_row_size(type, n);
-    for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)next();
+    for (size_t i = 0; i < bytes; i++) row[i] = all_ones ? 0xFF : (uint8_t)next();
     if (type == LLK_MXFP4) { /* power-of-two scale bytes: 2^-9 .. 2^-4 */
         for (size_t off = 0; off < bytes; off += sizeof(block_mxfp4)) row[off + offsetof(block_mxfp4, e)] = (uint8_t)(119 + next() % 6);
         return;
@@ -92,13 +96,15 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
         }
     }
     /* repacked layouts: where a level has a group kernel of its own, its results are the reference's bit for bit,
-     * for one token and for several at once */
+     * for one token and for several at once (a whole run of GROUP_MAX_TOK, and one short of it), also with
+     * every code at its largest against activations all at +-127 */
     static const int packable[] = {LLK_Q4_0, LLK_Q4_1, LLK_Q5_0, LLK_Q5_1, LLK_Q8_0, LLK_Q2_K, LLK_Q3_K, LLK_Q4_K, LLK_Q5_K, LLK_Q6_K,
                                    LLK_MXFP4};
+    static const int token_counts[] = {1, GROUP_MAX_TOK - 1, GROUP_MAX_TOK};
     const int64_t rows = 32, cols = 3 * 256;
     uint8_t *matrix = malloc(llk_row_size(LLK_F32, cols) * rows), *packed = malloc(llk_row_size(LLK_F32, cols) * rows);
-    uint8_t *acts = malloc((llk_act_size(LLK_Q4_K, cols) + llk_act_size(LLK_Q4_0, cols)) * 3);
-    float *simd_out = malloc(sizeof(float) * rows * 3), *ref_out = malloc(sizeof(float) * rows * 3);
+    uint8_t *acts = malloc((llk_act_size(LLK_Q4_K, cols) + llk_act_size(LLK_Q4_0, cols)) * GROUP_MAX_TOK);
+    float *simd_out = malloc(sizeof(float) * rows * GROUP_MAX_TOK), *ref_out = malloc(sizeof(float) * rows * GROUP_MAX_TOK);
     for (int isa = 1; isa <= best; isa++) {
         if (llk_isa_set(isa) != isa) continue;
         for (size_t t = 0; t < sizeof packable / sizeof packable[0]; t++) {
@@ -106,19 +112,24 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
             if (rtype == type) continue; /* this level keeps the GGUF layout */
             size_t act_row = llk_act_size(type, cols);
             int same = 1;
-            for (int trial = 0; trial < 5; trial++) {
+            for (int trial = 0; trial < 7; trial++) {
+                all_ones = trial >= 5;
                 for (int64_t r = 0; r < rows; r++) fill(type, matrix + r * llk_row_size(type, cols), cols);
+                all_ones = 0;
                 llk_repack(type, matrix, cols, rows, packed);
-                for (int c = 0; c < 3; c++) {
-                    for (int64_t i = 0; i < cols; i++) x[i] = uniform() * (c + 1);
+                for (int c = 0; c < GROUP_MAX_TOK; c++) {
+                    for (int64_t i = 0; i < cols; i++) x[i] = trial >= 5 ? (trial == 5 ? 1.0f : -1.0f) : uniform() * (c + 1);
                     llk_quantize_act(type, x, acts + c * act_row, cols);
                 }
                 size_t group = llk_row_size(rtype, cols) * 16;
-                for (int64_t g = 0; g < rows / 16; g++) {
-                    llk_kernels()->dot_group[rtype](packed + g * group, acts, act_row, 3, cols, simd_out + 16 * g, rows);
-                    llk_ref_kernels.dot_group[rtype](packed + g * group, acts, act_row, 3, cols, ref_out + 16 * g, rows);
+                for (size_t k = 0; k < sizeof token_counts / sizeof *token_counts; k++) {
+                    const int n_tok = token_counts[k];
+                    for (int64_t g = 0; g < rows / 16; g++) {
+                        llk_kernels()->dot_group[rtype](packed + g * group, acts, act_row, n_tok, cols, simd_out + 16 * g, rows);
+                        llk_ref_kernels.dot_group[rtype](packed + g * group, acts, act_row, n_tok, cols, ref_out + 16 * g, rows);
+                    }
+                    same &= memcmp(simd_out, ref_out, sizeof(float) * rows * n_tok) == 0;
                 }
-                same &= memcmp(simd_out, ref_out, sizeof(float) * rows * 3) == 0;
             }
             failures += !same;
             printf("isa %d %-5s repacked as %s %s\n", isa, llk_type_name(type), llk_type_name(rtype),
