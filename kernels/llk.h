@@ -195,6 +195,13 @@ size_t llk_state_bytes(const llk_ctx *ctx);
 int llk_state_read(const llk_ctx *ctx, int seq, void *dst);
 int llk_state_write(llk_ctx *ctx, int seq, const void *src);
 int llk_state_reset(llk_ctx *ctx, int seq);
+/* Have the next llk_decode / llk_decode_hidden also copy sequence seq's state right after its token at position
+ * pos in that batch to dst (llk_state_bytes; what llk_state_read would give had the batch ended there), so that
+ * a state inside a batch is kept without cutting the batch there; dst must stay valid until that call, which
+ * then forgets every request (one a batch token and at most LLK_STATE_CAPTURES; a position not in the batch
+ * leaves dst as it was).  0 ok, -1 no such sequence, a model without state, or too many requests. */
+#define LLK_STATE_CAPTURES 64
+int llk_state_capture(llk_ctx *ctx, int seq, int pos, void *dst);
 
 /* Thread pool on its own, for benchmarks: parallel matvec y[rows] = W x. */
 int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);

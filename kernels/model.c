@@ -112,6 +112,8 @@ void llk_ctx_free(llk_ctx *c) {
     free(c->next_pos);
     free(c->conv_of);
     free(c->ssm_of);
+    free(c->capture_of);
+    free(c->snap_of);
     free(c->rope_scale);
     free(c->yarn);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->ple, c->ple_gate,
@@ -175,9 +177,6 @@ static int place_kv(llk_ctx *c) {
     return 0;
 }
 
-/* Bytes before a sequence's layers in its state: the count of positions it holds (uint64), padded to a cache line. */
-#define STATE_HEADER 64
-
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
                      int n_threads, int kv_type, int n_seq) {
     if (n_blocks < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 || n_seq < 1) return NULL;
@@ -239,6 +238,8 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
         c->next_pos = malloc(sizeof(int32_t) * (size_t)n_seq);
         c->conv_of = malloc(B * sizeof(float *));
         c->ssm_of = malloc(B * sizeof(float *));
+        c->capture_of = malloc(B * sizeof(uint8_t *));
+        c->snap_of = malloc(B * sizeof(float *));
         c->mix = malloc(B * (size_t)c->dn.channels * sizeof(float));
         c->z = malloc(B * (size_t)c->dn.inner * sizeof(float));
         c->beta = malloc(B * (size_t)c->dn.n_v * sizeof(float));
@@ -278,7 +279,8 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
              c->seq_of && c->table_of && c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
              (m->rope_freq_scale == 0.0f || c->yarn) && (!m->n_embd_per_layer || (c->ple && c->ple_gate)) &&
              (!router_own_input || (c->router_in && c->experts_out)) &&
-             (!n_state_layers || (c->dn.channels && c->state && c->next_pos && c->conv_of && c->ssm_of && c->mix &&
+             (!n_state_layers || (c->dn.channels && c->state && c->next_pos && c->conv_of && c->ssm_of && c->capture_of &&
+                                  c->snap_of && c->mix &&
                                   c->z && c->beta && c->decay)) &&
              (!output_gate || c->qg) && (!m->n_ff_shexp || (c->sh && c->sh_gate));
     if (!ok) {
@@ -514,11 +516,29 @@ static int check_state_positions(llk_ctx *c, int n, const int32_t *pos, int32_t 
     return 0;
 }
 
+/* Point each token of the batch at the llk_state_capture copy asked after it (or NULL), headed with the positions
+ * it then holds; the requests are used up. */
+static void place_captures(llk_ctx *c, int n_captures, int n, const int32_t *pos, int32_t *const *seq_ids) {
+    for (int i = 0; i < n; i++) {
+        c->capture_of[i] = NULL;
+        for (int k = 0; k < n_captures; k++)
+            if (c->captures[k].seq == seq_ids[i][0] && c->captures[k].pos == pos[i]) {
+                uint8_t *dst = c->captures[k].dst;
+                const uint64_t held = (uint64_t)pos[i] + 1;
+                memset(dst, 0, STATE_HEADER);
+                memcpy(dst, &held, sizeof held);
+                c->capture_of[i] = dst;
+            }
+    }
+}
+
 /* The batch through every layer; the output-normed hidden states of the wanted rows, in their order, are
  * then c->xn [n_out][n_embd].  n_out, or <0 on bad input. */
 static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
                    const int8_t *want, const int32_t *tables, int n_tables, int table_len) {
     const llk_model *m = &c->m;
+    const int n_captures = c->n_captures;
+    c->n_captures = 0; /* used up by this batch, whatever happens to it */
     if (n <= 0 || n > c->n_batch) return fail(c, -1, "batch of %ld tokens, capacity is %ld", n, c->n_batch);
     if (table_len < 1 || (int64_t)table_len * c->block_size < c->max_seq_len)
         return fail(c, -1, "block tables of %ld entries cannot hold %ld positions", table_len, c->max_seq_len);
@@ -535,6 +555,7 @@ static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos,
                 return fail(c, -5, "block table entry %ld names no block (pool of %ld)", table[b], c->n_blocks);
     }
     if (c->state && check_state_positions(c, n, pos, seq_ids)) return -7;
+    if (c->state) place_captures(c, n_captures, n, pos, seq_ids);
     const int E = m->n_embd;
     const size_t emb_row = llk_row_size(m->tok_embd.type, E);
     for (int i = 0; i < n; i++) {
@@ -619,6 +640,15 @@ int llk_state_write(llk_ctx *c, int seq, const void *src) {
     memcpy(&n, src, sizeof n);
     if (n > (uint64_t)c->max_seq_len) return -1;
     memcpy(c->state + (size_t)seq * c->state_bytes, src, c->state_bytes);
+    return 0;
+}
+
+int llk_state_capture(llk_ctx *c, int seq, int pos, void *dst) {
+    if (!c->state || seq < 0 || seq >= c->n_seq || !dst || c->n_captures == LLK_STATE_CAPTURES) return -1;
+    c->captures[c->n_captures].seq = seq;
+    c->captures[c->n_captures].pos = pos;
+    c->captures[c->n_captures].dst = dst;
+    c->n_captures++;
     return 0;
 }
 

@@ -18,6 +18,9 @@ One stream, the same threads, alternating rounds (the order reversed every other
 - turn 10 (hybrid model, ours): the time to the first streamed token of a chat's turn ``--turns`` over its first.
 
     python scripts/bench/hybrid.py [--threads 2] [--rounds 4] [--tokens 64] [--prompt 512] [--json]
+                                   [--only shared_prompt]
+
+``--only shared_prompt`` measures only ``hybrid_shared_prompt_ttft_ratio`` (the Qwen 3.6 model alone).
 
 ``--json`` keys: ``gemma4_decode_ratio``, ``gemma4_prefill_ratio``, ``gemma4_moe_decode_ratio``,
 ``hybrid_decode_ratio``, ``hybrid_prefill_ratio``, ``hybrid_shared_prompt_ttft_ratio`` (ours ÷ llama-server:
@@ -150,8 +153,10 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=512, help="prompt tokens (about)")
     p.add_argument("--system", type=int, default=6000, help="shared system prompt tokens (about)")
     p.add_argument("--turns", type=int, default=10)
+    p.add_argument("--only", choices=["shared_prompt"], help="measure only this figure")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    only_shared = args.only == "shared_prompt"
     asked = {"gemma4-e4b-shaped": args.e4b_layers, "gemma4-26b-a4b-shaped": args.moe_layers,
              "qwen36-35b-a3b-shaped": args.hybrid_layers}
     results: dict = {"cpu": cpu_name(), "threads": args.threads, "models": {}}
@@ -160,6 +165,9 @@ def main() -> None:
             "gemma4-26b-a4b-shaped": ("gemma4_moe_decode_ratio", None),
             "qwen36-35b-a3b-shaped": ("hybrid_decode_ratio", "hybrid_prefill_ratio")}
     for name, (total, write_one) in MODELS.items():
+        hybrid = name.startswith("qwen36")
+        if only_shared and not hybrid:
+            continue
         layers = _layers(asked[name], total, write_one, name)
         path = _file(name, layers, write_one)
         info: dict = {"path": str(path), "layers": layers, "of": total}
@@ -171,53 +179,56 @@ def main() -> None:
             daemon.create(name, f"FROM {path}")
             ours(daemon.url, 16, 4, model=name)  # the load, and the weights' first touch
             info["engine"], info["engine_reason"] = _engine(daemon, name)
-            sides = {"ours": lambda: ours(daemon.url, args.prompt, args.tokens, model=name)}
-            hybrid = name.startswith("qwen36")
+            sides = {} if only_shared else {"ours": lambda: ours(daemon.url, args.prompt, args.tokens, model=name)}
             if hybrid:
                 sides["ours_shared"] = lambda: (shared_prompt_ours(daemon.url, name, args.system), 0.0)
             try:
                 server = LlamaServer(path, args.threads, 1, CTX, free_port(), extra=("--no-repack",))
                 server.wait_ready(600)
                 theirs(server, 16, 4)
-                sides["llama_server"] = lambda: theirs(server, args.prompt, args.tokens)
+                if not only_shared:
+                    sides["llama_server"] = lambda: theirs(server, args.prompt, args.tokens)
                 if hybrid:
                     sides["llama_server_shared"] = lambda: (shared_prompt_theirs(server, args.system), 0.0)
             except Exception as exc:  # noqa: BLE001 - no build tools or sources: not measured
                 info["llama_server_error"] = str(exc)[:500]
             samples = alternating(args.rounds, sides)
-            turns = turn_ttfts(daemon.url, name, args.turns) if hybrid else None
+            turns = turn_ttfts(daemon.url, name, args.turns) if hybrid and not only_shared else None
         finally:
             daemon.stop()
             if server is not None:
                 server.stop()
         prefill = samples.medians(0)
-        decode = samples.medians(1)
-        info.update({"ours_prefill_tokens_per_s": prefill["ours"], "ours_decode_tokens_per_s": decode["ours"],
-                     "rounds": samples.pairs()})
-        decode_key, prefill_key = keys[name]
+        info["rounds"] = samples.pairs()
         native = info["engine"] == "native"
         why_not = (f"{name} runs on {info['engine']} here ({info['engine_reason']}), not the native engine"
                    if not native else f"llama-server did not run: {info.get('llama_server_error')}")
-        measured = native and "llama_server" in samples
-        for key, figure in ((decode_key, decode), (prefill_key, prefill)):
-            if key and measured:
-                results[key] = figure["ours"] / figure["llama_server"]
-            elif key:
-                not_measured(results, key, why_not)
+        measured = native and any(side.startswith("llama_server") for side in samples)
+        rows += [(f"{name} layers", f"{layers} of {total}"), (f"{name} engine", info["engine"])]
+        if not only_shared:
+            decode = samples.medians(1)
+            info.update({"ours_prefill_tokens_per_s": prefill["ours"], "ours_decode_tokens_per_s": decode["ours"]})
+            for key, figure in zip(keys[name], (decode, prefill), strict=True):
+                if key and measured:
+                    results[key] = figure["ours"] / figure["llama_server"]
+                elif key:
+                    not_measured(results, key, why_not)
+            rows += [(f"{name} ours decode tokens/s", decode["ours"]),
+                     (f"{name} ours prefill tokens/s", prefill["ours"])]
         if hybrid:
             if measured:
                 results["hybrid_shared_prompt_ttft_ratio"] = prefill["ours_shared"] / prefill["llama_server_shared"]
             else:
                 not_measured(results, "hybrid_shared_prompt_ttft_ratio", why_not)
+        if turns is not None:
             info["turn_ttft_s"] = turns
             if native:
                 results["hybrid_turn10_ttft_ratio"] = turns[-1] / turns[0]
             else:
                 not_measured(results, "hybrid_turn10_ttft_ratio", why_not)
-        rows += [(f"{name} layers", f"{layers} of {total}"), (f"{name} engine", info["engine"]),
-                 (f"{name} ours decode tokens/s", decode["ours"]), (f"{name} ours prefill tokens/s", prefill["ours"]),
-                 *round_rows(f"{name} prefill, decode", samples.pairs())]
-    rows += [(key, results.get(key)) for key in KEYS]
+        rows += [*round_rows(f"{name} {'shared-prompt TTFT s' if only_shared else 'prefill, decode'}",
+                             samples.pairs(lambda value: value[0] if only_shared else value))]
+    rows += [(key, results.get(key)) for key in KEYS if key in results]
     report(f"Gemma 4 and Qwen 3.6 hybrid shapes, {args.threads} threads", rows, results, args.json)
 
 
