@@ -25,19 +25,27 @@ A model with recurrent layers (qwen35, qwen35moe: Gated DeltaNet) keeps a
 state per sequence that cannot be cut back. The pool keeps snapshots of it
 at block boundaries (:mod:`localllm.runner.kv_blocks`): a sequence resumes
 from the deepest snapshot its cached prefix reaches, with the state written
-back into its row, and computes the rest. Its prefill stops (and a snapshot
-is taken) at
+back into its row, and computes the rest. The batch that computes a
+snapshot's last token copies the state after it out
+(:meth:`Context.capture_state`: the recurrence runs token by token, so a
+state inside a batch is the state of a batch ending there), so prefill
+chunks are never cut for one. A sequence snapshots at
 
-- every ``n_batch`` tokens (rounded down to blocks): prefill chunks are that
-  long anyway, so the stops cost no batch width; a snapshot's copy is a
-  small fraction of computing the chunk before it (Qwen 3.6 35B-A3B: a 66 MB
-  state, 0.6 s into a new buffer and 0.09 s into a reused one on a loaded
-  2-core EPYC, against 512 tokens through 40 layers of 3B active weights);
-  its memory (13 times the KV of the 512 tokens for that model) is bounded by
-  the snapshots' RAM budget, past which they go to disk; and a prompt that
-  leaves a cached one anywhere recomputes less than a chunk;
-- the last block boundary before its prompt's last token: the same prompt
-  again, the next turn of a chat and ``n`` > 1 forks resume there;
+- every ``n_batch`` tokens (rounded down to blocks): a prompt that leaves a
+  cached one anywhere recomputes less than that. A snapshot's copy is a
+  small fraction of computing the tokens before it (Qwen 3.6 35B-A3B: a
+  66 MB state, 0.6 s into a new buffer on a loaded 2-core EPYC, against 512
+  tokens through 40 layers of 3B active weights); its memory (13 times the
+  KV of the 512 tokens for that model) is bounded by the snapshots' RAM
+  budget, past which they go to disk (least recently used first: a long
+  prompt's earliest ones);
+- the last block boundary before its prompt's last token (the same prompt
+  again, ``n`` > 1 forks), and 1, 2, 4, ... blocks before it up to
+  ``n_batch``: a later conversation sharing a system prompt parts from an
+  earlier prompt near that prompt's end (where the last user turn starts),
+  and resumes at most about as far before that point as it is from the
+  earlier prompt's end (a block or two for a short question) instead of up
+  to ``n_batch`` tokens;
 - the last block boundary where its prompt left the cached path, and where
   a prompt waiting for this prefill leaves it: every later conversation
   sharing that prefix (a system prompt) resumes there.
