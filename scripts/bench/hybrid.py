@@ -14,7 +14,8 @@ One stream, the same threads, alternating rounds (the order reversed every other
   llama-server's ``timings``);
 - shared prompt (hybrid model): a conversation sends a new ``--system``-token system prompt, then another
   conversation with the same system prompt asks its own question; the time to its first token (one token asked,
-  the whole request's wall time), with llama-server's prompt cache on;
+  the whole request's wall time; ours also says how many prompt tokens it computed), with llama-server's prompt
+  cache on;
 - turn 10 (hybrid model, ours): the time to the first streamed token of a chat's turn ``--turns`` over its first.
 
     python scripts/bench/hybrid.py [--threads 2] [--rounds 4] [--tokens 64] [--prompt 512] [--json]
@@ -94,16 +95,18 @@ def _system(tokens: int) -> str:
     return f"Rules {next(_SYSTEMS)}. " + " ".join(itertools.islice(itertools.cycle(words), tokens * 8 // 10))
 
 
-def shared_prompt_ours(url: str, model: str, system_tokens: int) -> float:
-    """Seconds to the first token of a second conversation whose system prompt a first one just sent."""
+def shared_prompt_ours(url: str, model: str, system_tokens: int) -> tuple[float, int]:
+    """Seconds to the first token of a second conversation whose system prompt a first one just sent, and the
+    prompt tokens it computed (the rest came from the cache)."""
     system = _system(system_tokens)
 
-    def ask(question: str) -> float:
+    def ask(question: str) -> tuple[float, int]:
         body = {"model": model, "prompt": f"{system}\n\nUser: {question}\nAssistant:", "raw": True, "stream": False,
                 "keep_alive": -1, "options": {"temperature": 0, "num_predict": 1, "num_ctx": CTX}}
         start = time.perf_counter()
-        httpx.post(f"{url}/api/generate", json=body, timeout=3600).raise_for_status()
-        return time.perf_counter() - start
+        answer = httpx.post(f"{url}/api/generate", json=body, timeout=3600)
+        answer.raise_for_status()
+        return time.perf_counter() - start, answer.json()["prompt_eval_count"]
 
     ask("What is the sea?")
     return ask("Why is it salty?")
@@ -181,7 +184,7 @@ def main() -> None:
             info["engine"], info["engine_reason"] = _engine(daemon, name)
             sides = {} if only_shared else {"ours": lambda: ours(daemon.url, args.prompt, args.tokens, model=name)}
             if hybrid:
-                sides["ours_shared"] = lambda: (shared_prompt_ours(daemon.url, name, args.system), 0.0)
+                sides["ours_shared"] = lambda: shared_prompt_ours(daemon.url, name, args.system)
             try:
                 server = LlamaServer(path, args.threads, 1, CTX, free_port(), extra=("--no-repack",))
                 server.wait_ready(600)
@@ -226,6 +229,9 @@ def main() -> None:
                 results["hybrid_turn10_ttft_ratio"] = turns[-1] / turns[0]
             else:
                 not_measured(results, "hybrid_turn10_ttft_ratio", why_not)
+        if hybrid:
+            info["ours_shared_computed_tokens"] = [computed for _, computed in samples["ours_shared"]]
+            rows.append((f"{name} ours second conversation's computed tokens", str(info["ours_shared_computed_tokens"])))
         rows += [*round_rows(f"{name} {'shared-prompt TTFT s' if only_shared else 'prefill, decode'}",
                              samples.pairs(lambda value: value[0] if only_shared else value))]
     rows += [(key, results.get(key)) for key in KEYS if key in results]
