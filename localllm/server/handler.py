@@ -41,7 +41,8 @@ class PreparedTurn:
     tool_use: ToolUse | None = None
     parser_setup: ParserSetup = field(default_factory=ParserSetup)
     history: ChatHistory | None = None  # a chat's messages: older ones are left out when they do not fit
-    forced_call: bool = False  # tool_choice makes the answer one call from its first token (no thinking first)
+    forced_call: str | None = None  # a tool_choice that makes the answer one call from its first token
+    # (no thinking first): "required" or the function's name
     system_render: PromptRenderer | None = None  # a plain prompt's system part alone (never cut to fit)
 
 
@@ -93,11 +94,14 @@ def apply_tool_choice(job: CompletionJob, tool_use: ToolUse | None, choice: str,
             raise bad_request("parallel_tool_calls false cannot be honoured for this request: its tool calls "
                               "are not held by a grammar (an output format is set, or a tool's schema cannot "
                               "be expressed); use tool_choice required or a function name, which make one call")
-    elif choice == "required":
-        job.grammar, job.json_schema = tool_use.forced_grammar(), None
     else:
-        job.grammar, job.json_schema = tool_use.forced_grammar(choice), None
+        job.grammar, job.json_schema = tool_use.forced_grammar(forced_name(choice)), None
     return tool_use
+
+
+def forced_name(choice: str) -> str | None:
+    """The function a forced ``tool_choice`` names (None for ``required``: any of the tools)."""
+    return None if choice == "required" else choice
 
 
 class ChatHandler:
@@ -142,8 +146,9 @@ class ChatHandler:
         setup = ParserSetup(format=model.chat_format, thinking_tags=thinking_tags(model, turn.think),
                             tools=tool_use.schemas if tool_use else {},
                             client_names=names.to_user if names is not None else {})
+        forced = turn.tool_choice if tool_use is not None and turn.tool_choice != "auto" else None
         return PreparedTurn(job, lambda health: render(health, history.messages), turn.think, tool_use, setup,
-                            history, forced_call=tool_use is not None and turn.tool_choice != "auto")
+                            history, forced_call=forced)
 
     def prepare_generate(self, job: CompletionJob, render: PromptRenderer, think: ThinkSetting,
                          system_render: PromptRenderer | None = None) -> PreparedTurn:
@@ -180,6 +185,9 @@ class ChatHandler:
             setup = replace(setup, starts_thinking=setup.thinking_tags.opened_by(text))
         if setup.format.answer_start and isinstance(text, str) and text.endswith(setup.format.answer_start):
             setup = replace(setup, continues_header=True)
+            if turn.forced_call and turn.tool_use:  # the call goes on the header the prompt ends with
+                turn.job.grammar = turn.tool_use.forced_grammar(forced_name(turn.forced_call),
+                                                                setup.format.answer_start)
         events = lease.complete(prompt)
         first = await anext(events)  # a failure to start is raised here, before a dialect sends anything
         deltas = self._deltas(first, events, OutputParser(setup), turn.think is False, notes)

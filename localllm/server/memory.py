@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..backends.capabilities import NATIVE_BLOCK_SIZE
 from ..config import ALL_DEVICES
@@ -20,8 +21,14 @@ from ..gguf import EXPERT_TENSORS, GGUFFile
 from ..workers.probe import WorkerDevice
 from ..backends.ggml_devices import BackendDevice, backend_devices
 
+if TYPE_CHECKING:
+    from ..backends.native.archs.base import LayerKv
+    from ..backends.native.model import NativeMemory
+
 #: KV cache bytes an element, by LOCALLLM_KV_CACHE_TYPE (llama.cpp's default is F16).
 KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # ggml blocks of 32: scale + codes
+#: Bytes before the layers in a native sequence's state: the count of positions it holds, padded to a cache line.
+STATE_HEADER = 64
 #: Kept free on every device, as llama.cpp's own fitting does, for fragmentation and the OS.
 SAFETY_MARGIN_BYTES = 256 << 20
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
@@ -34,7 +41,7 @@ class ModelFootprint:
 
     layer_weights: tuple[int, ...]  # per repeating layer
     other_weights: int  # embeddings, output head, final norm
-    kv_per_layer: int  # an attention layer's KV for the whole context (ctx x parallel)
+    kv_per_layer: int  # an attention layer's KV for the whole context (ctx x parallel); the largest where they differ
     compute_buffer: int
     logits_buffer: int = 0  # the part of compute_buffer that holds logits: only the output head's device needs it
     expert_weights: tuple[int, ...] = ()  # per repeating layer, the part of layer_weights in expert tensors
@@ -43,6 +50,11 @@ class ModelFootprint:
     layer_kinds: str = ""
     state_per_layer: int = 0  # a recurrent layer's state for all sequences (independent of the context)
     snapshots: int = 0  # native engine: host RAM its prefix cache may give to copies of a sequence's state
+    # each layer's KV where layers differ (head sizes, KV heads, sliding windows, layers sharing an earlier one's);
+    # () when every attention layer holds kv_per_layer
+    kv_layers: tuple[int, ...] = ()
+    repack_growth: int = 0  # native engine: what the repacked copies of the weights add to their GGUF bytes
+    lookup_tables: int = 0  # native engine: embedding tables read a row a token, paged in as tokens come (not counted)
 
     @property
     def n_layers(self) -> int:
@@ -56,29 +68,50 @@ class ModelFootprint:
     def cache(self, layer: int) -> int:
         """The bytes ``layer`` keeps per context: its KV (attention), its sequences' states (recurrent), or none."""
         kind = self.layer_kinds[layer] if self.layer_kinds else "a"
-        return self.kv_per_layer if kind == "a" else self.state_per_layer if kind == "r" else 0
+        if kind == "a":
+            return self.kv_layers[layer] if self.kv_layers else self.kv_per_layer
+        return self.state_per_layer if kind == "r" else 0
 
     @property
     def kv_bytes(self) -> int:
         """The KV of every attention layer: what grows with the context."""
-        return self.kv_per_layer * (self.layer_kinds.count("a") if self.layer_kinds else self.n_layers)
+        return sum(self.cache(i) for i in range(self.n_layers) if not self.layer_kinds or self.layer_kinds[i] == "a")
 
     def dense_weights(self, layer: int) -> int:
         """A layer's weights but its experts: attention, norms, router, shared experts."""
         return self.layer_weights[layer] - (self.expert_weights[layer] if self.expert_weights else 0)
 
     @property
+    def parts(self) -> dict[str, int]:
+        """:attr:`total` by what holds it, as ``ps`` shows it: the weights (with what repacking adds), the attention
+        layers' KV, the recurrent layers' states, the compute buffers, the host-RAM budget for snapshots of states
+        (it fills as prefixes are cached)."""
+        caches = sum(self.cache(i) for i in range(self.n_layers))
+        return {"weights": self.weights, "kv": self.kv_bytes,
+                "states": caches - self.kv_bytes, "compute": self.compute_buffer, "snapshots": self.snapshots}
+
+    @property
+    def weights(self) -> int:
+        """The weights held in memory: the file's, as repacked, but the tables only looked up a row at a time."""
+        return sum(self.layer_weights) + self.other_weights + self.repack_growth - self.lookup_tables
+
+    @property
     def total(self) -> int:
-        return (sum(self.layer_weights) + self.other_weights + sum(self.cache(i) for i in range(self.n_layers))
-                + self.compute_buffer + self.snapshots)
+        return (self.weights + sum(self.cache(i) for i in range(self.n_layers)) + self.compute_buffer
+                + self.snapshots)
 
 
 def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
-              kv_cache_type: str = "f16", kv_tokens: int = 0, snapshot_budget: int = 0) -> ModelFootprint:
+              kv_cache_type: str = "f16", kv_tokens: int = 0, snapshot_budget: int = 0,
+              native: NativeMemory | None = None) -> ModelFootprint:
     """Estimate weights per layer, KV = positions (``kv_tokens``, else ctx x parallel) x (K+V dims) x type size
-    for each attention layer, a recurrent state a sequence for each recurrent layer (:func:`layer_kinds`),
-    compute buffer; and for the native engine's pool of ``kv_tokens``, the snapshots of a hybrid model's state
-    its prefix cache keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds fewer."""
+    for each attention layer with KV of its own (:func:`kv_geometry`), a recurrent state a sequence for each
+    recurrent layer (:func:`layer_kinds`), compute buffer; and for the native engine (``native``: what its loader
+    reads of the model), its pool of ``kv_tokens``, the rings that hold each sequence's sliding layers' window
+    instead where it trims them (:func:`window_ring_blocks`), the repacked weights' growth, its scratch and logits
+    rows, the embedding tables it only looks rows up in left out (paged in from the file as tokens come, and
+    reclaimable), and the snapshots of a sequence's state (a hybrid's recurrent layers, a trimmed window) its
+    prefix cache keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds fewer."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
     experts = [0] * n_layers
@@ -93,40 +126,93 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
             other += tensor.nbytes
     n_embd = int(gguf.arch_value("embedding_length", 0) or 0)
     n_head = int(gguf.arch_value("attention.head_count", 1) or 1)
-    n_head_kv = gguf.arch_value("attention.head_count_kv", n_head)
-    if isinstance(n_head_kv, list):  # per-layer head counts (0: a recurrent layer): size for the largest
-        n_head_kv = max(n_head_kv, default=0)
-    head_dim = n_embd // n_head if n_head else 0
-    k_dim = int(gguf.arch_value("attention.key_length", head_dim) or head_dim) * int(n_head_kv)
-    v_dim = int(gguf.arch_value("attention.value_length", head_dim) or head_dim) * int(n_head_kv)
-    kv_per_layer = int((kv_tokens or n_ctx * n_parallel) * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT[kv_cache_type])
+    positions = kv_tokens or n_ctx * n_parallel
+    geometry = native.kv_layers if native else kv_geometry(gguf, n_layers)
+    per_position = [int(2 * layer.width * KV_BYTES_PER_ELEMENT[kv_cache_type]) for layer in geometry]
+    trained = int(gguf.arch_value("context_length", 0) or 0) or 4096  # the native loader's default
+    ring = (window_ring_blocks(native.sliding_window, n_batch, max(n_ctx, trained))
+            if native and native.trims_window else 0)
+    kv_layers = tuple((n_parallel * ring * NATIVE_BLOCK_SIZE if ring and layer.sliding else positions) * size
+                      for layer, size in zip(geometry, per_position))
+    kv_layers += (0,) * (n_layers - len(kv_layers))  # layers the native forward does not run (qwen35's MTP)
+    # a snapshot of a trimmed window: the blocks over the window and one partial, at most the ring (and a header)
+    window_blocks = min(-(-native.sliding_window // NATIVE_BLOCK_SIZE) + 1, ring) if ring else 0
+    window_state = (STATE_HEADER + window_blocks * NATIVE_BLOCK_SIZE
+                    * sum(size for layer, size in zip(geometry, per_position) if layer.sliding)) if ring else 0
     n_vocab = _vocab_size(gguf)
-    # Logits for a full batch plus activations of the widest layer, in F32.
     n_ff = gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd
     n_ff = max(n_ff, default=0) if isinstance(n_ff, list) else int(n_ff)  # per-layer widths: the widest
-    logits = 4 * n_batch * n_vocab
-    compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
+    if native:  # logits a sequence (a decode step's rows), and the forward's scratch for a batch
+        logits = 4 * n_parallel * n_vocab
+        compute = logits + n_batch * native.scratch_per_token
+    else:  # llama.cpp: logits for a full batch plus activations of the widest layer and the attention scores, in F32
+        logits = 4 * n_batch * n_vocab
+        compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
     kinds = layer_kinds(gguf, n_layers)
-    one_state = recurrent_state_bytes(gguf) * kinds.count("r")  # all recurrent layers of one sequence
+    one_state = recurrent_state_bytes(gguf) * kinds.count("r") + window_state  # all recurrent layers of a sequence
     blocks = -(-(kv_tokens or n_ctx * n_parallel) // NATIVE_BLOCK_SIZE)
     snapshots = min(snapshot_budget, one_state * blocks)
-    return ModelFootprint(tuple(layers), other, kv_per_layer, compute, logits, tuple(experts) if any(experts) else (),
-                          kinds if kinds != "a" * n_layers else "", recurrent_state_bytes(gguf) * n_parallel
-                          if "r" in kinds else 0, snapshots)
+    return ModelFootprint(tuple(layers), other, max(kv_layers, default=0), compute, logits,
+                          tuple(experts) if any(experts) else (), kinds if kinds != "a" * n_layers else "",
+                          recurrent_state_bytes(gguf) * n_parallel if "r" in kinds else 0, snapshots,
+                          kv_layers if len(set(kv_layers)) > 1 else (), native.repack_growth if native else 0,
+                          native.lookup_bytes if native else 0)
+
+
+def kv_geometry(gguf: GGUFFile, n_layers: int) -> tuple[LayerKv, ...]:
+    """Each layer's K and V width a position, as the native loader reads the model where it knows the architecture
+    (per-layer head sizes and KV heads, layers sharing an earlier one's KV: llama.cpp lays them out the same), else
+    from the metadata: each layer's KV heads (a per-layer ``head_count_kv``) times ``key_length``."""
+    from ..backends.native.archs.base import LayerKv
+    from ..backends.native.lib import NativeError
+    from ..backends.native.model import architecture, hyperparameters
+
+    try:
+        return architecture(gguf).kv_layers(gguf, hyperparameters(gguf))
+    except NativeError:  # an architecture (or a variant) the native engine does not load
+        pass
+    n_head = int(gguf.arch_value("attention.head_count", 1) or 1)
+    n_head_kv = gguf.arch_value("attention.head_count_kv", n_head)
+    per_layer = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layers
+    head_dim = int(gguf.arch_value("embedding_length", 0) or 0) // n_head
+    k_head = int(gguf.arch_value("attention.key_length", head_dim) or head_dim)
+    v_head = int(gguf.arch_value("attention.value_length", head_dim) or head_dim)
+    return tuple(LayerKv(int(kv) * (k_head + v_head) // 2) for kv in per_layer)
+
+
+def window_ring_blocks(window: int, n_batch: int, max_seq_len: int) -> int:
+    """Blocks of the ring in which a native sequence keeps its sliding layers' KV (``kernels/model.c``'s
+    window_kv): those over its last ``window`` + ``n_batch`` positions (a batch's queries look back a window from
+    each) and one partial block; 0 where that is no less than a sequence of ``max_seq_len`` (the sliding layers
+    then stay in the pool's blocks)."""
+    ring = (n_batch + window - 2) // NATIVE_BLOCK_SIZE + 2
+    return ring if window > 0 and ring * NATIVE_BLOCK_SIZE < max_seq_len else 0
 
 
 #: Architectures whose every layer is recurrent (no KV at all).
 RECURRENT_ARCHITECTURES = ("mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7")
+#: Hybrids whose recurrent layers llama.cpp reads as Qwen 3.5's loader does (``archs/qwen35.recurrent_layers``).
+QWEN_HYBRIDS = ("qwen35", "qwen35moe", "qwen3next")
 
 
 def layer_kinds(gguf: GGUFFile, n_layers: int) -> str:
     """Each layer's kind as llama.cpp's hybrid memory assigns it: "a" attention, "r" recurrent, "-" neither.
 
     A per-layer ``head_count_kv`` makes a layer with none recurrent (Nemotron-H, Granite 4, LFM2, Jamba),
-    unless a per-layer ``feed_forward_length`` gives it a feed-forward (Nemotron-H's MLP layers); a
-    ``full_attention_interval`` makes every layer but each n-th recurrent (Qwen 3.5, Qwen3-Next)."""
+    unless a per-layer ``feed_forward_length`` gives it a feed-forward (Nemotron-H's MLP layers); the Qwen
+    hybrids (Qwen 3.5, Qwen3-Next) name their recurrent layers as their loader reads them
+    (``attention.recurrent_layers``, else all but every ``full_attention_interval``-th), and another
+    architecture's ``full_attention_interval`` makes every layer but each n-th recurrent."""
     if (gguf.architecture or "") in RECURRENT_ARCHITECTURES:
         return "r" * n_layers
+    if (gguf.architecture or "") in QWEN_HYBRIDS:
+        from ..backends.native.archs.qwen35 import recurrent_layers
+        from ..backends.native.lib import NativeError
+
+        try:
+            return "".join("r" if recurrent else "a" for recurrent in recurrent_layers(gguf, n_layers))
+        except NativeError:  # metadata the load refuses, saying so
+            return "a" * n_layers
     n_head_kv = gguf.arch_value("attention.head_count_kv")
     if isinstance(n_head_kv, list):
         ff = gguf.arch_value("feed_forward_length")

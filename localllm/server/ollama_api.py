@@ -325,6 +325,7 @@ async def running(request: Request) -> dict[str, Any]:
             "engine_reason": loaded.engine_reason,
             "runner": loaded.serves,
             "split": list(loaded.split),
+            "memory": loaded.memory,
             "cache": health.cache_mode,
             "placement": loaded.placement,
             "cache_tokens": health.cache_tokens,

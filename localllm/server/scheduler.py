@@ -17,9 +17,10 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import ALL_DEVICES, NATIVE_KV_CACHE_TYPES, Settings
 from ..gguf import GGUFFile
@@ -56,6 +57,9 @@ from .engine_choice import EngineChoice, choose_engine
 from .runner_client import RunnerConfig, RunnerError, RunnerProcess, start_runner
 from .worker_pool import WorkerPool
 
+if TYPE_CHECKING:
+    from ..backends.native.model import NativeMemory
+
 log = logging.getLogger("localllm.scheduler")
 
 DEFAULT_NUM_CTX = MIN_DEFAULT_CTX  # the least a load gets unless num_ctx asks (the default: see _plan_load)
@@ -78,6 +82,7 @@ class LoadedModel:
     engine_reason: str = ""
     context_reason: str = ""  # why its context is what it is ("the model's trained length", ...)
     split: tuple[dict, ...] = ()  # where the layers are: {"host": "local" or a worker, "device", "layers", "size"}
+    memory: dict[str, int] = field(default_factory=dict)  # the plan's bytes by what holds them (ModelFootprint.parts)
     placement: str = ""  # a MoE model's attention and experts by processor, in words (GpuPlan.placement)
     workers: tuple[str, ...] = ()  # the workers holding its layers (host:port)
     size_workers: int = 0  # bytes of ``size`` on workers, not on this machine
@@ -562,35 +567,38 @@ class Scheduler:
             return LoadPlan(choice, gpu, need, workers, asked_context(asked_ctx) if asked_ctx else context)
         streams = footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
         choice, gpu, workers = await self._choose_engine(request, streams)
+        native = await asyncio.to_thread(_native_memory, request.model_path) if choice.engine == NATIVE else None
         if asked_ctx:
             context = asked_context(asked_ctx)
         elif workers.n_layers:
             context = least_context(trained, f"the default while layers are on workers ({trained} trained)")
         else:
-            context = default_context(trained, self._fits_context(summary, choice.engine, gpu, request))
-        plan = self._context_plan(summary, choice.engine, context.n_ctx, request)
+            context = default_context(trained, self._fits_context(summary, choice.engine, gpu, request, native))
+        plan = self._context_plan(summary, choice.engine, context.n_ctx, request, native)
         if CAPABILITIES[choice.engine].gpu_layers and context.n_ctx != n_ctx:
             gpu = plan_gpu_layers(plan, self._devices(), request.num_gpu)
         return LoadPlan(choice, gpu, plan, workers, context)
 
-    def _context_plan(self, summary: GGUFFile, engine: str, n_ctx: int, request: LoadRequest) -> ModelFootprint:
+    def _context_plan(self, summary: GGUFFile, engine: str, n_ctx: int, request: LoadRequest,
+                      native: NativeMemory | None = None) -> ModelFootprint:
         """The memory a generating runner of ``n_ctx`` takes: the native engine's one pool, however many
-        sequences share it, or llama.cpp's streams of ``n_ctx`` each."""
+        sequences share it (``native``: what its loader reads of the model), or llama.cpp's streams of ``n_ctx``
+        each."""
         n_batch, kv_cache_type = request.num_batch or 512, self._kv_cache_type(request)
         if engine == NATIVE:  # every sequence's state, and its snapshots in the host-RAM tier
             return footprint(summary, n_ctx, self.num_parallel(NATIVE, n_ctx), n_batch, kv_cache_type,
-                             kv_tokens=self.pool_tokens(n_ctx), snapshot_budget=HOST_CACHE_MB << 20)
+                             kv_tokens=self.pool_tokens(n_ctx), snapshot_budget=HOST_CACHE_MB << 20, native=native)
         return footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
 
-    def _fits_context(self, summary: GGUFFile, engine: str, gpu: GpuPlan,
-                      request: LoadRequest) -> Callable[[int], bool]:
+    def _fits_context(self, summary: GGUFFile, engine: str, gpu: GpuPlan, request: LoadRequest,
+                      native: NativeMemory | None = None) -> Callable[[int], bool]:
         """Whether a load of context n fits: its CPU share in free RAM, all of it within what
         LOCALLLM_MEMORY_LIMIT leaves, and as many layers on the GPUs as ``gpu`` puts there."""
         free, limit = available_ram(), self.settings.memory_limit
         devices = self._devices() if CAPABILITIES[engine].gpu_layers else []
 
         def fits(n_ctx: int) -> bool:
-            need = self._context_plan(summary, engine, n_ctx, request)
+            need = self._context_plan(summary, engine, n_ctx, request, native)
             plan = plan_gpu_layers(need, devices, request.num_gpu if devices else 0)
             return (plan.n_gpu_layers >= gpu.n_gpu_layers
                     and need.total - plan.gpu_bytes + SAFETY_MARGIN_BYTES <= free
@@ -728,7 +736,8 @@ class Scheduler:
             key=key, name=request.name, digest=request.digest, runner=runner,
             size=load.local_bytes + workers.total_bytes,
             processor=plan.processor, size_vram=plan.gpu_bytes, engine=choice.engine, engine_reason=choice.reason,
-            split=self._split(need, plan, workers), placement=plan.placement, workers=load.worker_addresses,
+            split=self._split(need, plan, workers), memory=need.parts, placement=plan.placement,
+            workers=load.worker_addresses,
             size_workers=workers.total_bytes, num_gpu=_as_many_as_fit(request.num_gpu),
             n_cpu_moe=_as_many_as_fit(request.n_cpu_moe), context_reason=load.context.reason,
         )
@@ -851,6 +860,19 @@ def _load_native_library() -> None:
 
     with contextlib.suppress(NativeError):
         library()
+
+
+def _native_memory(path: os.PathLike) -> NativeMemory | None:
+    """What the native loader reads of the model at ``path`` for the memory plan; None where it cannot (the
+    kernels library or the file: the load then says why), and the plan counts the model as llama.cpp would."""
+    from ..backends.native.lib import NativeError
+    from ..backends.native.model import native_memory
+
+    try:
+        return native_memory(path)
+    except (NativeError, OSError) as exc:
+        log.warning("planning the native load of %s without its native layout: %s", path, exc)
+        return None
 
 
 def _describe_workers(workers: WorkerPlan) -> str | None:

@@ -69,10 +69,11 @@ _PARAMETER_CALLS = {
 }
 
 
-def _parameter_rules(syntax: str, name: str, schema: dict[str, Any], rule: str) -> list[str]:
+def _parameter_rules(syntax: str, name: str, schema: dict[str, Any], rule: str, header: str = "") -> list[str]:
     """Rules for one call to ``name`` in a parameter-list syntax, its start rule ``rule``: the
     required parameters in order, then the optional ones, each optional (when the schema requires
-    none, the first written is the first listed)."""
+    none, the first written is the first listed). The call's head starts after ``header``, which the
+    prompt already ends with."""
     head, tail, parameter, separator, quotes = _PARAMETER_CALLS[syntax]
     properties = schema.get("properties") or {}
     required = [k for k in properties if k in (schema.get("required") or [])]
@@ -96,7 +97,7 @@ def _parameter_rules(syntax: str, name: str, schema: dict[str, Any], rule: str) 
     body = " ".join(pieces)
     if keys and not required:
         body = f"({body})?"
-    rules.insert(0, f"{rule} ::= " + " ".join(p for p in (_gbnf_literal(head.format(name=name)), body,
+    rules.insert(0, f"{rule} ::= " + " ".join(p for p in (_gbnf_literal(head.format(name=name).removeprefix(header)), body,
                                                            _gbnf_literal(tail.format())) if p))
     return rules
 
@@ -113,8 +114,9 @@ _JSON_CALLS = {
 _JSON_KEYS = {"cohere": ("tool_name", "parameters")}
 
 
-def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]]) -> str:
-    """GBNF whose rule ``toolcall`` is one call to one of ``tools``, written in ``syntax``."""
+def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], header: str = "") -> str:
+    """GBNF whose rule ``toolcall`` is one call to one of ``tools``, written in ``syntax``; a call's head
+    starts after ``header`` where it begins with it (the role header a prompt already ends with)."""
     spaces = "toolcall-ws ::= [ \\t\\n]{0,4}\n"
     if syntax.body == "json":
         opening, closing = _JSON_CALLS[syntax.name]
@@ -128,22 +130,24 @@ def call_grammar(syntax: CallSyntax, tools: list[dict[str, Any]]) -> str:
         alternatives.append(rule)
         if syntax.body in _NAMED_CALLS:
             before, after = _NAMED_CALLS[syntax.body]
-            parts = [_gbnf_literal(before.format(name=name)), f"{rule}-args-root"]
+            parts = [_gbnf_literal(before.format(name=name).removeprefix(header)), f"{rule}-args-root"]
             parts += [_gbnf_literal(after)] if after else []
             rules.append(f"{rule} ::= {' '.join(parts)}\n" + _prefixed(schema_grammar(schema), f"{rule}-args"))
         else:
-            rules += _parameter_rules(syntax.name, name, schema, rule)
+            rules += _parameter_rules(syntax.name, name, schema, rule, header)
     return f"toolcall ::= {' | '.join(alternatives)}\n{spaces}" + "\n".join(rules)
 
 
-def forced_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], only: str | None = None) -> str:
-    """GBNF that makes the model write one call (to ``only``, when given) in ``syntax``."""
+def forced_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], only: str | None = None,
+                   header: str = "") -> str:
+    """GBNF that makes the model write one call (to ``only``, when given) in ``syntax``, after ``header``:
+    the text the prompt ends with, which a call's head does not repeat."""
     chosen = [t for t in tools if not only or t["function"]["name"] == only]
     if not chosen:
         raise bad_request(f"tool_choice names {only!r}, which is not among the tools")
     around = [_gbnf_literal(w) for w in syntax.wrappers] or ["", ""]  # a group's markers (DeepSeek's)
     root = " ".join(p for p in (around[0], "toolcall", around[-1]) if p)
-    return f"root ::= {root}\n{call_grammar(syntax, chosen)}"
+    return f"root ::= {root}\n{call_grammar(syntax, chosen, header)}"
 
 
 def lazy_grammar(syntax: CallSyntax, tools: list[dict[str, Any]], parallel: bool = True) -> tuple[str, tuple[str, ...]]:
@@ -177,9 +181,10 @@ class ToolUse:
     def schemas(self) -> dict[str, dict[str, Any]]:
         return tool_schemas(self.tools)
 
-    def forced_grammar(self, only: str | None = None) -> str:
-        """GBNF that makes the model write one call (to ``only``, when given)."""
-        return forced_grammar(self.syntax, self.tools, only)
+    def forced_grammar(self, only: str | None = None, header: str = "") -> str:
+        """GBNF that makes the model write one call (to ``only``, when given) after ``header``, the text
+        the prompt ends with."""
+        return forced_grammar(self.syntax, self.tools, only, header)
 
     def lazy_grammar(self, parallel: bool = True) -> tuple[str, tuple[str, ...]]:
         """GBNF for calls after the call-start marker (only one unless ``parallel``), and the

@@ -7,6 +7,7 @@ and exits non-zero when it was one the run had to measure.
 
 from __future__ import annotations
 
+import itertools
 import json
 import platform
 import signal
@@ -27,6 +28,7 @@ import httpx  # noqa: E402
 from support.daemon import Daemon  # noqa: E402
 
 MODEL = "smollm2:135m"
+_FIRST_WORDS = itertools.count(1)  # a new first token each call: no prompt cache hit on either side
 
 T = TypeVar("T")
 
@@ -126,6 +128,24 @@ def start_daemon(**env: str) -> Daemon:
     daemon = Daemon(Path(tempfile.mkdtemp(prefix="localllm-bench-")), **env).start()
     daemon.create(MODEL, f"FROM {fixtures.smollm2_gguf()}")
     return daemon
+
+
+def prompt(tokens: int) -> str:
+    """About ``tokens`` tokens of SmolLM2's vocabulary (eight words are about ten tokens), a new start each call."""
+    words = "the keeper of the lighthouse wrote the weather in his book".split()
+    return f"{next(_FIRST_WORDS)}. " + " ".join(itertools.islice(itertools.cycle(words), tokens * 8 // 10))
+
+
+def generate_rates(url: str, model: str, n_prompt: int, tokens: int, num_ctx: int) -> tuple[float, float]:
+    """(prefill, decode) tokens/s of one greedy completion of a new ``n_prompt``-token prompt through the daemon, as
+    it times them. Plain decoding: speculation off (prompt lookup on a random model's looping output would count
+    several tokens a forward pass, more than the weights' bytes allow; llama-server drafts nothing either)."""
+    body = {"model": model, "prompt": prompt(n_prompt), "raw": True, "stream": False, "keep_alive": -1,
+            "options": {"temperature": 0, "num_predict": tokens, "num_ctx": num_ctx, "speculative": "off"}}
+    answer = httpx.post(f"{url}/api/generate", json=body, timeout=3600)
+    answer.raise_for_status()
+    a = answer.json()
+    return a["prompt_eval_count"] / a["prompt_eval_duration"] * 1e9, a["eval_count"] / a["eval_duration"] * 1e9
 
 
 def _text(value: Any) -> str:

@@ -40,11 +40,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from common import alternating, cpu_name, not_measured, report, round_rows, start_daemon
-from llama_server import CACHE, LlamaServer
-from moe import ours, prompt, theirs
+from common import alternating, cpu_name, generate_rates, not_measured, report, round_rows
+from llama_server import LlamaServer, cached_model, side_by_side
 from support import fixtures
-from support.daemon import Daemon, free_port
 from support.shaped_models import GEMMA4_26B_A4B, GEMMA4_E4B, QWEN36_35B_A3B, gemma4, qwen35moe
 
 from localllm.backends.native.model import available_memory
@@ -56,13 +54,7 @@ _SYSTEMS = itertools.count(1)  # a new system prompt each round
 
 
 def _file(name: str, layers: int, build: Callable[[Path, int], Path]) -> Path:
-    path = CACHE / f"{name}-{layers}l-q4_k_m.gguf"
-    if not path.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        build(partial, layers)
-        partial.replace(path)  # never a half-written model under the final name
-    return path
+    return cached_model(f"{name}-{layers}l-q4_k_m.gguf", lambda partial: build(partial, layers))
 
 
 def _layers(asked: int | None, total: int, write_one: Callable[[Path, int], Path], name: str) -> int:
@@ -83,11 +75,6 @@ MODELS = {  # name: (shape's layer count, writer)
     "qwen36-35b-a3b-shaped": (QWEN36_35B_A3B.n_layer,
                               lambda path, n: qwen35moe(path, fixtures.smollm2_gguf(), QWEN36_35B_A3B, n)),
 }
-
-
-def _engine(daemon: Daemon, model: str) -> tuple[str, str]:
-    entry = next(m for m in httpx.get(f"{daemon.url}/api/ps").json()["models"] if m["name"] == f"{model}:latest")
-    return entry["engine"], entry["engine_reason"]
 
 
 def _system(tokens: int) -> str:
@@ -175,32 +162,21 @@ def main() -> None:
         path = _file(name, layers, write_one)
         info: dict = {"path": str(path), "layers": layers, "of": total}
         results["models"][name] = info
-        daemon = start_daemon(LOCALLLM_NUM_THREADS=str(args.threads), LOCALLLM_NUM_PARALLEL="1",
-                              LOCALLLM_MAX_LOADED_MODELS="1")
-        server = None
-        try:
-            daemon.create(name, f"FROM {path}")
-            ours(daemon.url, 16, 4, model=name)  # the load, and the weights' first touch
-            info["engine"], info["engine_reason"] = _engine(daemon, name)
-            sides = {} if only_shared else {"ours": lambda: ours(daemon.url, args.prompt, args.tokens, model=name)}
+        with side_by_side(path, name, args.threads, CTX, ("--no-repack",)) as pair:
+            info["engine"], info["engine_reason"] = pair.engine, pair.engine_reason
+            url, server = pair.daemon.url, pair.server
+            sides = {} if only_shared else {"ours": lambda: generate_rates(url, name, args.prompt, args.tokens, CTX)}
             if hybrid:
-                sides["ours_shared"] = lambda: shared_prompt_ours(daemon.url, name, args.system)
-            try:
-                server = LlamaServer(path, args.threads, 1, CTX, free_port(), extra=("--no-repack",))
-                server.wait_ready(600)
-                theirs(server, 16, 4)
+                sides["ours_shared"] = lambda: shared_prompt_ours(url, name, args.system)
+            if server is not None:
                 if not only_shared:
-                    sides["llama_server"] = lambda: theirs(server, args.prompt, args.tokens)
+                    sides["llama_server"] = lambda: server.rates(args.prompt, args.tokens)
                 if hybrid:
                     sides["llama_server_shared"] = lambda: (shared_prompt_theirs(server, args.system), 0.0)
-            except Exception as exc:  # noqa: BLE001 - no build tools or sources: not measured
-                info["llama_server_error"] = str(exc)[:500]
+            else:
+                info["llama_server_error"] = pair.server_error
             samples = alternating(args.rounds, sides)
-            turns = turn_ttfts(daemon.url, name, args.turns) if hybrid and not only_shared else None
-        finally:
-            daemon.stop()
-            if server is not None:
-                server.stop()
+            turns = turn_ttfts(url, name, args.turns) if hybrid and not only_shared else None
         prefill = samples.medians(0)
         info["rounds"] = samples.pairs()
         native = info["engine"] == "native"
@@ -219,6 +195,8 @@ def main() -> None:
             rows += [(f"{name} ours decode tokens/s", decode["ours"]),
                      (f"{name} ours prefill tokens/s", prefill["ours"])]
         if hybrid:
+            info["ours_shared_computed_tokens"] = [computed for _, computed in samples["ours_shared"]]
+            rows.append((f"{name} ours second conversation's computed tokens", str(info["ours_shared_computed_tokens"])))
             if measured:
                 results["hybrid_shared_prompt_ttft_ratio"] = prefill["ours_shared"] / prefill["llama_server_shared"]
             else:
@@ -229,9 +207,6 @@ def main() -> None:
                 results["hybrid_turn10_ttft_ratio"] = turns[-1] / turns[0]
             else:
                 not_measured(results, "hybrid_turn10_ttft_ratio", why_not)
-        if hybrid:
-            info["ours_shared_computed_tokens"] = [computed for _, computed in samples["ours_shared"]]
-            rows.append((f"{name} ours second conversation's computed tokens", str(info["ours_shared_computed_tokens"])))
         rows += [*round_rows(f"{name} {'shared-prompt TTFT s' if only_shared else 'prefill, decode'}",
                              samples.pairs(lambda value: value[0] if only_shared else value))]
     rows += [(key, results.get(key)) for key in KEYS if key in results]

@@ -446,3 +446,19 @@ def test_a_built_in_renderers_model_thinks_calls_and_reads_its_results(rendered_
         tool_choice={"type": "function", "function": {"name": "get_time"}})
     assert forced.choices[0].finish_reason == "tool_calls", forced.choices[0].message.content
     assert [c.function.name for c in forced.choices[0].message.tool_calls] == ["get_time"]
+
+
+def test_a_forced_call_goes_on_the_role_header_the_prompt_ends_with(rendered_url):
+    """Glimmer's prompt ends with its role header (``<|start|>assistant``): a forced call goes on from it, not
+    writing the header a second time. On the byte-vocabulary model a token is a byte (but for its one merge,
+    " t"), and here the grammar fixes every byte of the call, so the tokens written count the call's text."""
+    city = {"type": "object", "properties": {"city": {"enum": ["Oslo"]}}, "required": ["city"]}
+    tool = {"type": "function", "function": {"name": "get_time", "parameters": city}}
+    forced = oai(rendered_url).chat.completions.create(
+        model="rnd-glimmer", messages=user("What time is it in Oslo?"), tools=[tool], max_tokens=400,
+        tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in forced.choices[0].message.tool_calls] == [
+        ("get_time", {"city": "Oslo"})]
+    call = (' to=get_time<|message|><atem:function_calls>\n<atem:invoke name="get_time">\n'
+            '<atem:parameter name="city">"Oslo"</atem:parameter>\n</atem:invoke>\n</atem:function_calls>')
+    assert len(call) - 1 <= forced.usage.completion_tokens <= len(call)  # with the header again: 18 more

@@ -8,6 +8,7 @@ so one model gives the two loads these tests need.
 from __future__ import annotations
 
 import contextlib
+import re
 import os
 import signal
 import time
@@ -149,3 +150,27 @@ def test_a_context_too_large_for_the_memory_is_the_requests_400(tmp_path, smollm
 def test_a_memory_limit_that_is_not_a_size_stops_the_daemon_with_a_message(tmp_path):
     with pytest.raises(RuntimeError, match="daemon exited.*LOCALLLM_MEMORY_LIMIT must be a size"):
         Daemon(tmp_path, LOCALLLM_MEMORY_LIMIT="lots").start(timeout=60)
+
+
+@pytest.mark.parametrize("fixture", ["qwen3moe_path", "gpt_oss_path", "gemma4_path"])
+def test_a_moe_or_sliding_window_model_that_cannot_fit_is_refused_before_loading_with_the_figures(
+        request, tmp_path, fixture):
+    """A mixture-of-experts model (qwen3moe; gpt-oss and Gemma 4 26B-A4B with sliding-window layers too) on the
+    native engine: every expert counted, refused before any runner starts, saying what it needs and the limit."""
+    path = request.getfixturevalue(fixture)
+    weights = sum(t.nbytes for t in read_gguf(path).tensors)
+    limit = weights // 2
+    daemon = Daemon(tmp_path, LOCALLLM_MEMORY_LIMIT=str(limit), LOCALLLM_ENGINE="native").start()
+    try:
+        daemon.create("m", f"FROM {path}")
+        refused = httpx.post(f"{daemon.url}/api/generate", json={"model": "m", "prompt": "Hi", "stream": False},
+                             timeout=120)
+        error = refused.json()["error"]
+        assert refused.status_code == 503, error
+        needed = re.search(r"model m\S* needs about (\d+) MiB of memory, more than all of "
+                           r"LOCALLLM_MEMORY_LIMIT=(\d+) MiB", error)
+        assert needed, error
+        assert int(needed.group(1)) >= weights >> 20 and int(needed.group(2)) == round(limit / (1 << 20))
+        assert _loaded(daemon) == [] and daemon.runner_pids() == []
+    finally:
+        daemon.stop()

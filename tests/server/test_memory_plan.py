@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
+import numpy as np
 import pytest
 from support.moe_models import qwen3moe_model, room_for
 
@@ -9,7 +13,7 @@ from localllm.gguf import read_gguf
 from localllm.backends.ggml_devices import BackendDevice, backend_devices
 from localllm.server.memory import (
     SAFETY_MARGIN_BYTES, Device, DoesNotFit, ModelFootprint, check_fits_in_ram, footprint, gpu_devices,
-    gpu_offload, plan_gpu_layers,
+    gpu_offload, kv_geometry, plan_gpu_layers, window_ring_blocks,
 )
 
 GIB = 1 << 30
@@ -299,3 +303,205 @@ def test_the_native_plan_of_a_hybrid_model_counts_each_sequences_state_and_the_s
     small = footprint(g, n_ctx=256, n_parallel=3, kv_tokens=1024, snapshot_budget=MIB // 2)
     assert small.snapshots == MIB // 2 and small.total - need.total == MIB // 2 - need.snapshots
     assert footprint(read_gguf(smollm2_path), 256, 3, kv_tokens=1024, snapshot_budget=GIB).snapshots == 0
+
+
+# --- the native engine's own layout: per-layer KV, sliding windows, expert scratch, repacked weights ------------
+
+def _native_kv(path, n_blocks: int = 8, n_seq: int = 2, n_batch: int = 16) -> int:
+    """Bytes of KV the native context allocates for a pool of ``n_blocks`` blocks of 16."""
+    from localllm.backends.native.backend import Context, Model
+
+    model = Model(path)
+    try:
+        ctx = Context(model, n_blocks=n_blocks, block_size=16, max_seq_len=64, n_seq=n_seq, n_batch=n_batch,
+                      n_threads=1)
+        allocated = n_blocks * ctx.block_bytes
+        ctx.close()
+    finally:
+        model.close()
+    return allocated
+
+
+@pytest.mark.parametrize("fixture", ["gemma4_e_path", "gemma4_path", "gpt_oss_path", "qwen35_path", "qwen3moe_path"])
+def test_the_kv_is_counted_as_the_native_context_lays_it_out(request, fixture):
+    """Each layer at its own head size and KV heads, none for layers that read an earlier layer's KV (Gemma 4 E)
+    or keep a recurrent state (qwen35): the plan of a pool whose every layer holds every position (sliding ones
+    too, as llama.cpp's full-size SWA cache) equals the bytes the native context allocates."""
+    from localllm.backends.native.model import native_memory
+
+    path = request.getfixturevalue(fixture)
+    need = footprint(read_gguf(path), n_ctx=64, n_parallel=2, kv_tokens=8 * 16)
+    assert need.kv_bytes == _native_kv(path)
+    native = native_memory(path)
+    assert [layer.width for layer in native.kv_layers] == [layer.width for layer in kv_geometry(read_gguf(path), 0)]
+
+
+def test_gemma4s_shared_layers_and_narrow_sliding_heads_hold_no_kv_of_the_widest_geometry(gemma4_e_path):
+    """The E-style fixture: 4 layers with KV of their own (3 sliding of 2 heads x 16, 1 global of 1 head x 32),
+    2 reading theirs: 4 layers of 32 + 32 elements a position in f16, not 6 layers of the widest 2 heads x 32."""
+    need = footprint(read_gguf(gemma4_e_path), n_ctx=1024, n_parallel=1)
+    assert need.kv_bytes == 1024 * 4 * (32 + 32) * 2
+    assert need.kv_layers[4:] == (0, 0)
+
+
+def test_the_native_plan_bounds_the_sliding_layers_to_their_window(gpt_oss_path):
+    """A native runner of gpt-oss keeps each sequence's sliding layers in a ring of the blocks over its last
+    window + n_batch positions and one partial block, outside the pool, and its prefix cache keeps snapshots of
+    the window; the global layers hold the whole pool. Where the ring would hold a whole sequence, the sliding
+    layers stay in the pool."""
+    from localllm.backends.native.model import native_memory
+
+    g, native = read_gguf(gpt_oss_path), native_memory(gpt_oss_path)
+    window = g.arch_value("attention.sliding_window")
+    assert native.sliding_window == window and native.trims_window and any(k.sliding for k in native.kv_layers)
+    full = footprint(g, n_ctx=8192, n_parallel=4, n_batch=64, kv_tokens=16384)
+    bounded = footprint(g, n_ctx=8192, n_parallel=4, n_batch=64, kv_tokens=16384, native=native,
+                        snapshot_budget=GIB)
+    ring = window_ring_blocks(window, 64, 8192)
+    assert ring * 16 <= -(-(window + 64) // 16) * 16 + 16  # the contract: window + n_batch and one partial block
+    sliding_bytes = 0
+    for il, layer in enumerate(native.kv_layers):
+        size = 2 * layer.width * 2  # K and V, f16
+        assert bounded.cache(il) == (4 * ring * 16 if layer.sliding else 16384) * size
+        assert full.cache(il) == 16384 * size
+        sliding_bytes += size if layer.sliding else 0
+    snapshot = 64 + (-(-window // 16) + 1) * 16 * sliding_bytes
+    assert bounded.snapshots == snapshot * (16384 // 16) and full.snapshots == 0
+    assert window_ring_blocks(window, 512, 256) == 0  # a ring longer than a sequence: the pool keeps them
+
+
+def test_the_native_plan_counts_the_expert_scratch_and_the_repacked_weights(qwen3moe_path, gemma3_path):
+    """The expert FFN's scratch grows with the batch and the experts used (kernels/moe.c); a K-quant's repacked
+    16-row groups are larger than its GGUF blocks, and the plan counts what the loader's copies add."""
+    from localllm.backends.native.model import NativeWeights, hyperparameters, native_memory
+
+    g, native = read_gguf(qwen3moe_path), native_memory(qwen3moe_path)
+    small, large = (footprint(g, 512, 1, n_batch, native=native) for n_batch in (32, 512))
+    h = hyperparameters(g)
+    # each of a token's experts: gate and up products and the down product in F32, at least
+    assert native.expert_scratch_per_token > h.n_expert_used * 4 * (2 * h.n_ff_exp + h.n_embd)
+    assert large.total - small.total == large.compute_buffer - small.compute_buffer == 480 * native.scratch_per_token
+    assert native.scratch_per_token > native.expert_scratch_per_token
+    assert native_memory(gemma3_path).expert_scratch_per_token == 0
+    assert native.repack_growth > 0  # its Q4_K matrices
+    for path in (qwen3moe_path, gemma3_path):
+        native = native_memory(path)
+        described, loaded = NativeWeights(path, lay_out=False), NativeWeights(path)
+        try:
+            assert loaded.nbytes - described.nbytes == native.repack_growth
+        finally:
+            described.close()
+            loaded.close()
+        gguf = read_gguf(path)
+        file_bytes = sum(t.nbytes for t in gguf.tensors)
+        assert footprint(gguf, 512, 1, native=native).weights == file_bytes + native.repack_growth - native.lookup_bytes
+
+
+def test_qwen35s_recurrent_layers_are_read_as_the_loader_reads_them(tmp_path, smollm2_path):
+    """attention.recurrent_layers wins over full_attention_interval, as in llama.cpp's and our loader: the plan's
+    layer kinds are the loader's (one function), and its states those the native context keeps."""
+    from support import arch_models
+
+    from localllm.backends.native.backend import Context, Model
+    from localllm.backends.native.model import hyperparameters
+
+    path = arch_models.qwen_hybrid(tmp_path / "m.gguf", smollm2_path, "qwen35", extra_keys={
+        "@full_attention_interval": 2, "@attention.recurrent_layers": np.array([True, True, True, False])})
+    g = read_gguf(path)
+    need = footprint(g, 64, 2, kv_tokens=4 * 16)
+    assert need.layer_kinds == "rrra"
+    assert tuple(kind == "r" for kind in need.layer_kinds) == hyperparameters(g).recurrent
+    model = Model(path)
+    try:
+        ctx = Context(model, n_blocks=4, block_size=16, max_seq_len=64, n_seq=2, n_batch=16, n_threads=1)
+        assert need.kv_bytes == 4 * ctx.block_bytes
+        assert 2 * ctx.state_bytes - 2 * 64 <= need.state_per_layer * 3 <= 2 * ctx.state_bytes  # and a header
+        ctx.close()
+    finally:
+        model.close()
+
+
+#: MemAvailable of an idle 24 GB machine (this one's 23.4 GiB of RAM report 22 GiB available)
+FREE_ON_24_GB = 22 * GIB
+
+
+def _native_plan(path, n_ctx: int) -> ModelFootprint:
+    """The plan the scheduler makes for a native load of ``n_ctx`` (its default pool, sequences and host cache)."""
+    from localllm.backends.capabilities import HOST_CACHE_MB, native_parallel, native_pool_tokens
+    from localllm.backends.native.model import native_memory
+
+    pool = native_pool_tokens(n_ctx)
+    return footprint(read_gguf(path), n_ctx, native_parallel(pool), kv_tokens=pool,
+                     snapshot_budget=HOST_CACHE_MB << 20, native=native_memory(path))
+
+
+def test_qwen3_30b_a3b_at_q4_k_m_loads_on_a_24_gb_machine_and_twice_its_size_is_refused(tmp_path, smollm2_path):
+    """The real Qwen3-30B-A3B shape in llama.cpp's Q4_K_M mix (17 GiB of weights; a sparse file: only its header
+    is read) fits an idle 24 GB machine with its KV at the default context, experts, scratch and repacked
+    growth counted; the same model with twice the layers is refused before loading, saying what it needs
+    and what is available."""
+    from localllm.server.memory import default_context
+    from support.moe_models import QWEN3_30B_A3B
+
+    path = qwen3moe_model(tmp_path / "30b.gguf", smollm2_path, QWEN3_30B_A3B, quantized=True, k_quants=True,
+                          sparse=True)
+    assert 16.5 * GIB < path.stat().st_size < 17.5 * GIB
+    trained = read_gguf(path).arch_value("context_length")
+    context = default_context(trained, lambda n: _native_plan(path, n).total + SAFETY_MARGIN_BYTES <= FREE_ON_24_GB)
+    need = _native_plan(path, context.n_ctx)
+    check_fits_in_ram(need, "qwen3:30b-a3b", FREE_ON_24_GB)
+    assert context.n_ctx == trained == 40960 and sum(need.layer_weights) + need.other_weights == sum(
+        t.nbytes for t in read_gguf(path).tensors)
+    assert need.expert_layers == 48 and need.kv_bytes >= 48 * 4096 * 2 * 4 * 128 * 2  # at least 4,096 positions
+    assert need.repack_growth > 0 and need.compute_buffer > 512 * 8 * 768 * 4 * 2  # the experts' gate and up products
+
+    double = qwen3moe_model(tmp_path / "60b.gguf", smollm2_path, dataclasses.replace(QWEN3_30B_A3B, n_layer=96),
+                            quantized=True, k_quants=True, sparse=True)
+    too_large = _native_plan(double, 4096)
+    with pytest.raises(DoesNotFit) as refused:
+        check_fits_in_ram(too_large, "twice", FREE_ON_24_GB)
+    message = str(refused.value)
+    assert f"needs about {too_large.total / GIB:.1f} GiB" in message and "only 22.0 GiB is available" in message
+    assert too_large.total > 34 * GIB
+
+
+def test_embedding_tables_read_a_row_a_token_are_left_in_the_file(gemma4_e_path, qwen3moe_path):
+    """Gemma 4's per-layer embeddings (and an embedding apart from the output head) are read a row a token: the
+    native plan leaves them out of the weights it holds, as the loader leaves them out of what it streams;
+    an embedding tied to the output head is streamed whole, and counted."""
+    from localllm.backends.native.model import native_memory
+
+    g = read_gguf(gemma4_e_path)
+    table = g.tensor("per_layer_token_embd.weight").nbytes
+    native = native_memory(gemma4_e_path)
+    assert native.lookup_bytes == table + g.tensor("token_embd.weight").nbytes * bool(g.tensor("output.weight"))
+    need = footprint(g, 512, 1, native=native)
+    assert need.weights == sum(t.nbytes for t in g.tensors) + native.repack_growth - native.lookup_bytes
+    assert need.parts["weights"] == need.weights and sum(need.parts.values()) == need.total
+    assert native_memory(qwen3moe_path).lookup_bytes == 0  # tied: the output head reads the whole table
+
+
+@pytest.mark.parametrize("fixture", ["gpt_oss_path", "gemma4_path", "gemma4_e_path"])
+def test_the_native_plan_of_window_rings_equals_what_the_context_allocates(request, fixture):
+    """Where the native context keeps the sliding layers' window in rings (window_kv), the plan's KV is the pool of
+    the other layers plus a ring a sequence, and its snapshot of a state the context's state."""
+    from localllm.backends.native.backend import Context, Model
+    from localllm.backends.native.model import native_memory
+
+    if "window_kv" not in inspect.signature(Context).parameters:
+        pytest.skip("this tree's native context keeps the sliding layers in the pool (the swa branch's window_kv)")
+    path = request.getfixturevalue(fixture)
+    g = read_gguf(path)
+    trained = g.arch_value("context_length")
+    model = Model(path)
+    try:
+        ctx = Context(model, n_blocks=64, block_size=16, max_seq_len=trained, n_seq=3, n_batch=32, n_threads=1,
+                      window_kv=True)
+        allocated = 64 * ctx.block_bytes + 3 * ctx.ring_blocks * ctx.ring_block_bytes
+        state = ctx.state_bytes
+        ctx.close()
+    finally:
+        model.close()
+    need = footprint(g, trained, 3, n_batch=32, kv_tokens=64 * 16, snapshot_budget=GIB, native=native_memory(path))
+    assert need.kv_bytes == allocated
+    assert need.snapshots == state * 64

@@ -509,6 +509,7 @@ def qwen_hybrid(path: Path, vocab_from: Path, arch: str, layout: str = "upstream
     else:
         keys.update({"@expert_count": n_exp, "@expert_used_count": 2, "@expert_feed_forward_length": ff_exp,
                      "@expert_shared_feed_forward_length": ff_exp})
+    keys |= extra_keys or {}
     tensors: list[tuple[str, Shape]] = [("token_embd.weight", (e, -1)), ("output_norm.weight", (e,)),
                                         ("output.weight", (e, -1))]
     for il in range(n_layer):

@@ -4,6 +4,7 @@ random weights and a real tokenizer, and most of their bytes are experts, as in 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,10 +15,11 @@ from localllm.server.memory import SAFETY_MARGIN_BYTES, ModelFootprint
 from support.gguf_builders import F32, _copy_tokenizer
 
 MOSTLY_Q4_0, MOSTLY_Q8_0, MOSTLY_Q4_K_M = 2, 7, 15  # general.file_type (llama_ftype)
-# weights a block and its bytes: Q4_0 an f16 scale and 16 bytes of 4-bit codes; Q4_K (f16 d and dmin, 12 bytes of
-# 6-bit scales and mins, 128 of 4-bit codes) and Q6_K (128 bytes of low nibbles, 64 of high bits, 16 int8 scales,
-# f16 d) super-blocks of 256
-_BLOCKS = {GGMLQuantizationType.Q4_0: (32, 18), GGMLQuantizationType.Q4_K: (256, 144),
+# weights a block and its bytes: Q4_0 an f16 scale and 16 bytes of 4-bit codes; Q8_0 an f16 scale and 32 int8 codes;
+# MXFP4 an E8M0 scale byte and 16 bytes of E2M1 codes; Q4_K (f16 d and dmin, 12 bytes of 6-bit scales and mins, 128
+# of 4-bit codes) and Q6_K (128 bytes of low nibbles, 64 of high bits, 16 int8 scales, f16 d) super-blocks of 256
+_BLOCKS = {GGMLQuantizationType.Q4_0: (32, 18), GGMLQuantizationType.Q8_0: (32, 34),
+           GGMLQuantizationType.MXFP4: (32, 17), GGMLQuantizationType.Q4_K: (256, 144),
            GGMLQuantizationType.Q6_K: (256, 210)}
 
 
@@ -45,7 +47,7 @@ Blocks = tuple[np.ndarray, GGMLQuantizationType]  # a quantized tensor's blocks 
 
 def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, quantized: bool = False,
                    seed: int = 0, replace: dict[str, np.ndarray | Blocks] | None = None, k_quants: bool = False,
-                   ollama_keys: bool = False, **dims: int) -> Path:
+                   ollama_keys: bool = False, sparse: bool = False, **dims: int) -> Path:
     """A ``qwen3moe`` GGUF of ``shape`` (or :class:`MoeShape`'s defaults with ``dims`` replaced): random weights
     scaled so that activations keep their size through the layers, ``vocab_from``'s tokenizer (SmolLM2's in the
     tests) and an output head tied to the embeddings. F32, or with ``quantized`` every matrix Q4_0 (random 4-bit
@@ -55,7 +57,8 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     instead, whatever their shape and type (a file that disagrees with its metadata), or as these blocks of a
     quantized type (numpy's shape in bytes). ``ollama_keys``: the expert keys as Ollama's converter writes them
     (``norm_top_k_prob``, and no ``expert_feed_forward_length``: llama.cpp takes feed_forward_length, the dense
-    width, over the experts used)."""
+    width, over the experts used). ``sparse``: the tensors' bytes left a hole (a sparse file of the full size:
+    the header of a full-size model for what reads only headers, such as the memory planner, in no disk space)."""
     replace = {name: value if isinstance(value, tuple) else (value, None) for name, value in (replace or {}).items()}
     shape = shape or MoeShape(**dims)
     s = shape
@@ -126,6 +129,12 @@ def qwen3moe_model(path: Path, vocab_from: Path, shape: MoeShape | None = None, 
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
+    if sparse:
+        start = GGUFWriter.ggml_pad(w.fout[0].tell(), w.data_alignment)
+        end = start + sum(GGUFWriter.ggml_pad(info.nbytes, w.data_alignment) for info in w.tensors[0].values())
+        w.close()
+        os.truncate(path, end)
+        return path
     rng = np.random.default_rng(seed)
     for name, dims, scale in tensors:
         if name in replace:
@@ -180,8 +189,8 @@ def _more_bits(layer: int, n_layer: int) -> bool:
 
 def _random_blocks(rng: np.random.Generator, numpy_shape: tuple[int, ...], scale: float,
                    qtype: GGMLQuantizationType) -> np.ndarray:
-    """Blocks of ``qtype`` (numpy's shape in bytes) of uniform random codes, scales and mins, their f16 scales set
-    so that the weights' standard deviation is about ``scale`` (Q4_K's offsets about cancel its codes' mean)."""
+    """Blocks of ``qtype`` (numpy's shape in bytes) of uniform random codes, scales and mins, their block scales
+    set so that the weights' standard deviation is about ``scale`` (Q4_K's offsets about cancel its codes' mean)."""
     per, size = _BLOCKS[qtype]
     blocks = rng.integers(0, 256, (int(np.prod(numpy_shape)) // per, size), dtype=np.uint8)
 
@@ -190,6 +199,11 @@ def _random_blocks(rng: np.random.Generator, numpy_shape: tuple[int, ...], scale
 
     if qtype == GGMLQuantizationType.Q4_0:
         blocks[:, :2] = f16(scale / 4.6)  # the codes' std is about 4.6
+    elif qtype == GGMLQuantizationType.Q8_0:
+        blocks[:, :2] = f16(scale / 74)  # int8 codes' std is about 74
+    elif qtype == GGMLQuantizationType.MXFP4:
+        # a code's value is kvalues_mxfp4[code] (std about 5.85) times 2^(scale byte - 128)
+        blocks[:, 0] = round(128 + np.log2(scale / 5.85))
     elif qtype == GGMLQuantizationType.Q4_K:
         d = scale / (31.5 * 4.6)  # 6-bit scales of mean 31.5 times codes of std 4.6
         blocks[:, 0:2], blocks[:, 2:4] = f16(d), f16(7.5 * d)  # mins times 7.5 d: the mean code (7.5) times d

@@ -13,6 +13,7 @@ import ctypes
 import dataclasses
 import logging
 import math
+import mmap
 import os
 import re
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from localllm.backends.native.archs import ARCHITECTURES, Architecture
-from localllm.backends.native.archs.base import (DENSE_FFN, EXPERT_FFN, HINT, Hyper, UnsupportedModel,
+from localllm.backends.native.archs.base import (DENSE_FFN, EXPERT_FFN, HINT, Hyper, LayerKv, UnsupportedModel,
                                                  metadata_int)
 from localllm.backends.native.lib import LAYER_TENSORS, Layer, ModelParams, NativeError, Tensor, library
 from localllm.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gguf
@@ -211,7 +212,8 @@ class NativeWeights:
     are read in place from the mapping. :attr:`layouts` says which layout each weight type got.
     """
 
-    def __init__(self, path: str | Path, repack: bool = True, repack_budget: int | None = None) -> None:
+    def __init__(self, path: str | Path, repack: bool = True, repack_budget: int | None = None,
+                 lay_out: bool = True) -> None:
         self.path = Path(path)
         try:
             self.gguf = read_gguf(self.path, skip_arrays_over=256)
@@ -229,7 +231,8 @@ class NativeWeights:
         self.repack_seconds = 0.0
         try:
             self.params = self._describe()
-            self._lay_out(repack, repack_budget)
+            if lay_out:  # else mapped and described only, for :func:`native_memory` to read
+                self._lay_out(repack, repack_budget)
         except BaseException:
             self.close()
             raise
@@ -245,6 +248,11 @@ class NativeWeights:
         model all but the experts, and expert_used_count of each layer's experts."""
         return self._weight_bytes - self._expert_bytes + self._expert_bytes * self.hyper.n_expert_used // max(
             self.hyper.n_expert, 1)
+
+    @property
+    def trims_window(self) -> bool:
+        """Whether a runner's context keeps only the window of the sliding layers (the architecture's choice)."""
+        return ARCHITECTURES[self.hyper.arch].trims_window
 
     def _tensor(self, name: str) -> Tensor:
         """A checked tensor of the model (a null Tensor for an absent optional one)."""
@@ -293,13 +301,14 @@ class NativeWeights:
             p.yarn_beta_fast, p.yarn_beta_slow, p.yarn_orig_ctx = h.rope.beta_fast, h.rope.beta_slow, h.rope.orig_ctx
         arch.configure(g, h, p, self._layers, self._tensor)
         looked_up = [p.per_layer_tok_embd] + ([p.tok_embd] if p.output.data else [])
-        for t in looked_up:  # a token's row is looked up, the rest never streamed
-            if t.data:
-                self._weight_bytes -= t.ne1 * library().llk_row_size(t.type, t.ne0)
+        #: bytes of the tables of which a token's row is looked up, the rest never streamed (nor paged in)
+        self.lookup_bytes = sum(t.ne1 * library().llk_row_size(t.type, t.ne0) for t in looked_up if t.data)
+        self._weight_bytes -= self.lookup_bytes
         return p
 
-    def _lay_out(self, repack: bool, budget: int | None) -> None:
-        """Repack the matrices that have a layout at this level; name each weight type's layout."""
+    def _repack_plan(self, repack: bool) -> list[tuple[Tensor, int, int]]:
+        """Each matrix the forward reads, with how many matrices of its shape it holds (one, or an expert tensor's
+        one per expert) and the layout it gets at this CPU's level (its own type: read in place)."""
         p, lib, h = self.params, library(), self.hyper
         # (tensor, how many matrices of its shape it holds: one, or an expert tensor's one per expert)
         matrices = [(getattr(p.layers[il], f), h.n_expert if f in _EXPERT_TENSORS else 1, f in _HALVED)
@@ -309,8 +318,21 @@ class NativeWeights:
         matrices += [(p.output, 1, False), (p.per_layer_model_proj, 1, False)]
         # an expert tensor is repacked as one matrix of all its rows when each expert's rows are whole groups (each
         # half's, where the forward reads the halves)
-        plan = [(t, n, lib.llk_repack_type(t.type, t.ne0, t.ne1 // 2 if halved else t.ne1) if repack else t.type)
+        return [(t, n, lib.llk_repack_type(t.type, t.ne0, t.ne1 // 2 if halved else t.ne1) if repack else t.type)
                 for t, n, halved in matrices if t.data]
+
+    def repack_growth(self) -> int:
+        """Bytes the repacked copies of the matrices take beyond their GGUF bytes (a K-quant's 16-row groups hold
+        their scales otherwise: a few percent more)."""
+        lib = library()
+        return sum(lib.llk_repack_size(t.type, t.ne0, t.ne1 * n) - lib.llk_row_size(t.type, t.ne0) * t.ne1 * n
+                   for t, n, target in self._repack_plan(True) if target != t.type)
+
+    def _lay_out(self, repack: bool, budget: int | None) -> None:
+        """Repack the matrices that have a layout at this level, letting go of their pages in the mapping; name
+        each weight type's layout."""
+        lib = library()
+        plan = self._repack_plan(repack)
         need = sum(lib.llk_repack_size(t.type, t.ne0, t.ne1 * n) for t, n, target in plan if target != t.type)
         budget = available_memory() if need and budget is None else budget
         if need and need > budget:
@@ -332,10 +354,14 @@ class NativeWeights:
         # matrix each token (with 4 KiB pages, a model of small matrices costs a page walk every 4 KiB).
         self._repacked = buffer = np.empty(offset, dtype=np.uint8)
         start = time.perf_counter()
+
+        def copy(job: tuple[Tensor, int, int, int, int]) -> None:
+            t, n, _, at, _ = job
+            lib.llk_repack(t.type, ctypes.c_void_p(t.data), t.ne0, t.ne1 * n, ctypes.c_void_p(buffer.ctypes.data + at))
+            _release_pages(t.data, lib.llk_row_size(t.type, t.ne0) * t.ne1 * n)
+
         with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # ctypes lets go of the GIL: one matrix a core
-            list(pool.map(lambda job: lib.llk_repack(job[0].type, ctypes.c_void_p(job[0].data), job[0].ne0,
-                                                     job[0].ne1 * job[1], ctypes.c_void_p(buffer.ctypes.data + job[3])),
-                          copies))
+            list(pool.map(copy, copies))
         self.repack_seconds = time.perf_counter() - start
         for t, n, target, at, size in copies:
             grown = size - lib.llk_row_size(t.type, t.ne0) * t.ne1 * n
@@ -353,3 +379,99 @@ class NativeWeights:
         if self._base:
             library().llk_unmap_file(self._base, self._size)
             self._base = None
+
+
+def _release_pages(address: int, length: int) -> None:
+    """Let go of this process's mapping of the whole pages in ``[address, address + length)``: a matrix copied
+    into its repacked layout is never read from the mapping again, and its pages, left mapped, would hold the
+    model twice in the runner's resident memory. The file's bytes stay in the page cache (reclaimable), and
+    a later read of those pages maps them again."""
+    start = -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = (address + length) // mmap.PAGESIZE * mmap.PAGESIZE
+    if end > start:
+        _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeMemory:
+    """What a native load holds that the GGUF's tensor bytes do not say, for the memory planner: each layer's KV
+    a position as the context lays out its pool, the window of the sliding layers and whether a runner keeps
+    only that window of them (``Architecture.trims_window``), the bytes of the tables only looked up a row a token
+    (embeddings that are not also the output head: paged in a row at a time), the bytes the repacked
+    copies add, and the scratch each token of a batch takes: the forward's activations (``kernels/model.c``'s
+    llk_ctx_new) and the expert FFN's (``kernels/moe.c``'s moe_scratch_new)."""
+
+    kv_layers: tuple[LayerKv, ...]
+    sliding_window: int
+    trims_window: bool
+    lookup_bytes: int
+    repack_growth: int
+    scratch_per_token: int
+    expert_scratch_per_token: int  # the part of scratch_per_token the experts take
+
+
+def native_memory(path: str | Path) -> NativeMemory:
+    """:class:`NativeMemory` of the model at ``path``, read as the loader reads it (the file is mapped and
+    described, nothing copied); a :class:`NativeError` for a model the native engine does not load."""
+    weights = NativeWeights(path, lay_out=False)
+    try:
+        g, h = weights.gguf, weights.hyper
+        arch = ARCHITECTURES[h.arch]
+        kv_layers = arch.kv_layers(g, h)
+        window = int(g.arch_value("attention.sliding_window", 0) or 0) if any(k.sliding for k in kv_layers) else 0
+        experts = _moe_scratch_per_token(weights.params)
+        return NativeMemory(kv_layers, window, weights.trims_window, weights.lookup_bytes, weights.repack_growth(),
+                            _activations_per_token(weights.params) + experts, experts)
+    finally:
+        weights.close()
+
+
+def _activations_per_token(p: ModelParams) -> int:
+    """Bytes of llk_ctx_new's F32 buffers a token of the batch takes, its widest layer's: the residual and the
+    attention output, the normed input and three activation buffers of the widest row, Q (and its output gate),
+    K, V and the attention result, the FFN's gate and up products, the per-layer embeddings."""
+    layers = [p.layers[il] for il in range(p.n_layer)]
+    q_dim = max(p.n_head * (layer.head_dim or p.head_dim) for layer in layers)
+    kv_dim = max((layer.n_head_kv or p.n_head_kv) * (layer.head_dim or p.head_dim) for layer in layers)
+    inner = p.ssm_d_state * p.ssm_dt_rank
+    ff = max(p.n_ff, p.n_ff_shexp)
+    wide = max(p.n_embd, q_dim, ff, inner)
+    floats = 2 * p.n_embd + 4 * wide + 3 * max(q_dim, inner) + 2 * kv_dim + 2 * ff + p.n_layer * p.n_embd_per_layer
+    return 4 * floats
+
+
+def _moe_scratch_per_token(p: ModelParams) -> int:
+    """Bytes of moe_scratch_new's buffers a token of the batch takes: the router's logits and its activations,
+    and for each of its n_expert_used experts the grouped activations, the gate and up products, the hidden
+    state's activations and the down product (0 for a model without experts)."""
+    if not p.n_expert:
+        return 0
+    act = library().llk_act_size
+    layers = [p.layers[il] for il in range(p.n_layer)]
+    n_ff = in_row = router_row = hidden_row = 0
+    separate_up = False
+    for layer in layers:
+        if layer.ffn_gate_up_exps.data:
+            in_row = max(in_row, act(layer.ffn_gate_up_exps.type, p.n_embd))
+            n_ff = max(n_ff, layer.ffn_gate_up_exps.ne1 // 2)
+        elif layer.ffn_gate_exps.data:
+            separate_up |= _act_kind(layer.ffn_gate_exps) != _act_kind(layer.ffn_up_exps)
+            in_row = max(in_row, act(layer.ffn_gate_exps.type, p.n_embd), act(layer.ffn_up_exps.type, p.n_embd))
+            n_ff = max(n_ff, layer.ffn_gate_exps.ne1)
+        if layer.ffn_gate_inp.data:
+            router_row = max(router_row, act(layer.ffn_gate_inp.type, p.n_embd))
+    for layer in layers:
+        if layer.ffn_down_exps.data:
+            hidden_row = max(hidden_row, act(layer.ffn_down_exps.type, n_ff))
+    inputs = in_row * (2 if separate_up else 1)
+    per_pair = 12 + inputs + 2 * 4 * n_ff + hidden_row + 4 * p.n_embd  # chosen, weight, pair; grouped; g, u; down
+    return 4 * p.n_expert + router_row + inputs + p.n_expert_used * per_pair
+
+
+def _act_kind(t: Tensor) -> int:
+    """What activations a matrix of ``t``'s type takes, told apart by their block (llk_act_kind)."""
+    return library().llk_block_size(t.type)

@@ -87,6 +87,16 @@ class Hyper:
     recurrent: tuple[bool, ...] = ()
 
 
+@dataclass(frozen=True)
+class LayerKv:
+    """What a layer keeps for each position in the native KV pool (``kernels/model.c``'s place_kv): K and V of
+    ``width`` elements each (its KV heads x head size), 0 for a layer without KV of its own (a recurrent layer, or
+    one that reads an earlier layer's); ``sliding``: it attends over the last ``sliding_window`` positions only."""
+
+    width: int
+    sliding: bool = False
+
+
 class UnsupportedModel(NativeError):
     """A model the native forward would not run exactly; ``reason`` names the key, tensor or type."""
 
@@ -155,6 +165,9 @@ class Architecture:
     gguf_names: ClassVar[dict[str, str]] = {}  # where it names a field's tensor otherwise than GGUF_NAMES
     experts: ClassVar[bool] = False  # its FFN is a mixture of experts
     default_rope_base: ClassVar[float] = 10000.0  # rope.freq_base where the file has none
+    # its sliding-window layers keep only their window in a runner (the Context's window_kv): their memory stays
+    # bounded, and the prefix cache resumes at snapshots of that window (Gemma 3's do not yet: it caches as before)
+    trims_window: ClassVar[bool] = False
     # why the native engine gets this architecture only when asked (the engine setting), never by default; None:
     # it gets it wherever it runs the model exactly
     opt_in: ClassVar[str | None] = None
@@ -209,6 +222,17 @@ class Architecture:
         for il in range(h.n_layer):
             expected.update({f"blk.{il}.{name}": (shape, True) for name, shape in self.layer_tensors_at(g, h, il).items()})
         return expected
+
+    def sliding_layers(self, g: GGUFFile, h: Hyper) -> list[bool]:
+        """Which layers attend over the last ``attention.sliding_window`` positions only: none by default."""
+        return [False] * h.n_layer
+
+    def kv_layers(self, g: GGUFFile, h: Hyper) -> tuple[LayerKv, ...]:
+        """Each layer's KV a position, as the native context lays out its pool: every layer but the recurrent ones
+        (``h.recurrent``) K and V of its KV heads, sliding where :meth:`sliding_layers` says."""
+        sliding = self.sliding_layers(g, h)
+        recurrent = h.recurrent or (False,) * h.n_layer
+        return tuple(LayerKv(0 if recurrent[il] else h.n_head_kv * h.head_dim, sliding[il]) for il in range(h.n_layer))
 
     def configure(self, g: GGUFFile, h: Hyper, p: ModelParams, layers: Layer, tensor: Callable[[str], Tensor]) -> None:
         """Set what the architecture changes in ``p`` and ``layers`` after the common fields (every layer global

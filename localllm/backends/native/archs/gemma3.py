@@ -21,10 +21,12 @@ class Gemma3(Architecture):
         metadata_int(g, "attention.sliding_window")
         metadata_int(g, "attention.sliding_window_pattern", 6)  # a per-layer array would place windows we do not
 
-    def configure(self, g: GGUFFile, h: Hyper, p: ModelParams, layers: Layer, tensor: Callable[[str], Tensor]) -> None:
+    def sliding_layers(self, g: GGUFFile, h: Hyper) -> list[bool]:
         pattern = g.arch_value("attention.sliding_window_pattern", 6)
-        slide(p, layers, h, g.arch_value("attention.sliding_window"),
-              [il % pattern < pattern - 1 for il in range(h.n_layer)],
+        return [il % pattern < pattern - 1 for il in range(h.n_layer)]
+
+    def configure(self, g: GGUFFile, h: Hyper, p: ModelParams, layers: Layer, tensor: Callable[[str], Tensor]) -> None:
+        slide(p, layers, h, g.arch_value("attention.sliding_window"), self.sliding_layers(g, h),
               float(g.arch_value("rope.freq_base_swa", 10000.0)))
         p.embd_scale = math.sqrt(h.n_embd)
 

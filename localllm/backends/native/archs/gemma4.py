@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from localllm.backends.native.archs.base import (EXPERT_KEYS, Architecture, Hyper, Shape, UnsupportedModel,
-                                                 metadata_int, slide)
+from localllm.backends.native.archs.base import (EXPERT_KEYS, Architecture, Hyper, LayerKv, Shape,
+                                                 UnsupportedModel, metadata_int, slide)
 from localllm.backends.native.lib import Layer, ModelParams, NativeError, Tensor, library
 from localllm.gguf import GGUFFile
 
@@ -69,6 +69,7 @@ class _Layout:
 
 class Gemma4(Architecture):
     name = "gemma4"
+    trims_window = True
     read_keys = EXPERT_KEYS | _SWA_KEYS | {"attention.shared_kv_layers", "embedding_length_per_layer_input",
                                            "final_logit_softcapping"}
     per_layer_keys = frozenset({"attention.head_count_kv", "feed_forward_length"})
@@ -135,6 +136,15 @@ class Gemma4(Architecture):
                           "ffn_post_norm_2": ((e,), routed)}
             expected |= {b + self.gguf_name(field): entry for field, entry in table.items()}
         return expected
+
+    def sliding_layers(self, g: GGUFFile, h: Hyper) -> list[bool]:
+        return _Layout(g, h).sliding
+
+    def kv_layers(self, g: GGUFFile, h: Hyper) -> tuple[LayerKv, ...]:
+        """Each layer's own KV at its kind's geometry; none for the shared layers at the end."""
+        layout = _Layout(g, h)
+        return tuple(LayerKv(layout.n_head_kv[il] * layout.head_dim[il] if il < layout.n_layer_kv else 0,
+                             layout.sliding[il]) for il in range(h.n_layer))
 
     def configure(self, g: GGUFFile, h: Hyper, p: ModelParams, layers: Layer, tensor: Callable[[str], Tensor]) -> None:
         layout = _Layout(g, h)

@@ -33,6 +33,7 @@ class GptOss(Architecture):
                      "ffn_down_exps_b")
     gguf_names = {"ffn_norm": "post_attention_norm.weight"}
     experts = True
+    trims_window = True
 
     def check_metadata(self, g: GGUFFile) -> None:
         metadata_int(g, "attention.sliding_window")
@@ -40,9 +41,12 @@ class GptOss(Architecture):
     def rope_scaling(self, g: GGUFFile) -> RopeScaling | None:
         return read_rope_scaling(g)
 
+    def sliding_layers(self, g: GGUFFile, h: Hyper) -> list[bool]:
+        return _sliding(g, h.n_layer)
+
     def configure(self, g: GGUFFile, h: Hyper, p: ModelParams, layers: Layer, tensor: Callable[[str], Tensor]) -> None:
         # its sliding layers rotate as the others unless rope.freq_base_swa says
-        slide(p, layers, h, g.arch_value("attention.sliding_window"), _sliding(g, h.n_layer),
+        slide(p, layers, h, g.arch_value("attention.sliding_window"), self.sliding_layers(g, h),
               float(g.arch_value("rope.freq_base_swa", h.rope_base)))
 
 

@@ -23,6 +23,19 @@ _KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.
 _LAYER = re.compile(r"blk\.(\d+)\.")
 
 
+def recurrent_layers(g: GGUFFile, n_layer: int) -> tuple[bool, ...]:
+    """Which of the first ``n_layer`` layers are Gated DeltaNet layers, as llama.cpp's Qwen hybrids (qwen35,
+    qwen35moe, qwen3next) read it: attention.recurrent_layers, else all but every full_attention_interval-th
+    (default 4). The loader and the memory planner both ask this."""
+    layers = g.arch_value("attention.recurrent_layers")
+    if layers is not None:
+        if not isinstance(layers, list) or len(layers) < n_layer:
+            raise NativeError(f"model metadata {g.architecture}.attention.recurrent_layers is invalid")
+        return tuple(bool(v) for v in layers[:n_layer])
+    interval = metadata_int(g, "full_attention_interval", 4)
+    return tuple((il + 1) % interval != 0 for il in range(n_layer))
+
+
 class Qwen35(Architecture):
     name = "qwen35"
     read_keys = _KEYS
@@ -44,15 +57,7 @@ class Qwen35(Architecture):
         if ssm.dt_rank % ssm.n_group:
             raise NativeError(f"model metadata {g.architecture}.ssm.time_step_rank {ssm.dt_rank} is not a multiple of "
                               f"ssm.group_count {ssm.n_group}")
-        layers = g.arch_value("attention.recurrent_layers")
-        if layers is not None:
-            if not isinstance(layers, list) or len(layers) < h.n_layer:
-                raise NativeError(f"model metadata {g.architecture}.attention.recurrent_layers is invalid")
-            recurrent = tuple(bool(v) for v in layers[: h.n_layer])
-        else:
-            interval = metadata_int(g, "full_attention_interval", 4)
-            recurrent = tuple((il + 1) % interval != 0 for il in range(h.n_layer))
-        return {"ssm": ssm, "recurrent": recurrent, "n_layer": h.n_layer}
+        return {"ssm": ssm, "recurrent": recurrent_layers(g, h.n_layer), "n_layer": h.n_layer}
 
     def unused_tensor(self, g: GGUFFile, h: Hyper, name: str) -> bool:
         """The multi-token-prediction layers' tensors (blk.N. past the trunk)."""
