@@ -89,6 +89,8 @@ WITH_FMA static void conv_task(void *arg, int item, int ith) {
             if (K > 1) win[K - 2] = x[c];
             x[c] = sum;
         }
+        if (b->snap[t])
+            memcpy(b->snap[t] + (size_t)c0 * (K - 1), window + (size_t)c0 * (K - 1), sizeof(float) * (size_t)(c1 - c0) * (K - 1));
         llk_kernels()->silu_mul(x + c0, ones, c1 - c0); /* silu(sum) * 1, exactly silu(sum) */
     }
 }
@@ -149,6 +151,8 @@ static inline float row_q_ref(float *row, float decay, const float *k, float d, 
             const float decay = expf(b->g[(size_t)t * s->n_v + h]), beta = b->beta[(size_t)t * s->n_v + h];  \
             for (int j = 0; j < S; j++) delta[j] = (v[j] - row_k(M + (size_t)j * S, decay, k, S)) * beta;    \
             for (int j = 0; j < S; j++) o[j] = row_q(M + (size_t)j * S, decay, k, delta[j], q, S) * scale;   \
+            if (b->snap[t])                                                                                  \
+                memcpy(b->snap[t] + s->conv_floats + (size_t)h * S * S, M, sizeof(float) * (size_t)S * S);   \
         }                                                                                                    \
     } while (0)
 

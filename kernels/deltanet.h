@@ -42,6 +42,7 @@ typedef struct {
     const int32_t *pos; /* [T]: position 0 starts a sequence afresh (its state zeroed first) */
     float *const *conv; /* [T]: the convolution window of token t's sequence in this layer */
     float *const *ssm;  /* [T]: the S states of token t's sequence in this layer */
+    float *const *snap; /* [T]: where the layer's state after token t is copied (window, then S states), or NULL */
     float *mix;         /* [T][channels]: x W_qkv in; convolved, SiLU'd, q and k L2-normed out */
     float *z;           /* [T][inner]: x W_z (used up) */
     float *beta, *g;    /* [T][n_v]: x W_beta and x W_alpha in; beta and the decay g out */

@@ -13,6 +13,8 @@
 #include "recipe.h"
 
 enum { KV_POOL, KV_ALT, KV_WIN };
+/* Bytes before a sequence's layers in its state: the count of positions it holds (uint64), padded to a cache line. */
+#define STATE_HEADER 64
 
 struct llk_ctx {
     llk_model m;
@@ -42,6 +44,10 @@ struct llk_ctx {
     size_t state_bytes, state_layer_floats;
     int32_t *next_pos;          /* [n_seq] scratch: where each sequence's state stands while a batch is checked */
     float **conv_of, **ssm_of;  /* [token]: its sequence's DeltaNet state in the layer at hand */
+    uint8_t **capture_of;       /* [token]: where its sequence's state after it is copied (llk_state_capture), or NULL */
+    float **snap_of;            /* [token]: that copy's part for the layer at hand, or NULL */
+    struct { int seq, pos; uint8_t *dst; } captures[LLK_STATE_CAPTURES]; /* asked for the next batch */
+    int n_captures;
     float *mix, *z, *beta, *decay, *qg, *sh, *sh_gate; /* DeltaNet, gated-query and shared-expert scratch */
     float *rope_scale;          /* [layer]: base^(-2/rope_dim), the ratio of successive rotary angles */
     rope_yarn *yarn;            /* [layer]: YaRN's scaling of the angles (a model with rope_freq_scale), else NULL */

@@ -242,9 +242,12 @@ void deltanet_block(llk_ctx *c, int il, int T) {
     for (int t = 0; t < T; t++) {
         c->conv_of[t] = recurrent_state(c, c->seq_of[t], c->state_layer[il]);
         c->ssm_of[t] = c->conv_of[t] + dn->conv_floats;
+        c->snap_of[t] = c->capture_of[t] ? (float *)(c->capture_of[t] + STATE_HEADER) +
+                                               (size_t)c->state_layer[il] * c->state_layer_floats
+                                         : NULL;
     }
-    const deltanet_batch batch = {dn, L, T, c->pos_of, c->conv_of, c->ssm_of, c->mix, c->z, c->beta, c->decay, c->att,
-                                  c->m.eps};
+    const deltanet_batch batch = {dn, L, T, c->pos_of, c->conv_of, c->ssm_of, c->snap_of, c->mix, c->z, c->beta,
+                                  c->decay, c->att, c->m.eps};
     deltanet_run(c->pool, &batch);
     new_input(c);
     matmul(c, &L->ssm_out, c->att, T, c->o, c->m.n_embd, ffn_first(L));

@@ -212,6 +212,13 @@ int llk_state_reset(llk_ctx *ctx, int seq);
  * last batch that advanced it: the window before n is still in the ring then (a batch never overwrites what it or
  * the next batch reads).  0 ok, -1 otherwise (restore a saved state instead). */
 int llk_state_rewind(llk_ctx *ctx, int seq, int n);
+/* Have the next llk_decode / llk_decode_hidden also copy sequence seq's state right after its token at position
+ * pos in that batch to dst (llk_state_bytes; what llk_state_read would give had the batch ended there), so that
+ * a state inside a batch is kept without cutting the batch there; dst must stay valid until that call, which
+ * then forgets every request (one a batch token and at most LLK_STATE_CAPTURES; a position not in the batch
+ * leaves dst as it was).  0 ok, -1 no such sequence, a model without state, or too many requests. */
+#define LLK_STATE_CAPTURES 64
+int llk_state_capture(llk_ctx *ctx, int seq, int pos, void *dst);
 
 /* Thread pool on its own, for benchmarks: parallel matvec y[rows] = W x. */
 int llk_matvec(llk_ctx *ctx, const llk_tensor *w, const float *x, float *y);

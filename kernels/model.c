@@ -116,6 +116,8 @@ void llk_ctx_free(llk_ctx *c) {
     free(c->next_pos);
     free(c->conv_of);
     free(c->ssm_of);
+    free(c->capture_of);
+    free(c->snap_of);
     free(c->rope_scale);
     free(c->yarn);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->o, c->g, c->u, c->cs, c->ple, c->ple_gate,
@@ -236,9 +238,6 @@ static int window_pays(const llk_model *m, int block_size, int max_seq_len, int 
     return (int64_t)ring_blocks(n_batch, m->sliding_window, block_size) * block_size < max_seq_len;
 }
 
-/* Bytes before a sequence's layers in its state: the count of positions it holds (uint64), padded to a cache line. */
-#define STATE_HEADER 64
-
 /* NULL for llk_ctx_new, with why (if given) saying why: c->error where a step set it, else `reason`. */
 static llk_ctx *refuse(llk_ctx *c, char *why, const char *reason) {
     if (why) snprintf(why, LLK_ERROR_LEN, "%s", c && c->error[0] ? c->error : reason);
@@ -310,10 +309,12 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
         c->state_bytes = STATE_HEADER + (size_t)n_state_layers * c->state_layer_floats * sizeof(float);
         c->state = zalloc(c->state_bytes * (size_t)n_seq);
         c->next_pos = malloc(sizeof(int32_t) * (size_t)n_seq);
+        c->capture_of = malloc(B * sizeof(uint8_t *));
     }
     if (n_state_layers) {
         c->conv_of = malloc(B * sizeof(float *));
         c->ssm_of = malloc(B * sizeof(float *));
+        c->snap_of = malloc(B * sizeof(float *));
         c->mix = malloc(B * (size_t)c->dn.channels * sizeof(float));
         c->z = malloc(B * (size_t)c->dn.inner * sizeof(float));
         c->beta = malloc(B * (size_t)c->dn.n_v * sizeof(float));
@@ -353,10 +354,11 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
              c->seq_of && c->table_of && c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
              (m->rope_freq_scale == 0.0f || c->yarn) && (!m->n_embd_per_layer || (c->ple && c->ple_gate)) &&
              (!router_own_input || (c->router_in && c->experts_out)) &&
-             (!n_state_layers || (c->dn.channels && c->state && c->next_pos && c->conv_of && c->ssm_of && c->mix &&
+             (!n_state_layers || (c->dn.channels && c->state && c->next_pos && c->conv_of && c->ssm_of && c->snap_of &&
+                                  c->mix &&
                                   c->z && c->beta && c->decay)) &&
              (!output_gate || c->qg) && (!m->n_ff_shexp || (c->sh && c->sh_gate)) &&
-             (!c->window_kv || (c->attn_win && c->state && c->next_pos));
+             (!c->state || c->capture_of) && (!c->window_kv || (c->attn_win && c->state && c->next_pos));
     if (!ok) return refuse(c, why, "out of memory");
     for (int l = 0; l < m->n_layer; l++)
         c->rope_scale[l] = powf(c->layers[l].rope_base, -2.0f / (float)c->layers[l].rope_dim);
@@ -589,11 +591,54 @@ static int check_state_positions(llk_ctx *c, int n, const int32_t *pos, int32_t 
     return 0;
 }
 
+/* Where block k of seq's window in a snapshot of its first n positions lives in its ring (the window ends with the
+ * block of position n - 1): NULL for a block before position 0. */
+static uint8_t *window_block_at(const llk_ctx *c, int seq, int n, int k) {
+    const int b = n ? ((n - 1) >> c->block_shift) - (c->snap_blocks - 1) + k : -1;
+    return b < 0 ? NULL : c->kv_win.base + ((size_t)seq * c->ring_len + b % c->ring_len) * c->kv_win.block_bytes;
+}
+
+static uint8_t *window_block(const llk_ctx *c, int seq, int k) {
+    return window_block_at(c, seq, (int)state_positions(c, seq), k);
+}
+
+/* The window of each token's capture (place_captures), copied once the batch is through every layer: the ring
+ * holds a batch and the window before its first token, so a window ending inside the batch is still there. */
+static void capture_windows(llk_ctx *c, int n, const int32_t *pos, int32_t *const *seq_ids) {
+    for (int i = 0; i < n; i++) {
+        if (!c->capture_of[i]) continue;
+        for (int k = 0; k < c->snap_blocks; k++) {
+            uint8_t *to = c->capture_of[i] + c->state_bytes + (size_t)k * c->kv_win.block_bytes;
+            const uint8_t *from = window_block_at(c, seq_ids[i][0], pos[i] + 1, k);
+            if (from) memcpy(to, from, c->kv_win.block_bytes);
+            else memset(to, 0, c->kv_win.block_bytes);
+        }
+    }
+}
+
+/* Point each token of the batch at the llk_state_capture copy asked after it (or NULL), headed with the positions
+ * it then holds; the requests are used up. */
+static void place_captures(llk_ctx *c, int n_captures, int n, const int32_t *pos, int32_t *const *seq_ids) {
+    for (int i = 0; i < n; i++) {
+        c->capture_of[i] = NULL;
+        for (int k = 0; k < n_captures; k++)
+            if (c->captures[k].seq == seq_ids[i][0] && c->captures[k].pos == pos[i]) {
+                uint8_t *dst = c->captures[k].dst;
+                const uint64_t held = (uint64_t)pos[i] + 1;
+                memset(dst, 0, STATE_HEADER);
+                memcpy(dst, &held, sizeof held);
+                c->capture_of[i] = dst;
+            }
+    }
+}
+
 /* The batch through every layer; the output-normed hidden states of the wanted rows, in their order, are
  * then c->xn [n_out][n_embd].  n_out, or <0 on bad input. */
 static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
                    const int8_t *want, const int32_t *tables, int n_tables, int table_len) {
     const llk_model *m = &c->m;
+    const int n_captures = c->n_captures;
+    c->n_captures = 0; /* used up by this batch, whatever happens to it */
     if (n <= 0 || n > c->n_batch) return fail(c, -1, "batch of %ld tokens, capacity is %ld", n, c->n_batch);
     if (table_len < 1 || (int64_t)table_len * c->block_size < c->max_seq_len)
         return fail(c, -1, "block tables of %ld entries cannot hold %ld positions", table_len, c->max_seq_len);
@@ -610,6 +655,7 @@ static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos,
                 return fail(c, -5, "block table entry %ld names no block (pool of %ld)", table[b], c->n_blocks);
     }
     if (c->state && check_state_positions(c, n, pos, seq_ids)) return -7;
+    if (c->state) place_captures(c, n_captures, n, pos, seq_ids);
     const int E = m->n_embd;
     const size_t emb_row = llk_row_size(m->tok_embd.type, E);
     for (int i = 0; i < n; i++) {
@@ -625,6 +671,7 @@ static int forward(llk_ctx *c, int n, const int32_t *tokens, const int32_t *pos,
     if (c->recipe->inputs) c->recipe->inputs(c, tokens, n);
     for (int il = 0; il < m->n_layer; il++)
         if (c->recipe->layer(c, il, n)) return fail(c, -6, "out of memory for attention over %ld tokens (layer %ld)", n, il);
+    if (c->window_kv) capture_windows(c, n, pos, seq_ids);
     int n_out = 0;
     for (int i = 0; i < n; i++)
         if (want[i]) llk_rmsnorm(c->x + (size_t)i * E, m->output_norm.data, c->xn + (size_t)n_out++ * E, E, m->eps);
@@ -740,12 +787,6 @@ static size_t window_bytes(const llk_ctx *c) { return c->window_kv ? (size_t)c->
 
 size_t llk_state_bytes(const llk_ctx *c) { return c->state ? c->state_bytes + window_bytes(c) : 0; }
 
-/* Where block k of seq's window in a snapshot lives in its ring (the window ends with the block of its last
- * position): NULL for a block before position 0. */
-static uint8_t *window_block(const llk_ctx *c, int seq, int k) {
-    const int n = (int)state_positions(c, seq), b = n ? ((n - 1) >> c->block_shift) - (c->snap_blocks - 1) + k : -1;
-    return b < 0 ? NULL : c->kv_win.base + ((size_t)seq * c->ring_len + b % c->ring_len) * c->kv_win.block_bytes;
-}
 
 int llk_state_read(const llk_ctx *c, int seq, void *dst) {
     if (!c->state || seq < 0 || seq >= c->n_seq) return -1;
@@ -777,6 +818,15 @@ int llk_state_rewind(llk_ctx *c, int seq, int n) {
     if (!c->state || seq < 0 || seq >= c->n_seq || !c->window_kv || c->dn.channels) return -1;
     if (n < 0 || (uint64_t)n < state_word(c, seq, 1) || (uint64_t)n > state_positions(c, seq)) return -1;
     set_state_word(c, seq, 0, (uint64_t)n);
+    return 0;
+}
+
+int llk_state_capture(llk_ctx *c, int seq, int pos, void *dst) {
+    if (!c->state || seq < 0 || seq >= c->n_seq || !dst || c->n_captures == LLK_STATE_CAPTURES) return -1;
+    c->captures[c->n_captures].seq = seq;
+    c->captures[c->n_captures].pos = pos;
+    c->captures[c->n_captures].dst = dst;
+    c->n_captures++;
     return 0;
 }
 

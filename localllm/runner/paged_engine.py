@@ -27,19 +27,27 @@ layers keep only their window (gpt-oss, Gemma 4: the window is in a ring of
 blocks a sequence, outside the pool, and its state carries the window). The pool keeps snapshots of it
 at block boundaries (:mod:`localllm.runner.kv_blocks`): a sequence resumes
 from the deepest snapshot its cached prefix reaches, with the state written
-back into its row, and computes the rest. Its prefill stops (and a snapshot
-is taken) at
+back into its row, and computes the rest. The batch that computes a
+snapshot's last token copies the state after it out
+(:meth:`Context.capture_state`: the recurrence runs token by token, so a
+state inside a batch is the state of a batch ending there), so prefill
+chunks are never cut for one. A sequence snapshots at
 
-- every ``n_batch`` tokens (rounded down to blocks): prefill chunks are that
-  long anyway, so the stops cost no batch width; a snapshot's copy is a
-  small fraction of computing the chunk before it (Qwen 3.6 35B-A3B: a 66 MB
-  state, 0.6 s into a new buffer and 0.09 s into a reused one on a loaded
-  2-core EPYC, against 512 tokens through 40 layers of 3B active weights);
-  its memory (13 times the KV of the 512 tokens for that model) is bounded by
-  the snapshots' RAM budget, past which they go to disk; and a prompt that
-  leaves a cached one anywhere recomputes less than a chunk;
-- the last block boundary before its prompt's last token: the same prompt
-  again, the next turn of a chat and ``n`` > 1 forks resume there;
+- every ``n_batch`` tokens (rounded down to blocks): a prompt that leaves a
+  cached one anywhere recomputes less than that. A snapshot's copy is a
+  small fraction of computing the tokens before it (Qwen 3.6 35B-A3B: a
+  66 MB state, 0.6 s into a new buffer on a loaded 2-core EPYC, against 512
+  tokens through 40 layers of 3B active weights); its memory (13 times the
+  KV of the 512 tokens for that model) is bounded by the snapshots' RAM
+  budget, past which they go to disk (least recently used first: a long
+  prompt's earliest ones);
+- the last block boundary before its prompt's last token (the same prompt
+  again, ``n`` > 1 forks), and 1, 2, 4, ... blocks before it up to
+  ``n_batch``: a later conversation sharing a system prompt parts from an
+  earlier prompt near that prompt's end (where the last user turn starts),
+  and resumes at most about as far before that point as it is from the
+  earlier prompt's end (a block or two for a short question) instead of up
+  to ``n_batch`` tokens;
 - the last block boundary where its prompt left the cached path, and where
   a prompt waiting for this prefill leaves it: every later conversation
   sharing that prefix (a system prompt) resumes there.
@@ -80,7 +88,8 @@ class PagedSlot(Slot):
     blocks: list[int] = field(default_factory=list)
     nodes: list[Node | None] = field(default_factory=list)  # each block's index node (None: private)
     admitted: int = 0  # admission order: the newest running sequence is preempted first
-    snapshot_at: list[int] = field(default_factory=list)  # recurrent: token counts to stop prefill and snapshot at
+    snapshot_at: list[int] = field(default_factory=list)  # recurrent: token counts to snapshot at (besides n_batch's)
+    captures: list[tuple[int, bytearray]] = field(default_factory=list)  # recurrent: the step's (token count, state)
     verify_at: int = -1  # recurrent: the tokens held when a drafting step began (-1: none is verifying)
     verify_state: bytearray = field(default_factory=bytearray)  # recurrent: the state then (the buffer is reused)
 
@@ -206,9 +215,7 @@ class PagedEngine(Engine):
                 self.ctx.write_state(slot.seq_id, found.state)
             else:
                 self.ctx.reset_state(slot.seq_id)
-            bs = self.pool.block_size
-            ends = {(len(feed) - 1) // bs * bs, found.matched // bs * bs}  # see the module docstring
-            slot.snapshot_at = sorted(n for n in ends if n > found.tokens)
+            slot.snapshot_at = sorted(n for n in self._snapshot_points(feed, found.matched) if n > found.tokens)
 
     def _prefill_ahead(self, feed: list[int], cached: int) -> PagedSlot | None:
         """The running prefill computing the next ``WAIT_FOR_PREFIX`` tokens of ``feed`` now, if one is."""
@@ -227,12 +234,17 @@ class PagedEngine(Engine):
             if not s.parked and s is not besides
         )
 
-    def _prefill_stop(self, slot: PagedSlot) -> int:
-        if not self._recurrent:
-            return len(slot.feed)
-        every = self._snapshot_every
-        stops = [n for n in slot.snapshot_at if n > slot.prefilled] + [(slot.prefilled // every + 1) * every]
-        return min(min(stops), len(slot.feed))
+    def _snapshot_points(self, feed: list[int], matched: int) -> set[int]:
+        """The token counts besides every n_batch's where a sequence holding ``feed`` snapshots its state, the
+        cache having matched ``matched`` tokens of it: the last block boundary before its last token and
+        blocks 1, 2, 4, ... up to n_batch before it, and the last block boundary where it left the cache."""
+        bs = self.pool.block_size
+        last = (len(feed) - 1) // bs * bs
+        points, back = {last, matched // bs * bs}, bs
+        while back <= min(self._snapshot_every, last):
+            points.add(last - back)
+            back *= 2
+        return points
 
     # -- growth ------------------------------------------------------------------
 
@@ -266,7 +278,21 @@ class PagedEngine(Engine):
             if self._recurrent and step.draft and not self.ctx.rewinds:  # the state a cut draft goes back to
                 slot.verify_at = len(slot.tokens)
                 slot.verify_state = self.ctx.read_state(slot.seq_id, into=slot.verify_state)
+            if self._recurrent:
+                self._capture(slot, len(step.tokens))
         return plan
+
+    def _capture(self, slot: PagedSlot, n_new: int) -> None:
+        """Ask the coming batch for ``slot``'s state at each snapshot point its ``n_new`` tokens reach (kept once
+        they are committed: :meth:`_snapshot`)."""
+        held, bs, every = len(slot.tokens), self.pool.block_size, self._snapshot_every
+        for n in range((held // bs + 1) * bs, held + n_new + 1, bs):
+            if n % every and n not in slot.snapshot_at:
+                continue
+            buffer = bytearray(self.ctx.state_bytes)
+            if not self.ctx.capture_state(slot.seq_id, n - 1, buffer):
+                return
+            slot.captures.append((n, buffer))
 
     def _fail_outgrown(self, slot: PagedSlot, n_tokens: int) -> None:
         self._fail(slot, f"the KV pool of {self.pool.n_blocks * self.pool.block_size} positions cannot hold "
@@ -323,13 +349,13 @@ class PagedEngine(Engine):
         return self.ctx.read_state(slot.seq_id) if self._recurrent and slot.tokens else None
 
     def _snapshot(self, slot: PagedSlot) -> None:
-        """Keep ``slot``'s state as the snapshot of its last block if it just filled it at a chosen point."""
-        n, bs = len(slot.tokens), self.pool.block_size
-        if slot.idle or not n or n % bs or (n % self._snapshot_every and n not in slot.snapshot_at):
-            return
-        node = slot.nodes[n // bs - 1]
-        if node is not None and node.state is None:
-            self.pool.keep_state(node, self.ctx.read_state(slot.seq_id))
+        """Keep the states the batch captured for ``slot`` as the snapshots of the blocks they end, those of tokens
+        it kept (a cut draft's are past them)."""
+        captures, slot.captures = slot.captures, []
+        for n, state in captures:
+            node = slot.nodes[n // self.pool.block_size - 1] if not slot.idle and n <= len(slot.tokens) else None
+            if node is not None and node.state is None:
+                self.pool.keep_state(node, state)
 
     def _shift(self, slot: PagedSlot) -> bool:
         """Make room at the context end: keep ``num_keep`` tokens and the newer half of the rest, recomputed
@@ -364,7 +390,7 @@ class PagedEngine(Engine):
         self.pool.release(slot.blocks, slot.nodes, slot.tokens, keep=keep, state=end_state)
         slot.blocks, slot.nodes, slot.tokens = [], [], []
         slot.parked = False
-        slot.snapshot_at, slot.verify_at = [], -1
+        slot.snapshot_at, slot.captures, slot.verify_at = [], [], -1
 
     def _check_kv(self) -> None:
         self.pool.check()

@@ -14,10 +14,14 @@ One stream, the same threads, alternating rounds (the order reversed every other
   llama-server's ``timings``);
 - shared prompt (hybrid model): a conversation sends a new ``--system``-token system prompt, then another
   conversation with the same system prompt asks its own question; the time to its first token (one token asked,
-  the whole request's wall time), with llama-server's prompt cache on;
+  the whole request's wall time; ours also says how many prompt tokens it computed), with llama-server's prompt
+  cache on;
 - turn 10 (hybrid model, ours): the time to the first streamed token of a chat's turn ``--turns`` over its first.
 
     python scripts/bench/hybrid.py [--threads 2] [--rounds 4] [--tokens 64] [--prompt 512] [--json]
+                                   [--only shared_prompt]
+
+``--only shared_prompt`` measures only ``hybrid_shared_prompt_ttft_ratio`` (the Qwen 3.6 model alone).
 
 ``--json`` keys: ``gemma4_decode_ratio``, ``gemma4_prefill_ratio``, ``gemma4_moe_decode_ratio``,
 ``hybrid_decode_ratio``, ``hybrid_prefill_ratio``, ``hybrid_shared_prompt_ttft_ratio`` (ours ÷ llama-server:
@@ -78,16 +82,18 @@ def _system(tokens: int) -> str:
     return f"Rules {next(_SYSTEMS)}. " + " ".join(itertools.islice(itertools.cycle(words), tokens * 8 // 10))
 
 
-def shared_prompt_ours(url: str, model: str, system_tokens: int) -> float:
-    """Seconds to the first token of a second conversation whose system prompt a first one just sent."""
+def shared_prompt_ours(url: str, model: str, system_tokens: int) -> tuple[float, int]:
+    """Seconds to the first token of a second conversation whose system prompt a first one just sent, and the
+    prompt tokens it computed (the rest came from the cache)."""
     system = _system(system_tokens)
 
-    def ask(question: str) -> float:
+    def ask(question: str) -> tuple[float, int]:
         body = {"model": model, "prompt": f"{system}\n\nUser: {question}\nAssistant:", "raw": True, "stream": False,
                 "keep_alive": -1, "options": {"temperature": 0, "num_predict": 1, "num_ctx": CTX}}
         start = time.perf_counter()
-        httpx.post(f"{url}/api/generate", json=body, timeout=3600).raise_for_status()
-        return time.perf_counter() - start
+        answer = httpx.post(f"{url}/api/generate", json=body, timeout=3600)
+        answer.raise_for_status()
+        return time.perf_counter() - start, answer.json()["prompt_eval_count"]
 
     ask("What is the sea?")
     return ask("Why is it salty?")
@@ -137,8 +143,10 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=512, help="prompt tokens (about)")
     p.add_argument("--system", type=int, default=6000, help="shared system prompt tokens (about)")
     p.add_argument("--turns", type=int, default=10)
+    p.add_argument("--only", choices=["shared_prompt"], help="measure only this figure")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    only_shared = args.only == "shared_prompt"
     asked = {"gemma4-e4b-shaped": args.e4b_layers, "gemma4-26b-a4b-shaped": args.moe_layers,
              "qwen36-35b-a3b-shaped": args.hybrid_layers}
     results: dict = {"cpu": cpu_name(), "threads": args.threads, "models": {}}
@@ -147,53 +155,61 @@ def main() -> None:
             "gemma4-26b-a4b-shaped": ("gemma4_moe_decode_ratio", None),
             "qwen36-35b-a3b-shaped": ("hybrid_decode_ratio", "hybrid_prefill_ratio")}
     for name, (total, write_one) in MODELS.items():
+        hybrid = name.startswith("qwen36")
+        if only_shared and not hybrid:
+            continue
         layers = _layers(asked[name], total, write_one, name)
         path = _file(name, layers, write_one)
         info: dict = {"path": str(path), "layers": layers, "of": total}
         results["models"][name] = info
-        hybrid = name.startswith("qwen36")
         with side_by_side(path, name, args.threads, CTX, ("--no-repack",)) as pair:
             info["engine"], info["engine_reason"] = pair.engine, pair.engine_reason
             url, server = pair.daemon.url, pair.server
-            sides = {"ours": lambda: generate_rates(url, name, args.prompt, args.tokens, CTX)}
+            sides = {} if only_shared else {"ours": lambda: generate_rates(url, name, args.prompt, args.tokens, CTX)}
             if hybrid:
-                sides["ours_shared"] = lambda: (shared_prompt_ours(url, name, args.system), 0.0)
+                sides["ours_shared"] = lambda: shared_prompt_ours(url, name, args.system)
             if server is not None:
-                sides["llama_server"] = lambda: server.rates(args.prompt, args.tokens)
+                if not only_shared:
+                    sides["llama_server"] = lambda: server.rates(args.prompt, args.tokens)
                 if hybrid:
                     sides["llama_server_shared"] = lambda: (shared_prompt_theirs(server, args.system), 0.0)
             else:
                 info["llama_server_error"] = pair.server_error
             samples = alternating(args.rounds, sides)
-            turns = turn_ttfts(url, name, args.turns) if hybrid else None
+            turns = turn_ttfts(url, name, args.turns) if hybrid and not only_shared else None
         prefill = samples.medians(0)
-        decode = samples.medians(1)
-        info.update({"ours_prefill_tokens_per_s": prefill["ours"], "ours_decode_tokens_per_s": decode["ours"],
-                     "rounds": samples.pairs()})
-        decode_key, prefill_key = keys[name]
+        info["rounds"] = samples.pairs()
         native = info["engine"] == "native"
         why_not = (f"{name} runs on {info['engine']} here ({info['engine_reason']}), not the native engine"
                    if not native else f"llama-server did not run: {info.get('llama_server_error')}")
-        measured = native and "llama_server" in samples
-        for key, figure in ((decode_key, decode), (prefill_key, prefill)):
-            if key and measured:
-                results[key] = figure["ours"] / figure["llama_server"]
-            elif key:
-                not_measured(results, key, why_not)
+        measured = native and any(side.startswith("llama_server") for side in samples)
+        rows += [(f"{name} layers", f"{layers} of {total}"), (f"{name} engine", info["engine"])]
+        if not only_shared:
+            decode = samples.medians(1)
+            info.update({"ours_prefill_tokens_per_s": prefill["ours"], "ours_decode_tokens_per_s": decode["ours"]})
+            for key, figure in zip(keys[name], (decode, prefill), strict=True):
+                if key and measured:
+                    results[key] = figure["ours"] / figure["llama_server"]
+                elif key:
+                    not_measured(results, key, why_not)
+            rows += [(f"{name} ours decode tokens/s", decode["ours"]),
+                     (f"{name} ours prefill tokens/s", prefill["ours"])]
         if hybrid:
+            info["ours_shared_computed_tokens"] = [computed for _, computed in samples["ours_shared"]]
+            rows.append((f"{name} ours second conversation's computed tokens", str(info["ours_shared_computed_tokens"])))
             if measured:
                 results["hybrid_shared_prompt_ttft_ratio"] = prefill["ours_shared"] / prefill["llama_server_shared"]
             else:
                 not_measured(results, "hybrid_shared_prompt_ttft_ratio", why_not)
+        if turns is not None:
             info["turn_ttft_s"] = turns
             if native:
                 results["hybrid_turn10_ttft_ratio"] = turns[-1] / turns[0]
             else:
                 not_measured(results, "hybrid_turn10_ttft_ratio", why_not)
-        rows += [(f"{name} layers", f"{layers} of {total}"), (f"{name} engine", info["engine"]),
-                 (f"{name} ours decode tokens/s", decode["ours"]), (f"{name} ours prefill tokens/s", prefill["ours"]),
-                 *round_rows(f"{name} prefill, decode", samples.pairs())]
-    rows += [(key, results.get(key)) for key in KEYS]
+        rows += [*round_rows(f"{name} {'shared-prompt TTFT s' if only_shared else 'prefill, decode'}",
+                             samples.pairs(lambda value: value[0] if only_shared else value))]
+    rows += [(key, results.get(key)) for key in KEYS if key in results]
     report(f"Gemma 4 and Qwen 3.6 hybrid shapes, {args.threads} threads", rows, results, args.json)
 
 

@@ -143,3 +143,28 @@ def test_a_rejected_draft_is_rewound_and_nothing_earlier(model: native.Model) ->
 def test_a_context_the_kernels_cannot_make_says_why(model: native.Model) -> None:
     with pytest.raises(BackendError, match="multiple of 16 cells"):  # it said "out of memory"
         native.Context(model, 8, 8, 64, 1, 8, 1)
+
+
+def test_a_window_captured_inside_a_batch_goes_on_as_a_batch_ending_there(model: native.Model) -> None:
+    """llk_state_capture on a sliding-window context (the snapshots a prompt takes inside its prefill batches): the
+    copy holds the window that ends at the asked position, even where the rest of the batch went on writing the
+    ring: written back, the sequence goes on with the logits of one whose batches were cut there (the cells after
+    that position differ: they are written before they are read)."""
+    tokens = tokens_of(3 * N_BATCH + 20, 7)
+    ctx = context(model, True, n_seq=1)
+    try:
+        captures = {n: bytearray(ctx.state_bytes) for n in (N_BATCH + 5, 2 * N_BATCH + 17, 3 * N_BATCH)}
+        run(ctx, tokens[:N_BATCH], [N_BATCH])
+        for first in (N_BATCH, 2 * N_BATCH):
+            for n, into in captures.items():
+                if first < n <= first + N_BATCH:
+                    assert ctx.capture_state(0, n - 1, into)
+            run(ctx, tokens[first:first + N_BATCH], [N_BATCH], start=first)
+        for n, into in captures.items():
+            ctx.reset_state(0)
+            run(ctx, tokens[:n], [N_BATCH])  # the same tokens, the batches cut after the captured one
+            expected = run(ctx, tokens[n:n + 20], [7, 1], start=n)
+            ctx.write_state(0, into)
+            assert np.array_equal(run(ctx, tokens[n:n + 20], [7, 1], start=n), expected), n
+    finally:
+        ctx.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from localllm.backends.native import backend as native
+from localllm.backends.native.backend import Batch
 from localllm.runner.kv_blocks import BlockPool
 from localllm.runner.kv_disk import STATE_SUFFIX, DiskTier
 from support.arch_models import qwen_hybrid
@@ -32,6 +33,33 @@ def held(pool: BlockPool, tokens: list[int]) -> tuple[list[int], list]:
     nodes: list = [None] * len(blocks)
     pool.commit(blocks, nodes, tokens)
     return blocks, nodes
+
+
+def decode(ctx: native.Context, tokens: list[int], start: int) -> None:
+    batch = Batch(ctx.n_batch)
+    for i, token in enumerate(tokens):
+        batch.add(token, start + i, 0, i == len(tokens) - 1)
+    assert ctx.decode(batch) == 0, ctx.last_error
+    batch.close()
+
+
+def test_a_state_captured_inside_a_batch_is_the_state_of_a_batch_ending_there(ctx: native.Context) -> None:
+    ctx.tables[0, :8] = range(8)
+    tokens = [(7 * i + 3) % 500 for i in range(BS)]
+    inside, last, elsewhere = (bytearray(ctx.state_bytes) for _ in range(3))
+    ctx.reset_state(0)
+    assert ctx.capture_state(0, 4, inside) and ctx.capture_state(0, BS - 1, last)
+    assert ctx.capture_state(0, BS + 3, elsewhere)  # a position the batch does not hold: left as it was
+    decode(ctx, tokens, 0)
+    whole = ctx.read_state(0)
+    ctx.reset_state(0)
+    decode(ctx, tokens[:5], 0)  # the same tokens, the batch cut after the captured one
+    assert ctx.read_state(0) == inside
+    decode(ctx, tokens[5:], 5)
+    assert ctx.read_state(0) == whole == last
+    assert elsewhere == bytearray(ctx.state_bytes)
+    decode(ctx, [1], BS)  # the requests were used up by the batch they were made for
+    assert ctx.read_state(0) != last and last == whole
 
 
 def test_a_prompt_resumes_from_its_deepest_snapshot_in_ram_or_on_disk(ctx: native.Context, tmp_path: Path) -> None:

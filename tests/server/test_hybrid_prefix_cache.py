@@ -117,6 +117,21 @@ def test_eight_conversations_sharing_a_system_prompt_compute_it_once(warm: Daemo
     assert max(computed) >= shared
 
 
+def test_a_new_conversation_computes_only_what_follows_the_system_prompt_another_sent(warm: Daemon, fresh) -> None:
+    head = (f"<|im_start|>system\nTail: {SYSTEM}<|im_end|>\n<|im_start|>user\n")
+    first = head + ("Tell me, in as few words as you can, which of the old cities of Europe stands on the widest "
+                    "river, and which bridge there is the oldest one still standing.<|im_end|>\n<|im_start|>assistant\n")
+    second = head + "Name a river.<|im_end|>\n<|im_start|>assistant\n"
+    client = ollama.Client(host=warm.url, timeout=300)
+    client.generate("hy", first, raw=True, options=GREEDY)
+    got = client.generate("hy", second, raw=True, options=GREEDY)
+    want = fresh_generate(fresh, second)
+    assert got.response == want.response
+    shared = fresh_generate(fresh, head, num_predict=1).prompt_eval_count  # the tokens the prompts share
+    # resumed from a snapshot the first prompt left a block or two before the point where the two part
+    assert want.prompt_eval_count - got.prompt_eval_count >= shared - 2 * BS, (got.prompt_eval_count, shared)
+
+
 def test_n_choices_fork_from_the_snapshot_of_their_shared_prompt(warm: Daemon, fresh) -> None:
     client = openai.OpenAI(base_url=f"{warm.url}/v1", api_key="unused", timeout=300)
     messages = [{"role": "system", "content": "Forks: " + SYSTEM}, {"role": "user", "content": "Name a bridge."}]

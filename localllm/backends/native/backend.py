@@ -210,6 +210,15 @@ class Context:
             raise BackendError(f"cannot write the recurrent state of sequence {seq}: no such sequence, no state, "
                                f"or {len(data)} bytes that are not one")
 
+    def capture_state(self, seq: int, pos: int, into: bytearray) -> bool:
+        """Have the next :meth:`decode` also copy ``seq``'s state right after its token at ``pos`` into ``into``
+        (:attr:`state_bytes`; what :meth:`read_state` would give had the batch ended there), so that a state inside
+        a batch is kept without cutting the batch there. ``into`` must stay as it is until then. False when the
+        context takes no more requests for that batch."""
+        if len(into) != self.state_bytes:
+            raise BackendError(f"a state capture needs {self.state_bytes} bytes, not {len(into)}")
+        return self._lib.llk_state_capture(self._ctx, seq, pos, _address(into)) == 0
+
     def reset_state(self, seq: int) -> None:
         """Empty ``seq``'s recurrent state (as a token at position 0 does); nothing for a model without one."""
         if self.state_bytes and self._lib.llk_state_reset(self._ctx, seq) != 0:

@@ -181,6 +181,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "llk_state_write": (c_int, [vp, c_int, vp]),
         "llk_state_reset": (c_int, [vp, c_int]),
         "llk_state_rewind": (c_int, [vp, c_int, c_int]),
+        "llk_state_capture": (c_int, [vp, c_int, c_int, vp]),
         "llk_matvec": (c_int, [vp, ctypes.POINTER(Tensor), fp, fp]),
         "llk_gemm": (c_int, [ctypes.POINTER(Tensor), fp, c_int, fp]),
         "llk_repack_type": (c_int, [c_int, c_i64, c_i64]),
