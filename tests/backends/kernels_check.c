@@ -235,11 +235,11 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
             if (isa != 0 && llk_isa_set(isa) != isa) continue;
             if (isa == 0) llk_isa_set(0);
             float *r = isa == 0 ? state[0] : state[1], *o = isa == 0 ? out[0] : out[1];
-            float *conv[T], *ssm[T];
-            for (int t = 0; t < T; t++) conv[t] = r, ssm[t] = r + sh.conv_floats;
+            float *conv[T], *ssm[T], *snap[T];
+            for (int t = 0; t < T; t++) conv[t] = r, ssm[t] = r + sh.conv_floats, snap[t] = NULL;
             memcpy(mix, mix0, sizeof mix), memcpy(z, z0, sizeof z);
             memcpy(beta, beta0, sizeof beta), memcpy(g, g0, sizeof g);
-            const deltanet_batch batch = {&sh, &L, T, pos, conv, ssm, mix, z, beta, g, o, 1e-6f};
+            const deltanet_batch batch = {&sh, &L, T, pos, conv, ssm, snap, mix, z, beta, g, o, 1e-6f};
             deltanet_run(pool, &batch);
             if (isa) differ += memcmp(out[0], out[1], sizeof out[0]) != 0 || memcmp(state[0], state[1], sizeof state[0]) != 0;
         }
