@@ -13,13 +13,16 @@ echo "== SIMD flags: $(grep -o -w -E 'avx2|avx512f|avx512bw|avx512vl|avx512_vnni
 cc -O2 -std=gnu11 -fno-math-errno -o "$OUT/kernels_check" tests/backends/kernels_check.c kernels/*.c -lm -lpthread \
     || { echo "KERNELS CHECK FAILED: build"; exit 1; }
 "$OUT/kernels_check" > "$OUT/kernels_check.log" 2>&1
-echo "== kernels_check (exit $?): $(tail -1 "$OUT/kernels_check.log")"
+status=$?
+echo "== kernels_check (exit $status): $(tail -1 "$OUT/kernels_check.log")"
 if python3 -c "import numpy, pytest" 2>/dev/null; then
-    python3 -m venv --system-site-packages "$OUT/venv"
     for wheel in .device1/whl/*.whl; do  # what localllm imports and the machine lacks (cuda_check.sh prepare)
-        "$OUT/venv/bin/pip" install -q --no-deps --no-index "$wheel" 2>/dev/null
+        python3 -m pip install -q --no-deps --no-index --target "$OUT/deps" "$wheel" 2>/dev/null
     done
-    "$OUT/venv/bin/python" -m pytest -q -p no:cacheprovider tests/backends/test_kernels.py -k "not ggml" 2>&1 | tail -3
+    PYTHONPATH="$OUT/deps" python3 -m pytest -q -p no:cacheprovider tests/backends/test_kernels.py -k "not ggml" > "$OUT/pytest.log" 2>&1 \
+        || status=1
+    tail -3 "$OUT/pytest.log"
 else
     echo "== no numpy/pytest on this machine: the Python kernel tests were not run"
 fi
+exit $status

@@ -129,6 +129,7 @@ class Context:
         self._populated = 0  # bytes of the pool faulted in from its start by populate_next
         self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
+        self._captures: list[bytearray] = []  # capture_state's buffers, which the kernels write in the next decode
 
     def decode(self, batch: Batch) -> int:
         """Evaluate the batch: 0 on success, <0 on bad input (:attr:`last_error` says what)."""
@@ -141,6 +142,7 @@ class Context:
         tables = self.tables.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
         n_seq, table_len = self.tables.shape
         rc = self._lib.llk_decode(self._ctx, n, raw.token, raw.pos, raw.seq_id, raw.logits, out, tables, n_seq, table_len)
+        self._captures = []  # that call used up the capture requests
         self._rows = {row: i for i, row in enumerate(want)} if rc == 0 else {}
         return rc
 
@@ -156,6 +158,7 @@ class Context:
             hidden.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
             self.tables.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), n_seq, table_len,
         )  # fmt: skip
+        self._captures = []
         self._rows = {}  # the logits of an earlier decode are gone
         if rc != 0:
             raise BackendError(f"native decode failed: {self.last_error}")
@@ -217,7 +220,10 @@ class Context:
         context takes no more requests for that batch."""
         if len(into) != self.state_bytes:
             raise BackendError(f"a state capture needs {self.state_bytes} bytes, not {len(into)}")
-        return self._lib.llk_state_capture(self._ctx, seq, pos, _address(into)) == 0
+        if self._lib.llk_state_capture(self._ctx, seq, pos, _address(into)) != 0:
+            return False
+        self._captures.append(into)  # alive until the kernels have written it, whatever the caller drops meanwhile
+        return True
 
     def reset_state(self, seq: int) -> None:
         """Empty ``seq``'s recurrent state (as a token at position 0 does); nothing for a model without one."""
