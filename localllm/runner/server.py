@@ -12,10 +12,12 @@ bad input):
     ``cache_tokens`` those of idle sequences kept for reuse (so with nothing
     running the two are equal); ``cache_hit_rate`` is the share of all prompt
     tokens served from the cache, ``cache_reused_tokens`` their number; ``cache_mode`` how prompts reuse the
-    cache: ``"kv prefix"`` (any shared prefix) or ``"recurrent state checkpoints"`` (a recurrent or hybrid
-    model: only where a copy of its state was kept), ``"none"`` for embeddings; ``cache_ram_bytes`` the host RAM holding
-    spilled prefixes; ``kv_blocks`` the native engine's block counts
-    (``total``, ``in_use``, ``shared``, ``cached``, ``spilled``, ``block_size``),
+    cache: ``"kv prefix"`` (any shared prefix), ``"recurrent state checkpoints"`` (a recurrent or hybrid
+    model: only where a copy of its state was kept) or ``"sliding window checkpoints"`` (gpt-oss, Gemma 4 on the native
+    engine: only where a copy of the sliding layers' window was kept), ``"none"`` for embeddings; ``cache_ram_bytes``
+    the host RAM holding spilled prefixes; ``kv_blocks`` the native engine's block counts
+    (``total``, ``in_use``, ``shared``, ``cached``, ``spilled``, ``block_size``, ``snapshots``, and
+    ``window_blocks`` the sliding layers' rings where they keep only their window),
     empty on llama.cpp; ``kv_disk`` what the prefix cache's disk tier did (``reads``, ``writes``,
     ``dropped`` unusable files, ``writing`` false once a write failed), empty without one.
 ``POST /tokenize``

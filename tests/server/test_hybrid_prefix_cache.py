@@ -22,8 +22,7 @@ import pytest
 
 from localllm.runner.kv_disk import STATE_SUFFIX
 from support.arch_models import qwen_hybrid
-from support.daemon import Daemon
-from support.runner import runner_threads
+from support.daemon import Daemon, native_daemon
 
 BS = 16  # the runner's KV block: a snapshot ends one
 GREEDY = {"temperature": 0, "num_predict": 8}
@@ -36,30 +35,17 @@ def model(request: pytest.FixtureRequest, smollm2_path: Path, tmp_path_factory: 
                        context=4096)
 
 
-def native_daemon(root: Path, model: Path, **env: str) -> Daemon:
-    daemon = Daemon(root, LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=runner_threads(), **env)
-    daemon.start()
-    daemon.create("hy", f"FROM {model}")
-    return daemon
-
-
 @pytest.fixture(scope="module")
 def fresh(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ollama.Client]:
     """A daemon whose every answer comes from a runner started for it (no disk tier to read from)."""
-    daemon = native_daemon(tmp_path_factory.mktemp("fresh"), model, LOCALLLM_KV_DISK="0")
-    try:
+    with native_daemon(tmp_path_factory.mktemp("fresh"), model, "hy", LOCALLLM_KV_DISK="0") as daemon:
         yield ollama.Client(host=daemon.url, timeout=300)
-    finally:
-        daemon.stop()
 
 
 @pytest.fixture(scope="module")
 def warm(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    daemon = native_daemon(tmp_path_factory.mktemp("warm"), model)
-    try:
+    with native_daemon(tmp_path_factory.mktemp("warm"), model, "hy") as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 def fresh_chat(fresh: ollama.Client, messages: list[dict[str, str]]) -> ollama.ChatResponse:
@@ -151,9 +137,8 @@ def test_a_restarted_daemon_answers_from_the_snapshots_on_disk_and_drops_damaged
               "<|im_start|>assistant\n")
     body = {"model": "hy", "prompt": prompt, "raw": True, "stream": False, "options": GREEDY}
     want = fresh_generate(fresh, prompt)
-    daemon = native_daemon(tmp_path, model)
     snapshots = lambda: sorted((tmp_path / "state" / "kv-cache").glob(f"*/*/*{STATE_SUFFIX}"))  # noqa: E731
-    try:
+    with native_daemon(tmp_path, model, "hy") as daemon:
         cold = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300).json()
         assert cold["prompt_eval_count"] == want.prompt_eval_count and cold["response"] == want.response
         daemon.stop()  # the runner writes its blocks and snapshots
@@ -178,8 +163,6 @@ def test_a_restarted_daemon_answers_from_the_snapshots_on_disk_and_drops_damaged
         assert "dropping unusable state snapshot file" in daemon.log_path.read_text()
         daemon.stop()
         assert snapshots()  # written again when the runner stopped
-    finally:
-        daemon.stop()
 
 
 def test_speculation_cuts_drafts_back_to_the_accepted_tokens_exactly(warm: Daemon, fresh) -> None:

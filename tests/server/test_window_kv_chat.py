@@ -21,13 +21,13 @@ import openai
 import pytest
 
 from localllm.runner.kv_disk import STATE_SUFFIX
-from support.daemon import Daemon
-from support.runner import runner_threads
+from support.daemon import Daemon, native_daemon
 
 BS = 16
 GREEDY = {"temperature": 0, "num_predict": 24}
 SYSTEM = "You are a careful guide to the old cities of Europe and their rivers. " * 40  # some 600 tokens
 PARALLEL = 2
+SEQUENCES = {"LOCALLLM_NUM_PARALLEL": str(PARALLEL)}  # two sequences a runner
 
 
 @pytest.fixture(scope="module", params=["gpt_oss_path", "gemma4_e_path"], ids=["gpt-oss", "gemma4-e"])
@@ -35,30 +35,16 @@ def model(request: pytest.FixtureRequest) -> Path:
     return request.getfixturevalue(request.param)
 
 
-def native_daemon(root: Path, model: Path, **env: str) -> Daemon:
-    daemon = Daemon(root, LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=runner_threads(),
-                    LOCALLLM_NUM_PARALLEL=str(PARALLEL), **env)
-    daemon.start()
-    daemon.create("w", f"FROM {model}")
-    return daemon
-
-
 @pytest.fixture(scope="module")
 def fresh(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ollama.Client]:
-    daemon = native_daemon(tmp_path_factory.mktemp("fresh"), model, LOCALLLM_KV_DISK="0")
-    try:
+    with native_daemon(tmp_path_factory.mktemp("fresh"), model, "w", LOCALLLM_KV_DISK="0", **SEQUENCES) as daemon:
         yield ollama.Client(host=daemon.url, timeout=300)
-    finally:
-        daemon.stop()
 
 
 @pytest.fixture(scope="module")
 def warm(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    daemon = native_daemon(tmp_path_factory.mktemp("warm"), model)
-    try:
+    with native_daemon(tmp_path_factory.mktemp("warm"), model, "w", **SEQUENCES) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 def fresh_chat(fresh: ollama.Client, messages: list[dict[str, str]], **options) -> ollama.ChatResponse:
@@ -133,8 +119,7 @@ def test_a_restarted_daemon_resumes_from_the_window_snapshots_on_disk(model: Pat
               "<|im_start|>assistant\n")
     body = {"model": "w", "prompt": prompt, "raw": True, "stream": False, "options": GREEDY}
     want = fresh.generate("w", prompt, raw=True, options=GREEDY, keep_alive=0)
-    daemon = native_daemon(tmp_path, model)
-    try:
+    with native_daemon(tmp_path, model, "w", **SEQUENCES) as daemon:
         cold = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300).json()
         assert cold["response"] == want.response and cold["prompt_eval_count"] == want.prompt_eval_count
         daemon.stop()  # the runner writes its blocks and the snapshots of their windows
@@ -143,5 +128,3 @@ def test_a_restarted_daemon_resumes_from_the_window_snapshots_on_disk(model: Pat
         warm = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=300).json()
         assert warm["response"] == want.response
         assert warm["prompt_eval_count"] <= BS, warm  # from the snapshot before the prompt's last token
-    finally:
-        daemon.stop()

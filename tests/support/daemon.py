@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -94,3 +96,18 @@ class Daemon:
                               timeout=120)
         if response.status_code != 200:
             raise RuntimeError(f"create {name} failed: {response.status_code} {response.text}")
+
+
+@contextmanager
+def native_daemon(root: Path, model: Path, name: str, **env: str) -> Iterator[Daemon]:
+    """A daemon on the native engine (two threads at most, as the runners of the tests) with ``model`` created
+    as ``name``, stopped when the block ends (a test may stop and start it meanwhile)."""
+    from support.runner import runner_threads
+
+    daemon = Daemon(root, LOCALLLM_ENGINE="native", LOCALLLM_NUM_THREADS=runner_threads(), **env)
+    try:
+        daemon.start()
+        daemon.create(name, f"FROM {model}")
+        yield daemon
+    finally:
+        daemon.stop()
