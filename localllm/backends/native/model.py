@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import logging
 import math
 import mmap
@@ -392,7 +393,9 @@ def _release_pages(address: int, length: int) -> None:
         _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
+    """The C library's handle, opened once (madvise for every repacked matrix)."""
     return ctypes.CDLL(None, use_errno=True)
 
 
