@@ -97,8 +97,7 @@ class ModelFootprint:
 
     @property
     def total(self) -> int:
-        return (self.weights + sum(self.cache(i) for i in range(self.n_layers)) + self.compute_buffer
-                + self.snapshots)
+        return sum(self.parts.values())
 
 
 def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
