@@ -255,13 +255,15 @@ attention *attention_new(int n_threads, int n_head, int n_head_kv, int head_dim,
     return a;
 }
 
-size_t attention_bytes(const attention *a, int n_seq) {
-    /* plan() gives each split token a slot of parts and each (token run, KV head, segment) an item, and the other
-     * runs' tiles of queries an item per KV head (a token at least) */
+size_t attention_bytes(const attention *a, int n_seq, int window) {
+    /* plan() gives each split token a slot of parts, each (token run, KV head, segment it reaches) an item, and the
+     * other runs' tiles of queries an item per KV head (a token at least); over a window a token's segments are a
+     * few of its slot's, and the others never written */
     const size_t split = (size_t)n_seq * ATTN_SPLIT_TOKENS < (size_t)a->n_batch ? (size_t)n_seq * ATTN_SPLIT_TOKENS
                                                                                  : (size_t)a->n_batch;
-    const size_t items = (split * a->n_seg + (size_t)a->n_batch) * a->n_head_kv;
-    return a->held + items * sizeof(attn_item) + split * a->n_head * a->n_seg * part_floats(a) * sizeof(float);
+    const int near = (window + ATTN_SPLIT_TOKENS - 1) / ATTN_SEG + 2, reach = window && near < a->n_seg ? near : a->n_seg;
+    const size_t items = (split * reach + (size_t)a->n_batch) * a->n_head_kv;
+    return a->held + items * sizeof(attn_item) + split * a->n_head * reach * part_floats(a) * sizeof(float);
 }
 
 void attention_free(attention *a) {

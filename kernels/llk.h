@@ -168,7 +168,7 @@ typedef struct llk_memory {
     size_t rings;       /* window_kv: every sequence's ring (llk_kv_ring_blocks blocks of llk_kv_ring_block_bytes) */
     size_t states;      /* every sequence's state beside its ring (Gated DeltaNet layers, position counts) */
     size_t scratch;     /* the rest: the forward's buffers for a batch of n_batch tokens, the rings' tables, and
-                         * attention's, with the most its split (decode) tokens' partial results take over n_seq
+                         * attention's, with the most its split (decode) tokens' partial results fill over n_seq
                          * sequences of max_seq_len */
     size_t experts;     /* the expert FFN's buffers for a batch (0 without experts; not in scratch) */
     size_t state_bytes; /* one sequence's state as llk_state_read copies it (llk_state_bytes) */

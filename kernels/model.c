@@ -367,8 +367,9 @@ static llk_ctx *ctx_new(const llk_model *model, int n_blocks, int block_size, in
     c->table_of = take(c, MEM_SCRATCH, B * sizeof(int32_t *));
     for (int i = 0; i < 3; i++) c->act[i] = take(c, MEM_SCRATCH, B * (size_t)wide * sizeof(float) + 64);
     c->held[MEM_EXPERTS] = moe_scratch_bytes(c->moe);
-    c->held[MEM_SCRATCH] += attention_bytes(c->attn, n_seq) + (c->attn_alt ? attention_bytes(c->attn_alt, n_seq) : 0) +
-                            (c->attn_win ? attention_bytes(c->attn_win, n_seq) : 0);
+    c->held[MEM_SCRATCH] += attention_bytes(c->attn, n_seq, 0) +
+                            (c->attn_alt ? attention_bytes(c->attn_alt, n_seq, 0) : 0) +
+                            (c->attn_win ? attention_bytes(c->attn_win, n_seq, m->sliding_window) : 0);
     int ok = (c->pool || planning) && c->kv.base && c->attn && (!c->kv_alt.n_layer || c->attn_alt) && c->rope_scale &&
              c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of &&
              c->seq_of && c->table_of && c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
@@ -402,7 +403,8 @@ void llk_ctx_memory(const llk_ctx *c, llk_memory *out) {
 
 int llk_ctx_plan(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch, int n_threads,
                  int kv_type, int n_seq, int window_kv, llk_memory *out, char *why) {
-    llk_ctx *c = ctx_new(model, n_blocks, block_size, max_seq_len, n_batch, n_threads, kv_type, n_seq, window_kv, 1, why);
+    llk_ctx *c =
+        ctx_new(model, n_blocks, block_size, max_seq_len, n_batch, n_threads, kv_type, n_seq, window_kv, 1, why);
     if (!c) return -1;
     llk_ctx_memory(c, out);
     llk_ctx_free(c);
