@@ -293,7 +293,8 @@ class PagedEngine(Engine):
         ``room`` of them, those nearest its end first (the prompt's end, where later conversations part from it);
         kept once they are committed (:meth:`_snapshot`). How many it asked for."""
         held, bs, every = len(slot.tokens), self.pool.block_size, self._snapshot_every
-        points = [n for n in range((held // bs + 1) * bs, held + n_new + 1, bs) if not n % every or n in slot.snapshot_at]
+        points = [n for n in range((held // bs + 1) * bs, held + n_new + 1, bs)
+                  if not n % every or n in slot.snapshot_at]
         asked = 0
         for n in reversed(points[len(points) - max(room, 0):]):
             buffer = self._spare.pop() if self._spare else bytearray(self.ctx.state_bytes)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from localllm.backends.native.lib import ERROR_LEN, Memory, NativeError, library
-from localllm.backends.native.model import HINT, KV_TYPES, NativeWeights
+from localllm.backends.native.model import HINT, KV_TYPES, NativeWeights, kv_type_id
 from localllm.backends import llama_cpp
 from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Batch
@@ -83,8 +83,10 @@ class Context:
         self, model: Model, n_blocks: int, block_size: int, max_seq_len: int, n_seq: int, n_batch: int, n_threads: int,
         kv_cache_type: str = "f16", window_kv: bool = False,
     ) -> None:
-        if kv_cache_type not in KV_TYPES:
-            raise BackendError(f"the native engine keeps its KV cache in {' or '.join(KV_TYPES)}, not {kv_cache_type!r}")
+        try:
+            kv_type = kv_type_id(kv_cache_type)
+        except NativeError as exc:
+            raise BackendError(str(exc)) from None
         params = model.weights.params  # a layer's head size of 0 is the model's (Gemma 4's layers have their own)
         head_dims = sorted({params.layers[il].head_dim or params.head_dim for il in range(params.n_layer)
                             if not params.layers[il].ssm_qkv.data})
@@ -103,7 +105,7 @@ class Context:
         why = ctypes.create_string_buffer(ERROR_LEN)
         self._ctx = self._lib.llk_ctx_new(
             ctypes.byref(model.weights.params), n_blocks, block_size, max_seq_len, n_batch, n_threads,
-            KV_TYPES[kv_cache_type], n_seq, int(window_kv), why,
+            kv_type, n_seq, int(window_kv), why,
         )
         if not self._ctx:
             raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: "

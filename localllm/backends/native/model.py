@@ -417,6 +417,13 @@ def _libc() -> ctypes.CDLL:
 KV_TYPES = {"f16": 1, "q8_0": 8}
 
 
+def kv_type_id(name: str) -> int:
+    """The ggml type id of the KV cache type ``name``; a :class:`NativeError` for one the native engine lacks."""
+    if name not in KV_TYPES:
+        raise NativeError(f"the native engine keeps its KV cache in {' or '.join(KV_TYPES)}, not {name!r}")
+    return KV_TYPES[name]
+
+
 @dataclasses.dataclass(frozen=True)
 class NativeMemory:
     """What a native load holds that the GGUF's tensor bytes do not say, for the memory planner: each layer's KV
@@ -438,11 +445,9 @@ class NativeMemory:
         """What a runner's context of this geometry holds, by part (``kernels/llk.h``'s llk_ctx_plan: the steps of
         llk_ctx_new itself, so the plan and the context cannot differ); ``n_threads``: the runner's (its
         attention scratch is per thread), by default this machine's CPUs, the most a runner takes."""
-        if kv_cache_type not in KV_TYPES:
-            raise NativeError(f"the native engine keeps its KV cache in {' or '.join(KV_TYPES)}, not {kv_cache_type!r}")
         out, why = Memory(), ctypes.create_string_buffer(ERROR_LEN)
         if library().llk_ctx_plan(ctypes.byref(self.shapes), n_blocks, NATIVE_BLOCK_SIZE, max_seq_len, n_batch,
-                                  n_threads or os.cpu_count() or 1, KV_TYPES[kv_cache_type], n_seq,
+                                  n_threads or os.cpu_count() or 1, kv_type_id(kv_cache_type), n_seq,
                                   int(self.trims_window), ctypes.byref(out), why) != 0:
             raise NativeError(f"cannot plan a native context: {why.value.decode(errors='replace')}")
         return out
