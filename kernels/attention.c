@@ -204,8 +204,9 @@ typedef struct {
 } attn_item;
 
 struct attention {
-    int n_threads, n_head, n_head_kv, hd, group, max_queries, max_tokens, n_seg;
+    int n_threads, n_head, n_head_kv, hd, group, max_queries, max_tokens, n_seg, n_batch;
     size_t per_thread; /* floats of scratch per thread */
+    size_t held;       /* bytes of scratch, tiles and slot */
     float *scratch;
     const void **tiles; /* per thread: SEG_TILES K tiles, then SEG_TILES V tiles, two pointers each */
     attn_item *items;
@@ -239,15 +240,30 @@ attention *attention_new(int n_threads, int n_head, int n_head_kv, int head_dim,
     a->max_tokens = ATTN_QUERIES / a->group > 0 ? ATTN_QUERIES / a->group : 1;
     a->max_queries = a->max_tokens * a->group;
     a->n_seg = (max_seq_len + ATTN_SEG - 1) / ATTN_SEG;
+    a->n_batch = n_batch;
     a->per_thread = (size_t)a->max_queries * (3 * head_dim + ATTN_SEG + 4);
-    a->scratch = malloc((size_t)n_threads * a->per_thread * sizeof(float));
-    a->tiles = malloc((size_t)n_threads * 4 * SEG_TILES * sizeof(void *));
-    a->slot = malloc((size_t)n_batch * sizeof(int));
+    const size_t scratch = (size_t)n_threads * a->per_thread * sizeof(float);
+    const size_t tiles = (size_t)n_threads * 4 * SEG_TILES * sizeof(void *), slot = (size_t)n_batch * sizeof(int);
+    a->scratch = malloc(scratch);
+    a->tiles = malloc(tiles);
+    a->slot = malloc(slot);
+    a->held = scratch + tiles + slot;
     if (!a->scratch || !a->tiles || !a->slot) {
         attention_free(a);
         return NULL;
     }
     return a;
+}
+
+size_t attention_bytes(const attention *a, int n_seq, int window) {
+    /* plan() gives each split token a slot of parts, each (token run, KV head, segment it reaches) an item, and the
+     * other runs' tiles of queries an item per KV head (a token at least); over a window a token's segments are a
+     * few of its slot's, and the others never written */
+    const size_t split = (size_t)n_seq * ATTN_SPLIT_TOKENS < (size_t)a->n_batch ? (size_t)n_seq * ATTN_SPLIT_TOKENS
+                                                                                 : (size_t)a->n_batch;
+    const int near = (window + ATTN_SPLIT_TOKENS - 1) / ATTN_SEG + 2, reach = window && near < a->n_seg ? near : a->n_seg;
+    const size_t items = (split * reach + (size_t)a->n_batch) * a->n_head_kv;
+    return a->held + items * sizeof(attn_item) + split * a->n_head * reach * part_floats(a) * sizeof(float);
 }
 
 void attention_free(attention *a) {

@@ -33,6 +33,10 @@ typedef struct attention attention;
 
 attention *attention_new(int n_threads, int n_head, int n_head_kv, int head_dim, int n_batch, int max_seq_len);
 void attention_free(attention *a);
+/* The bytes a holds, and the most the partial results of its split tokens (ATTN_SPLIT_TOKENS at most of a
+ * sequence: decode, a short draft) fill over batches of n_seq sequences, each a run of consecutive positions, on
+ * layers of that window (0: none; the parts past a window are allocated, never written, so never resident). */
+size_t attention_bytes(const attention *a, int n_seq, int window);
 
 /* out[t] = attention of the n_tok queries q[t] ([n_head][head_dim], q_dim apart) over the positions
  * first..pos[t] of their sequences (first = pos - window + 1 on a sliding layer), scores times

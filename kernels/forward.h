@@ -13,8 +13,11 @@
 #include "recipe.h"
 
 enum { KV_POOL, KV_ALT, KV_WIN };
-/* Bytes before a sequence's layers in its state: the count of positions it holds (uint64), padded to a cache line. */
+/* Bytes before a sequence's layers in its state, padded to a cache line: word 0 (uint64) the count of positions it
+ * holds, word 1 the first position of the last batch that advanced it (how far llk_state_rewind may go back). */
 #define STATE_HEADER 64
+/* What a context's allocations are counted in (llk_memory's parts). */
+enum { MEM_KV, MEM_RINGS, MEM_STATES, MEM_SCRATCH, MEM_EXPERTS, MEM_PARTS };
 
 struct llk_ctx {
     llk_model m;
@@ -39,8 +42,9 @@ struct llk_ctx {
     int n_seq;                  /* rows of the block tables (sequences) */
     int *state_layer;           /* [layer]: its index among the Gated DeltaNet layers, or -1 */
     deltanet_shape dn;          /* the Gated DeltaNet's dimensions (dn.channels 0: none) */
-    uint8_t *state;             /* [n_seq][state_bytes]: each sequence's recurrent state (STATE_HEADER, then
-                                 * per DeltaNet layer its convolution window and its S states), or NULL */
+    uint8_t *state;             /* [n_seq][state_bytes]: each sequence's state (STATE_HEADER, then per DeltaNet
+                                 * layer its convolution window and its S states; with window_kv its sliding layers'
+                                 * window is in its ring, and llk_state_read copies it after these), or NULL */
     size_t state_bytes, state_layer_floats;
     int32_t *next_pos;          /* [n_seq] scratch: where each sequence's state stands while a batch is checked */
     float **conv_of, **ssm_of;  /* [token]: its sequence's DeltaNet state in the layer at hand */
@@ -61,6 +65,8 @@ struct llk_ctx {
     const int32_t **table_of;   /* [token]: its sequence's block table */
     void *act[3];               /* quantized activations per act_kind */
     int act_valid[3];
+    size_t held[MEM_PARTS];     /* bytes of the allocations above, by part (llk_ctx_memory) */
+    int planning;               /* llk_ctx_plan's context: the large buffers are address space only, no threads */
     char error[LLK_ERROR_LEN];
 };
 

@@ -161,6 +161,26 @@ void llk_unmap_file(const void *base, int64_t size);
 llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
                      int n_threads, int kv_type, int n_seq, int window_kv, char *why);
 void llk_ctx_free(llk_ctx *ctx);
+
+/* The bytes a context holds, by part: what llk_ctx_new allocated, for the memory planner. */
+typedef struct llk_memory {
+    size_t kv;          /* the pool: n_blocks blocks of llk_kv_block_bytes */
+    size_t rings;       /* window_kv: every sequence's ring (llk_kv_ring_blocks blocks of llk_kv_ring_block_bytes) */
+    size_t states;      /* every sequence's state beside its ring (Gated DeltaNet layers, position counts) */
+    size_t scratch;     /* the rest: the forward's buffers for a batch of n_batch tokens, the rings' tables, and
+                         * attention's, with the most its split (decode) tokens' partial results fill over n_seq
+                         * sequences of max_seq_len */
+    size_t experts;     /* the expert FFN's buffers for a batch (0 without experts; not in scratch) */
+    size_t state_bytes; /* one sequence's state as llk_state_read copies it (llk_state_bytes) */
+    int32_t ring_blocks; /* llk_kv_ring_blocks */
+} llk_memory;
+void llk_ctx_memory(const llk_ctx *ctx, llk_memory *out);
+/* What llk_ctx_new with these arguments would hold (the same steps: the parts cannot differ), without holding it:
+ * its pool, rings and states are address space only, and no thread starts.  The model's tensors are read for
+ * their presence, types and shapes only (data need not point at weights, only be NULL where a tensor is absent).
+ * 0, or -1 where llk_ctx_new would refuse, with the reason in why. */
+int llk_ctx_plan(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch, int n_threads,
+                 int kv_type, int n_seq, int window_kv, llk_memory *out, char *why);
 /* Fault in len bytes of the KV pool from offset (the memory the planner counted, so that it is held before
  * blocks are first used), leaving what pages hold alone; a range past the pool is nothing to do. */
 void llk_kv_populate(llk_ctx *ctx, size_t offset, size_t len);
@@ -172,10 +192,11 @@ const char *llk_ctx_error(const llk_ctx *ctx);
  * sequence, which must already be written (or be in this batch).  want[i] != 0 asks for token i's
  * logits, written to logits_out in the order of the asked rows.  0 ok, <0 bad input.
  *
- * A model with a recurrent state (llk_state_bytes > 0) also needs each sequence's tokens to continue its
- * state: a token at position 0 starts the sequence afresh (its state zeroed first), and any other token of
- * a sequence must be at the position after the last one its state holds (the tokens of one sequence in a
- * batch in position order).  A batch with a token that does not is refused whole (-7, nothing written):
+ * A context with a state (llk_state_bytes > 0: Gated DeltaNet layers, or window_kv's rings) also needs each
+ * sequence's tokens to continue its state: a token at position 0, the sequence's first in the batch, starts it
+ * afresh (its state zeroed first), and any other token of a sequence must be at the position after the last one
+ * its state holds (the tokens of one sequence in a batch in position order).  A batch with a token that does not
+ * is refused whole (-7, nothing written):
  * the state cannot be cut back to an earlier position, so to go back, write a state saved there
  * (llk_state_write) or start again from position 0. */
 int llk_decode(llk_ctx *ctx, int n, const int32_t *tokens, const int32_t *pos, int32_t *const *seq_ids,
@@ -190,19 +211,20 @@ size_t llk_kv_block_bytes(const llk_ctx *ctx);
 int llk_kv_block_copy(llk_ctx *ctx, int dst, int src);
 int llk_kv_block_read(const llk_ctx *ctx, int block, void *dst);
 int llk_kv_block_write(llk_ctx *ctx, int block, const void *src);
-/* window_kv: the blocks of each sequence's ring and the bytes of one of them (both 0 when off). */
 /* What a pool block and a state's window hold, layer by layer, as text (for the disk tier's headers: files of
- * another layout are never read as this one's); 0, or -1 when len is too short. */
+ * another layout are never read as this one's): its length (without the NUL), written to buf when len is more
+ * than that (else cut to len - 1 characters; buf may be NULL with len 0 to ask for the length). */
 int llk_kv_layout(const llk_ctx *ctx, char *buf, size_t len);
+/* window_kv: the blocks of each sequence's ring and the bytes of one of them (both 0 when off). */
 int llk_kv_ring_blocks(const llk_ctx *ctx);
 size_t llk_kv_ring_block_bytes(const llk_ctx *ctx);
 
-/* A sequence's recurrent state (the convolution window and the S x S state of each V head, of every Gated
- * DeltaNet layer, and how many positions it holds), as bytes: their size (the same for every sequence; 0 for
- * a model without such layers), a copy of sequence seq's to dst, seq's set from src (as read from any
- * sequence of a context of the same model; seq then continues at the position it held), and seq's emptied
- * (as at position 0).  0 ok, -1 no such sequence, a model without state, or src's position count past the
- * context's max_seq_len. */
+/* A sequence's state (how many positions it holds; the convolution window and the S x S state of each V head of
+ * every Gated DeltaNet layer; with window_kv, its sliding layers' window: the last blocks of its ring), as bytes:
+ * their size (the same for every sequence; 0 for a context without state), a copy of sequence seq's to dst, seq's
+ * set from src (as read from any sequence of a context of the same model; seq then continues at the position it
+ * held), and seq's emptied (as at position 0).  0 ok, -1 no such sequence, a context without state, or src's
+ * position count past the context's max_seq_len. */
 size_t llk_state_bytes(const llk_ctx *ctx);
 int llk_state_read(const llk_ctx *ctx, int seq, void *dst);
 int llk_state_write(llk_ctx *ctx, int seq, const void *src);

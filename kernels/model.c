@@ -81,6 +81,20 @@ static void zfree(void *p, size_t n) {
     if (p) munmap(p, n ? n : 1);
 }
 
+/* A buffer of c's, counted in its part of c->held (llk_ctx_memory): from malloc, or zeroed pages (ztake: the
+ * pool, the rings and the states), of which a planning context (llk_ctx_plan) takes only the address space. */
+static void *take(llk_ctx *c, int part, size_t n) {
+    c->held[part] += n;
+    return malloc(n);
+}
+
+static void *ztake(llk_ctx *c, int part, size_t n) {
+    c->held[part] += n;
+    if (!c->planning) return zalloc(n);
+    void *p = mmap(NULL, n ? n : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static size_t kv_bytes(const llk_ctx *c) { return (size_t)c->n_blocks * c->kv.block_bytes; }
 
 void llk_kv_populate(llk_ctx *c, size_t offset, size_t len) {
@@ -222,9 +236,9 @@ static int make_rings(llk_ctx *c) {
     c->snap_blocks = (window + bs - 1) / bs + 1;
     if (c->snap_blocks > c->ring_len) c->snap_blocks = c->ring_len;
     c->ring_table_len = (c->max_seq_len + bs - 1) / bs;
-    c->kv_win.base = zalloc((size_t)c->n_seq * c->ring_len * c->kv_win.block_bytes);
-    c->ring_tables = malloc(sizeof(int32_t) * (size_t)c->n_seq * c->ring_table_len);
-    c->ring_table_of = malloc(sizeof(int32_t *) * (size_t)c->n_batch);
+    c->kv_win.base = ztake(c, MEM_RINGS, (size_t)c->n_seq * c->ring_len * c->kv_win.block_bytes);
+    c->ring_tables = take(c, MEM_SCRATCH, sizeof(int32_t) * (size_t)c->n_seq * c->ring_table_len);
+    c->ring_table_of = take(c, MEM_SCRATCH, sizeof(int32_t *) * (size_t)c->n_batch);
     if (!c->kv_win.base || !c->ring_tables || !c->ring_table_of) return -1;
     for (int s = 0; s < c->n_seq; s++)
         for (int b = 0; b < c->ring_table_len; b++)
@@ -245,8 +259,10 @@ static llk_ctx *refuse(llk_ctx *c, char *why, const char *reason) {
     return NULL;
 }
 
-llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
-                     int n_threads, int kv_type, int n_seq, int window_kv, char *why) {
+/* llk_ctx_new, or with `planning` llk_ctx_plan's context: the same allocations, the pool's, the rings' and the
+ * states' as address space only, and no threads. */
+static llk_ctx *ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
+                        int n_threads, int kv_type, int n_seq, int window_kv, int planning, char *why) {
     if (n_blocks < 1 || block_size < 1 || (block_size & (block_size - 1)) || max_seq_len < 1 || n_batch < 1 ||
         n_seq < 1)
         return refuse(NULL, why, "bad arguments: block counts, sizes, lengths and sequences must be positive "
@@ -256,6 +272,7 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     llk_ctx *c = calloc(1, sizeof *c);
     if (!c) return refuse(NULL, why, "out of memory");
     c->m = *model;
+    c->planning = planning;
     c->recipe = llk_recipe_of(model->arch);
     const llk_model *m = &c->m;
     c->n_blocks = n_blocks;
@@ -266,10 +283,10 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     c->n_batch = n_batch;
     c->n_seq = n_seq;
     c->window_kv = window_kv && window_pays(model, block_size, max_seq_len, n_batch);
-    c->layers = malloc(sizeof(llk_layer) * (size_t)m->n_layer);
-    c->kv_slot = malloc(sizeof(int32_t) * (size_t)m->n_layer);
-    c->kv_of = malloc((size_t)m->n_layer);
-    c->state_layer = malloc(sizeof(int) * (size_t)m->n_layer);
+    c->layers = take(c, MEM_SCRATCH, sizeof(llk_layer) * (size_t)m->n_layer);
+    c->kv_slot = take(c, MEM_SCRATCH, sizeof(int32_t) * (size_t)m->n_layer);
+    c->kv_of = take(c, MEM_SCRATCH, (size_t)m->n_layer);
+    c->state_layer = take(c, MEM_SCRATCH, sizeof(int) * (size_t)m->n_layer);
     if (!c->layers || !c->kv_slot || !c->kv_of || !c->state_layer) return refuse(c, why, "out of memory");
     memcpy(c->layers, model->layers, sizeof(llk_layer) * (size_t)m->n_layer);
     c->m.layers = c->layers;
@@ -286,18 +303,18 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
         rope_dim = max_i(rope_dim, L->rope_dim);
         router_own_input |= L->ffn_gate_inp_s.data != NULL;
     }
-    c->pool = llk_pool_new(n_threads);
-    c->kv.base = zalloc(kv_bytes(c));
+    c->pool = planning ? NULL : llk_pool_new(n_threads);
+    c->kv.base = ztake(c, MEM_KV, kv_bytes(c));
     c->kv_alt.base = c->kv.base;
-    const int nth = c->pool ? llk_pool_size(c->pool) : 1;
+    const int nth = c->pool ? llk_pool_size(c->pool) : max_i(n_threads, 1); /* planning: as many as it would get */
     c->attn = attention_new(nth, m->n_head, c->kv.n_head_kv, c->kv.head_dim, n_batch, max_seq_len);
     if (c->kv_alt.n_layer)
         c->attn_alt = attention_new(nth, m->n_head, c->kv_alt.n_head_kv, c->kv_alt.head_dim, n_batch, max_seq_len);
     if (c->window_kv)
         c->attn_win = attention_new(nth, m->n_head, c->kv_win.n_head_kv, c->kv_win.head_dim, n_batch, max_seq_len);
-    c->rope_scale = calloc((size_t)m->n_layer, sizeof(float));
+    c->rope_scale = take(c, MEM_SCRATCH, (size_t)m->n_layer * sizeof(float));
     if (m->n_expert) c->moe = moe_scratch_new(m, n_batch);
-    if (m->rope_freq_scale != 0.0f) c->yarn = calloc((size_t)m->n_layer, sizeof(rope_yarn));
+    if (m->rope_freq_scale != 0.0f) c->yarn = take(c, MEM_SCRATCH, (size_t)m->n_layer * sizeof(rope_yarn));
     size_t B = (size_t)n_batch;
     const int ff = max_i(m->n_ff, m->n_ff_shexp);
     if (n_state_layers) {
@@ -307,49 +324,53 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
     if (n_state_layers || c->window_kv) { /* a state a sequence: its position count, its DeltaNet layers' (the
                                            * sliding layers' window is in the rings, copied with it) */
         c->state_bytes = STATE_HEADER + (size_t)n_state_layers * c->state_layer_floats * sizeof(float);
-        c->state = zalloc(c->state_bytes * (size_t)n_seq);
-        c->next_pos = malloc(sizeof(int32_t) * (size_t)n_seq);
-        c->capture_of = malloc(B * sizeof(uint8_t *));
+        c->state = ztake(c, MEM_STATES, c->state_bytes * (size_t)n_seq);
+        c->next_pos = take(c, MEM_SCRATCH, sizeof(int32_t) * (size_t)n_seq);
+        c->capture_of = take(c, MEM_SCRATCH, B * sizeof(uint8_t *));
     }
     if (n_state_layers) {
-        c->conv_of = malloc(B * sizeof(float *));
-        c->ssm_of = malloc(B * sizeof(float *));
-        c->snap_of = malloc(B * sizeof(float *));
-        c->mix = malloc(B * (size_t)c->dn.channels * sizeof(float));
-        c->z = malloc(B * (size_t)c->dn.inner * sizeof(float));
-        c->beta = malloc(B * (size_t)c->dn.n_v * sizeof(float));
-        c->decay = malloc(B * (size_t)c->dn.n_v * sizeof(float));
+        c->conv_of = take(c, MEM_SCRATCH, B * sizeof(float *));
+        c->ssm_of = take(c, MEM_SCRATCH, B * sizeof(float *));
+        c->snap_of = take(c, MEM_SCRATCH, B * sizeof(float *));
+        c->mix = take(c, MEM_SCRATCH, B * (size_t)c->dn.channels * sizeof(float));
+        c->z = take(c, MEM_SCRATCH, B * (size_t)c->dn.inner * sizeof(float));
+        c->beta = take(c, MEM_SCRATCH, B * (size_t)c->dn.n_v * sizeof(float));
+        c->decay = take(c, MEM_SCRATCH, B * (size_t)c->dn.n_v * sizeof(float));
     }
     const int output_gate = c->recipe && c->recipe->attn.output_gate;
-    if (output_gate) c->qg = malloc(B * 2 * (size_t)c->q_dim * sizeof(float));
+    if (output_gate) c->qg = take(c, MEM_SCRATCH, B * 2 * (size_t)c->q_dim * sizeof(float));
     if (m->n_ff_shexp) {
-        c->sh = malloc(B * (size_t)m->n_embd * sizeof(float));
-        c->sh_gate = malloc(B * sizeof(float));
+        c->sh = take(c, MEM_SCRATCH, B * (size_t)m->n_embd * sizeof(float));
+        c->sh_gate = take(c, MEM_SCRATCH, B * sizeof(float));
     }
     int wide = max_i(max_i(m->n_embd, c->q_dim), max_i(ff, c->dn.inner));
-    c->x = malloc(B * m->n_embd * sizeof(float));
-    c->xn = malloc(B * wide * sizeof(float));
-    c->q = malloc(B * c->q_dim * sizeof(float));
-    c->k = malloc(B * c->kv_dim * sizeof(float));
-    c->v = malloc(B * c->kv_dim * sizeof(float));
-    c->att = malloc(B * max_i(c->q_dim, c->dn.inner) * sizeof(float));
-    c->o = malloc(B * m->n_embd * sizeof(float));
-    c->g = malloc(B * ff * sizeof(float));
-    c->u = malloc(B * ff * sizeof(float));
-    c->cs = malloc(B * (size_t)rope_dim * sizeof(float));
+    c->x = take(c, MEM_SCRATCH, B * m->n_embd * sizeof(float));
+    c->xn = take(c, MEM_SCRATCH, B * wide * sizeof(float));
+    c->q = take(c, MEM_SCRATCH, B * c->q_dim * sizeof(float));
+    c->k = take(c, MEM_SCRATCH, B * c->kv_dim * sizeof(float));
+    c->v = take(c, MEM_SCRATCH, B * c->kv_dim * sizeof(float));
+    c->att = take(c, MEM_SCRATCH, B * max_i(c->q_dim, c->dn.inner) * sizeof(float));
+    c->o = take(c, MEM_SCRATCH, B * m->n_embd * sizeof(float));
+    c->g = take(c, MEM_SCRATCH, B * ff * sizeof(float));
+    c->u = take(c, MEM_SCRATCH, B * ff * sizeof(float));
+    c->cs = take(c, MEM_SCRATCH, B * (size_t)rope_dim * sizeof(float));
     if (m->n_embd_per_layer) {
-        c->ple = malloc(B * (size_t)m->n_layer * m->n_embd_per_layer * sizeof(float));
-        c->ple_gate = malloc(B * (size_t)m->n_embd_per_layer * sizeof(float));
+        c->ple = take(c, MEM_SCRATCH, B * (size_t)m->n_layer * m->n_embd_per_layer * sizeof(float));
+        c->ple_gate = take(c, MEM_SCRATCH, B * (size_t)m->n_embd_per_layer * sizeof(float));
     }
     if (router_own_input) {
-        c->router_in = malloc(B * m->n_embd * sizeof(float));
-        c->experts_out = malloc(B * m->n_embd * sizeof(float));
+        c->router_in = take(c, MEM_SCRATCH, B * m->n_embd * sizeof(float));
+        c->experts_out = take(c, MEM_SCRATCH, B * m->n_embd * sizeof(float));
     }
-    c->pos_of = malloc(B * sizeof(int32_t));
-    c->seq_of = malloc(B * sizeof(int32_t));
-    c->table_of = malloc(B * sizeof(int32_t *));
-    for (int i = 0; i < 3; i++) c->act[i] = malloc(B * (size_t)wide * sizeof(float) + 64);
-    int ok = c->pool && c->kv.base && c->attn && (!c->kv_alt.n_layer || c->attn_alt) && c->rope_scale &&
+    c->pos_of = take(c, MEM_SCRATCH, B * sizeof(int32_t));
+    c->seq_of = take(c, MEM_SCRATCH, B * sizeof(int32_t));
+    c->table_of = take(c, MEM_SCRATCH, B * sizeof(int32_t *));
+    for (int i = 0; i < 3; i++) c->act[i] = take(c, MEM_SCRATCH, B * (size_t)wide * sizeof(float) + 64);
+    c->held[MEM_EXPERTS] = moe_scratch_bytes(c->moe);
+    c->held[MEM_SCRATCH] += attention_bytes(c->attn, n_seq, 0) +
+                            (c->attn_alt ? attention_bytes(c->attn_alt, n_seq, 0) : 0) +
+                            (c->attn_win ? attention_bytes(c->attn_win, n_seq, m->sliding_window) : 0);
+    int ok = (c->pool || planning) && c->kv.base && c->attn && (!c->kv_alt.n_layer || c->attn_alt) && c->rope_scale &&
              c->x && c->xn && c->q && c->k && c->v && c->att && c->o && c->g && c->u && c->cs && c->pos_of &&
              c->seq_of && c->table_of && c->act[0] && c->act[1] && c->act[2] && (!m->n_expert || c->moe) &&
              (m->rope_freq_scale == 0.0f || c->yarn) && (!m->n_embd_per_layer || (c->ple && c->ple_gate)) &&
@@ -368,6 +389,26 @@ llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int m
                            m->yarn_beta_fast, m->yarn_beta_slow);
     }
     return c;
+}
+
+llk_ctx *llk_ctx_new(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch,
+                     int n_threads, int kv_type, int n_seq, int window_kv, char *why) {
+    return ctx_new(model, n_blocks, block_size, max_seq_len, n_batch, n_threads, kv_type, n_seq, window_kv, 0, why);
+}
+
+void llk_ctx_memory(const llk_ctx *c, llk_memory *out) {
+    *out = (llk_memory){c->held[MEM_KV], c->held[MEM_RINGS], c->held[MEM_STATES], c->held[MEM_SCRATCH],
+                        c->held[MEM_EXPERTS], llk_state_bytes(c), llk_kv_ring_blocks(c)};
+}
+
+int llk_ctx_plan(const llk_model *model, int n_blocks, int block_size, int max_seq_len, int n_batch, int n_threads,
+                 int kv_type, int n_seq, int window_kv, llk_memory *out, char *why) {
+    llk_ctx *c =
+        ctx_new(model, n_blocks, block_size, max_seq_len, n_batch, n_threads, kv_type, n_seq, window_kv, 1, why);
+    if (!c) return -1;
+    llk_ctx_memory(c, out);
+    llk_ctx_free(c);
+    return 0;
 }
 
 /* ---- per-token steps over the pool ------------------------------------------ */
@@ -567,27 +608,37 @@ static void set_state_word(llk_ctx *c, int seq, int k, uint64_t v) {
 
 static uint64_t state_positions(const llk_ctx *c, int seq) { return state_word(c, seq, 0); }
 
-/* Whether each token continues its sequence's recurrent state (llk_decode); if all do, the states' position
- * counts are advanced past the batch (the layers then bring the states there).  0, or -7 with c->error set. */
+/* Whether each token continues its sequence's state (llk_decode): at the position after the last one the state holds,
+ * or at 0 as the sequence's first token in the batch (a restart later in the batch would overwrite the cells its
+ * earlier tokens read there: every token's KV is written before any attends).  If all do, word 0 of each state is
+ * advanced past the batch (the layers then bring the states there) and word 1 set to the sequence's first position
+ * in the batch.  0, or -7 with c->error set. */
 static int check_state_positions(llk_ctx *c, int n, const int32_t *pos, int32_t *const *seq_ids) {
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { /* -1 - held: the sequence has no token earlier in the batch */
         const int s = seq_ids[i][0];
         if (s >= c->n_seq) return fail(c, -7, "sequence id %ld out of range [0, %ld) of the recurrent states", s, c->n_seq);
-        c->next_pos[s] = (int32_t)state_positions(c, s);
+        c->next_pos[s] = -1 - (int32_t)state_positions(c, s);
     }
     for (int i = 0; i < n; i++) {
-        const int s = seq_ids[i][0];
-        if (pos[i] != 0 && pos[i] != c->next_pos[s]) {
+        const int s = seq_ids[i][0], in_batch = c->next_pos[s] >= 0;
+        const int32_t held = in_batch ? c->next_pos[s] : -1 - c->next_pos[s];
+        if (pos[i] == 0 && in_batch) {
+            snprintf(c->error, sizeof c->error,
+                     "position 0 of sequence %d after its position %d in the same batch: a sequence starts again "
+                     "only with its first token of a batch", s, held - 1);
+            return -7;
+        }
+        if (pos[i] != 0 && pos[i] != held) {
             snprintf(c->error, sizeof c->error,
                      "position %d of sequence %d does not continue its recurrent state, which holds %d positions "
                      "(it cannot go back: start again at position 0 or restore a saved state)",
-                     pos[i], s, c->next_pos[s]);
+                     pos[i], s, held);
             return -7;
         }
         c->next_pos[s] = pos[i] + 1;
     }
     for (int i = 0; i < n; i++) set_state_word(c, seq_ids[i][0], 0, (uint64_t)c->next_pos[seq_ids[i][0]]);
-    for (int i = n - 1; i >= 0; i--) set_state_word(c, seq_ids[i][0], 1, (uint64_t)pos[i]); /* its first, last */
+    for (int i = n - 1; i >= 0; i--) set_state_word(c, seq_ids[i][0], 1, (uint64_t)pos[i]); /* the first one stays */
     return 0;
 }
 
@@ -769,7 +820,7 @@ int llk_kv_layout(const llk_ctx *c, char *buf, size_t len) {
             at += (size_t)snprintf(buf + (at < len ? at : len), at < len ? len - at : 0,
                                    ", the last %d blocks in a state", c->snap_blocks);
     }
-    return at < len ? 0 : -1;
+    return (int)at;
 }
 
 int llk_kv_ring_blocks(const llk_ctx *c) { return c->window_kv ? c->ring_len : 0; }

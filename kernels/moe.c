@@ -26,7 +26,16 @@ struct moe_scratch {
     float *down;           /* [pair][n_embd] */
     llk_tensor *views;     /* [2 * n_expert]: expert e's matrices of the run under way */
     matmul_part *parts;    /* [2 * n_expert] */
+    size_t held;           /* bytes of the buffers above */
 };
+
+/* One of s's buffers, counted in s->held. */
+static void *take(moe_scratch *s, size_t n) {
+    s->held += n;
+    return malloc(n);
+}
+
+size_t moe_scratch_bytes(const moe_scratch *s) { return s ? s->held : 0; }
 
 static size_t max_act(size_t have, const llk_tensor *t, int64_t n) {
     size_t need = t->data ? llk_act_size(t->type, n) : 0;
@@ -57,24 +66,24 @@ moe_scratch *moe_scratch_new(const llk_model *m, int n_batch) {
     s->n_batch = n_batch;
     s->n_used = m->n_expert_used;
     s->n_expert = m->n_expert;
-    s->logits = malloc(B * (size_t)m->n_expert * sizeof(float));
-    s->chosen = malloc(P * sizeof(int32_t));
-    s->weight = malloc(P * sizeof(float));
-    s->pair = malloc(P * sizeof(int32_t));
-    s->count = malloc((size_t)m->n_expert * sizeof(int32_t));
-    s->first = malloc((size_t)m->n_expert * sizeof(int32_t));
-    s->filled = malloc((size_t)m->n_expert * sizeof(int32_t));
-    s->act_router = malloc(B * s->act_router_row + 64);
-    s->act_gate = malloc(B * s->act_in_row + 64);
-    s->act_up = separate_up ? malloc(B * s->act_in_row + 64) : NULL;
-    s->grouped_gate = malloc(P * s->act_in_row + 64);
-    s->grouped_up = separate_up ? malloc(P * s->act_in_row + 64) : NULL;
-    s->g = malloc(P * (size_t)n_ff * sizeof(float));
-    s->u = malloc(P * (size_t)n_ff * sizeof(float));
-    s->act_hidden = malloc(P * s->act_hidden_row + 64);
-    s->down = malloc(P * E * sizeof(float));
-    s->views = malloc(2 * (size_t)m->n_expert * sizeof(llk_tensor));
-    s->parts = malloc(2 * (size_t)m->n_expert * sizeof(matmul_part));
+    s->logits = take(s, B * (size_t)m->n_expert * sizeof(float));
+    s->chosen = take(s, P * sizeof(int32_t));
+    s->weight = take(s, P * sizeof(float));
+    s->pair = take(s, P * sizeof(int32_t));
+    s->count = take(s, (size_t)m->n_expert * sizeof(int32_t));
+    s->first = take(s, (size_t)m->n_expert * sizeof(int32_t));
+    s->filled = take(s, (size_t)m->n_expert * sizeof(int32_t));
+    s->act_router = take(s, B * s->act_router_row + 64);
+    s->act_gate = take(s, B * s->act_in_row + 64);
+    s->act_up = separate_up ? take(s, B * s->act_in_row + 64) : NULL;
+    s->grouped_gate = take(s, P * s->act_in_row + 64);
+    s->grouped_up = separate_up ? take(s, P * s->act_in_row + 64) : NULL;
+    s->g = take(s, P * (size_t)n_ff * sizeof(float));
+    s->u = take(s, P * (size_t)n_ff * sizeof(float));
+    s->act_hidden = take(s, P * s->act_hidden_row + 64);
+    s->down = take(s, P * E * sizeof(float));
+    s->views = take(s, 2 * (size_t)m->n_expert * sizeof(llk_tensor));
+    s->parts = take(s, 2 * (size_t)m->n_expert * sizeof(matmul_part));
     if (!(s->logits && s->chosen && s->weight && s->pair && s->count && s->first && s->filled && s->act_router &&
           s->act_gate && (s->act_up || !separate_up) && s->grouped_gate && (s->grouped_up || !separate_up) && s->g && s->u && s->act_hidden && s->down &&
           s->views && s->parts)) {

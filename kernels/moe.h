@@ -55,6 +55,7 @@ typedef struct moe_scratch moe_scratch;
  * memory. */
 moe_scratch *moe_scratch_new(const llk_model *model, int n_batch);
 void moe_scratch_free(moe_scratch *s);
+size_t moe_scratch_bytes(const moe_scratch *s); /* the bytes s holds (0 for NULL) */
 
 /* out[t * out_stride ...] = the expert FFN of the T rows of x (n_embd each); `then`: the matrix the forward
  * reads next, read ahead in decode. */

@@ -48,6 +48,9 @@ NATIVE_BLOCK_SIZE = 16  # positions a block of the native KV pool
 #: A runner's host RAM for its prefix cache by default (``--cache-ram-mb``): for KV moved out of the context, and
 #: on the native engine, as much again for a hybrid model's recurrent state snapshots (which the planner counts).
 HOST_CACHE_MB = 512
+#: Copies of sequences' states one native batch takes at most (the snapshots a prompt's chunk reaches, kept once the
+#: batch is committed: runner/paged_engine.py); the planner counts that many states beside the snapshots' budget.
+STATE_CAPTURES = 8
 
 
 def native_pool_tokens(n_ctx: int) -> int:

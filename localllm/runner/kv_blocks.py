@@ -34,8 +34,11 @@ blocks that leave RAM, and every full block when the runner stops
 its next blocks up there by their chained token hash (:attr:`Node.key`).
 
 A model with recurrent layers (Gated DeltaNet) also keeps a per-sequence
-state that sums up every token so far and cannot be cut back. A pool made
-``recurrent`` keeps *snapshots* of that whole state beside the blocks: a
+state that sums up every token so far and cannot be cut back, and so does
+one whose sliding-window layers keep only their window (gpt-oss, Gemma 4:
+the window is in a ring of blocks a sequence, outside the pool, written over
+as the sequence goes on). A pool made ``recurrent`` (the context has such a
+state) keeps *snapshots* of that whole state beside the blocks: a
 full node may hold the state a sequence had right after its run
 (:attr:`Node.state`, taken by the engine at the block boundaries it
 chooses), and a finished sequence's partial last run holds the state at
@@ -183,7 +186,7 @@ class BlockPool:
         return found
 
     def keep_state(self, node: Node, data: bytes) -> None:
-        """Keep ``data``, the recurrent state right after ``node``'s run, as its snapshot (in RAM within the
+        """Keep ``data``, the sequence's state right after ``node``'s run, as its snapshot (in RAM within the
         budget; the least recently used ones go to the disk tier to make room)."""
         assert self.recurrent, "a snapshot of a pool without recurrent state"
         if node.state is not None:

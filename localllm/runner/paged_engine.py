@@ -31,7 +31,10 @@ back into its row, and computes the rest. The batch that computes a
 snapshot's last token copies the state after it out
 (:meth:`Context.capture_state`: the recurrence runs token by token, so a
 state inside a batch is the state of a batch ending there), so prefill
-chunks are never cut for one. A sequence snapshots at
+chunks are never cut for one; a batch takes at most ``STATE_CAPTURES``
+copies (those nearest its sequences' ends first, as the memory planner
+counts them), into the buffers of earlier copies that no snapshot kept where
+there are some. A sequence snapshots at
 
 - every ``n_batch`` tokens (rounded down to blocks): a prompt that leaves a
   cached one anywhere recomputes less than that. A snapshot's copy is a
@@ -70,6 +73,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from localllm.backends.capabilities import STATE_CAPTURES
 from localllm.backends.native.backend import Batch, Context, Model
 from localllm.runner.engine import (
     RECURRENT_CHECKPOINTS, WAIT_FOR_PREFIX, WINDOW_CHECKPOINTS, CompletionRequest, Engine, Slot, Step,
@@ -108,6 +112,7 @@ class PagedEngine(Engine):
             self.cache_mode = WINDOW_CHECKPOINTS if ctx.rewinds else RECURRENT_CHECKPOINTS
             self._snapshot_every = max(1, ctx.n_batch // pool.block_size) * pool.block_size
             self._replay = Batch(ctx.n_batch)  # accepted draft tokens computed again after a cut draft
+            self._spare: list[bytearray] = []  # capture buffers that no snapshot kept, for the next batch's captures
 
     def stop(self, timeout: float = 30.0) -> bool:
         stopped = super().stop(timeout)
@@ -269,6 +274,7 @@ class PagedEngine(Engine):
             else:
                 self._preempt(victim, step)
             plan = [step for step in plan if step.slot is not victim]
+        room = STATE_CAPTURES  # the state copies a batch takes at most (the memory planner counts them)
         for step in plan:
             slot = step.slot
             for _ in range(short(step)):
@@ -279,20 +285,25 @@ class PagedEngine(Engine):
                 slot.verify_at = len(slot.tokens)
                 slot.verify_state = self.ctx.read_state(slot.seq_id, into=slot.verify_state)
             if self._recurrent:
-                self._capture(slot, len(step.tokens))
+                room -= self._capture(slot, len(step.tokens), room)
         return plan
 
-    def _capture(self, slot: PagedSlot, n_new: int) -> None:
-        """Ask the coming batch for ``slot``'s state at each snapshot point its ``n_new`` tokens reach (kept once
-        they are committed: :meth:`_snapshot`)."""
+    def _capture(self, slot: PagedSlot, n_new: int, room: int) -> int:
+        """Ask the coming batch for ``slot``'s state at the snapshot points its ``n_new`` tokens reach, at most
+        ``room`` of them, those nearest its end first (the prompt's end, where later conversations part from it);
+        kept once they are committed (:meth:`_snapshot`). How many it asked for."""
         held, bs, every = len(slot.tokens), self.pool.block_size, self._snapshot_every
-        for n in range((held // bs + 1) * bs, held + n_new + 1, bs):
-            if n % every and n not in slot.snapshot_at:
-                continue
-            buffer = bytearray(self.ctx.state_bytes)
+        points = [n for n in range((held // bs + 1) * bs, held + n_new + 1, bs)
+                  if not n % every or n in slot.snapshot_at]
+        asked = 0
+        for n in reversed(points[len(points) - max(room, 0):]):
+            buffer = self._spare.pop() if self._spare else bytearray(self.ctx.state_bytes)
             if not self.ctx.capture_state(slot.seq_id, n - 1, buffer):
-                return
+                self._spare.append(buffer)
+                break
             slot.captures.append((n, buffer))
+            asked += 1
+        return asked
 
     def _fail_outgrown(self, slot: PagedSlot, n_tokens: int) -> None:
         self._fail(slot, f"the KV pool of {self.pool.n_blocks * self.pool.block_size} positions cannot hold "
@@ -356,6 +367,8 @@ class PagedEngine(Engine):
             node = slot.nodes[n // self.pool.block_size - 1] if not slot.idle and n <= len(slot.tokens) else None
             if node is not None and node.state is None:
                 self.pool.keep_state(node, state)
+            if (node is None or node.state is not state) and len(self._spare) < STATE_CAPTURES:
+                self._spare.append(state)  # kept by no snapshot: the buffer serves a later capture
 
     def _shift(self, slot: PagedSlot) -> bool:
         """Make room at the context end: keep ``num_keep`` tokens and the newer half of the rest, recomputed

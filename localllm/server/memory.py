@@ -15,11 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..backends.capabilities import NATIVE_BLOCK_SIZE
+from ..backends.capabilities import NATIVE_BLOCK_SIZE, STATE_CAPTURES
 from ..config import ALL_DEVICES
 from ..gguf import EXPERT_TENSORS, GGUFFile
 from ..workers.probe import WorkerDevice
 from ..backends.ggml_devices import BackendDevice, backend_devices
+from ..runner.speculation import MAX_DRAFT
 
 if TYPE_CHECKING:
     from ..backends.native.archs.base import LayerKv
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
 
 #: KV cache bytes an element, by LOCALLLM_KV_CACHE_TYPE (llama.cpp's default is F16).
 KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # ggml blocks of 32: scale + codes
-#: Bytes before the layers in a native sequence's state: the count of positions it holds, padded to a cache line.
-STATE_HEADER = 64
 #: Kept free on every device, as llama.cpp's own fitting does, for fragmentation and the OS.
 SAFETY_MARGIN_BYTES = 256 << 20
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
@@ -49,7 +48,12 @@ class ModelFootprint:
     # "-" neither (a feed-forward-only layer); "" when every layer is attention
     layer_kinds: str = ""
     state_per_layer: int = 0  # a recurrent layer's state for all sequences (independent of the context)
-    snapshots: int = 0  # native engine: host RAM its prefix cache may give to copies of a sequence's state
+    # native engine: its sequences' states as its context holds them (all their layers', not split by layer: its
+    # state_per_layer is 0) and the copy a drafting step saves of each
+    sequence_states: int = 0
+    # native engine: host RAM its prefix cache may give to copies of a sequence's state, and the copies a batch
+    # takes before they are kept
+    snapshots: int = 0
     # each layer's KV where layers differ (head sizes, KV heads, sliding windows, layers sharing an earlier one's);
     # () when every attention layer holds kv_per_layer
     kv_layers: tuple[int, ...] = ()
@@ -87,8 +91,8 @@ class ModelFootprint:
         layers' KV, the recurrent layers' states, the compute buffers, the host-RAM budget for snapshots of states
         (it fills as prefixes are cached)."""
         caches = sum(self.cache(i) for i in range(self.n_layers))
-        return {"weights": self.weights, "kv": self.kv_bytes,
-                "states": caches - self.kv_bytes, "compute": self.compute_buffer, "snapshots": self.snapshots}
+        return {"weights": self.weights, "kv": self.kv_bytes, "states": caches - self.kv_bytes + self.sequence_states,
+                "compute": self.compute_buffer, "snapshots": self.snapshots}
 
     @property
     def weights(self) -> int:
@@ -106,11 +110,13 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     """Estimate weights per layer, KV = positions (``kv_tokens``, else ctx x parallel) x (K+V dims) x type size
     for each attention layer with KV of its own (:func:`kv_geometry`), a recurrent state a sequence for each
     recurrent layer (:func:`layer_kinds`), compute buffer; and for the native engine (``native``: what its loader
-    reads of the model), its pool of ``kv_tokens``, the rings that hold each sequence's sliding layers' window
-    instead where it trims them (:func:`window_ring_blocks`), the repacked weights' growth, its scratch and logits
-    rows, the embedding tables it only looks rows up in left out (paged in from the file as tokens come, and
+    reads of the model), what its context of that geometry allocates (:meth:`NativeMemory.context`: its pool of
+    ``kv_tokens``, the rings that hold each sequence's sliding layers' window instead where it trims them, its
+    sequences' states, its scratch), the logits rows of a step's samples and drafts, the repacked weights'
+    growth, the embedding tables it only looks rows up in left out (paged in from the file as tokens come, and
     reclaimable), and the snapshots of a sequence's state (a hybrid's recurrent layers, a trimmed window) its
-    prefix cache keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds fewer."""
+    prefix cache keeps in host RAM: ``snapshot_budget``, or one a block where the pool holds fewer, with the
+    copies a batch takes (STATE_CAPTURES)."""
     n_layers = int(gguf.arch_value("block_count", 0) or 0)
     layers = [0] * n_layers
     experts = [0] * n_layers
@@ -126,34 +132,38 @@ def footprint(gguf: GGUFFile, n_ctx: int, n_parallel: int, n_batch: int = 512,
     n_embd = int(gguf.arch_value("embedding_length", 0) or 0)
     n_head = int(gguf.arch_value("attention.head_count", 1) or 1)
     positions = kv_tokens or n_ctx * n_parallel
+    blocks = -(-positions // NATIVE_BLOCK_SIZE)
+    trained = int(gguf.arch_value("context_length", 0) or 0) or 4096  # the native loader's default
+    context = native.context(blocks, n_parallel, n_batch, max(n_ctx, trained), kv_cache_type) if native else None
     geometry = native.kv_layers if native else kv_geometry(gguf, n_layers)
     per_position = [int(2 * layer.width * KV_BYTES_PER_ELEMENT[kv_cache_type]) for layer in geometry]
-    trained = int(gguf.arch_value("context_length", 0) or 0) or 4096  # the native loader's default
-    ring = (window_ring_blocks(native.sliding_window, n_batch, max(n_ctx, trained))
-            if native and native.trims_window else 0)
-    kv_layers = tuple((n_parallel * ring * NATIVE_BLOCK_SIZE if ring and layer.sliding else positions) * size
-                      for layer, size in zip(geometry, per_position))
+    if context:  # the pool's blocks, or a sliding layer's ring a sequence where the context trims the window
+        held = [(n_parallel * context.ring_blocks if context.ring_blocks and layer.sliding else blocks)
+                * NATIVE_BLOCK_SIZE for layer in geometry]
+    else:
+        held = [positions] * len(geometry)
+    kv_layers = tuple(n * size for n, size in zip(held, per_position))
     kv_layers += (0,) * (n_layers - len(kv_layers))  # layers the native forward does not run (qwen35's MTP)
-    # a snapshot of a trimmed window: the blocks over the window and one partial, at most the ring (and a header)
-    window_blocks = min(-(-native.sliding_window // NATIVE_BLOCK_SIZE) + 1, ring) if ring else 0
-    window_state = (STATE_HEADER + window_blocks * NATIVE_BLOCK_SIZE
-                    * sum(size for layer, size in zip(geometry, per_position) if layer.sliding)) if ring else 0
     n_vocab = _vocab_size(gguf)
     n_ff = gguf.arch_value("feed_forward_length", 4 * n_embd) or 4 * n_embd
     n_ff = max(n_ff, default=0) if isinstance(n_ff, list) else int(n_ff)  # per-layer widths: the widest
-    if native:  # logits a sequence (a decode step's rows), and the forward's scratch for a batch
-        logits = 4 * n_parallel * n_vocab
-        compute = logits + n_batch * native.scratch_per_token
+    kinds = layer_kinds(gguf, n_layers)
+    if context:  # logits of every sequence's sample and its draft's (at most a batch), the context's scratch
+        logits = 4 * max(n_parallel, min(n_batch, n_parallel * (1 + MAX_DRAFT))) * n_vocab
+        compute = logits + context.scratch + context.experts
+        one_state = context.state_bytes
+        # and a drafting step's copy of the state it may go back to, where only restoring it takes a sequence back
+        sequence_states = context.states + (n_parallel * one_state if native.recurrent else 0)
     else:  # llama.cpp: logits for a full batch plus activations of the widest layer and the attention scores, in F32
         logits = 4 * n_batch * n_vocab
         compute = logits + 4 * n_batch * 4 * max(n_embd, n_ff) + 4 * n_head * n_batch * min(n_ctx, 4096)
-    kinds = layer_kinds(gguf, n_layers)
-    one_state = recurrent_state_bytes(gguf) * kinds.count("r") + window_state  # all recurrent layers of a sequence
-    blocks = -(-(kv_tokens or n_ctx * n_parallel) // NATIVE_BLOCK_SIZE)
-    snapshots = min(snapshot_budget, one_state * blocks)
+        one_state = recurrent_state_bytes(gguf) * kinds.count("r")  # all recurrent layers of a sequence
+        sequence_states = 0  # in the layers' caches (state_per_layer)
+    snapshots = min(snapshot_budget, one_state * blocks) + (STATE_CAPTURES * one_state if context else 0)
     return ModelFootprint(tuple(layers), other, max(kv_layers, default=0), compute, logits,
                           tuple(experts) if any(experts) else (), kinds if kinds != "a" * n_layers else "",
-                          recurrent_state_bytes(gguf) * n_parallel if "r" in kinds else 0, snapshots,
+                          recurrent_state_bytes(gguf) * n_parallel if "r" in kinds and not native else 0,
+                          sequence_states, snapshots,
                           kv_layers if len(set(kv_layers)) > 1 else (), native.repack_growth if native else 0,
                           native.lookup_bytes if native else 0)
 
@@ -177,15 +187,6 @@ def kv_geometry(gguf: GGUFFile, n_layers: int) -> tuple[LayerKv, ...]:
     k_head = int(gguf.arch_value("attention.key_length", head_dim) or head_dim)
     v_head = int(gguf.arch_value("attention.value_length", head_dim) or head_dim)
     return tuple(LayerKv(int(kv) * (k_head + v_head) // 2) for kv in per_layer)
-
-
-def window_ring_blocks(window: int, n_batch: int, max_seq_len: int) -> int:
-    """Blocks of the ring in which a native sequence keeps its sliding layers' KV (``kernels/model.c``'s
-    window_kv): those over its last ``window`` + ``n_batch`` positions (a batch's queries look back a window from
-    each) and one partial block; 0 where that is no less than a sequence of ``max_seq_len`` (the sliding layers
-    then stay in the pool's blocks)."""
-    ring = (n_batch + window - 2) // NATIVE_BLOCK_SIZE + 2
-    return ring if window > 0 and ring * NATIVE_BLOCK_SIZE < max_seq_len else 0
 
 
 #: Architectures whose every layer is recurrent (no KV at all).

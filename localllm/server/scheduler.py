@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -584,10 +585,18 @@ class Scheduler:
         """The memory a generating runner of ``n_ctx`` takes: the native engine's one pool, however many
         sequences share it (``native``: what its loader reads of the model), or llama.cpp's streams of ``n_ctx``
         each."""
+        from ..backends.native.lib import NativeError
+
         n_batch, kv_cache_type = request.num_batch or 512, self._kv_cache_type(request)
         if engine == NATIVE:  # every sequence's state, and its snapshots in the host-RAM tier
-            return footprint(summary, n_ctx, self.num_parallel(NATIVE, n_ctx), n_batch, kv_cache_type,
-                             kv_tokens=self.pool_tokens(n_ctx), snapshot_budget=HOST_CACHE_MB << 20, native=native)
+            plan = functools.partial(footprint, summary, n_ctx, self.num_parallel(NATIVE, n_ctx), n_batch,
+                                     kv_cache_type, kv_tokens=self.pool_tokens(n_ctx),
+                                     snapshot_budget=HOST_CACHE_MB << 20)
+            try:
+                return plan(native=native)
+            except NativeError as exc:  # a context the runner refuses too, saying why
+                log.warning("planning the native load without its native layout: %s", exc)
+                return plan()
         return footprint(summary, n_ctx, self.num_parallel(LLAMA_CPP), n_batch, kv_cache_type)
 
     def _fits_context(self, summary: GGUFFile, engine: str, gpu: GpuPlan, request: LoadRequest,

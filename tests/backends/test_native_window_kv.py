@@ -20,6 +20,7 @@ import pytest
 from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Batch, init_backend
 from localllm.backends.native import backend as native
+from support.arch_models import gpt_oss
 
 BLOCK = 16
 N_BATCH = 64
@@ -168,3 +169,43 @@ def test_a_window_captured_inside_a_batch_goes_on_as_a_batch_ending_there(model:
             assert np.array_equal(run(ctx, tokens[n:n + 20], [7, 1], start=n), expected), n
     finally:
         ctx.close()
+
+
+def test_a_sequence_restarting_inside_a_batch_is_refused_and_its_state_kept(model: native.Model) -> None:
+    """Position 0 starts a sequence afresh only as its first token of a batch: later in the batch it would write the
+    ring cells that the sequence's earlier tokens of that batch read (every token's KV is written before any
+    attends). Such a batch is refused whole, saying so; the sequence goes on from the state it held."""
+    tokens = tokens_of(40, 11)
+    ctx = context(model, True, n_seq=1)
+    try:
+        run(ctx, tokens[:20], [20])
+        held = ctx.read_state(0)
+        batch = Batch(N_BATCH)
+        for pos, token in [(20, tokens[20]), (21, tokens[21]), (0, tokens[0]), (1, tokens[1])]:
+            batch.add(token, pos, 0, True)
+        assert ctx.decode(batch) == -7
+        assert "position 0 of sequence 0 after its position 21 in the same batch" in ctx.last_error
+        batch.close()
+        assert ctx.read_state(0) == held
+        expected = run(ctx, tokens[20:40], [20], start=20)
+        ctx.reset_state(0)
+        run(ctx, tokens[:20], [20])
+        assert np.array_equal(run(ctx, tokens[20:40], [7, 13], start=20), expected)
+        run(ctx, tokens[:5], [5])  # at the start of a batch, position 0 starts it again
+        assert ctx.read_state(0)[:8] == (5).to_bytes(8, "little")
+    finally:
+        ctx.close()
+
+
+def test_the_layout_names_every_layer_of_a_deep_model(tmp_path: Path, smollm2_path: Path) -> None:
+    """The layout text (the disk tier reads its files only under the same one) is as long as it needs: every layer of
+    a model of 300 is named (a fixed 1 KiB buffer cut it past about 250), the pool's and the rings' alike."""
+    deep = native.Model(gpt_oss(tmp_path / "deep.gguf", smollm2_path, n_layer=300, context=4096))
+    try:
+        ctx = native.Context(deep, 8, BLOCK, 4096, 1, N_BATCH, 1, window_kv=True)
+        pooled, ring = ctx.layout.split("; sliding window")
+        ctx.close()
+    finally:
+        deep.close()
+    assert pooled.startswith("block: layers [1 3 5 ") and " 297 299]: [layer 150]" in pooled
+    assert ring.count(" ") > 150 and " 296 298]: [layer 150]" in ring and ring.endswith("blocks in a state")

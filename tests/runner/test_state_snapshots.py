@@ -9,22 +9,29 @@ from pathlib import Path
 
 import pytest
 
+from localllm.backends.capabilities import STATE_CAPTURES
 from localllm.backends.native import backend as native
 from localllm.backends.native.backend import Batch
 from localllm.runner.kv_blocks import BlockPool
 from localllm.runner.kv_disk import STATE_SUFFIX, DiskTier
+from localllm.runner.paged_engine import PagedEngine
 from support.arch_models import qwen_hybrid
 
 BS = 16
 
 
 @pytest.fixture(scope="module")
-def ctx(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[native.Context]:
+def hybrid(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[native.Model]:
     model = native.Model(qwen_hybrid(tmp_path_factory.mktemp("q35") / "q35.gguf", smollm2_path, "qwen35"))
-    context = native.Context(model, 8, BS, 128, 1, 16, 1)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def ctx(hybrid: native.Model) -> Iterator[native.Context]:
+    context = native.Context(hybrid, 8, BS, 128, 1, 16, 1)
     yield context
     context.close()
-    model.close()
 
 
 def held(pool: BlockPool, tokens: list[int]) -> tuple[list[int], list]:
@@ -115,3 +122,30 @@ def test_a_damaged_snapshot_file_is_dropped_and_an_earlier_one_taken(ctx: native
     assert (found.tokens, found.state, found.blocks) == (0, None, [])  # nothing to resume from: all again
     assert disk.dropped == 2
     pool.check()
+
+
+def test_a_batch_copies_at_most_state_captures_states_and_reuses_the_buffers_no_snapshot_kept(hybrid) -> None:
+    """The state copies a batch takes are bounded (the memory planner counts STATE_CAPTURES of them beside the
+    snapshots' budget): a prefill batch reaching more snapshot points copies the states nearest its end, each what
+    the sequence holds there; the copies that no snapshot keeps serve the next batch's, not new buffers."""
+    ctx = native.Context(hybrid, 16, BS, 256, 1, 256, 1)
+    try:
+        engine = PagedEngine(hybrid, ctx, 1, 256, BlockPool(ctx, 16, BS, recurrent=True, state_budget=1 << 30))
+        slot = engine._slots[0]
+        slot.snapshot_at = list(range(BS, 241, BS))  # 15 points in the coming batch of 240 tokens
+        ctx.tables[0, :16] = range(16)
+        ctx.reset_state(0)
+        assert engine._capture(slot, 240, STATE_CAPTURES) == STATE_CAPTURES
+        assert [n for n, _ in slot.captures] == list(range(240, 240 - STATE_CAPTURES * BS, -BS))
+        tokens = [(5 * i + 1) % 400 for i in range(240)]
+        decode(ctx, tokens, 0)
+        last = dict(slot.captures)[240]
+        assert last == ctx.read_state(0)
+        buffers = {id(buffer) for _, buffer in slot.captures}
+        engine._snapshot(slot)  # the slot holds no blocks: no snapshot keeps them
+        assert not slot.captures and {id(buffer) for buffer in engine._spare} == buffers
+        slot.snapshot_at = [BS]
+        assert engine._capture(slot, 16, STATE_CAPTURES) == 1 and id(slot.captures[0][1]) in buffers
+        assert engine._capture(slot, 16, 0) == 0  # no room left in the batch
+    finally:
+        ctx.close()

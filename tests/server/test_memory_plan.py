@@ -12,8 +12,10 @@ from localllm.gguf import read_gguf
 from localllm.backends.ggml_devices import BackendDevice, backend_devices
 from localllm.server.memory import (
     SAFETY_MARGIN_BYTES, Device, DoesNotFit, ModelFootprint, check_fits_in_ram, footprint, gpu_devices,
-    gpu_offload, kv_geometry, plan_gpu_layers, window_ring_blocks,
+    gpu_offload, kv_geometry, plan_gpu_layers,
 )
+from localllm.backends.capabilities import STATE_CAPTURES
+from localllm.runner.speculation import MAX_DRAFT
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -279,28 +281,28 @@ def test_a_hybrid_models_estimate_counts_attention_kv_and_recurrent_states(tmp_p
     assert footprint(read_gguf(path), n_ctx=1, n_parallel=4).state_per_layer == 4 * need.state_per_layer  # a sequence each
 
 
-def test_the_native_plan_of_a_hybrid_model_counts_each_sequences_state_and_the_snapshots(tmp_path, smollm2_path):
-    """The native runner keeps a state for each of its sequences, and its prefix cache copies of states in host
-    RAM up to a budget (or one a block where the pool holds fewer): the plan counts both, at the size the
-    native context reports."""
+def test_the_native_plan_of_a_hybrid_model_counts_each_sequences_state_and_the_snapshots(qwen35_path, smollm2_path):
+    """The native runner keeps a state for each of its sequences, a copy of it for each drafting step to go back to,
+    and its prefix cache copies of states in host RAM up to a budget (or one a block where the pool holds fewer)
+    with the copies a batch takes before they are kept: the plan counts them all, at the size the native context
+    reports."""
     from localllm.backends.native.backend import Context, Model
-    from support import arch_models
+    from localllm.backends.native.model import native_memory
 
-    path = arch_models.qwen_hybrid(tmp_path / "m.gguf", smollm2_path, "qwen35")
-    model = Model(path)
+    model = Model(qwen35_path)
     try:
-        ctx = Context(model, n_blocks=4, block_size=16, max_seq_len=64, n_seq=3, n_batch=16, n_threads=1)
-        one = ctx.state_bytes
+        ctx = Context(model, n_blocks=64, block_size=16, max_seq_len=256, n_seq=3, n_batch=16, n_threads=1)
+        one, held = ctx.state_bytes, ctx.memory.states
         ctx.close()
     finally:
         model.close()
-    g = read_gguf(path)
-    need = footprint(g, n_ctx=256, n_parallel=3, kv_tokens=1024, snapshot_budget=1 << 30)
-    states = need.state_per_layer * need.layer_kinds.count("r")
-    assert 3 * one - 3 * 64 <= states <= 3 * one  # the native state also holds its position count
-    assert need.snapshots == states // 3 * (1024 // 16)  # one a block: fewer than the budget holds
-    small = footprint(g, n_ctx=256, n_parallel=3, kv_tokens=1024, snapshot_budget=MIB // 2)
-    assert small.snapshots == MIB // 2 and small.total - need.total == MIB // 2 - need.snapshots
+    g, native = read_gguf(qwen35_path), native_memory(qwen35_path)
+    need = footprint(g, n_ctx=256, n_parallel=3, n_batch=16, kv_tokens=1024, snapshot_budget=1 << 30, native=native)
+    assert held == 3 * one and need.parts["states"] == held + 3 * one
+    assert need.snapshots == (1024 // 16 + STATE_CAPTURES) * one  # one a block: fewer than the budget holds
+    small = footprint(g, n_ctx=256, n_parallel=3, n_batch=16, kv_tokens=1024, snapshot_budget=MIB // 2, native=native)
+    assert small.snapshots == MIB // 2 + STATE_CAPTURES * one
+    assert small.total - need.total == small.snapshots - need.snapshots
     assert footprint(read_gguf(smollm2_path), 256, 3, kv_tokens=1024, snapshot_budget=GIB).snapshots == 0
 
 
@@ -335,6 +337,39 @@ def test_the_kv_is_counted_as_the_native_context_lays_it_out(request, fixture):
     assert [layer.width for layer in native.kv_layers] == [layer.width for layer in kv_geometry(read_gguf(path), 0)]
 
 
+@pytest.mark.parametrize("fixture", ["gemma3_path", "qwen3moe_path", "gpt_oss_path", "gemma4_path", "gemma4_e_path",
+                                     "qwen35_path", "qwen35moe_path"])
+def test_the_native_plan_is_what_the_runners_context_allocates(request, fixture):
+    """The plan of a native load is read from the kernels (llk_ctx_plan: llk_ctx_new's own steps, on the file's
+    description) and equals, part by part, what a runner's context of the same geometry allocates over the loaded
+    (repacked) weights: the pool, the rings, the states, the scratch (a hybrid's DeltaNet buffers, a gated query's,
+    a shared expert's among them), the experts'. The runner's logits rows hold a step's samples and drafts."""
+    from localllm.backends.native.backend import Context, Model
+    from localllm.backends.native.model import native_memory
+
+    path = request.getfixturevalue(fixture)
+    g, native = read_gguf(path), native_memory(path)
+    trained = g.arch_value("context_length")
+    model = Model(path)
+    try:
+        ctx = Context(model, n_blocks=64, block_size=16, max_seq_len=trained, n_seq=3, n_batch=32, n_threads=2,
+                      window_kv=native.trims_window)
+        held = {name: getattr(ctx.memory, name) for name, _ in ctx.memory._fields_}
+        assert held["state_bytes"] == ctx.state_bytes and held["ring_blocks"] == ctx.ring_blocks
+        ctx.close()
+    finally:
+        model.close()
+    planned = native.context(64, 3, 32, trained, n_threads=2)
+    assert {name: getattr(planned, name) for name, _ in planned._fields_} == held
+    assert held["scratch"] > 0 and (held["experts"] > 0) == bool(g.arch_value("expert_count"))
+    need = footprint(g, trained, 3, n_batch=32, kv_tokens=64 * 16, native=native)
+    logits = 4 * 32 * model.vocab.n_vocab  # 3 sequences drafting up to MAX_DRAFT tokens: a whole batch of 32
+    assert 3 * (1 + MAX_DRAFT) > 32 and need.logits_buffer == logits
+    assert need.compute_buffer == logits + held["scratch"] + held["experts"]
+    assert need.kv_bytes == held["kv"] + held["rings"]
+    assert need.parts["states"] == held["states"] + (3 * held["state_bytes"] if "r" in need.layer_kinds else 0)
+
+
 def test_gemma4s_shared_layers_and_narrow_sliding_heads_hold_no_kv_of_the_widest_geometry(gemma4_e_path):
     """The E-style fixture: 4 layers with KV of their own (3 sliding of 2 heads x 16, 1 global of 1 head x 32),
     2 reading theirs: 4 layers of 32 + 32 elements a position in f16, not 6 layers of the widest 2 heads x 32."""
@@ -356,17 +391,20 @@ def test_the_native_plan_bounds_the_sliding_layers_to_their_window(gpt_oss_path)
     full = footprint(g, n_ctx=8192, n_parallel=4, n_batch=64, kv_tokens=16384)
     bounded = footprint(g, n_ctx=8192, n_parallel=4, n_batch=64, kv_tokens=16384, native=native,
                         snapshot_budget=GIB)
-    ring = window_ring_blocks(window, 64, 8192)
-    assert ring * 16 <= -(-(window + 64) // 16) * 16 + 16  # the contract: window + n_batch and one partial block
+    context = native.context(16384 // 16, 4, 64, 8192)
+    ring = context.ring_blocks
+    assert 0 < ring * 16 <= -(-(window + 64) // 16) * 16 + 16  # the contract: window + n_batch and one partial block
     sliding_bytes = 0
     for il, layer in enumerate(native.kv_layers):
         size = 2 * layer.width * 2  # K and V, f16
         assert bounded.cache(il) == (4 * ring * 16 if layer.sliding else 16384) * size
         assert full.cache(il) == 16384 * size
         sliding_bytes += size if layer.sliding else 0
-    snapshot = 64 + (-(-window // 16) + 1) * 16 * sliding_bytes
-    assert bounded.snapshots == snapshot * (16384 // 16) and full.snapshots == 0
-    assert window_ring_blocks(window, 512, 256) == 0  # a ring longer than a sequence: the pool keeps them
+    assert bounded.kv_bytes == context.kv + context.rings
+    snapshot = context.state_bytes  # the position counts, the blocks over the window and one partial
+    assert 64 + (-(-window // 16)) * 16 * sliding_bytes < snapshot <= 64 + ring * 16 * sliding_bytes
+    assert bounded.snapshots == snapshot * (16384 // 16 + STATE_CAPTURES) and full.snapshots == 0
+    assert native.context(64, 4, 512, 256).ring_blocks == 0  # a ring longer than a sequence: the pool keeps them
 
 
 def test_the_native_plan_counts_the_expert_scratch_and_the_repacked_weights(qwen3moe_path, gemma3_path):
@@ -377,11 +415,12 @@ def test_the_native_plan_counts_the_expert_scratch_and_the_repacked_weights(qwen
     g, native = read_gguf(qwen3moe_path), native_memory(qwen3moe_path)
     small, large = (footprint(g, 512, 1, n_batch, native=native) for n_batch in (32, 512))
     h = hyperparameters(g)
+    at_32, at_512 = (native.context(512 // 16, 1, n_batch, max(512, h.n_ctx_train)) for n_batch in (32, 512))
     # each of a token's experts: gate and up products and the down product in F32, at least
-    assert native.expert_scratch_per_token > h.n_expert_used * 4 * (2 * h.n_ff_exp + h.n_embd)
-    assert large.total - small.total == large.compute_buffer - small.compute_buffer == 480 * native.scratch_per_token
-    assert native.scratch_per_token > native.expert_scratch_per_token
-    assert native_memory(gemma3_path).expert_scratch_per_token == 0
+    assert at_512.experts > 512 * h.n_expert_used * 4 * (2 * h.n_ff_exp + h.n_embd)
+    assert large.total - small.total == large.compute_buffer - small.compute_buffer == (
+        at_512.scratch + at_512.experts - at_32.scratch - at_32.experts)
+    assert native_memory(gemma3_path).context(32, 1, 512, 4096).experts == 0
     assert native.repack_growth > 0  # its Q4_K matrices
     for path in (qwen3moe_path, gemma3_path):
         native = native_memory(path)
@@ -501,4 +540,4 @@ def test_the_native_plan_of_window_rings_equals_what_the_context_allocates(reque
         model.close()
     need = footprint(g, trained, 3, n_batch=32, kv_tokens=64 * 16, snapshot_budget=GIB, native=native_memory(path))
     assert need.kv_bytes == allocated
-    assert need.snapshots == state * 64
+    assert need.snapshots == state * (64 + STATE_CAPTURES)

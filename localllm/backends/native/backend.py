@@ -20,17 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from localllm.backends.native.lib import NativeError, library
-from localllm.backends.native.model import HINT, NativeWeights
+from localllm.backends.native.lib import ERROR_LEN, Memory, NativeError, library
+from localllm.backends.native.model import HINT, KV_TYPES, NativeWeights, kv_type_id
 from localllm.backends import llama_cpp
 from localllm.backends.contract import BackendError
 from localllm.backends.llama_cpp import Batch
 
 __all__ = ["Batch", "BackendError", "Context", "Model", "KV_TYPES"]
 
-#: The KV cache types the native engine keeps, by name, with their ggml type ids.
-KV_TYPES = {"f16": 1, "q8_0": 8}
-ERROR_LEN = 256  # llk.h's LLK_ERROR_LEN: room for llk_ctx_new's reason
 POPULATE_SLICE = 8 << 20  # bytes of the KV pool faulted in at a time while the engine is idle (a few ms)
 
 
@@ -86,8 +83,10 @@ class Context:
         self, model: Model, n_blocks: int, block_size: int, max_seq_len: int, n_seq: int, n_batch: int, n_threads: int,
         kv_cache_type: str = "f16", window_kv: bool = False,
     ) -> None:
-        if kv_cache_type not in KV_TYPES:
-            raise BackendError(f"the native engine keeps its KV cache in {' or '.join(KV_TYPES)}, not {kv_cache_type!r}")
+        try:
+            kv_type = kv_type_id(kv_cache_type)
+        except NativeError as exc:
+            raise BackendError(str(exc)) from None
         params = model.weights.params  # a layer's head size of 0 is the model's (Gemma 4's layers have their own)
         head_dims = sorted({params.layers[il].head_dim or params.head_dim for il in range(params.n_layer)
                             if not params.layers[il].ssm_qkv.data})
@@ -106,7 +105,7 @@ class Context:
         why = ctypes.create_string_buffer(ERROR_LEN)
         self._ctx = self._lib.llk_ctx_new(
             ctypes.byref(model.weights.params), n_blocks, block_size, max_seq_len, n_batch, n_threads,
-            KV_TYPES[kv_cache_type], n_seq, int(window_kv), why,
+            kv_type, n_seq, int(window_kv), why,
         )
         if not self._ctx:
             raise BackendError(f"cannot create a native KV pool of {n_blocks} blocks of {block_size}: "
@@ -116,7 +115,7 @@ class Context:
         #: the pool's blocks with the other layers), and the bytes of one
         self.ring_blocks: int = self._lib.llk_kv_ring_blocks(self._ctx)
         self.ring_block_bytes: int = self._lib.llk_kv_ring_block_bytes(self._ctx)
-        layout = ctypes.create_string_buffer(1024)
+        layout = ctypes.create_string_buffer(self._lib.llk_kv_layout(self._ctx, None, 0) + 1)
         self._lib.llk_kv_layout(self._ctx, layout, len(layout))
         #: what a block and a state's window hold, layer by layer (the disk tier's files are of this layout only)
         self.layout: str = layout.value.decode()
@@ -130,6 +129,13 @@ class Context:
         self._logits = np.empty((0, model.vocab.n_vocab), dtype=np.float32)
         self._rows: dict[int, int] = {}  # batch row -> row of self._logits
         self._captures: list[bytearray] = []  # capture_state's buffers, which the kernels write in the next decode
+
+    @property
+    def memory(self) -> Memory:
+        """What the context holds, by part (llk_ctx_memory): what :meth:`NativeMemory.context` plans."""
+        held = Memory()
+        self._lib.llk_ctx_memory(self._ctx, ctypes.byref(held))
+        return held
 
     def decode(self, batch: Batch) -> int:
         """Evaluate the batch: 0 on success, <0 on bad input (:attr:`last_error` says what)."""

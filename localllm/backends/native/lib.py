@@ -94,6 +94,16 @@ class ModelParams(ctypes.Structure):
     ]
 
 
+ERROR_LEN = 256  # llk.h's LLK_ERROR_LEN: room for llk_ctx_new's (and llk_ctx_plan's) reason
+
+
+class Memory(ctypes.Structure):
+    """llk_memory: what a native context holds, by part (kernels/llk.h)."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in ("kv", "rings", "states", "scratch", "experts", "state_bytes")] + [
+        ("ring_blocks", ctypes.c_int32)]
+
+
 def _sources() -> list[Path]:
     return sorted(p for p in _SOURCES.glob("*") if p.suffix in (".c", ".h", ".inc")) if _SOURCES.is_dir() else []
 
@@ -161,6 +171,9 @@ def _declare(lib: ctypes.CDLL) -> None:
             vp, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int, ctypes.c_char_p]
         ),
         "llk_ctx_free": (None, [vp]),
+        "llk_ctx_memory": (None, [vp, ctypes.POINTER(Memory)]),
+        "llk_ctx_plan": (c_int, [ctypes.POINTER(ModelParams), c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int,
+                                 ctypes.POINTER(Memory), ctypes.c_char_p]),
         "llk_kv_populate": (None, [vp, ctypes.c_size_t, ctypes.c_size_t]),
         "llk_ctx_error": (ctypes.c_char_p, [vp]),
         "llk_decode": (

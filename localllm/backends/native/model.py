@@ -27,7 +27,9 @@ import numpy as np
 from localllm.backends.native.archs import ARCHITECTURES, Architecture
 from localllm.backends.native.archs.base import (DENSE_FFN, EXPERT_FFN, HINT, Hyper, LayerKv, UnsupportedModel,
                                                  metadata_int)
-from localllm.backends.native.lib import LAYER_TENSORS, Layer, ModelParams, NativeError, Tensor, library
+from localllm.backends.capabilities import NATIVE_BLOCK_SIZE
+from localllm.backends.native.lib import (ERROR_LEN, LAYER_TENSORS, Layer, Memory, ModelParams, NativeError, Tensor,
+                                          library)
 from localllm.gguf import GGML_TYPES, GGUFFile, InvalidGGUF, TensorInfo, read_gguf
 
 log = logging.getLogger(__name__)
@@ -307,6 +309,18 @@ class NativeWeights:
         self._weight_bytes -= self.lookup_bytes
         return p
 
+    def shapes(self) -> ModelParams:
+        """A copy of :attr:`params` that outlives the mapping, for llk_ctx_plan: each present tensor's data a mark (1),
+        not an address into the file."""
+        layers = (Layer * self.hyper.n_layer).from_buffer_copy(self._layers)
+        p = ModelParams.from_buffer_copy(self.params)
+        p.layers = ctypes.cast(layers, ctypes.POINTER(Layer))  # the pointer keeps the copy alive
+        for holder in (p, *layers):
+            for name, kind in holder._fields_:
+                if kind is Tensor and getattr(holder, name).data:
+                    getattr(holder, name).data = 1
+        return p
+
     def _repack_plan(self, repack: bool) -> list[tuple[Tensor, int, int]]:
         """Each matrix the forward reads, with how many matrices of its shape it holds (one, or an expert tensor's
         one per expert) and the layout it gets at this CPU's level (its own type: read in place)."""
@@ -399,82 +413,56 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+#: The KV cache types the native engine keeps, by name, with their ggml type ids.
+KV_TYPES = {"f16": 1, "q8_0": 8}
+
+
+def kv_type_id(name: str) -> int:
+    """The ggml type id of the KV cache type ``name``; a :class:`NativeError` for one the native engine lacks."""
+    if name not in KV_TYPES:
+        raise NativeError(f"the native engine keeps its KV cache in {' or '.join(KV_TYPES)}, not {name!r}")
+    return KV_TYPES[name]
+
+
 @dataclasses.dataclass(frozen=True)
 class NativeMemory:
     """What a native load holds that the GGUF's tensor bytes do not say, for the memory planner: each layer's KV
     a position as the context lays out its pool, the window of the sliding layers and whether a runner keeps
-    only that window of them (``Architecture.trims_window``), the bytes of the tables only looked up a row a token
-    (embeddings that are not also the output head: paged in a row at a time), the bytes the repacked
-    copies add, and the scratch each token of a batch takes: the forward's activations (``kernels/model.c``'s
-    llk_ctx_new) and the expert FFN's (``kernels/moe.c``'s moe_scratch_new)."""
+    only that window of them (``Architecture.trims_window``), whether it has recurrent layers, the bytes of the
+    tables only looked up a row a token (embeddings that are not also the output head: paged in a row at a time),
+    the bytes the repacked copies add, and the model as the C context reads it for :meth:`context`."""
 
     kv_layers: tuple[LayerKv, ...]
     sliding_window: int
     trims_window: bool
+    recurrent: bool
     lookup_bytes: int
     repack_growth: int
-    scratch_per_token: int
-    expert_scratch_per_token: int  # the part of scratch_per_token the experts take
+    shapes: ModelParams  # the tensors' types and shapes, their data a mark of presence (the file is not mapped)
+
+    def context(self, n_blocks: int, n_seq: int, n_batch: int, max_seq_len: int, kv_cache_type: str = "f16",
+                n_threads: int | None = None) -> Memory:
+        """What a runner's context of this geometry holds, by part (``kernels/llk.h``'s llk_ctx_plan: the steps of
+        llk_ctx_new itself, so the plan and the context cannot differ); ``n_threads``: the runner's (its
+        attention scratch is per thread), by default this machine's CPUs, the most a runner takes."""
+        out, why = Memory(), ctypes.create_string_buffer(ERROR_LEN)
+        if library().llk_ctx_plan(ctypes.byref(self.shapes), n_blocks, NATIVE_BLOCK_SIZE, max_seq_len, n_batch,
+                                  n_threads or os.cpu_count() or 1, kv_type_id(kv_cache_type), n_seq,
+                                  int(self.trims_window), ctypes.byref(out), why) != 0:
+            raise NativeError(f"cannot plan a native context: {why.value.decode(errors='replace')}")
+        return out
 
 
 def native_memory(path: str | Path) -> NativeMemory:
     """:class:`NativeMemory` of the model at ``path``, read as the loader reads it (the file is mapped and
-    described, nothing copied); a :class:`NativeError` for a model the native engine does not load."""
+    described, nothing copied, then unmapped); a :class:`NativeError` for a model the native engine does not load."""
     weights = NativeWeights(path, lay_out=False)
     try:
         g, h = weights.gguf, weights.hyper
         arch = ARCHITECTURES[h.arch]
         kv_layers = arch.kv_layers(g, h)
         window = int(g.arch_value("attention.sliding_window", 0) or 0) if any(k.sliding for k in kv_layers) else 0
-        experts = _moe_scratch_per_token(weights.params)
-        return NativeMemory(kv_layers, window, weights.trims_window, weights.lookup_bytes, weights.repack_growth(),
-                            _activations_per_token(weights.params) + experts, experts)
+        return NativeMemory(kv_layers, window, weights.trims_window, any(h.recurrent), weights.lookup_bytes,
+                            weights.repack_growth(), weights.shapes())
     finally:
         weights.close()
-
-
-def _activations_per_token(p: ModelParams) -> int:
-    """Bytes of llk_ctx_new's F32 buffers a token of the batch takes, its widest layer's: the residual and the
-    attention output, the normed input and three activation buffers of the widest row, Q (and its output gate),
-    K, V and the attention result, the FFN's gate and up products, the per-layer embeddings."""
-    layers = [p.layers[il] for il in range(p.n_layer)]
-    q_dim = max(p.n_head * (layer.head_dim or p.head_dim) for layer in layers)
-    kv_dim = max((layer.n_head_kv or p.n_head_kv) * (layer.head_dim or p.head_dim) for layer in layers)
-    inner = p.ssm_d_state * p.ssm_dt_rank
-    ff = max(p.n_ff, p.n_ff_shexp)
-    wide = max(p.n_embd, q_dim, ff, inner)
-    floats = 2 * p.n_embd + 4 * wide + 3 * max(q_dim, inner) + 2 * kv_dim + 2 * ff + p.n_layer * p.n_embd_per_layer
-    return 4 * floats
-
-
-def _moe_scratch_per_token(p: ModelParams) -> int:
-    """Bytes of moe_scratch_new's buffers a token of the batch takes: the router's logits and its activations,
-    and for each of its n_expert_used experts the grouped activations, the gate and up products, the hidden
-    state's activations and the down product (0 for a model without experts)."""
-    if not p.n_expert:
-        return 0
-    act = library().llk_act_size
-    layers = [p.layers[il] for il in range(p.n_layer)]
-    n_ff = in_row = router_row = hidden_row = 0
-    separate_up = False
-    for layer in layers:
-        if layer.ffn_gate_up_exps.data:
-            in_row = max(in_row, act(layer.ffn_gate_up_exps.type, p.n_embd))
-            n_ff = max(n_ff, layer.ffn_gate_up_exps.ne1 // 2)
-        elif layer.ffn_gate_exps.data:
-            separate_up |= _act_kind(layer.ffn_gate_exps) != _act_kind(layer.ffn_up_exps)
-            in_row = max(in_row, act(layer.ffn_gate_exps.type, p.n_embd), act(layer.ffn_up_exps.type, p.n_embd))
-            n_ff = max(n_ff, layer.ffn_gate_exps.ne1)
-        if layer.ffn_gate_inp.data:
-            router_row = max(router_row, act(layer.ffn_gate_inp.type, p.n_embd))
-    for layer in layers:
-        if layer.ffn_down_exps.data:
-            hidden_row = max(hidden_row, act(layer.ffn_down_exps.type, n_ff))
-    inputs = in_row * (2 if separate_up else 1)
-    per_pair = 12 + inputs + 2 * 4 * n_ff + hidden_row + 4 * p.n_embd  # chosen, weight, pair; grouped; g, u; down
-    return 4 * p.n_expert + router_row + inputs + p.n_expert_used * per_pair
-
-
-def _act_kind(t: Tensor) -> int:
-    """What activations a matrix of ``t``'s type takes, told apart by their block (llk_act_kind)."""
-    return library().llk_block_size(t.type)
