@@ -22,6 +22,9 @@
 #include "llk.h"
 #include "pool.h"
 
+/* The most taps (d_conv) of the convolution: its items keep that many rows of their channels (the models have 4). */
+#define DELTANET_MAX_CONV 16
+
 /* A model's Gated DeltaNet dimensions and the floats one sequence's state takes per layer. */
 typedef struct {
     int d_conv, S, n_k, n_v;
@@ -31,7 +34,7 @@ typedef struct {
     size_t ssm_floats;  /* [n_v][S][S] */
 } deltanet_shape;
 
-/* The dimensions of `m` (0 channels: a model without such layers). */
+/* The dimensions of `m` (0 channels: a model without such layers, or with a convolution over DELTANET_MAX_CONV). */
 deltanet_shape deltanet_shape_of(const llk_model *m);
 
 /* One Gated DeltaNet layer over a batch of T tokens, between its input projections and its output one. */

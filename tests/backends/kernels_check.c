@@ -215,38 +215,50 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
         failures += differ != 0;
         printf("isa %d attention tiles, half conversions, SiLU and GELU %s\n", isa, differ ? "FAILED" : "identical ok");
     }
-    { /* the Gated DeltaNet's recurrence: heads of 80 (two runs of 32 lanes and a tail of 16), five tokens */
-        enum { T = 5 };
-        llk_model m = {.ssm_d_conv = 4, .ssm_d_state = 80, .ssm_n_group = 2, .ssm_dt_rank = 4};
+    /* the Gated DeltaNet's recurrence over 20 tokens (two tiles of the rule's), a snapshot after the 18th: heads of
+     * 80 (two runs of 32 lanes and a tail of 16), of 64 (runs only, rows in pairs) and of 33 (an odd row left) */
+    static const int head_sizes[] = {80, 64, 33};
+    for (int hs = 0; hs < 3; hs++) {
+        enum { T = 20, MAX_S = 80 };
+        const int S = head_sizes[hs];
+        llk_model m = {.ssm_d_conv = 4, .ssm_d_state = S, .ssm_n_group = 2, .ssm_dt_rank = 4};
         const deltanet_shape sh = deltanet_shape_of(&m);
-        static float conv_w[4 * 640], dt[4], a[4], norm[80], mix0[T * 640], z0[T * 320], beta0[T * 4], g0[T * 4];
-        static float mix[T * 640], z[T * 320], beta[T * 4], g[T * 4], out[2][T * 320], state[2][3 * 640 + 4 * 80 * 80];
+        const size_t state_floats = sh.conv_floats + sh.ssm_floats;
+        static float conv_w[4 * 8 * MAX_S], dt[4], a[4], norm[MAX_S], mix0[T * 8 * MAX_S], z0[T * 4 * MAX_S];
+        static float beta0[T * 4], g0[T * 4], mix[T * 8 * MAX_S], z[T * 4 * MAX_S], beta[T * 4], g[T * 4];
+        static float out[2][T * 4 * MAX_S], state[2][3 * 8 * MAX_S + 4 * MAX_S * MAX_S];
+        static float snapped[2][3 * 8 * MAX_S + 4 * MAX_S * MAX_S];
         for (size_t i = 0; i < sizeof conv_w / 4; i++) conv_w[i] = uniform();
         for (int i = 0; i < 4; i++) dt[i] = uniform(), a[i] = -1.0f - uniform() * 0.5f;
-        for (int i = 0; i < 80; i++) norm[i] = 1.0f + uniform() * 0.2f;
-        for (int i = 0; i < T * 640; i++) mix0[i] = uniform();
-        for (int i = 0; i < T * 320; i++) z0[i] = uniform() * 3.0f;
+        for (int i = 0; i < MAX_S; i++) norm[i] = 1.0f + uniform() * 0.2f;
+        for (int i = 0; i < T * 8 * MAX_S; i++) mix0[i] = uniform();
+        for (int i = 0; i < T * 4 * MAX_S; i++) z0[i] = uniform() * 3.0f;
         for (int i = 0; i < T * 4; i++) beta0[i] = uniform() * 2.0f, g0[i] = uniform() * 2.0f;
         llk_layer L = {0};
         L.ssm_conv.data = conv_w, L.ssm_dt.data = dt, L.ssm_a.data = a, L.ssm_norm.data = norm;
         llk_pool *pool = llk_pool_new(2);
-        const int32_t pos[T] = {0, 1, 2, 3, 4};
+        int32_t pos[T];
+        for (int t = 0; t < T; t++) pos[t] = t;
         int differ = 0;
         for (int isa = 0; isa <= best; isa++) {
             if (isa != 0 && llk_isa_set(isa) != isa) continue;
             if (isa == 0) llk_isa_set(0);
-            float *r = isa == 0 ? state[0] : state[1], *o = isa == 0 ? out[0] : out[1];
+            float *r = state[isa != 0], *o = out[isa != 0];
             float *conv[T], *ssm[T], *snap[T];
-            for (int t = 0; t < T; t++) conv[t] = r, ssm[t] = r + sh.conv_floats, snap[t] = NULL;
+            for (int t = 0; t < T; t++)
+                conv[t] = r, ssm[t] = r + sh.conv_floats, snap[t] = t == 17 ? snapped[isa != 0] : NULL;
             memcpy(mix, mix0, sizeof mix), memcpy(z, z0, sizeof z);
             memcpy(beta, beta0, sizeof beta), memcpy(g, g0, sizeof g);
             const deltanet_batch batch = {&sh, &L, T, pos, conv, ssm, snap, mix, z, beta, g, o, 1e-6f};
             deltanet_run(pool, &batch);
-            if (isa) differ += memcmp(out[0], out[1], sizeof out[0]) != 0 || memcmp(state[0], state[1], sizeof state[0]) != 0;
+            if (isa)
+                differ += memcmp(out[0], out[1], sizeof(float) * T * sh.inner) != 0 ||
+                          memcmp(state[0], state[1], sizeof(float) * state_floats) != 0 ||
+                          memcmp(snapped[0], snapped[1], sizeof(float) * state_floats) != 0;
         }
         llk_pool_free(pool);
         failures += differ != 0;
-        printf("Gated DeltaNet up to isa %d %s\n", best, differ ? "FAILED" : "identical ok");
+        printf("Gated DeltaNet, heads of %d, up to isa %d %s\n", S, best, differ ? "FAILED" : "identical ok");
     }
     printf("levels checked up to %d, %d failures\n", best, failures);
     return failures != 0 || best == 0;

@@ -163,3 +163,10 @@ def test_a_transformer_has_no_recurrent_state(tmp_path: Path) -> None:
         ctx.close()
         model.close()
 
+
+
+def test_a_convolution_wider_than_the_kernels_run_is_left_to_llama_cpp(tmp_path: Path, smollm2_path: Path) -> None:
+    """The convolution's items keep up to 16 taps of their channels (Qwen 3.5 and 3.6 have 4): a wider one is
+    refused by name, not run out of bounds."""
+    wide = qwen_hybrid(tmp_path / "wide.gguf", smollm2_path, "qwen35", extra_keys={"@ssm.conv_kernel": 17})
+    assert "ssm.conv_kernel 17 outside 1..16" in native_support(wide)

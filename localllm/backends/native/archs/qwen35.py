@@ -17,6 +17,7 @@ from localllm.gguf import GGUFFile
 
 DELTANET = ("ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_conv", "ssm_dt", "ssm_a", "ssm_norm", "ssm_out")
 SHARED_EXPERT = ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+MAX_CONV_KERNEL = 16  # the widest convolution the kernels run (Qwen 3.5 and 3.6 have 4)
 _KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
                    "full_attention_interval", "attention.recurrent_layers", "rope.dimension_sections",
                    "nextn_predict_layers"})
@@ -52,6 +53,8 @@ class Qwen35(Architecture):
         h = dataclasses.replace(h, n_layer=h.n_layer - nextn)
         ssm = DeltaNet(metadata_int(g, "ssm.conv_kernel"), metadata_int(g, "ssm.state_size"),
                        metadata_int(g, "ssm.group_count"), metadata_int(g, "ssm.time_step_rank"))
+        if not 1 <= ssm.d_conv <= MAX_CONV_KERNEL:  # kernels/deltanet.h's DELTANET_MAX_CONV
+            raise UnsupportedModel(f"{g.architecture}.ssm.conv_kernel {ssm.d_conv} outside 1..{MAX_CONV_KERNEL}")
         if metadata_int(g, "ssm.inner_size") != ssm.d_state * ssm.dt_rank:
             raise UnsupportedModel(f"{g.architecture}.ssm.inner_size other than ssm.state_size x ssm.time_step_rank")
         if ssm.dt_rank % ssm.n_group:
