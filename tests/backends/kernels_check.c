@@ -22,7 +22,7 @@ static uint16_t to_half(float f) { /* normal values only, as the scales here are
     return (uint16_t)(sign | (exp << 10) | man);
 }
 
-/* Where set, fill's codes are every format's largest (all ones, MXFP4's 0x7; scale bytes too): the repacked
+/* Where set, fill's codes are every format's largest (all ones, MXFP4's 0x7, Q8_0's -128; scale bytes too): the repacked
  * kernels' narrow integer sums at their bounds. */
 static int all_ones;
 
@@ -41,7 +41,9 @@ static void fill(int type, uint8_t *row, int64_t n) {
         {LLK_Q6_K, sizeof(block_q6_k), 1, {offsetof(block_q6_k, d)}},
     };
     size_t bytes = llk_row_size(type, n);
-    const uint8_t largest = type == LLK_MXFP4 ? 0x77 : 0xFF; /* MXFP4's largest code is 6.0 (0x7), not 0xF (-6.0) */
+    /* MXFP4's largest code is 6.0 (0x7), not 0xF (-6.0); Q8_0's largest in size is -128 (0x80), the bound of plain
+     * AVX2's |code| times the activation with the code's sign */
+    const uint8_t largest = type == LLK_MXFP4 ? 0x77 : type == LLK_Q8_0 ? 0x80 : 0xFF;
     for (size_t i = 0; i < bytes; i++) row[i] = all_ones ? largest : (uint8_t)next();
     if (type == LLK_MXFP4) { /* power-of-two scale bytes: 2^-9 .. 2^-4 */
         for (size_t off = 0; off < bytes; off += sizeof(block_mxfp4)) row[off + offsetof(block_mxfp4, e)] = (uint8_t)(119 + next() % 6);
