@@ -527,12 +527,18 @@ void matmul_chunk(const matmul_part *p, int64_t r0) {
 
 typedef struct {
     const matmul_part *parts;
-    int n_parts;
+    int n_parts, n_chunks, n_streams;
 } matmul_job;
 
+/* The chunks are dealt as n_streams runs of consecutive chunks, ticket i taking the next chunk of run
+ * i % n_streams: threads that take turns each walk one run, so a thread's next chunk follows the one it
+ * finished and its reads ahead (PREFETCH_AHEAD) already hold its start. (Which thread takes a chunk never
+ * changes its bits.) */
 static void matmul_task(void *arg, int item, int ith) {
     (void)ith;
     const matmul_job *j = arg;
+    const int base = j->n_chunks / j->n_streams, rem = j->n_chunks % j->n_streams, run = item % j->n_streams;
+    item = run * base + (run < rem ? run : rem) + item / j->n_streams;
     int part = 0;
     while (item >= j->parts[part].n_chunks) item -= j->parts[part++].n_chunks;
     matmul_chunk(&j->parts[part], (int64_t)item * j->parts[part].chunk);
@@ -546,7 +552,7 @@ void matmul_parts_run(llk_pool *pool, const matmul_part *parts, int n_parts, con
         ahead = llk_row_size(then->type, then->ne0) * (size_t)then->ne1;
         if (ahead > READ_AHEAD_BYTES) ahead = READ_AHEAD_BYTES;
     }
-    matmul_job j = {parts, n_parts};
+    matmul_job j = {parts, n_parts, n_chunks, llk_pool_size(pool)};
     llk_pool_run_ahead(pool, matmul_task, &j, n_chunks, ahead ? then->data : NULL, ahead);
 }
 
