@@ -13,13 +13,15 @@ import pytest
 
 from support.torture import torture
 
-ENGINES = ["native", "llama.cpp"]
+# Requests a run: llama.cpp serves one sequence at a time, so its traffic is a queue and each request costs its
+# whole answer in wall time; 8 of them (seed 21) still cover a context shift, clients leaving and spills.
+REQUESTS = {"native": 16, "llama.cpp": 8}
 
 
 @pytest.mark.timeout(900)  # two runners and a few hundred answers on a busy machine
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", list(REQUESTS))
 def test_random_traffic_gives_every_request_its_solo_answer(smollm2_path: Path, engine: str) -> None:
-    report = torture(smollm2_path, engine, seed=21, n_requests=16)
+    report = torture(smollm2_path, engine, seed=21, n_requests=REQUESTS[engine])
     assert not report.differences, "\n".join(report.differences)
     assert report.finished >= report.requests // 2 and report.shifts > 0 and report.polls > 0
     if engine == "native":
