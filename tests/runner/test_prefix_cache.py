@@ -107,12 +107,12 @@ def test_host_spill_keeps_the_most_recent_within_budget() -> None:
 
 def test_second_turn_evaluates_only_the_new_tokens(client: httpx.Client) -> None:
     first_prompt = chat("What is a meteor shower?")
-    pieces, first = complete(client, first_prompt, num_predict=40, **GREEDY)
+    pieces, first = complete(client, first_prompt, num_predict=16, **GREEDY)
     assert first["cached_tokens"] == 0
     follow_up = "<|im_end|>\n<|im_start|>user\nWhen can I see the next one?<|im_end|>\n<|im_start|>assistant\n"
     added = tokens_of(client, follow_up, add_special=False)
     turn2 = first["context"] + added
-    pieces2, second = complete(client, turn2, num_predict=30, **GREEDY)
+    pieces2, second = complete(client, turn2, num_predict=8, **GREEDY)
     assert second["cached_tokens"] >= len(first["context"]) - 1
     assert second["prompt_eval_count"] <= len(added) + 1
     assert second["prompt_eval_count"] + second["cached_tokens"] == len(turn2)
@@ -149,14 +149,14 @@ def test_cached_output_equals_a_cold_computation(smollm2_path: Path, client: htt
     for cut in (40, 130, 260):  # the cached prefix ends at different places in a ~500-token prompt
         prompt = chat("Explain how a refracting telescope works, step by step.", system=f"Run {time.time_ns()}. " + SYSTEM * 2)
         complete(client, prompt[:-cut] + "<|im_end|>\n<|im_start|>assistant\n", num_predict=4, **GREEDY)
-        pieces, done = complete(client, prompt, num_predict=64, **GREEDY)
+        pieces, done = complete(client, prompt, num_predict=32, **GREEDY)
         assert done["cached_tokens"] > 50
         warm.append(pieces)
         prompts.append(prompt)
     args = ("--ctx", "1024", "--parallel", "1", "--threads", runner_threads())
     with running_runner(smollm2_path, *args) as fresh, fresh.client() as c:
         for prompt, pieces in zip(prompts, warm):
-            cold, done = complete(c, prompt, num_predict=64, **GREEDY)
+            cold, done = complete(c, prompt, num_predict=32, **GREEDY)
             assert done["cached_tokens"] == 0
             assert "".join(pieces) == "".join(cold)
 
