@@ -525,23 +525,33 @@ void matmul_chunk(const matmul_part *p, int64_t r0) {
     }
 }
 
+/* A run of consecutive chunks and the next one to take, a cache line of its own. */
+typedef struct {
+    _Alignas(64) _Atomic int next;
+    int first, end;
+} matmul_run;
+
 typedef struct {
     const matmul_part *parts;
-    int n_parts, n_chunks, n_streams;
+    int n_parts, n_runs;
+    matmul_run *runs;
 } matmul_job;
 
-/* The chunks are dealt as n_streams runs of consecutive chunks, ticket i taking the next chunk of run
- * i % n_streams: threads that take turns each walk one run, so a thread's next chunk follows the one it
- * finished and its reads ahead (PREFETCH_AHEAD) already hold its start. (Which thread takes a chunk never
- * changes its bits.) */
+/* Job item r: the chunks of run r in order, then those left in the others'. The chunks are dealt as one run
+ * of consecutive chunks a thread: a thread's next chunk follows the one it finished, so its reads ahead
+ * (PREFETCH_AHEAD) already hold its start, and a chunk is taken by an add on a counter no other thread
+ * touches until it runs out of its own. (Which thread takes a chunk never changes its bits.) */
 static void matmul_task(void *arg, int item, int ith) {
     (void)ith;
     const matmul_job *j = arg;
-    const int base = j->n_chunks / j->n_streams, rem = j->n_chunks % j->n_streams, run = item % j->n_streams;
-    item = run * base + (run < rem ? run : rem) + item / j->n_streams;
-    int part = 0;
-    while (item >= j->parts[part].n_chunks) item -= j->parts[part++].n_chunks;
-    matmul_chunk(&j->parts[part], (int64_t)item * j->parts[part].chunk);
+    for (int k = 0; k < j->n_runs; k++) {
+        matmul_run *run = &j->runs[(item + k) % j->n_runs];
+        for (int c; (c = run->first + atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed)) < run->end;) {
+            int part = 0;
+            while (c >= j->parts[part].n_chunks) c -= j->parts[part++].n_chunks;
+            matmul_chunk(&j->parts[part], (int64_t)c * j->parts[part].chunk);
+        }
+    }
 }
 
 void matmul_parts_run(llk_pool *pool, const matmul_part *parts, int n_parts, const llk_tensor *then) {
@@ -552,8 +562,16 @@ void matmul_parts_run(llk_pool *pool, const matmul_part *parts, int n_parts, con
         ahead = llk_row_size(then->type, then->ne0) * (size_t)then->ne1;
         if (ahead > READ_AHEAD_BYTES) ahead = READ_AHEAD_BYTES;
     }
-    matmul_job j = {parts, n_parts, n_chunks, llk_pool_size(pool)};
-    llk_pool_run_ahead(pool, matmul_task, &j, n_chunks, ahead ? then->data : NULL, ahead);
+    const int n_runs = llk_pool_size(pool) < n_chunks ? llk_pool_size(pool) : n_chunks;
+    matmul_run runs[n_runs > 0 ? n_runs : 1];
+    for (int r = 0, at = 0; r < n_runs; r++) {
+        const int len = n_chunks / n_runs + (r < n_chunks % n_runs);
+        runs[r].first = at;
+        runs[r].end = at += len;
+        atomic_init(&runs[r].next, 0);
+    }
+    matmul_job j = {parts, n_parts, n_runs, runs};
+    llk_pool_run_ahead(pool, matmul_task, &j, n_runs, ahead ? then->data : NULL, ahead);
 }
 
 /* The activations x[n_tok][ne0] quantized for weights of `type`, a token's row at a time. */
