@@ -255,6 +255,7 @@ typedef struct {
     attn_softmax_fn attn_softmax;
     void (*silu_mul)(float *g, const float *u, int n); /* ops.c's llk_silu_mul, the same bits */
     void (*gelu_mul)(float *g, const float *u, int n); /* ops.c's llk_gelu_mul, the same bits */
+    void (*softcap)(float *x, float cap, int n);       /* ops.c's llk_softcap, the same bits */
 } kernel_table;
 
 extern kernel_table llk_ref_kernels;

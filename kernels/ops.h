@@ -18,6 +18,7 @@ void llk_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs
 /* exp(x) as ggml's vectorised expf gives it (the attention kernels' vector forms give the same bits). */
 float llk_expf(float x);
 void llk_silu_mul(float *g, const float *u, int n); /* g = silu(g) * u */
+void llk_softcap(float *x, float cap, int n);     /* x = cap * tanh(x / cap) */
 void llk_gelu_mul(float *g, const float *u, int n); /* g = gelu_tanh(g) * u */
 /* GELU by the half-precision input, as half precision (two entries more: the SIMD kernels gather 32 bits). */
 extern uint16_t llk_gelu_table[(1 << 16) + 2];

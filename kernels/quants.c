@@ -423,6 +423,7 @@ kernel_table llk_ref_kernels = {
     .stream_sum = stream_sum_ref,
     .silu_mul = llk_silu_mul,
     .gelu_mul = llk_gelu_mul,
+    .softcap = llk_softcap,
 };
 
 float llk_vec_dot_ref(int wtype, const void *w, const void *act, int64_t n) {

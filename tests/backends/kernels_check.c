@@ -213,9 +213,16 @@ __attribute__((optimize("no-tree-vectorize"))) int main(void) {
             simd->gelu_mul(g, up, 259); /* the GELU gate: both sides of +-10, and half-precision subnormals */
             llk_ref_kernels.gelu_mul(g_ref, up, 259);
             differ += memcmp(g, g_ref, sizeof g) != 0;
+            static float logit[259];
+            for (int i = 0; i < 259; i++)
+                logit[i] = g[i] = g_ref[i] = uniform() * (i % 3 == 0 ? 1000.0f : i % 3 == 1 ? 1e-3f : 40.0f);
+            simd->softcap(g, 30.0f, 259); /* final-logit soft-capping: clamped (beyond +-270), tiny, and a tail */
+            llk_ref_kernels.softcap(g_ref, 30.0f, 259);
+            differ += memcmp(g, g_ref, sizeof g) != 0;
+            for (int i = 0; i < 259; i++) differ += fabsf(g_ref[i] - 30.0f * tanhf(logit[i] / 30.0f)) > 30.0f * 4e-7f;
         }
         failures += differ != 0;
-        printf("isa %d attention tiles, half conversions, SiLU and GELU %s\n", isa, differ ? "FAILED" : "identical ok");
+        printf("isa %d attention tiles, half conversions, SiLU, GELU and soft-capping %s\n", isa, differ ? "FAILED" : "identical ok");
     }
     /* the Gated DeltaNet's recurrence over 20 tokens (two tiles of the rule's), a snapshot after the 18th: heads of
      * 80 (two runs of 32 lanes and a tail of 16), of 64 (runs only, rows in pairs) and of 33 (an odd row left) */
