@@ -1,4 +1,5 @@
-"""scripts/bench/common.py: alternating rounds favour no side, and an unmeasured figure is never printed as one."""
+"""scripts/bench: common.py's alternating rounds favour no side and an unmeasured figure is never printed as one; kernel_ab.py
+times two builds of the kernels in turn."""
 
 from __future__ import annotations
 
@@ -99,3 +100,25 @@ def test_serving_shared_prefix_on_llama_cpp_reports_null_and_fails(tmp_path: Pat
     assert results["not_measured"] == {"shared_prefix_kv_ratio": "the llama.cpp engine reports no KV blocks in /api/ps"}
     assert 0 < results["prefill_work_ratio"] <= 1
     assert "not measured: shared_prefix_kv_ratio (the llama.cpp engine reports no KV blocks in /api/ps)" in run.stderr
+
+
+def _kernel_ab(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "bench" / "kernel_ab.py"), *args],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_kernel_ab_times_two_builds_in_turn_and_reports_their_ratio(smollm2_path: Path) -> None:
+    run = _kernel_ab(str(smollm2_path), "--a", str(ROOT), "--b", str(ROOT / "kernels"), "--rounds", "4",
+                     "--tokens", "2", "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads(run.stdout)
+    assert results["rounds"] == 4 and results["a_tokens_per_s"] > 0 and results["b_tokens_per_s"] > 0
+    assert results["ratio_q1"] <= results["ratio_median"] <= results["ratio_q3"]
+    assert "family" in results["cpu"]
+
+
+def test_kernel_ab_names_a_side_that_is_neither_a_directory_nor_a_revision(smollm2_path: Path) -> None:
+    run = _kernel_ab(str(smollm2_path), "--a", "no-such-revision", "--b", str(ROOT))
+    assert run.returncode != 0
+    assert "'no-such-revision' is neither a directory nor a git revision" in run.stderr

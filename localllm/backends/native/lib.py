@@ -104,8 +104,8 @@ class Memory(ctypes.Structure):
         ("ring_blocks", ctypes.c_int32)]
 
 
-def _sources() -> list[Path]:
-    return sorted(p for p in _SOURCES.glob("*") if p.suffix in (".c", ".h", ".inc")) if _SOURCES.is_dir() else []
+def _sources(directory: Path = _SOURCES) -> list[Path]:
+    return sorted(p for p in directory.glob("*") if p.suffix in (".c", ".h", ".inc")) if directory.is_dir() else []
 
 
 def _installed() -> Path | None:
@@ -118,9 +118,10 @@ def _installed() -> Path | None:
     return found if found.stat().st_mtime >= newest_source else None
 
 
-def _build() -> Path:
-    """Compile the checkout's C sources into the cache (once per distinct source)."""
-    sources = _sources()
+def build(directory: Path = _SOURCES) -> Path:
+    """Compile the C sources in ``directory`` (the checkout's ``kernels/``) into the cache, once per distinct
+    source; the library's path."""
+    sources = _sources(directory)
     if not sources:
         raise NativeError("the native kernels library is not installed and no kernels/ sources were found to build it")
     digest = hashlib.sha256()
@@ -145,6 +146,16 @@ def _build() -> Path:
     finally:
         partial.unlink(missing_ok=True)
     return target
+
+
+def load(path: Path) -> ctypes.CDLL:
+    """The kernels library at ``path``, its functions declared."""
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise NativeError(f"cannot load the native kernels library {path}: {exc}") from None
+    _declare(lib)
+    return lib
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -214,11 +225,13 @@ def library() -> ctypes.CDLL:
     global _lib
     with _lock:
         if _lib is None:
-            path = _installed() or _build()
-            try:
-                lib = ctypes.CDLL(str(path))
-            except OSError as exc:
-                raise NativeError(f"cannot load the native kernels library {path}: {exc}") from None
-            _declare(lib)
-            _lib = lib
+            _lib = load(_installed() or build())
         return _lib
+
+
+def use(lib: ctypes.CDLL) -> None:
+    """Make ``lib`` the library that contexts made from now on run (a benchmark's A/B of two builds; a context
+    keeps the library it was made with)."""
+    global _lib
+    with _lock:
+        _lib = lib

@@ -1,0 +1,131 @@
+"""Paired A/B of two builds of the kernels library on one model, in one process.
+
+    python scripts/bench/kernel_ab.py MODEL --a REV_OR_DIR --b REV_OR_DIR [--rounds 120] [--tokens 8]
+                                      [--prefill N] [--threads 2] [--json]
+
+``--a`` and ``--b`` name the kernels' C sources: a git revision of this checkout (``HEAD~1``, a branch; its
+``kernels/`` is exported to a temporary directory) or a directory holding them (``.`` or a worktree: its
+``kernels/``). Each side is compiled as the engine compiles itself (into the same cache). Both builds drive their
+own native context over the one loaded model, so they must lay the weights out alike. Each round runs A then B,
+the order reversed every other round: ``--tokens`` decode steps each, or with ``--prefill N`` one N-token prompt
+from position 0. This host's memory bandwidth moves by half between minutes, so separate runs cannot resolve a
+few percent; the median of the per-round B/A ratios over ~120 decode rounds resolves ~1%.
+
+Figures (top-level keys): ``cpu``; ``a_tokens_per_s`` and ``b_tokens_per_s`` (medians of the rounds);
+``ratio_median``, ``ratio_geomean``, ``ratio_q1`` and ``ratio_q3`` (of the per-round B/A ratios); ``rounds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import subprocess
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+import numpy as np
+from common import cpu_name, report
+
+from localllm.backends.llama_cpp import Batch, init_backend
+from localllm.backends.native import backend as native
+from localllm.backends.native import lib as kernels_lib
+
+ROOT = Path(__file__).resolve().parents[2]
+N_CTX = 8192
+
+
+def sources(spec: str, scratch: Path) -> Path:
+    """The kernels directory ``spec`` names: ``spec/kernels`` (or ``spec`` itself) of a directory, or a git
+    revision's ``kernels/`` exported under ``scratch``."""
+    path = Path(spec)
+    if path.is_dir():
+        return path / "kernels" if (path / "kernels").is_dir() else path
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", spec, "kernels"], capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise SystemExit(f"{spec!r} is neither a directory nor a git revision: {archive.stderr.decode().strip()}")
+    target = scratch / spec.replace("/", "_")
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(target, filter="data")
+    return target / "kernels"
+
+
+class Side:
+    """One build's context over the shared model, and its rates."""
+
+    def __init__(self, model: native.Model, n_batch: int, threads: int) -> None:
+        self.ctx = native.Context(model, N_CTX // 16, 16, N_CTX, 1, n_batch, threads)
+        self.ctx.tables[0, :] = np.arange(self.ctx.tables.shape[1])
+        self.batch = Batch(n_batch)
+        for i in range(32):
+            self.batch.add(100 + i, i, 0, i == 31)
+        assert self.ctx.decode(self.batch) == 0
+        self.pos = 32
+        self.rates: list[float] = []
+
+    def decode(self, tokens: int) -> None:
+        if self.pos + tokens > N_CTX:
+            raise SystemExit("too many decode steps for the context: fewer --rounds or --tokens")
+        start = time.perf_counter()
+        for k in range(tokens):
+            self.batch.clear()
+            self.batch.add(200 + k, self.pos + k, 0, True)
+            assert self.ctx.decode(self.batch) == 0
+        self.rates.append(tokens / (time.perf_counter() - start))
+        self.pos += tokens
+
+    def prefill(self, prompt: np.ndarray) -> None:
+        self.batch.clear()
+        for i, token in enumerate(prompt):
+            self.batch.add(int(token), i, 0, i == len(prompt) - 1)
+        start = time.perf_counter()
+        assert self.ctx.decode(self.batch) == 0
+        self.rates.append(len(prompt) / (time.perf_counter() - start))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model", type=Path)
+    p.add_argument("--a", required=True, help="git revision or directory of side A's kernels")
+    p.add_argument("--b", required=True, help="git revision or directory of side B's kernels")
+    p.add_argument("--rounds", type=int, default=120)
+    p.add_argument("--tokens", type=int, default=8, help="decode steps a side takes a round")
+    p.add_argument("--prefill", type=int, default=0, help="time one prompt of this many tokens a round instead")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    init_backend()
+    with tempfile.TemporaryDirectory() as scratch:
+        libs = [kernels_lib.load(kernels_lib.build(sources(spec, Path(scratch)))) for spec in (args.a, args.b)]
+    kernels_lib.use(libs[0])
+    model = native.Model(args.model)  # laid out once, by A's build
+    sides = []
+    for lib in libs:
+        kernels_lib.use(lib)
+        sides.append(Side(model, max(64, args.prefill), args.threads))
+    rng = np.random.default_rng(0)
+    for r in range(args.rounds):
+        prompt = rng.integers(100, 30000, args.prefill) if args.prefill else None
+        for side in sides if r % 2 == 0 else sides[::-1]:
+            side.prefill(prompt) if prompt is not None else side.decode(args.tokens)
+    ratios = sorted(b / a for a, b in zip(sides[0].rates, sides[1].rates, strict=True))
+    results = {
+        "cpu": cpu_name(),
+        "a_tokens_per_s": statistics.median(sides[0].rates),
+        "b_tokens_per_s": statistics.median(sides[1].rates),
+        "ratio_median": statistics.median(ratios),
+        "ratio_geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)),
+        "ratio_q1": ratios[len(ratios) // 4],
+        "ratio_q3": ratios[3 * len(ratios) // 4],
+        "rounds": len(ratios),
+    }
+    what = f"{args.prefill}-token prefill" if args.prefill else f"decode, {args.tokens} tokens a round"
+    report(f"kernels {args.b} over {args.a}: {args.model.name}, {what}, {args.threads} threads",
+           [(key, value) for key, value in results.items()], results, args.json)
+
+
+if __name__ == "__main__":
+    main()
