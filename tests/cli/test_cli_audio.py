@@ -18,7 +18,7 @@ from localllm.cli.image_paths import extract_images
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, audio_projector_path: Path) -> Iterator[CliEnv]:
     with cli_with_models(tmp_path_factory.mktemp("cli-audio"), plain=f"FROM {smollm2_path}\n",
-                         # stop: a transcript's piece ends at its first sentence (unstopped, hundreds of tokens)
+                         # stop: a transcript's piece ends at its first sentence (unstopped, 100-450 tokens a piece)
                          listener=with_projector(audio_projector_path, temperature=0, num_predict=12,
                                                  stop='"."')) as cli:
         (cli.root / "low.wav").write_bytes(wav(tone(300, 12)))

@@ -20,7 +20,7 @@ TEXT_ONLY = "smollm2:135m"
 
 
 #: A piece's transcript ends at its first sentence: the checks are on what the signal makes of it, its timing and
-#: its framing, not its length (unstopped, SmolLM2 goes on about "the audio" for hundreds of tokens a piece).
+#: its framing, not its length (unstopped, SmolLM2 goes on about "the audio" for 100-450 tokens a piece).
 ONE_SENTENCE = '"."'
 
 
