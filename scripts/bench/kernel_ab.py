@@ -4,7 +4,7 @@
                                       [--prefill N] [--threads 2] [--json]
 
 ``--a`` and ``--b`` name the kernels' C sources: a git revision of this checkout (``HEAD~1``, a branch; its
-``kernels/`` is exported to a temporary directory) or a directory holding them (``.`` or a worktree: its
+``kernels/`` is written to a temporary directory) or a directory holding them (``.`` or a worktree: its
 ``kernels/``). Each side is compiled as the engine compiles itself (into the same cache). Both builds drive their
 own native context over the one loaded model, so they must lay the weights out alike. Each round runs A then B,
 the order reversed every other round: ``--tokens`` decode steps each, or with ``--prefill N`` one N-token prompt
@@ -21,10 +21,8 @@ import argparse
 import math
 import statistics
 import subprocess
-import tarfile
 import tempfile
 import time
-from io import BytesIO
 from pathlib import Path
 
 import numpy as np
@@ -44,13 +42,18 @@ def sources(spec: str, scratch: Path) -> Path:
     path = Path(spec)
     if path.is_dir():
         return path / "kernels" if (path / "kernels").is_dir() else path
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", spec, "kernels"], capture_output=True, check=False)
-    if archive.returncode != 0:
-        raise SystemExit(f"{spec!r} is neither a directory nor a git revision: {archive.stderr.decode().strip()}")
+
+    def git(*args: str) -> bytes:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"{spec!r} is neither a directory nor a git revision: {done.stderr.decode().strip()}")
+        return done.stdout
+
     target = scratch / spec.replace("/", "_")
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(target, filter="data")
-    return target / "kernels"
+    target.mkdir()
+    for name in git("ls-tree", "--name-only", f"{spec}:kernels").decode().split():
+        (target / name).write_bytes(git("show", f"{spec}:kernels/{name}"))
+    return target
 
 
 class Side:
