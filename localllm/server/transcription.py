@@ -98,7 +98,7 @@ async def _speech(request: Request, translate: bool):
     if not model.audio:
         raise bad_request(f"{model.name.display!r} does not support audio: transcription needs a model whose "
                           "projector hears (capability 'audio' in /api/show)")
-    cuts, samples, rate = await _cut(state, body)
+    cuts, samples, rate = await _cut(state, model, body)
     run = _Transcriber(state, model, body, cuts, samples, rate)
     if body.stream:
         first = await run.open_first()  # a failure to load or to start is still a plain error status
@@ -180,7 +180,7 @@ async def _form(request: Request, translate: bool) -> SpeechRequest:
                          temperature, stream == "true")
 
 
-async def _cut(state: Any, body: SpeechRequest) -> tuple[list[Piece], Any, int]:
+async def _cut(state: Any, model: LocalModel, body: SpeechRequest) -> tuple[list[Piece], Any, int]:
     """The upload's pieces, and the samples (and their rate) they are cut from: none where the file's
     header says it fits one window; else the model's runner decodes it (any container) and it is cut
     at its silences."""
@@ -190,13 +190,17 @@ async def _cut(state: Any, body: SpeechRequest) -> tuple[list[Piece], Any, int]:
         raise bad_request(str(exc)) from None
     if clip.seconds is not None and clip.seconds <= WINDOW_SECONDS:
         return [Piece(0.0, clip.seconds, False)], None, clip.sample_rate
-    job = state.inference.job(body.model, _options(body), None)
+    job = state.inference.job(body.model, _options(model, body), None)
     samples, rate = wav_samples(await state.inference.decode_audio(job, body.audio), "file")
     return pieces(samples, rate), samples, rate
 
 
-def _options(body: SpeechRequest) -> dict[str, Any]:
-    return {"temperature": body.temperature, "num_predict": MAX_TOKENS_A_PIECE}
+def _options(model: LocalModel, body: SpeechRequest) -> dict[str, Any]:
+    """A piece's sampling: the request's temperature, and its text bounded by Whisper's 448 tokens, or by the
+    model's own ``num_predict`` (its Modelfile's) where that is fewer."""
+    own = model.parameters.get("num_predict")
+    bound = own if isinstance(own, int) and 0 < own < MAX_TOKENS_A_PIECE else MAX_TOKENS_A_PIECE
+    return {"temperature": body.temperature, "num_predict": bound}
 
 
 def _prompts(model: LocalModel, body: SpeechRequest) -> tuple[str, str]:
@@ -241,7 +245,7 @@ class _Transcriber:
             audio = wav_bytes(self.samples[int(piece.start * self.rate):int(piece.end * self.rate)], self.rate)
         messages = [Message("system", self.system)] if self.system else []
         messages.append(Message("user", self.user, [base64.b64encode(audio).decode()]))
-        return ChatTurn(self.body.model, messages, options=_options(self.body),
+        return ChatTurn(self.body.model, messages, options=_options(self.model, self.body),
                         logprobs=self.body.response_format == "verbose_json")  # for each segment's avg_logprob
 
     async def _open(self, index: int) -> Any:

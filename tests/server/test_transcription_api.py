@@ -160,3 +160,13 @@ def test_overlapping_pieces_are_stitched_where_their_words_repeat():
     assert _after_overlap("we walked to the old mill", "and then home") == "and then home"
     assert _after_overlap("", "and then home") == "and then home"
     assert _after_overlap("yes", "yes") == ""
+
+
+def test_a_models_own_num_predict_bounds_each_piece(hearing, oai, audio_projector_path):
+    """Each piece's text is bounded by Whisper's 448 tokens, or by the Modelfile's num_predict where it is fewer
+    (not silently raised back to 448)."""
+    hearing.create("smolhearing-stt-brief", with_projector(audio_projector_path, num_ctx=1024, num_predict=3))
+    events = list(transcribe(oai, wav(tone(300, 12)), model="smolhearing-stt-brief", stream=True))
+    done = events[-1]
+    assert done.type == "transcript.text.done" and done.text
+    assert 0 < done.usage.output_tokens <= 3
