@@ -7,9 +7,10 @@
 ``kernels/`` is written to a temporary directory) or a directory holding them (``.`` or a worktree: its
 ``kernels/``). Each side is compiled as the engine compiles itself (into the same cache). Both builds drive their
 own native context over the one loaded model, so they must lay the weights out alike. Each round runs A then B,
-the order reversed every other round: ``--tokens`` decode steps each, or with ``--prefill N`` one N-token prompt
-from position 0. This host's memory bandwidth moves by half between minutes, so separate runs cannot resolve a
-few percent; the median of the per-round B/A ratios over ~120 decode rounds resolves ~1%.
+the order reversed every other round (``common.alternating``: rounds rounded up to even): ``--tokens`` decode
+steps each, or with ``--prefill N`` one N-token prompt from position 0. This host's memory bandwidth moves by half
+between minutes, so separate runs cannot resolve a few percent; the median of the per-round B/A ratios over ~120
+decode rounds resolves ~1%.
 
 Figures (top-level keys): ``cpu``; ``a_tokens_per_s`` and ``b_tokens_per_s`` (medians of the rounds);
 ``ratio_median``, ``ratio_geomean``, ``ratio_q1`` and ``ratio_q3`` (of the per-round B/A ratios); ``rounds``.
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import cpu_name, report
+from common import alternating, cpu_name, report
 
 from localllm.backends.llama_cpp import Batch, init_backend
 from localllm.backends.native import backend as native
@@ -57,9 +58,12 @@ def sources(spec: str, scratch: Path) -> Path:
 
 
 class Side:
-    """One build's context over the shared model, and its rates."""
+    """One build's context over the shared model; a round is ``tokens`` decode steps, or with ``prefill`` one
+    prompt of that many tokens from position 0 (both sides draw the same prompts, in the same order)."""
 
-    def __init__(self, model: native.Model, n_batch: int, threads: int) -> None:
+    def __init__(self, model: native.Model, tokens: int, prefill: int, threads: int) -> None:
+        self.tokens, self.prefill = tokens, prefill
+        n_batch = max(64, prefill)
         self.ctx = native.Context(model, N_CTX // 16, 16, N_CTX, 1, n_batch, threads)
         self.ctx.tables[0, :] = np.arange(self.ctx.tables.shape[1])
         self.batch = Batch(n_batch)
@@ -67,26 +71,26 @@ class Side:
             self.batch.add(100 + i, i, 0, i == 31)
         assert self.ctx.decode(self.batch) == 0
         self.pos = 32
-        self.rates: list[float] = []
+        self.prompts = np.random.default_rng(0)
 
-    def decode(self, tokens: int) -> None:
-        if self.pos + tokens > N_CTX:
+    def round(self) -> float:
+        """Tokens/s of one round."""
+        self.batch.clear()
+        if self.prefill:
+            for i, token in enumerate(self.prompts.integers(100, 30000, self.prefill)):
+                self.batch.add(int(token), i, 0, i == self.prefill - 1)
+            start = time.perf_counter()
+            assert self.ctx.decode(self.batch) == 0
+            return self.prefill / (time.perf_counter() - start)
+        if self.pos + self.tokens > N_CTX:
             raise SystemExit("too many decode steps for the context: fewer --rounds or --tokens")
         start = time.perf_counter()
-        for k in range(tokens):
+        for k in range(self.tokens):
             self.batch.clear()
             self.batch.add(200 + k, self.pos + k, 0, True)
             assert self.ctx.decode(self.batch) == 0
-        self.rates.append(tokens / (time.perf_counter() - start))
-        self.pos += tokens
-
-    def prefill(self, prompt: np.ndarray) -> None:
-        self.batch.clear()
-        for i, token in enumerate(prompt):
-            self.batch.add(int(token), i, 0, i == len(prompt) - 1)
-        start = time.perf_counter()
-        assert self.ctx.decode(self.batch) == 0
-        self.rates.append(len(prompt) / (time.perf_counter() - start))
+        self.pos += self.tokens
+        return self.tokens / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -105,20 +109,16 @@ def main() -> None:
         libs = [kernels_lib.load(kernels_lib.build(sources(spec, Path(scratch)))) for spec in (args.a, args.b)]
     kernels_lib.use(libs[0])
     model = native.Model(args.model)  # laid out once, by A's build
-    sides = []
-    for lib in libs:
+    sides = {}
+    for name, lib in zip("ab", libs, strict=True):
         kernels_lib.use(lib)
-        sides.append(Side(model, max(64, args.prefill), args.threads))
-    rng = np.random.default_rng(0)
-    for r in range(args.rounds):
-        prompt = rng.integers(100, 30000, args.prefill) if args.prefill else None
-        for side in sides if r % 2 == 0 else sides[::-1]:
-            side.prefill(prompt) if prompt is not None else side.decode(args.tokens)
-    ratios = sorted(b / a for a, b in zip(sides[0].rates, sides[1].rates, strict=True))
+        sides[name] = Side(model, args.tokens, args.prefill, args.threads).round
+    rates = alternating(args.rounds, sides)
+    ratios = sorted(b / a for a, b in zip(rates["a"], rates["b"], strict=True))
     results = {
         "cpu": cpu_name(),
-        "a_tokens_per_s": statistics.median(sides[0].rates),
-        "b_tokens_per_s": statistics.median(sides[1].rates),
+        "a_tokens_per_s": statistics.median(rates["a"]),
+        "b_tokens_per_s": statistics.median(rates["b"]),
         "ratio_median": statistics.median(ratios),
         "ratio_geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)),
         "ratio_q1": ratios[len(ratios) // 4],
