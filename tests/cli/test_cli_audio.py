@@ -18,13 +18,13 @@ from localllm.cli.image_paths import extract_images
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, audio_projector_path: Path) -> Iterator[CliEnv]:
     with cli_with_models(tmp_path_factory.mktemp("cli-audio"), plain=f"FROM {smollm2_path}\n",
-                         # stop: a transcript's piece ends at its first sentence (unstopped, 100-450 tokens a piece)
+                         # a transcript's piece ends at its first sentence, or at the Modelfile's 12 tokens
                          listener=with_projector(audio_projector_path, temperature=0, num_predict=12,
                                                  stop='"."')) as cli:
         (cli.root / "low.wav").write_bytes(wav(tone(300, 12)))
         (cli.root / "high tone.flac").write_bytes(flac(tone(3000, 12)))
         (cli.root / "notes.wav").write_text("shopping: milk, eggs")
-        # talk.flac: low tones both sides of the silence (on a high one's piece SmolLM2 runs on to the token bound)
+        # talk.flac: low tones both sides of the silence
         (cli.root / "talk.flac").write_bytes(flac(np.concatenate([tone(300, 28), silence(1.5), tone(300, 10)])))
         yield cli
 
